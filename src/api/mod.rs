@@ -1,0 +1,17 @@
+//! The `sync.kuvryn.io/v1alpha1` API: one module per kind, the names every part of the product
+//! uses, the conditions helper and CRD generation. Pure: no client, no I/O.
+
+pub mod application;
+pub mod common;
+pub mod conditions;
+pub mod crd;
+pub mod duration;
+pub mod healthcheck;
+pub mod names;
+pub mod repository;
+pub mod revision;
+
+pub use application::{Application, ApplicationSpec, ApplicationStatus};
+pub use healthcheck::{HealthCheck, HealthCheckSpec, HealthCheckStatus};
+pub use repository::{Repository, RepositorySpec, RepositoryStatus};
+pub use revision::{Revision, RevisionSpec, RevisionStatus};

@@ -1,0 +1,167 @@
+//! Every name the product exposes to users: API group, labels, annotations, condition types,
+//! condition reasons and Event reasons. Controllers, the CLI, the webhook and tests use these
+//! constants and never spell a name inline (see `docs/api.md` for what each one means).
+
+/// The API group of every Kuvryn Sync kind.
+pub const GROUP: &str = "sync.kuvryn.io";
+/// The one served and stored version.
+pub const VERSION: &str = "v1alpha1";
+/// `apiVersion` of our objects.
+pub const API_VERSION: &str = "sync.kuvryn.io/v1alpha1";
+/// Field manager used for Server-Side Apply of managed objects.
+pub const FIELD_MANAGER: &str = "kuvryn-sync";
+/// Field manager used for our own status writes (kept apart from [`FIELD_MANAGER`]).
+pub const STATUS_FIELD_MANAGER: &str = "kuvryn-sync-status";
+
+/// Labels written by Kuvryn Sync.
+pub mod labels {
+    /// `app.kubernetes.io/managed-by`, on every object Kuvryn Sync applies or creates.
+    pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+    /// The value of [`MANAGED_BY`].
+    pub const MANAGED_BY_VALUE: &str = "kuvryn-sync";
+    /// On an Application discovered from a Repository's `.ksync.yaml`: the Repository's name.
+    /// Kuvryn Sync creates, updates and removes exactly the Applications carrying it.
+    pub const REPOSITORY: &str = "sync.kuvryn.io/repository";
+    /// On Applications and on every object they manage: the shard the Application hashes to.
+    pub const SHARD: &str = "sync.kuvryn.io/shard";
+    /// On Revisions: the name of their Application (Application names are at most 63 characters).
+    pub const APPLICATION: &str = "sync.kuvryn.io/application";
+    /// On managed objects: a hash of the owning Application's `namespace/name`, short enough for a
+    /// label value; the readable identity is in [`super::annotations::APPLICATION`].
+    pub const APPLICATION_ID: &str = "sync.kuvryn.io/application-id";
+}
+
+/// Annotations read or written by Kuvryn Sync.
+pub mod annotations {
+    /// On a discovered Application: the repository-relative `.ksync.yaml` that declares it.
+    pub const DISCOVERED_FROM: &str = "sync.kuvryn.io/discovered-from";
+    /// On a managed object: `namespace/name` of the Application that manages it.
+    pub const APPLICATION: &str = "sync.kuvryn.io/application";
+    /// Per-resource prune opt-out; the only value with meaning is [`PRUNE_DISABLED`].
+    pub const PRUNE: &str = "sync.kuvryn.io/prune";
+    /// Value of [`PRUNE`] that keeps a resource from ever being pruned.
+    pub const PRUNE_DISABLED: &str = "disabled";
+    /// Rollout ordering: the wave (an integer, default 0) of a desired object.
+    pub const SYNC_WAVE: &str = "sync.kuvryn.io/sync-wave";
+    /// Marks a desired object as a sync hook: `PreSync`, `Sync`, `PostSync` or `SyncFail`.
+    pub const HOOK: &str = "sync.kuvryn.io/hook";
+    /// When a hook object is deleted: `BeforeHookCreation` (default), `HookSucceeded`, `HookFailed`.
+    pub const HOOK_DELETE_POLICY: &str = "sync.kuvryn.io/hook-delete-policy";
+    /// Ask for an immediate reconcile: any new value (conventionally a timestamp) triggers one;
+    /// the value handled last is echoed in `status.lastHandledReconcileAt`.
+    pub const RECONCILE_REQUESTED_AT: &str = "sync.kuvryn.io/reconcile-requested-at";
+
+    /// Manual approval (`ksync sync`): the plan digest approved.
+    pub const APPROVED_PLAN: &str = "sync.kuvryn.io/approved-plan";
+    /// Manual approval: who approved, recorded by the admission webhook from the request.
+    pub const APPROVED_BY: &str = "sync.kuvryn.io/approved-by";
+    /// Manual approval: when, RFC 3339, recorded by the admission webhook.
+    pub const APPROVED_AT: &str = "sync.kuvryn.io/approved-at";
+
+    /// Prefix shared by every rollback request annotation; removing all of them abandons a rollback.
+    pub const ROLLBACK_PREFIX: &str = "sync.kuvryn.io/rollback-";
+    /// Rollback intent: the source revision (commit) to roll back to.
+    pub const ROLLBACK_TO: &str = "sync.kuvryn.io/rollback-to";
+    /// Rollback intent: the source revision (commit) rolled back from.
+    pub const ROLLBACK_FROM: &str = "sync.kuvryn.io/rollback-from";
+    /// Rollback intent: [`ROLLBACK_KIND_MANUAL`] or [`ROLLBACK_KIND_AUTOMATIC`].
+    pub const ROLLBACK_KIND: &str = "sync.kuvryn.io/rollback-kind";
+    /// Value of [`ROLLBACK_KIND`] for `ksync rollback`.
+    pub const ROLLBACK_KIND_MANUAL: &str = "manual";
+    /// Value of [`ROLLBACK_KIND`] for a rollback started by a rollback failure policy.
+    pub const ROLLBACK_KIND_AUTOMATIC: &str = "automatic";
+    /// The Revision object a manual rollback chose (written by `ksync rollback`).
+    pub const ROLLBACK_TARGET_REVISION: &str = "sync.kuvryn.io/rollback-target-revision";
+    /// Who asked for the rollback, recorded by the admission webhook from the authenticated request.
+    pub const ROLLBACK_REQUESTED_BY: &str = "sync.kuvryn.io/rollback-requested-by";
+    /// When the rollback was asked for (RFC 3339), recorded by the admission webhook.
+    pub const ROLLBACK_REQUESTED_AT: &str = "sync.kuvryn.io/rollback-requested-at";
+    /// What the rollback approves: fingerprint of the target Revision's deployed desired state with
+    /// `spec.sync` and `spec.strategy` at request time, recorded by the admission webhook.
+    pub const ROLLBACK_TARGET_HASH: &str = "sync.kuvryn.io/rollback-target-hash";
+}
+
+/// Finalizers.
+pub mod finalizers {
+    /// Held by an Application with `deletionPolicy: DeleteManagedResources` until its resources
+    /// are deleted.
+    pub const APPLICATION: &str = "sync.kuvryn.io/delete-managed-resources";
+}
+
+/// Condition types.
+pub mod conditions {
+    /// kstatus: reconciled and healthy. The one condition to gate on.
+    pub const READY: &str = "Ready";
+    /// kstatus: actively working toward the desired state (transient).
+    pub const RECONCILING: &str = "Reconciling";
+    /// kstatus: blocked on something retrying will not fix.
+    pub const STALLED: &str = "Stalled";
+    /// Repository: the source was fetched and the ref resolved.
+    pub const SOURCE_READY: &str = "SourceReady";
+    /// Application: every `spec.dependsOn` Application is Healthy at the revision it wants.
+    pub const DEPENDENCIES_READY: &str = "DependenciesReady";
+    /// Revision: this Revision was rolled back from and is held (never deployed again).
+    pub const ROLLED_BACK: &str = "RolledBack";
+}
+
+/// Condition reasons and failure classifications.
+pub mod reasons {
+    /// Ready=True: everything reconciled and healthy.
+    pub const SUCCEEDED: &str = "Succeeded";
+    /// Work in progress (Reconciling=True).
+    pub const PROGRESSING: &str = "Progressing";
+    /// `spec.suspend` is true: nothing is reconciled.
+    pub const SUSPENDED: &str = "Suspended";
+    /// The Git source could not be fetched or the ref not resolved.
+    pub const SOURCE_FAILURE: &str = "SourceFailure";
+    /// A `.ksync.yaml` could not be read or is invalid.
+    pub const CONFIG_FAILURE: &str = "ConfigFailure";
+    /// Rendering (YAML, Kustomize, Helm) failed.
+    pub const RENDER_FAILURE: &str = "RenderFailure";
+    /// The rendered desired state failed validation; nothing was applied.
+    pub const VALIDATION_FAILURE: &str = "ValidationFailure";
+    /// Server-Side Apply hit an ownership conflict under conflict policy `fail`.
+    pub const APPLY_CONFLICT: &str = "ApplyConflict";
+    /// The API server refused an apply for another reason (RBAC, admission, schema).
+    pub const APPLY_FAILURE: &str = "ApplyFailure";
+    /// A prune delete failed.
+    pub const PRUNE_FAILURE: &str = "PruneFailure";
+    /// Resources were still Progressing when `spec.health.timeout` ran out.
+    pub const HEALTH_TIMEOUT: &str = "HealthTimeout";
+    /// A resource turned Degraded.
+    pub const DEGRADED: &str = "Degraded";
+    /// A HealthCheck's CEL expression does not compile or does not return a bool.
+    pub const INVALID_EXPRESSION: &str = "InvalidExpression";
+    /// Waiting for `spec.dependsOn` Applications.
+    pub const DEPENDENCY_NOT_READY: &str = "DependencyNotReady";
+    /// A dependency does not exist.
+    pub const DEPENDENCY_NOT_FOUND: &str = "DependencyNotFound";
+    /// All dependencies are Healthy at the revision they want.
+    pub const DEPENDENCIES_HEALTHY: &str = "DependenciesHealthy";
+    /// Manual sync: the plan waits for `ksync sync`.
+    pub const AWAITING_APPROVAL: &str = "AwaitingApproval";
+    /// The Application runs a rollback target and holds the commit it rolled back from.
+    pub const ROLLED_BACK: &str = "RolledBack";
+    /// RolledBack condition reason: held by a `ksync rollback`.
+    pub const MANUAL_ROLLBACK: &str = "ManualRollback";
+    /// RolledBack condition reason: held by an automatic rollback that completed.
+    pub const ROLLBACK_COMPLETED: &str = "RollbackCompleted";
+    /// The Application's shard has no live owner replica.
+    pub const SHARD_ORPHANED: &str = "ShardOrphaned";
+}
+
+/// Event reasons.
+pub mod events {
+    /// A Healthy Application turned Degraded while nothing changed in Git.
+    pub const HEALTH_DEGRADED: &str = "HealthDegraded";
+    /// Prune skipped resources (opted out or high-risk kinds); Warning.
+    pub const PRUNE_SKIPPED: &str = "PruneSkipped";
+    /// A manual rollback approved the plan it applies.
+    pub const ROLLBACK_APPROVED: &str = "RollbackApproved";
+    /// A rollback request no longer approves the target: the Revision waits for `ksync sync`.
+    pub const APPROVAL_STALE: &str = "ApprovalStale";
+    /// The rollback target changed after it was requested; Warning.
+    pub const ROLLBACK_TARGET_CHANGED: &str = "RollbackTargetChanged";
+    /// A rollback that cannot reach its target was given up; Warning.
+    pub const ROLLBACK_ABANDONED: &str = "RollbackAbandoned";
+}

@@ -1,0 +1,327 @@
+//! `Revision`: one resolved deployment attempt of an Application — source identity, render
+//! settings, bounded plan, health summary, attempts, approval and failure classification.
+//! Written only by the controller; bounded and redacted so it suits CLIs, Events and dashboards.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+use super::application::{Render, ResourceRef};
+use super::common::{HealthStatus, conditions_schema};
+
+/// Most plan entries kept on a Revision; the rest are counted in the summary and `truncated` set.
+pub const MAX_PLAN_ENTRIES: usize = 500;
+/// Most attempts kept on a Revision (the oldest are dropped; `number` keeps counting).
+pub const MAX_ATTEMPTS_KEPT: usize = 20;
+
+/// One resolved deployment attempt of an Application. Its name is the Application's name and a
+/// short hash of the Revision identity (Application, commit, path, render settings, service
+/// account), so the same identity always maps to the same Revision.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "sync.kuvryn.io",
+    version = "v1alpha1",
+    kind = "Revision",
+    doc = "One resolved deployment attempt of an Application: source identity, plan, health, attempts, approval.",
+    namespaced,
+    status = "RevisionStatus",
+    shortname = "rev",
+    category = "ksync",
+    printcolumn(name = "Application", type_ = "string", json_path = ".spec.application"),
+    printcolumn(name = "Commit", type_ = "string", json_path = ".spec.source.commit"),
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(name = "Failure", type_ = "string", json_path = ".status.failure.reason", priority = 1),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    selectable = ".spec.application",
+    selectable = ".spec.source.commit"
+)]
+#[serde(rename_all = "camelCase")]
+pub struct RevisionSpec {
+    /// The Application (same namespace).
+    #[schemars(length(min = 1, max = 63))]
+    pub application: String,
+    /// Source identity.
+    pub source: RevisionSource,
+    /// Render settings used.
+    #[serde(default)]
+    pub render: Render,
+    /// The service account the rollout acts as.
+    #[schemars(length(min = 1, max = 253))]
+    pub service_account_name: String,
+    /// Digest of the latest rendered desired state (`sha256:<hex>`); follows every render,
+    /// including drift checks that deploy nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 80))]
+    pub desired_state_hash: Option<String>,
+}
+
+/// Source identity of a Revision.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RevisionSource {
+    /// The Repository.
+    #[schemars(length(min = 1, max = 253))]
+    pub repository: String,
+    /// Its URL (never with credentials).
+    #[schemars(length(max = 2048))]
+    pub url: String,
+    /// The ref that resolved to `commit` (`branch/main`, `tag/v1`, or a commit).
+    #[serde(rename = "ref", default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 300))]
+    pub reference: Option<String>,
+    /// The full commit id.
+    #[schemars(length(min = 7, max = 64))]
+    pub commit: String,
+    /// The source path.
+    #[schemars(length(max = 512))]
+    pub path: String,
+}
+
+/// Lifecycle phase of a Revision.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
+pub enum RevisionPhase {
+    /// Rendering, validating and computing the plan.
+    #[default]
+    Planning,
+    /// Manual sync: the plan waits for `ksync sync` (or a manual rollback's own approval).
+    AwaitingApproval,
+    /// Applying and pruning.
+    Applying,
+    /// Applied; waiting for Progressing resources (until `spec.health.timeout`).
+    Progressing,
+    /// The rollout completed and every resource is Healthy.
+    Healthy,
+    /// The rollout failed (see `status.failure`), or the Revision was rolled back from.
+    Failed,
+}
+
+/// Observed state of a Revision.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RevisionStatus {
+    /// The `metadata.generation` this status reflects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// `Ready`, `Reconciling`, `Stalled`, and `RolledBack` on a held Revision.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "conditions_schema")]
+    pub conditions: Vec<Condition>,
+    /// Lifecycle phase.
+    #[serde(default)]
+    pub phase: RevisionPhase,
+    /// The bounded plan.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<Plan>,
+    /// Health summary of the managed resources.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<RevisionHealth>,
+    /// Attempts, oldest first (the latest 20 are kept).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 20))]
+    pub attempts: Vec<Attempt>,
+    /// The Revision that was Healthy before this one was first attempted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    pub previous_healthy_revision: Option<String>,
+    /// Failure classification of the latest failed attempt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<Failure>,
+    /// The approval the rollout ran under (manual sync or manual rollback).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<Approval>,
+    /// Digest of the desired state the last completed, Healthy rollout deployed, or that was found
+    /// already live while reconciling this Revision outside a rollback.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 80))]
+    pub deployed_desired_state_hash: Option<String>,
+}
+
+/// The plan: what applying this Revision does, computed before any mutation.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Plan {
+    /// Digest of the full plan (`sha256:<hex>`): what an approval names.
+    #[schemars(length(max = 80))]
+    pub digest: String,
+    /// Counts over every entry, including those not kept.
+    pub summary: PlanSummary,
+    /// Entries in apply order (the first 500).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 500))]
+    pub entries: Vec<PlanEntry>,
+    /// Entries were dropped to stay within the bound.
+    #[serde(default)]
+    pub truncated: bool,
+    /// Plan-wide warnings.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32), inner(length(max = 1024)))]
+    pub warnings: Vec<String>,
+}
+
+/// Plan counts.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanSummary {
+    /// Objects to create.
+    pub create: i32,
+    /// Objects to update.
+    pub update: i32,
+    /// Objects already as desired (including prune-skipped ones).
+    pub unchanged: i32,
+    /// Objects to delete (prune).
+    pub delete: i32,
+}
+
+/// Plan action of one object.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
+pub enum PlanAction {
+    /// Does not exist yet.
+    Create,
+    /// Exists and differs in fields we manage.
+    Update,
+    /// Exists as desired (or was skipped by prune; see `warning`).
+    #[default]
+    Unchanged,
+    /// Managed, no longer desired, pruned.
+    Delete,
+}
+
+/// One object in the plan.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanEntry {
+    /// The object.
+    #[serde(flatten)]
+    pub resource: ResourceRef,
+    /// API version applied.
+    #[schemars(length(max = 63))]
+    pub version: String,
+    /// What happens to it.
+    pub action: PlanAction,
+    /// Rollout wave.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub wave: i32,
+    /// Changed field paths (`spec.template.spec.containers[name=api].image`), the first 32.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32), inner(length(max = 512)))]
+    pub fields: Vec<String>,
+    /// Why the action is not what it seems (for example a prune skip).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024))]
+    pub warning: Option<String>,
+    /// Ownership conflicts that block the apply under conflict policy `fail`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub conflicts: Vec<FieldOwner>,
+    /// Fields taken over under conflict policy `adopt`, with their previous manager.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub adopted: Vec<FieldOwner>,
+}
+
+fn is_zero(v: &i32) -> bool {
+    *v == 0
+}
+
+/// A field and the manager that owns (or owned) it.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct FieldOwner {
+    /// Field path.
+    #[schemars(length(max = 512))]
+    pub field: String,
+    /// Field manager.
+    #[schemars(length(max = 128))]
+    pub manager: String,
+}
+
+/// Health summary of a Revision's resources.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RevisionHealth {
+    /// Overall health.
+    pub status: HealthStatus,
+    /// Healthy resources.
+    #[serde(default)]
+    pub healthy: i32,
+    /// Progressing resources.
+    #[serde(default)]
+    pub progressing: i32,
+    /// Degraded resources.
+    #[serde(default)]
+    pub degraded: i32,
+    /// One line on the first non-Healthy resource.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024))]
+    pub message: Option<String>,
+}
+
+/// One attempt at rolling a Revision out.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Attempt {
+    /// 1-based attempt number.
+    #[schemars(range(min = 1))]
+    pub number: i32,
+    /// Start time.
+    pub started_at: Time,
+    /// End time, once finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<Time>,
+    /// Outcome.
+    pub result: AttemptResult,
+    /// Failure reason of a failed attempt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 128))]
+    pub reason: Option<String>,
+    /// Plan digest applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 80))]
+    pub plan_digest: Option<String>,
+}
+
+/// Outcome of an attempt.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
+pub enum AttemptResult {
+    /// Under way.
+    #[default]
+    Running,
+    /// Completed Healthy.
+    Succeeded,
+    /// Failed (see the Revision's `failure`).
+    Failed,
+}
+
+/// Failure classification.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Failure {
+    /// SourceFailure, RenderFailure, ValidationFailure, ApplyConflict, ApplyFailure,
+    /// PruneFailure, HealthTimeout or Degraded.
+    #[schemars(length(max = 128))]
+    pub reason: String,
+    /// Bounded, redacted explanation.
+    #[schemars(length(max = 4096))]
+    pub message: String,
+    /// Whether retrying can help (a failed fetch can; invalid desired state cannot).
+    #[serde(default)]
+    pub retryable: bool,
+}
+
+/// An approval of a plan.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Approval {
+    /// The authenticated user who approved (or asked for the rollback).
+    #[schemars(length(max = 256))]
+    pub user: String,
+    /// Request time.
+    pub time: Time,
+    /// The plan digest approved.
+    #[schemars(length(max = 80))]
+    pub plan_digest: String,
+    /// `ManualSync` or `ManualRollback`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64))]
+    pub source: Option<String>,
+}

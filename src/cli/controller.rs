@@ -1,0 +1,141 @@
+//! `ksync-controller`: the manager binary.
+
+use std::path::{Path, PathBuf};
+
+use clap::{Parser, Subcommand};
+
+use super::{Error, Result};
+use crate::api::crd;
+use crate::telemetry::logging::{self, LogFormat};
+
+/// Kuvryn Sync manager.
+#[derive(Parser, Debug)]
+#[command(name = "ksync-controller", version, about = "Kuvryn Sync manager")]
+pub struct Args {
+    /// Log line format.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true, env = "KSYNC_LOG_FORMAT")]
+    pub log_format: LogFormat,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Print the CustomResourceDefinitions, or write them (and their JSON schemas) to a folder.
+    Crds {
+        /// Write `<plural>.<group>.yaml` and `schemas/<group>/<kind>_<version>.json` here
+        /// instead of printing the CRDs.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// With `--out`: change nothing, fail if the folder is not what would be written.
+        #[arg(long, requires = "out")]
+        check: bool,
+    },
+}
+
+/// Parse the process arguments and run.
+pub fn main() -> std::process::ExitCode {
+    let args = Args::parse();
+    logging::init(args.log_format);
+    match run(args) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e}");
+            eprintln!("error: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// Run parsed arguments.
+pub fn run(args: Args) -> Result<()> {
+    match args.command {
+        Command::Crds { out: None, .. } => {
+            let docs: Vec<String> = crd::generate()
+                .into_iter()
+                .filter(|f| f.path.ends_with(".yaml"))
+                .map(|f| f.contents)
+                .collect();
+            print!("{}", docs.join("---\n"));
+            Ok(())
+        }
+        Command::Crds { out: Some(dir), check: false } => write_crds(&dir),
+        Command::Crds { out: Some(dir), check: true } => check_crds(&dir),
+    }
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
+    move |source| Error::Io { path: path.display().to_string(), source }
+}
+
+fn write_crds(dir: &Path) -> Result<()> {
+    for f in crd::generate() {
+        let path = dir.join(&f.path);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(io(parent))?;
+        }
+        std::fs::write(&path, f.contents).map_err(io(&path))?;
+        tracing::info!(path = %path.display(), "wrote");
+    }
+    Ok(())
+}
+
+/// Names of generated files that are missing or differ under `dir`, and files under `dir` that
+/// the generator no longer writes.
+pub fn stale_files(dir: &Path) -> Result<Vec<String>> {
+    let generated = crd::generate();
+    let mut stale = Vec::new();
+    for f in &generated {
+        let path = dir.join(&f.path);
+        match std::fs::read_to_string(&path) {
+            Ok(on_disk) if on_disk == f.contents => {}
+            Ok(_) => stale.push(format!("{} differs", f.path)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => stale.push(format!("{} is missing", f.path)),
+            Err(e) => return Err(io(&path)(e)),
+        }
+    }
+    let mut on_disk = Vec::new();
+    list_files(dir, dir, &mut on_disk)?;
+    for rel in on_disk {
+        if !generated.iter().any(|f| f.path == rel) {
+            stale.push(format!("{rel} is not generated any more"));
+        }
+    }
+    Ok(stale)
+}
+
+fn list_files(root: &Path, dir: &Path, out: &mut Vec<String>) -> Result<()> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io(dir)(e)),
+    };
+    for entry in entries {
+        let entry = entry.map_err(io(dir))?;
+        let path = entry.path();
+        if path.is_dir() {
+            list_files(root, &path, out)?;
+        } else if let Ok(rel) = path.strip_prefix(root) {
+            let rel = rel.to_string_lossy().replace('\\', "/");
+            if rel != "README.md" {
+                out.push(rel);
+            }
+        }
+    }
+    Ok(())
+}
+
+fn check_crds(dir: &Path) -> Result<()> {
+    let stale = stale_files(dir)?;
+    if stale.is_empty() {
+        return Ok(());
+    }
+    Err(Error::Stale(format!(
+        "{} is stale ({}); regenerate with `cargo run --bin ksync-controller -- crds --out {}`",
+        dir.display(),
+        stale.join(", "),
+        dir.display()
+    )))
+}

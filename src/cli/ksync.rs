@@ -1,0 +1,49 @@
+//! `ksync`: the command-line client.
+
+use clap::{Parser, Subcommand};
+
+use super::Result;
+use crate::api::names;
+use crate::telemetry::logging::{self, LogFormat};
+
+/// Kuvryn Sync command-line client.
+#[derive(Parser, Debug)]
+#[command(name = "ksync", version, about = "Kuvryn Sync command-line client")]
+pub struct Args {
+    /// Log line format.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true, env = "KSYNC_LOG_FORMAT")]
+    pub log_format: LogFormat,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Print the client version and the API version it speaks.
+    Version,
+}
+
+/// Parse the process arguments and run.
+pub fn main() -> std::process::ExitCode {
+    let args = Args::parse();
+    logging::init(args.log_format);
+    match run(args) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// Run parsed arguments.
+pub fn run(args: Args) -> Result<()> {
+    match args.command {
+        Command::Version => {
+            println!("ksync {} (API {})", env!("CARGO_PKG_VERSION"), names::API_VERSION);
+            Ok(())
+        }
+    }
+}

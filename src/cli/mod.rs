@@ -1,0 +1,25 @@
+//! Command-line front ends of the two binaries. `main` only parses and calls [`controller::run`]
+//! or [`ksync::run`]; everything else lives here.
+
+pub mod controller;
+pub mod ksync;
+
+/// An error a command reports to the user (exit status 1).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Reading or writing a file failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The path involved.
+        path: String,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Generated files differ from the ones on disk.
+    #[error("{0}")]
+    Stale(String),
+}
+
+/// Result of a command.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,10 @@
+//! Kuvryn Sync: a sharded GitOps controller for Kubernetes.
+//!
+//! The pure core (`api`) is kept apart from I/O (`telemetry`, `cli`); see
+//! `docs/architecture.md` in the repository for the layout.
+#![forbid(unsafe_code)]
+
+pub mod api;
+pub mod cli;
+pub mod telemetry;
+pub mod yaml;

@@ -194,7 +194,10 @@ pub struct Destination {
     /// Namespaces the Application may write namespaced objects to (`*` matches any run of
     /// characters). Empty: only `namespace`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 64), inner(length(min = 1, max = 63), regex(pattern = r"^[a-z0-9*]([-a-z0-9*]*[a-z0-9*])?$")))]
+    #[schemars(
+        length(max = 64),
+        inner(length(min = 1, max = 63), regex(pattern = r"^[a-z0-9*]([-a-z0-9*]*[a-z0-9*])?$"))
+    )]
     pub allowed_namespaces: Vec<String>,
     /// Cluster-scoped kinds the Application may manage (`kind: "*"` for a whole group). Empty:
     /// none; cluster-scoped objects in the desired state fail validation.
@@ -340,7 +343,11 @@ pub struct Backoff {
 
 impl Default for Backoff {
     fn default() -> Self {
-        Self { duration: default_backoff_duration(), factor: default_backoff_factor(), max_duration: default_backoff_max() }
+        Self {
+            duration: default_backoff_duration(),
+            factor: default_backoff_factor(),
+            max_duration: default_backoff_max(),
+        }
     }
 }
 

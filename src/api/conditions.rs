@@ -75,9 +75,8 @@ pub fn set(
     };
     let changed = match conditions.iter_mut().find(|c| c.type_ == type_) {
         Some(existing) => {
-            let same = existing.status == new.status
-                && existing.reason == new.reason
-                && existing.message == new.message;
+            let same =
+                existing.status == new.status && existing.reason == new.reason && existing.message == new.message;
             existing.observed_generation = observed_generation;
             if !same {
                 *existing = new;

@@ -45,7 +45,9 @@ mod tests {
 
     #[test]
     fn parses_go_style_durations() {
-        for (s, ms) in [("1m", 60_000), ("90s", 90_000), ("1h30m", 5_400_000), ("500ms", 500), ("1.5s", 1_500), ("5m", 300_000)] {
+        for (s, ms) in
+            [("1m", 60_000), ("90s", 90_000), ("1h30m", 5_400_000), ("500ms", 500), ("1.5s", 1_500), ("5m", 300_000)]
+        {
             assert_eq!(parse(s).unwrap(), Duration::from_millis(ms), "{s}");
         }
     }

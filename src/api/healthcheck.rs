@@ -49,7 +49,12 @@ pub struct HealthCheckSpec {
 #[serde(rename_all = "camelCase")]
 pub struct HealthCheckTarget {
     /// `group/version`, or `version` for the core group.
-    #[schemars(length(min = 1, max = 316), regex(pattern = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?v[0-9]+((alpha|beta)[0-9]+)?$"))]
+    #[schemars(
+        length(min = 1, max = 316),
+        regex(
+            pattern = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?v[0-9]+((alpha|beta)[0-9]+)?$"
+        )
+    )]
     pub api_version: String,
     /// Kind.
     #[schemars(length(min = 1, max = 63), regex(pattern = r"^[A-Z][A-Za-z0-9]*$"))]

@@ -24,7 +24,12 @@ pub const DEFAULT_CONFIG_PATH: &str = ".ksync.yaml";
     printcolumn(name = "URL", type_ = "string", json_path = ".spec.url"),
     printcolumn(name = "Revision", type_ = "string", json_path = ".status.revision.commit"),
     printcolumn(name = "Ready", type_ = "string", json_path = r#".status.conditions[?(@.type=="Ready")].status"#),
-    printcolumn(name = "Status", type_ = "string", json_path = r#".status.conditions[?(@.type=="Ready")].message"#, priority = 1),
+    printcolumn(
+        name = "Status",
+        type_ = "string",
+        json_path = r#".status.conditions[?(@.type=="Ready")].message"#,
+        priority = 1
+    ),
     printcolumn(name = "Suspended", type_ = "boolean", json_path = ".spec.suspend", priority = 1),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
     selectable = ".spec.url"

@@ -53,11 +53,8 @@ pub fn main() -> std::process::ExitCode {
 pub fn run(args: Args) -> Result<()> {
     match args.command {
         Command::Crds { out: None, .. } => {
-            let docs: Vec<String> = crd::generate()
-                .into_iter()
-                .filter(|f| f.path.ends_with(".yaml"))
-                .map(|f| f.contents)
-                .collect();
+            let docs: Vec<String> =
+                crd::generate().into_iter().filter(|f| f.path.ends_with(".yaml")).map(|f| f.contents).collect();
             print!("{}", docs.join("---\n"));
             Ok(())
         }

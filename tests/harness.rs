@@ -1,0 +1,62 @@
+//! The shared harness itself works: a real git server on loopback, the real tools, and the
+//! end-to-end CRD check against a real cluster when one is named.
+
+mod support;
+
+use std::process::Command;
+
+use support::{Cluster, GitServer, Tools, WorkTree, git_cmd, run, temp_dir};
+
+#[test]
+fn git_server_serves_pushed_commits() {
+    let server = GitServer::start();
+    let url = server.create_repo("platform");
+    let work = WorkTree::clone(&url);
+    work.write(".ksync.yaml", "applications: []\n");
+    let first = work.commit_and_push("first");
+    work.write("apps/guestbook/cm.yaml", "kind: ConfigMap\n");
+    let second = work.commit_and_push("second");
+    assert_ne!(first, second);
+
+    let scratch = temp_dir("ls-remote");
+    let refs = run(git_cmd(scratch.path()).args(["ls-remote", &url]));
+    assert!(refs.contains(&format!("{second}\trefs/heads/main")), "{refs}");
+}
+
+#[test]
+fn git_servers_do_not_share_repositories() {
+    let a = GitServer::start();
+    let b = GitServer::start();
+    a.create_repo("only-on-a");
+    let scratch = temp_dir("ls-remote");
+    let out = git_cmd(scratch.path()).args(["ls-remote", &b.url("only-on-a")]).output().unwrap();
+    assert!(!out.status.success(), "b must not serve a's repository");
+}
+
+#[test]
+fn tools_are_the_pinned_versions() {
+    let tools = Tools::get();
+    let home = temp_dir("tools");
+    let helm = run(tools.helm(home.path()).args(["version", "--short"]));
+    assert!(helm.starts_with("v4."), "helm {helm}");
+    let kubectl = run(tools.kubectl(home.path()).args(["version", "--client", "-o", "json"]));
+    assert!(kubectl.contains("\"gitVersion\": \"v1.35."), "kubectl {kubectl}");
+}
+
+/// `kubectl apply --server-side --dry-run=server -f crds/`: a real API server accepts our CRDs,
+/// CEL rules and cost estimates included.
+#[test]
+fn e2e_real_api_server_accepts_the_crds() {
+    let Some(cluster) = Cluster::get("e2e_real_api_server_accepts_the_crds") else { return };
+    let tools = Tools::get();
+    let home = temp_dir("kubectl");
+    let out = run(Command::new(tools.bin.join("kubectl"))
+        .env("HOME", home.path())
+        .arg("--kubeconfig")
+        .arg(cluster.kubeconfig())
+        .args(["apply", "--server-side", "--dry-run=server", "--field-manager=kuvryn-sync-test", "-f"])
+        .arg(support::repo_root().join("crds")));
+    for crd in ["repositories", "applications", "revisions", "healthchecks"] {
+        assert!(out.contains(&format!("{crd}.sync.kuvryn.io")), "{out}");
+    }
+}

@@ -105,10 +105,7 @@ pub fn mark_ready(
     generation: Option<i64>,
     now: Timestamp,
 ) -> bool {
-    let a = remove(conditions, RECONCILING);
-    let b = remove(conditions, STALLED);
-    let c = set(conditions, READY, Status::True, reason, message, generation, now);
-    a || b || c
+    kstatus(conditions, Status::True, None, reason, message, generation, now)
 }
 
 /// kstatus work in progress: `Reconciling=True`, `Ready=Unknown` with the same reason and
@@ -120,10 +117,7 @@ pub fn mark_reconciling(
     generation: Option<i64>,
     now: Timestamp,
 ) -> bool {
-    let a = remove(conditions, STALLED);
-    let b = set(conditions, RECONCILING, Status::True, reason, message, generation, now);
-    let c = set(conditions, READY, Status::Unknown, reason, message, generation, now);
-    a || b || c
+    kstatus(conditions, Status::Unknown, Some(RECONCILING), reason, message, generation, now)
 }
 
 /// kstatus failure that retrying may fix: `Ready=False`, `Reconciling=True` (the controller
@@ -135,10 +129,7 @@ pub fn mark_failed(
     generation: Option<i64>,
     now: Timestamp,
 ) -> bool {
-    let a = remove(conditions, STALLED);
-    let b = set(conditions, RECONCILING, Status::True, reason, message, generation, now);
-    let c = set(conditions, READY, Status::False, reason, message, generation, now);
-    a || b || c
+    kstatus(conditions, Status::False, Some(RECONCILING), reason, message, generation, now)
 }
 
 /// kstatus terminal failure: `Stalled=True` and `Ready=False` with the same reason and message,
@@ -151,10 +142,29 @@ pub fn mark_stalled(
     generation: Option<i64>,
     now: Timestamp,
 ) -> bool {
-    let a = remove(conditions, RECONCILING);
-    let b = set(conditions, STALLED, Status::True, reason, message, generation, now);
-    let c = set(conditions, READY, Status::False, reason, message, generation, now);
-    a || b || c
+    kstatus(conditions, Status::False, Some(STALLED), reason, message, generation, now)
+}
+
+/// Set `Ready` to `ready`, set `active` (Reconciling or Stalled, if any) to True with the same
+/// reason and message, and remove the other of the two.
+fn kstatus(
+    conditions: &mut Vec<Condition>,
+    ready: Status,
+    active: Option<&str>,
+    reason: &str,
+    message: &str,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> bool {
+    let mut changed = false;
+    for type_ in [RECONCILING, STALLED] {
+        if Some(type_) == active {
+            changed |= set(conditions, type_, Status::True, reason, message, generation, now);
+        } else {
+            changed |= remove(conditions, type_);
+        }
+    }
+    changed | set(conditions, READY, ready, reason, message, generation, now)
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use clap::{Parser, Subcommand};
 
 use super::{Error, Result};
 use crate::api::crd;
-use crate::telemetry::logging::{self, LogFormat};
+use crate::telemetry::logging::LogFormat;
 
 /// Kuvryn Sync manager.
 #[derive(Parser, Debug)]
@@ -37,16 +37,7 @@ pub enum Command {
 
 /// Parse the process arguments and run.
 pub fn main() -> std::process::ExitCode {
-    let args = Args::parse();
-    logging::init(args.log_format);
-    match run(args) {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            tracing::error!("{e}");
-            eprintln!("error: {e}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    super::main(|a: &Args| a.log_format, run)
 }
 
 /// Run parsed arguments.

@@ -4,7 +4,7 @@ use clap::{Parser, Subcommand};
 
 use super::Result;
 use crate::api::names;
-use crate::telemetry::logging::{self, LogFormat};
+use crate::telemetry::logging::LogFormat;
 
 /// Kuvryn Sync command-line client.
 #[derive(Parser, Debug)]
@@ -27,15 +27,7 @@ pub enum Command {
 
 /// Parse the process arguments and run.
 pub fn main() -> std::process::ExitCode {
-    let args = Args::parse();
-    logging::init(args.log_format);
-    match run(args) {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    super::main(|a: &Args| a.log_format, run)
 }
 
 /// Run parsed arguments.

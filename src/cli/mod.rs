@@ -23,3 +23,20 @@ pub enum Error {
 
 /// Result of a command.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The common `main` of both binaries: parse, set up logging, run, report an error on stderr.
+pub fn main<A: clap::Parser>(
+    log_format: fn(&A) -> crate::telemetry::logging::LogFormat,
+    run: fn(A) -> Result<()>,
+) -> std::process::ExitCode {
+    let args = A::parse();
+    crate::telemetry::logging::init(log_format(&args));
+    match run(args) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::debug!("{e}");
+            eprintln!("error: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,4 @@
+#![forbid(unsafe_code)]
+//! The `simcluster` binary.
+
+fn main() {}

@@ -3,8 +3,115 @@
 //! recorded from a real kube-apiserver v1.36.2), which it must reproduce.
 #![forbid(unsafe_code)]
 
+pub mod admission;
+pub mod api;
+pub mod auth;
+pub mod controllers;
 pub mod crd;
+pub mod discovery;
 pub mod errors;
 pub mod fieldmanager;
+pub mod http;
+pub mod names;
+pub mod negotiate;
 pub mod rbac;
+pub mod registry;
 pub mod schema;
+pub mod selectors;
+pub mod server;
+pub mod state;
+pub mod store;
+pub mod tables;
+pub mod watch;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+pub use state::Config;
+
+/// A running emulator.
+pub struct SimCluster {
+    addr: SocketAddr,
+    state: Arc<state::State>,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl SimCluster {
+    /// Start serving on `127.0.0.1:port` (0: any free port).
+    pub async fn start(config: Config, port: u16) -> std::io::Result<SimCluster> {
+        let state = Arc::new(state::State::new(config));
+        bootstrap(&state);
+        controllers::start(state.clone());
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
+        let addr = listener.local_addr()?;
+        let app_state = state.clone();
+        let app = axum::Router::new().fallback(move |req: axum::extract::Request| {
+            let s = app_state.clone();
+            async move { server::handle(s, req).await }
+        });
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app)
+                .with_graceful_shutdown(async move {
+                    let _ = rx.await;
+                })
+                .await;
+        });
+        Ok(SimCluster { addr, state, shutdown: Some(tx) })
+    }
+
+    /// The base URL, `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The listening address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// A kubeconfig for the admin user.
+    pub fn kubeconfig(&self) -> String {
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: simcluster\n  cluster:\n    server: {}\nusers:\n- name: admin\n  user:\n    token: {}\ncontexts:\n- name: simcluster\n  context:\n    cluster: simcluster\n    user: admin\n    namespace: default\ncurrent-context: simcluster\n",
+            self.url(),
+            self.state.config.admin_token
+        )
+    }
+
+    /// A kube-rs client for the admin user.
+    pub async fn client(&self) -> Result<kube::Client, kube::Error> {
+        let mut config = kube::Config::new(self.url().parse().expect("url"));
+        config.auth_info.token = Some(self.state.config.admin_token.clone().into());
+        kube::Client::try_from(config)
+    }
+
+    /// Stop serving.
+    pub fn stop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+impl Drop for SimCluster {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// The objects a fresh cluster has: the standard namespaces.
+fn bootstrap(state: &Arc<state::State>) {
+    let mut txn = state.store.lock();
+    for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+        let rv = txn.next_rv();
+        let obj = serde_json::json!({
+            "kind": "Namespace", "apiVersion": "v1",
+            "metadata": {"name": ns, "uid": api::new_uid(), "resourceVersion": rv.to_string(),
+                         "creationTimestamp": api::now(), "labels": {"kubernetes.io/metadata.name": ns}},
+            "spec": {"finalizers": ["kubernetes"]},
+            "status": {"phase": "Active"}
+        });
+        txn.put("/namespaces", "", ns, obj, rv);
+    }
+}

@@ -1,4 +1,42 @@
 #![forbid(unsafe_code)]
-//! The `simcluster` binary.
+//! The `simcluster` binary: a Kubernetes API server emulator on 127.0.0.1.
 
-fn main() {}
+use clap::Parser;
+
+/// Kubernetes API server emulator.
+#[derive(Parser, Debug)]
+#[command(name = "simcluster", version, about = "Kubernetes API server emulator for tests")]
+struct Args {
+    /// Port on 127.0.0.1 (0: any free port).
+    #[arg(long, default_value_t = 8080)]
+    port: u16,
+    /// Write an admin kubeconfig here.
+    #[arg(long)]
+    kubeconfig_out: Option<std::path::PathBuf>,
+    /// Run without the scheduler and kubelet simulation (control-plane controllers only).
+    #[arg(long)]
+    no_kubelet: bool,
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let args = Args::parse();
+    tracing_subscriber::fmt().with_writer(std::io::stderr).init();
+    let config = simcluster::Config { kubelet: !args.no_kubelet, ..Default::default() };
+    let sim = match simcluster::SimCluster::start(config, args.port).await {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("simcluster: cannot listen on 127.0.0.1:{}: {e}", args.port);
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    if let Some(path) = &args.kubeconfig_out
+        && let Err(e) = std::fs::write(path, sim.kubeconfig())
+    {
+        eprintln!("simcluster: writing {}: {e}", path.display());
+        return std::process::ExitCode::FAILURE;
+    }
+    println!("{}", sim.url());
+    let _ = tokio::signal::ctrl_c().await;
+    std::process::ExitCode::SUCCESS
+}

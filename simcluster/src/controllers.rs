@@ -1,0 +1,199 @@
+//! What kube-controller-manager does that every API client relies on: the garbage collector
+//! (ownerReferences with background, foreground and orphan propagation; dangling owners) and
+//! the namespace controller (a deleted namespace is emptied, then removed).
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::api::{controller_delete, strings};
+use crate::registry::ResourceType;
+use crate::state::State;
+
+/// A write happened: wake the controllers.
+pub fn notify(state: &Arc<State>, _rt: &ResourceType, _obj: &Value) {
+    state.kick.notify_one();
+}
+
+/// Run the controllers until the runtime stops.
+pub fn start(state: Arc<State>) {
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = state.kick.notified() => {}
+                _ = tokio::time::sleep(Duration::from_secs(2)) => {}
+            }
+            // Let a burst of writes settle into one pass.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            gc_pass(&state);
+            namespace_pass(&state);
+        }
+    });
+}
+
+fn resource_of(state: &State, key: &str) -> Option<Arc<ResourceType>> {
+    let (group, resource) = key.split_once('/')?;
+    state
+        .registry
+        .group_versions()
+        .into_iter()
+        .filter(|gv| gv.group == group)
+        .flat_map(|gv| gv.resources)
+        .find(|r| r.resource == resource)
+}
+
+/// Every object with its resource.
+fn everything(state: &State) -> Vec<(Arc<ResourceType>, Value)> {
+    let txn = state.store.lock();
+    let mut out = Vec::new();
+    for key in txn.keys() {
+        if let Some(rt) = resource_of(state, &key) {
+            for o in txn.all(&key) {
+                out.push((rt.clone(), o.clone()));
+            }
+        }
+    }
+    out
+}
+
+fn gc_pass(state: &Arc<State>) {
+    let all = everything(state);
+    let uids: HashSet<String> =
+        all.iter().filter_map(|(_, o)| o["metadata"]["uid"].as_str().map(String::from)).collect();
+    // Dependents whose owners are all gone are deleted (background).
+    for (rt, o) in &all {
+        let refs = o["metadata"]["ownerReferences"].as_array().cloned().unwrap_or_default();
+        if refs.is_empty() || o["metadata"]["deletionTimestamp"].is_string() {
+            continue;
+        }
+        let alive = refs.iter().any(|r| r["uid"].as_str().is_some_and(|u| uids.contains(u)));
+        if !alive {
+            controller_delete(state, rt, o, Some("Background"));
+        }
+    }
+    // Owners being deleted in the foreground or with orphaning.
+    for (rt, owner) in &all {
+        if !owner["metadata"]["deletionTimestamp"].is_string() {
+            continue;
+        }
+        let finalizers = strings(&owner["metadata"]["finalizers"]);
+        let uid = owner["metadata"]["uid"].as_str().unwrap_or_default().to_string();
+        let dependents: Vec<&(Arc<ResourceType>, Value)> = all
+            .iter()
+            .filter(|(_, o)| {
+                o["metadata"]["ownerReferences"].as_array().is_some_and(|rs| rs.iter().any(|r| r["uid"] == json!(uid)))
+            })
+            .collect();
+        if finalizers.iter().any(|f| f == "orphan") {
+            for (drt, d) in &dependents {
+                let mut d = d.clone();
+                let refs: Vec<Value> = d["metadata"]["ownerReferences"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter(|r| r["uid"] != json!(uid))
+                    .collect();
+                if refs.is_empty() {
+                    d["metadata"].as_object_mut().expect("metadata").remove("ownerReferences");
+                } else {
+                    d["metadata"]["ownerReferences"] = json!(refs);
+                }
+                controller_write(state, drt, d, "kube-controller-manager");
+            }
+            remove_finalizer(state, rt, owner, "orphan");
+        } else if finalizers.iter().any(|f| f == "foregroundDeletion") {
+            if dependents.is_empty() {
+                remove_finalizer(state, rt, owner, "foregroundDeletion");
+            } else {
+                for (drt, d) in dependents {
+                    if !d["metadata"]["deletionTimestamp"].is_string() {
+                        controller_delete(state, drt, d, Some("Foreground"));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Store a controller's change to an object (bypassing admission; no managedFields entry).
+pub fn controller_write(state: &Arc<State>, rt: &Arc<ResourceType>, mut obj: Value, _manager: &str) {
+    let ns = obj["metadata"]["namespace"].as_str().unwrap_or_default().to_string();
+    let name = obj["metadata"]["name"].as_str().unwrap_or_default().to_string();
+    let mut txn = state.store.lock();
+    let Some(current) = txn.get(&rt.key(), &ns, &name) else { return };
+    if current["metadata"]["uid"] != obj["metadata"]["uid"] {
+        return;
+    }
+    if obj["metadata"]["deletionTimestamp"].is_string() && strings(&obj["metadata"]["finalizers"]).is_empty() {
+        let rv = txn.next_rv();
+        obj["metadata"]["resourceVersion"] = json!(rv.to_string());
+        if let Some(m) = obj["metadata"].as_object_mut() {
+            m.remove("finalizers");
+        }
+        txn.remove(&rt.key(), &ns, &name, obj, rv);
+        drop(txn);
+        state.kick.notify_one();
+        return;
+    }
+    let rv = txn.next_rv();
+    obj["metadata"]["resourceVersion"] = json!(rv.to_string());
+    txn.put(&rt.key(), &ns, &name, obj, rv);
+    drop(txn);
+    state.kick.notify_one();
+}
+
+fn remove_finalizer(state: &Arc<State>, rt: &Arc<ResourceType>, obj: &Value, finalizer: &str) {
+    let mut o = obj.clone();
+    let rest: Vec<String> = strings(&o["metadata"]["finalizers"]).into_iter().filter(|f| f != finalizer).collect();
+    if rest.is_empty() {
+        o["metadata"].as_object_mut().expect("metadata").remove("finalizers");
+    } else {
+        o["metadata"]["finalizers"] = json!(rest);
+    }
+    controller_write(state, rt, o, "kube-controller-manager");
+}
+
+fn namespace_pass(state: &Arc<State>) {
+    let Some(ns_rt) = state.registry.find("", "v1", "namespaces") else { return };
+    let namespaces: Vec<Value> = {
+        let txn = state.store.lock();
+        txn.all("/namespaces").into_iter().filter(|n| n["metadata"]["deletionTimestamp"].is_string()).cloned().collect()
+    };
+    if namespaces.is_empty() {
+        return;
+    }
+    let all = everything(state);
+    for ns in namespaces {
+        let name = ns["metadata"]["name"].as_str().unwrap_or_default().to_string();
+        let content: Vec<&(Arc<ResourceType>, Value)> = all
+            .iter()
+            .filter(|(rt, o)| rt.namespaced && o["metadata"]["namespace"].as_str() == Some(name.as_str()))
+            .collect();
+        if content.is_empty() {
+            let mut n = ns.clone();
+            let fins: Vec<String> =
+                strings(&n["spec"]["finalizers"]).into_iter().filter(|f| f != "kubernetes").collect();
+            n["spec"]["finalizers"] = json!(fins);
+            if fins.is_empty() {
+                n["spec"].as_object_mut().expect("spec").remove("finalizers");
+            }
+            if fins.is_empty() && strings(&n["metadata"]["finalizers"]).is_empty() {
+                let mut txn = state.store.lock();
+                let rv = txn.next_rv();
+                n["metadata"]["resourceVersion"] = json!(rv.to_string());
+                txn.remove(&ns_rt.key(), "", &name, n, rv);
+            } else {
+                controller_write(state, &ns_rt, n, "kube-controller-manager");
+            }
+            continue;
+        }
+        for (rt, o) in content {
+            if !o["metadata"]["deletionTimestamp"].is_string() {
+                controller_delete(state, rt, o, Some("Background"));
+            }
+        }
+    }
+}

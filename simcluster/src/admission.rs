@@ -11,6 +11,70 @@ use crate::registry::ResourceType;
 use crate::server::{Req, Target};
 use crate::state::State;
 
+fn is_crd(rt: &ResourceType) -> bool {
+    rt.group == "apiextensions.k8s.io" && rt.resource == "customresourcedefinitions"
+}
+
+/// The CRD version serving a custom resource.
+pub fn crd_version(state: &State, rt: &ResourceType) -> Option<crate::crd::CrdVersion> {
+    let crds = state.crds.read().expect("crds lock");
+    crds.values().find(|m| m.group == rt.group && m.plural == rt.resource).and_then(|m| m.version(&rt.version).cloned())
+}
+
+fn field_validation(req: &Req) -> crate::crd::FieldValidation {
+    match req.q("fieldValidation") {
+        Some("Strict") => crate::crd::FieldValidation::Strict,
+        Some("Ignore") => crate::crd::FieldValidation::Ignore,
+        _ => crate::crd::FieldValidation::Warn,
+    }
+}
+
+/// The resources a CRD model serves.
+pub fn crd_resources(model: &crate::crd::CrdModel) -> Vec<ResourceType> {
+    model
+        .versions
+        .iter()
+        .filter(|v| v.served)
+        .map(|v| {
+            let mut subresources = Vec::new();
+            if v.scale_subresource.is_some() {
+                subresources.push(crate::registry::Subresource {
+                    name: "scale".into(),
+                    group: "autoscaling".into(),
+                    version: "v1".into(),
+                    kind: "Scale".into(),
+                    verbs: vec!["get".into(), "patch".into(), "update".into()],
+                });
+            }
+            if v.status_subresource {
+                subresources.push(crate::registry::Subresource {
+                    name: "status".into(),
+                    group: String::new(),
+                    version: String::new(),
+                    kind: model.kind.clone(),
+                    verbs: vec!["get".into(), "patch".into(), "update".into()],
+                });
+            }
+            ResourceType {
+                group: model.group.clone(),
+                version: v.name.clone(),
+                resource: model.plural.clone(),
+                singular: model.singular.clone(),
+                kind: model.kind.clone(),
+                namespaced: model.namespaced,
+                verbs: ["delete", "deletecollection", "get", "list", "patch", "create", "update", "watch"]
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect(),
+                short_names: model.short_names.clone(),
+                categories: model.categories.clone(),
+                subresources,
+                custom: true,
+            }
+        })
+        .collect()
+}
+
 /// Check the user may do `verb` on the target.
 pub fn authorize(_state: &Arc<State>, req: &Req, _t: &Target, _verb: &str) -> Result<(), ApiError> {
     if req.user.is_admin() {
@@ -30,7 +94,10 @@ pub fn present(_state: &Arc<State>, _rt: &ResourceType, obj: Value) -> Value {
 }
 
 /// Field selectors a resource supports beyond metadata.name and metadata.namespace.
-pub fn extra_field_selectors(_state: &State, rt: &ResourceType) -> Vec<String> {
+pub fn extra_field_selectors(state: &State, rt: &ResourceType) -> Vec<String> {
+    if rt.custom {
+        return crd_version(state, rt).map(|v| v.selectable_fields.clone()).unwrap_or_default();
+    }
     let f: &[&str] = match (rt.group.as_str(), rt.resource.as_str()) {
         ("", "pods") => &[
             "spec.nodeName",
@@ -108,23 +175,45 @@ fn name_causes(rt: &ResourceType, obj: &Value) -> Vec<Cause> {
 
 /// Defaulting and pruning before a create; returns `Warning` messages.
 pub fn prepare_create(
-    _state: &Arc<State>,
-    _req: &Req,
+    state: &Arc<State>,
+    req: &Req,
     rt: &ResourceType,
     obj: &mut Value,
 ) -> Result<Vec<String>, ApiError> {
     if rt.subresource("status").is_some()
-        && rt.custom
+        && (rt.custom || is_crd(rt))
         && let Some(m) = obj.as_object_mut()
     {
         m.remove("status");
     }
+    if is_crd(rt) {
+        let name = obj["metadata"]["name"].as_str().unwrap_or_default().to_string();
+        let model = crate::crd::parse(obj).map_err(|c| ApiError::invalid(&rt.group, &rt.kind, &name, &c))?;
+        obj["status"] = crate::crd::initial_status(&model);
+    }
+    if rt.custom {
+        return custom_prepare(state, req, rt, obj);
+    }
     Ok(vec![])
 }
 
+fn custom_prepare(state: &State, req: &Req, rt: &ResourceType, obj: &mut Value) -> Result<Vec<String>, ApiError> {
+    let Some(v) = crd_version(state, rt) else { return Ok(vec![]) };
+    match v.default_and_prune(obj, field_validation(req)) {
+        Ok(paths) => Ok(paths.iter().map(|p| crate::crd::unknown_field_warning(p)).collect()),
+        Err(causes) => Err(ApiError::bad_request(crate::crd::strict_decoding_message(&rt.kind, &rt.version, &causes))),
+    }
+}
+
 /// Validation of a new object.
-pub fn validate_create(_state: &Arc<State>, rt: &ResourceType, obj: &Value) -> Result<(), ApiError> {
-    let causes = name_causes(rt, obj);
+pub fn validate_create(state: &Arc<State>, rt: &ResourceType, obj: &Value) -> Result<(), ApiError> {
+    let mut causes = name_causes(rt, obj);
+    if causes.is_empty()
+        && rt.custom
+        && let Some(v) = crd_version(state, rt)
+    {
+        causes = v.validate(obj, None);
+    }
     if !causes.is_empty() {
         let name = obj["metadata"]["name"].as_str().unwrap_or_default();
         return Err(ApiError::invalid(&rt.group, &rt.kind, name, &causes));
@@ -144,12 +233,19 @@ pub fn after_defaults_create(_state: &Arc<State>, rt: &ResourceType, obj: &mut V
 
 /// Defaulting before an update; returns `Warning` messages.
 pub fn prepare_update(
-    _state: &Arc<State>,
-    _req: &Req,
+    state: &Arc<State>,
+    req: &Req,
     rt: &ResourceType,
     new: &mut Value,
     old: &Value,
 ) -> Result<Vec<String>, ApiError> {
+    if is_crd(rt) {
+        let name = new["metadata"]["name"].as_str().unwrap_or_default().to_string();
+        crate::crd::parse(new).map_err(|c| ApiError::invalid(&rt.group, &rt.kind, &name, &c))?;
+    }
+    if rt.custom {
+        return custom_prepare(state, req, rt, new);
+    }
     if rt.group.is_empty() && rt.resource == "namespaces" {
         let name = old["metadata"]["name"].as_str().unwrap_or_default().to_string();
         new["metadata"]["labels"]["kubernetes.io/metadata.name"] = json!(name);
@@ -164,7 +260,16 @@ pub fn prepare_update(
 }
 
 /// Validation of an update.
-pub fn validate_update(_state: &Arc<State>, rt: &ResourceType, new: &Value, old: &Value) -> Result<(), ApiError> {
+pub fn validate_update(state: &Arc<State>, rt: &ResourceType, new: &Value, old: &Value) -> Result<(), ApiError> {
+    if rt.custom
+        && let Some(v) = crd_version(state, rt)
+    {
+        let causes = v.validate(new, Some(old));
+        if !causes.is_empty() {
+            let name = new["metadata"]["name"].as_str().unwrap_or_default();
+            return Err(ApiError::invalid(&rt.group, &rt.kind, name, &causes));
+        }
+    }
     if rt.group.is_empty() && rt.resource == "configmaps" && old["immutable"] == json!(true) {
         let name = new["metadata"]["name"].as_str().unwrap_or_default();
         let mut causes = Vec::new();
@@ -263,8 +368,32 @@ pub fn allow_create_on_update(_rt: &ResourceType) -> bool {
 }
 
 /// Default deletion propagation.
+///
+/// CRDs are held by `customresourcecleanup.apiextensions.k8s.io` until their objects are gone.
 pub fn default_propagation(_rt: &ResourceType) -> &'static str {
     "Background"
+}
+
+/// Finalizers the server adds when an object is deleted.
+pub fn deletion_finalizers(rt: &ResourceType) -> Vec<String> {
+    if is_crd(rt) { vec!["customresourcecleanup.apiextensions.k8s.io".into()] } else { vec![] }
+}
+
+/// Whether a delete only marks the object (spec finalizers of namespaces).
+pub fn held_on_delete(rt: &ResourceType, obj: &Value) -> bool {
+    rt.group.is_empty()
+        && rt.resource == "namespaces"
+        && obj["spec"]["finalizers"].as_array().is_some_and(|f| !f.is_empty())
+}
+
+/// Kind-specific changes when an object starts deleting.
+pub fn mark_deleting(rt: &ResourceType, obj: &mut Value) {
+    if rt.group.is_empty() && rt.resource == "namespaces" {
+        obj["status"]["phase"] = json!("Terminating");
+        if let Some(m) = obj["metadata"].as_object_mut() {
+            m.remove("deletionGracePeriodSeconds");
+        }
+    }
 }
 
 /// The grace period a delete starts, if the kind deletes gracefully.
@@ -274,7 +403,7 @@ pub fn graceful_delete(_rt: &ResourceType, _obj: &Value, _grace: Option<i64>) ->
 
 /// The body of a completed delete.
 pub fn delete_response(rt: &ResourceType, last: Value, status: Value) -> Value {
-    if rt.group.is_empty() && rt.resource == "namespaces" {
+    if (rt.group.is_empty() && rt.resource == "namespaces") || is_crd(rt) {
         return crate::api::with_type(rt, last);
     }
     status
@@ -282,21 +411,57 @@ pub fn delete_response(rt: &ResourceType, last: Value, status: Value) -> Value {
 
 /// React to a stored write.
 pub fn after_write(state: &Arc<State>, rt: &ResourceType, obj: &Value) {
+    if is_crd(rt) {
+        crd_changed(state, obj);
+    }
     crate::controllers::notify(state, rt, obj);
 }
 
 /// React to a removal.
 pub fn after_delete(state: &Arc<State>, rt: &ResourceType, obj: &Value) {
+    if is_crd(rt) {
+        let name = obj["metadata"]["name"].as_str().unwrap_or_default();
+        state.crds.write().expect("crds lock").remove(name);
+        state.registry.remove_custom(name);
+    }
     crate::controllers::notify(state, rt, obj);
+}
+
+/// A CRD was written: (re)register what it serves and establish it.
+fn crd_changed(state: &Arc<State>, obj: &Value) {
+    let name = obj["metadata"]["name"].as_str().unwrap_or_default().to_string();
+    let Ok(model) = crate::crd::parse(obj) else { return };
+    if obj["metadata"]["deletionTimestamp"].is_string() {
+        return;
+    }
+    state.registry.set_custom(&name, crd_resources(&model));
+    let established = obj["status"]["conditions"]
+        .as_array()
+        .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Established" && c["status"] == "True"));
+    let accepted = crate::crd::accepted_status(&model, &crate::api::now());
+    state.crds.write().expect("crds lock").insert(name, model);
+    if !established {
+        let mut new = obj.clone();
+        new["status"] = accepted;
+        if let Some(rt) = state.registry.find("apiextensions.k8s.io", "v1", "customresourcedefinitions") {
+            crate::controllers::controller_update(state, &rt, new, "kube-apiserver", Some("status"));
+        }
+    }
 }
 
 /// Table of custom resources from their CRD's printer columns.
 pub fn custom_table(
-    _state: &Arc<State>,
-    _rt: &ResourceType,
-    _objects: &[Value],
-    _include: crate::negotiate::IncludeObject,
-    _list_meta: Value,
+    state: &Arc<State>,
+    rt: &ResourceType,
+    objects: &[Value],
+    include: crate::negotiate::IncludeObject,
+    list_meta: Value,
 ) -> Option<Value> {
-    None
+    let v = crd_version(state, rt)?;
+    let include = match include {
+        crate::negotiate::IncludeObject::None => crate::crd::IncludeObject::None,
+        crate::negotiate::IncludeObject::Metadata => crate::crd::IncludeObject::Metadata,
+        crate::negotiate::IncludeObject::Object => crate::crd::IncludeObject::Object,
+    };
+    Some(v.table(objects, include, list_meta))
 }

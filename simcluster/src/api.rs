@@ -86,7 +86,9 @@ pub async fn dispatch(state: &Arc<State>, req: &Req, t: &Target) -> Result<Outpu
             )));
         }
         _ => {
-            return Err(ApiError::method_not_allowed("the server does not allow this method on the requested resource"));
+            return Err(ApiError::method_not_allowed(
+                "the server does not allow this method on the requested resource",
+            ));
         }
     };
     let allowed = match &t.sub {
@@ -956,8 +958,15 @@ fn delete_object(
             _ => {}
         }
     }
+    if !already {
+        for f in admission::deletion_finalizers(&t.rt) {
+            if !finalizers.contains(&f) {
+                finalizers.push(f);
+            }
+        }
+    }
     let graceful = admission::graceful_delete(&t.rt, old, grace);
-    if finalizers.is_empty() && graceful.is_none() {
+    if finalizers.is_empty() && graceful.is_none() && !admission::held_on_delete(&t.rt, old) {
         if dry {
             return Ok(ok(200, success_status(t, old)));
         }
@@ -976,6 +985,7 @@ fn delete_object(
     let mut new = old.clone();
     new["metadata"]["deletionTimestamp"] = json!(now());
     new["metadata"]["deletionGracePeriodSeconds"] = json!(graceful.unwrap_or(0));
+    admission::mark_deleting(&t.rt, &mut new);
     if !finalizers.is_empty() {
         new["metadata"]["finalizers"] = json!(finalizers);
     }

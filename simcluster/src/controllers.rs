@@ -29,6 +29,7 @@ pub fn start(state: Arc<State>) {
             tokio::time::sleep(Duration::from_millis(20)).await;
             gc_pass(&state);
             namespace_pass(&state);
+            crd_cleanup_pass(&state);
         }
     });
 }
@@ -145,6 +146,22 @@ pub fn controller_write(state: &Arc<State>, rt: &Arc<ResourceType>, mut obj: Val
     state.kick.notify_one();
 }
 
+/// Store a controller's change recording its managed fields (as kube-apiserver or
+/// kube-controller-manager writes do).
+pub fn controller_update(state: &Arc<State>, rt: &Arc<ResourceType>, mut obj: Value, manager: &str, sub: Option<&str>) {
+    let ns = obj["metadata"]["namespace"].as_str().unwrap_or_default().to_string();
+    let name = obj["metadata"]["name"].as_str().unwrap_or_default().to_string();
+    let old = {
+        let txn = state.store.lock();
+        match txn.get(&rt.key(), &ns, &name) {
+            Some(o) => o.clone(),
+            None => return,
+        }
+    };
+    crate::admission::update_fields(Some(&old), &mut obj, rt, manager, sub);
+    controller_write(state, rt, obj, manager);
+}
+
 fn remove_finalizer(state: &Arc<State>, rt: &Arc<ResourceType>, obj: &Value, finalizer: &str) {
     let mut o = obj.clone();
     let rest: Vec<String> = strings(&o["metadata"]["finalizers"]).into_iter().filter(|f| f != finalizer).collect();
@@ -193,6 +210,34 @@ fn namespace_pass(state: &Arc<State>) {
         for (rt, o) in content {
             if !o["metadata"]["deletionTimestamp"].is_string() {
                 controller_delete(state, rt, o, Some("Background"));
+            }
+        }
+    }
+}
+
+fn crd_cleanup_pass(state: &Arc<State>) {
+    let Some(crd_rt) = state.registry.find("apiextensions.k8s.io", "v1", "customresourcedefinitions") else { return };
+    let deleting: Vec<Value> = {
+        let txn = state.store.lock();
+        txn.all(&crd_rt.key()).into_iter().filter(|c| c["metadata"]["deletionTimestamp"].is_string()).cloned().collect()
+    };
+    for crd in deleting {
+        let group = crd["spec"]["group"].as_str().unwrap_or_default().to_string();
+        let plural = crd["spec"]["names"]["plural"].as_str().unwrap_or_default().to_string();
+        let key = format!("{group}/{plural}");
+        let objects: Vec<Value> = state.store.lock().all(&key).into_iter().cloned().collect();
+        if objects.is_empty() {
+            let name = crd["metadata"]["name"].as_str().unwrap_or_default().to_string();
+            state.crds.write().expect("crds lock").remove(&name);
+            state.registry.remove_custom(&name);
+            remove_finalizer(state, &crd_rt, &crd, "customresourcecleanup.apiextensions.k8s.io");
+            continue;
+        }
+        if let Some(rt) = resource_of(state, &key) {
+            for o in objects {
+                if !o["metadata"]["deletionTimestamp"].is_string() {
+                    controller_delete(state, &rt, &o, Some("Background"));
+                }
             }
         }
     }

@@ -93,10 +93,13 @@ impl ApiError {
     /// 422 Invalid with causes: `<Kind>.<group> "name" is invalid: <cause messages>`.
     pub fn invalid(group: &str, kind: &str, name: &str, causes: &[Cause]) -> ApiError {
         let qualified = if group.is_empty() { kind.to_string() } else { format!("{kind}.{group}") };
-        let msgs: Vec<String> = causes
-            .iter()
-            .map(|c| if c.field.is_empty() { c.message.clone() } else { format!("{}: {}", c.field, c.message) })
-            .collect();
+        let mut msgs: Vec<String> = Vec::new();
+        for c in causes {
+            let m = if c.field.is_empty() { c.message.clone() } else { format!("{}: {}", c.field, c.message) };
+            if !msgs.contains(&m) {
+                msgs.push(m);
+            }
+        }
         let message = if msgs.len() == 1 {
             format!("{qualified} \"{name}\" is invalid: {}", msgs[0])
         } else {

@@ -33,6 +33,8 @@ pub struct State {
     pub allocations: Mutex<Allocations>,
     /// Wakes the control-plane controllers after a write.
     pub kick: tokio::sync::Notify,
+    /// Models of the stored CustomResourceDefinitions, by CRD name.
+    pub crds: std::sync::RwLock<std::collections::BTreeMap<String, crate::crd::CrdModel>>,
 }
 
 /// Address and port allocation state.
@@ -53,6 +55,7 @@ impl State {
             config,
             allocations: Mutex::new(Allocations::default()),
             kick: tokio::sync::Notify::new(),
+            crds: Default::default(),
         }
     }
 }

@@ -765,3 +765,95 @@ fn recorded_creates_of_custom_resources() {
         assert_mf(step, &new, want, None);
     }
 }
+
+#[test]
+fn strategic_merge_patch_directives() {
+    let ty = TypeNav::builtin("v1", "Pod").expect("type");
+    let pod = json!({"metadata": {"finalizers": ["a", "b"], "labels": {"x": "1", "y": "2"}},
+        "spec": {"containers": [{"name": "c", "image": "i", "env": [{"name": "A", "value": "1"}]}],
+                 "volumes": [{"name": "v", "emptyDir": {}}]}});
+    // Primitive merge lists: union, new values first; deletion list.
+    let out = strategic_merge_patch(&pod, &json!({"metadata": {"finalizers": ["c"]}}), &ty).expect("smp");
+    assert_eq!(out["metadata"]["finalizers"], json!(["c", "a", "b"]));
+    let out = strategic_merge_patch(&pod, &json!({"metadata": {"$deleteFromPrimitiveList/finalizers": ["a"]}}), &ty)
+        .expect("smp");
+    assert_eq!(out["metadata"]["finalizers"], json!(["b"]));
+    // null deletes a key; $patch: delete on a map empties it.
+    let out = strategic_merge_patch(&pod, &json!({"metadata": {"labels": {"x": null}}}), &ty).expect("smp");
+    assert_eq!(out["metadata"]["labels"], json!({"y": "2"}));
+    let out = strategic_merge_patch(&pod, &json!({"metadata": {"labels": {"$patch": "delete"}}}), &ty).expect("smp");
+    assert_eq!(out["metadata"]["labels"], json!({}));
+    // $retainKeys on a volume source (strategy merge,retainKeys).
+    let p = json!({"spec": {"volumes": [{"name": "v", "$retainKeys": ["name", "configMap"], "configMap": {"name": "cm"}}]}});
+    let out = strategic_merge_patch(&pod, &p, &ty).expect("smp");
+    assert_eq!(out["spec"]["volumes"], json!([{"name": "v", "configMap": {"name": "cm"}}]));
+    // A merge list item without its merge key, and a bad directive.
+    let e = strategic_merge_patch(&pod, &json!({"spec": {"containers": [{"image": "x"}]}}), &ty).expect_err("no key");
+    assert_eq!(e.code, 500);
+    assert!(e.message.contains("does not contain declared merge key: name"), "{}", e.message);
+    let e = strategic_merge_patch(&pod, &json!({"metadata": {"labels": {"$patch": "bogus"}}}), &ty).expect_err("bad");
+    assert_eq!(e.code, 500);
+    let e = strategic_merge_patch(&pod, &json!([1]), &ty).expect_err("not a map");
+    assert_eq!((e.code, e.reason.as_str()), (400, "BadRequest"));
+}
+
+#[test]
+fn json_patch_operations() {
+    let doc = json!({"a": [1, 2], "b": {"c": "d"}});
+    let out = json_patch(
+        &doc,
+        &json!([{"op": "add", "path": "/a/-", "value": 3}, {"op": "add", "path": "/a/0", "value": 0},
+                {"op": "move", "from": "/b/c", "path": "/e"}, {"op": "copy", "from": "/e", "path": "/b/f"},
+                {"op": "test", "path": "/a/3", "value": 3}]),
+    )
+    .expect("patch");
+    assert_eq!(out, json!({"a": [0, 1, 2, 3], "b": {"f": "d"}, "e": "d"}));
+    for bad in [
+        json!([{"op": "replace", "path": "/missing", "value": 1}]),
+        json!([{"op": "add", "path": "/x/y", "value": 1}]),
+        json!([{"op": "add", "path": "/a/5", "value": 1}]),
+        json!([{"op": "remove", "path": "/a/01"}]),
+        json!([{"op": "frob", "path": "/a"}]),
+        json!([{"path": "/a"}]),
+    ] {
+        let e = json_patch(&doc, &bad).expect_err("fails");
+        assert_eq!((e.code, e.reason.as_str()), (422, "Invalid"), "{bad}");
+    }
+    let e = json_patch(&doc, &json!({"op": "add"})).expect_err("not a list");
+    assert_eq!(
+        e.message,
+        "error decoding patch: json: cannot unmarshal object into Go value of type []handlers.jsonPatchOp"
+    );
+    assert_eq!(merge_patch(&doc, &json!({"b": null, "a": {"x": 1}})), json!({"a": {"x": 1}}));
+}
+
+#[test]
+fn apply_prunes_struct_fields_and_keeps_other_owners() {
+    let ty = TypeNav::builtin("apps/v1", "Deployment").expect("type");
+    let base = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
+        "spec": {"replicas": 1, "strategy": {"type": "Recreate"},
+                 "template": {"spec": {"containers": [{"name": "a", "image": "x", "ports": [{"containerPort": 80}]}]}}}});
+    let t1 = time_of(1);
+    let a = apply(None, &base, &mgr("a", Operation::Apply, None, "apps/v1", &t1), false, &ty).expect("apply");
+    // Dropping the strategy and the port: both pruned; the container stays (still applied).
+    let mut less = base.clone();
+    less["spec"].as_object_mut().map(|m| m.remove("strategy"));
+    less["spec"]["template"]["spec"]["containers"][0].as_object_mut().map(|m| m.remove("ports"));
+    let t2 = time_of(2);
+    let out = apply(Some(&a), &less, &mgr("a", Operation::Apply, None, "apps/v1", &t2), false, &ty).expect("apply");
+    assert!(out["spec"].get("strategy").is_none(), "{out}");
+    assert!(out["spec"]["template"]["spec"]["containers"][0].get("ports").is_none(), "{out}");
+    assert_eq!(out["spec"]["template"]["spec"]["containers"][0]["image"], "x");
+    // A field another applier co-owns survives the first applier dropping it.
+    let t3 = time_of(3);
+    let b_cfg =
+        json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"}, "spec": {"replicas": 1}});
+    let with_b =
+        apply(Some(&out), &b_cfg, &mgr("b", Operation::Apply, None, "apps/v1", &t3), false, &ty).expect("apply");
+    let mut no_replicas = less.clone();
+    no_replicas["spec"].as_object_mut().map(|m| m.remove("replicas"));
+    let t4 = time_of(4);
+    let out = apply(Some(&with_b), &no_replicas, &mgr("a", Operation::Apply, None, "apps/v1", &t4), false, &ty)
+        .expect("apply");
+    assert_eq!(out["spec"]["replicas"], 1);
+}

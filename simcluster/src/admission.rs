@@ -296,37 +296,150 @@ pub fn validate_update(state: &Arc<State>, rt: &ResourceType, new: &Value, old: 
     Ok(())
 }
 
-/// Record an Update operation's managed fields.
-pub fn update_fields(_old: Option<&Value>, _new: &mut Value, _rt: &ResourceType, _manager: &str, _sub: Option<&str>) {}
-
-/// Server-side apply of `config` over `live` (or over the new object `obj` on create).
-pub fn apply_fields(
-    _old: Option<&Value>,
-    obj: Value,
-    config: &Value,
-    _rt: &ResourceType,
-    _manager: &str,
-    _sub: Option<&str>,
-    _force: bool,
-) -> Result<Value, ApiError> {
-    let mut out = obj;
-    merge(&mut out, config);
-    Ok(out)
-}
-
-fn merge(target: &mut Value, patch: &Value) {
-    match (target, patch) {
-        (Value::Object(t), Value::Object(p)) => {
-            for (k, v) in p {
-                if v.is_null() {
-                    t.remove(k);
-                } else {
-                    merge(t.entry(k.clone()).or_insert(Value::Null), v);
+/// Split an object into the part a write to `sub` manages and the rest: status writes manage
+/// `status`; main writes manage everything but `status` when the resource has a status
+/// subresource.
+fn split_for(rt: &ResourceType, sub: Option<&str>, obj: &Value) -> (Value, serde_json::Map<String, Value>) {
+    let mut managed = obj.clone();
+    let mut rest = serde_json::Map::new();
+    let Some(m) = managed.as_object_mut() else { return (managed, rest) };
+    match sub {
+        Some("status") => {
+            let keys: Vec<String> = m
+                .keys()
+                .filter(|k| !matches!(k.as_str(), "apiVersion" | "kind" | "metadata" | "status"))
+                .cloned()
+                .collect();
+            for k in keys {
+                if let Some(v) = m.remove(&k) {
+                    rest.insert(k, v);
                 }
             }
         }
-        (t, p) => *t = p.clone(),
+        _ => {
+            if rt.subresource("status").is_some()
+                && let Some(v) = m.remove("status")
+            {
+                rest.insert("status".into(), v);
+            }
+        }
     }
+    (managed, rest)
+}
+
+/// Run `f` with the type of a resource's objects.
+pub fn with_type_nav<R>(state: &State, rt: &ResourceType, f: impl FnOnce(&crate::schema::TypeNav) -> R) -> R {
+    if rt.custom
+        && let Some(v) = crd_version(state, rt)
+    {
+        return f(&crate::schema::TypeNav::new(&v.schema));
+    }
+    match crate::schema::TypeNav::builtin(&rt.api_version(), &rt.kind) {
+        Some(t) => f(&t),
+        None => f(&crate::schema::TypeNav::untyped()),
+    }
+}
+
+/// Record an Update operation's managed fields.
+pub fn update_fields(
+    state: &State,
+    old: Option<&Value>,
+    new: &mut Value,
+    rt: &ResourceType,
+    manager: &str,
+    sub: Option<&str>,
+) {
+    let time = crate::api::now();
+    let api_version = rt.api_version();
+    let mgr = crate::fieldmanager::Manager {
+        name: manager,
+        operation: crate::fieldmanager::Operation::Update,
+        subresource: sub,
+        api_version: &api_version,
+        time: &time,
+    };
+    let old_part = old.map(|o| split_for(rt, sub, o).0);
+    let (mut new_part, _) = split_for(rt, sub, new);
+    with_type_nav(state, rt, |ty| crate::fieldmanager::update(old_part.as_ref(), &mut new_part, &mgr, ty));
+    match new_part["metadata"].get("managedFields") {
+        Some(mf) if !mf.is_null() => new["metadata"]["managedFields"] = mf.clone(),
+        _ => {
+            if let Some(m) = new["metadata"].as_object_mut() {
+                m.remove("managedFields");
+            }
+        }
+    }
+}
+
+/// Server-side apply of `config` over `live` (None: create; `base` is then the new object's
+/// identity). Returns the object to store, with managedFields.
+#[allow(clippy::too_many_arguments)]
+pub fn apply_fields(
+    state: &State,
+    live: Option<&Value>,
+    base: Value,
+    config: &Value,
+    rt: &ResourceType,
+    manager: &str,
+    sub: Option<&str>,
+    force: bool,
+) -> Result<Value, ApiError> {
+    let time = crate::api::now();
+    let api_version = rt.api_version();
+    let mgr = crate::fieldmanager::Manager {
+        name: manager,
+        operation: crate::fieldmanager::Operation::Apply,
+        subresource: sub,
+        api_version: &api_version,
+        time: &time,
+    };
+    let (config_part, _) = split_for(rt, sub, config);
+    let (live_part, rest) = match live {
+        Some(l) => {
+            let (p, r) = split_for(rt, sub, l);
+            (Some(p), r)
+        }
+        None => (None, serde_json::Map::new()),
+    };
+    let name = base["metadata"]["name"].as_str().unwrap_or_default().to_string();
+    let result = with_type_nav(state, rt, |ty| {
+        if ty.is_builtin()
+            && let Err(e) = ty.check_declared(&config_part)
+        {
+            return Err(ApiError::status(
+                500,
+                "",
+                format!("failed to create typed patch object (/{name}; {}, Kind={}): {e}", gvk_string(rt), rt.kind),
+                None,
+            ));
+        }
+        let live_or_base = live_part.clone().unwrap_or_else(|| base.clone());
+        let live_arg = if live.is_some() { Some(&live_or_base) } else { None };
+        let mut cfg = config_part.clone();
+        if live.is_none() {
+            // The new object's identity (namespace) is part of what is created.
+            if let (Some(c), Some(b)) = (cfg["metadata"].as_object_mut(), base["metadata"].as_object()) {
+                for (k, v) in b {
+                    c.entry(k.clone()).or_insert(v.clone());
+                }
+            }
+        }
+        crate::fieldmanager::apply(live_arg, &cfg, &mgr, force, ty).map_err(|conflicts| {
+            let (message, causes) = crate::fieldmanager::conflict_status(&conflicts);
+            ApiError::status(409, "Conflict", message, Some(json!({"causes": causes})))
+        })
+    })?;
+    let mut out = result;
+    if let Some(m) = out.as_object_mut() {
+        for (k, v) in rest {
+            m.insert(k, v);
+        }
+    }
+    Ok(out)
+}
+
+fn gvk_string(rt: &ResourceType) -> String {
+    if rt.group.is_empty() { format!("/{}", rt.version) } else { format!("{}/{}", rt.group, rt.version) }
 }
 
 /// Patch types.
@@ -343,17 +456,42 @@ pub enum PatchKind {
 }
 
 /// Apply a non-apply patch.
-pub fn patch_object(_rt: &ResourceType, old: &Value, body: &[u8], kind: PatchKind) -> Result<Value, ApiError> {
-    let patch: Value =
-        serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
+pub fn patch_object(
+    state: &State,
+    rt: &ResourceType,
+    old: &Value,
+    body: &[u8],
+    kind: PatchKind,
+) -> Result<Value, ApiError> {
+    let patch: Value = serde_json::from_slice(body).map_err(|e| ApiError::bad_request(patch_decode_error(kind, &e)))?;
     match kind {
-        PatchKind::Merge | PatchKind::Strategic => {
-            let mut out = old.clone();
-            merge(&mut out, &patch);
-            Ok(out)
+        PatchKind::Merge => {
+            if !patch.is_object() {
+                return Err(ApiError::bad_request(
+                    "json: cannot unmarshal array into Go value of type map[string]interface {}",
+                ));
+            }
+            Ok(crate::fieldmanager::merge_patch(old, &patch))
         }
-        _ => Err(ApiError::status(415, "UnsupportedMediaType", "unsupported patch type", None)),
+        PatchKind::Json => crate::fieldmanager::json_patch(old, &patch).map_err(ApiError::from),
+        PatchKind::Strategic => {
+            if rt.custom {
+                return Err(ApiError::status(
+                    415,
+                    "UnsupportedMediaType",
+                    "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
+                    None,
+                ));
+            }
+            with_type_nav(state, rt, |ty| crate::fieldmanager::strategic_merge_patch(old, &patch, ty))
+                .map_err(ApiError::from)
+        }
+        PatchKind::Apply => Err(ApiError::internal("apply is not a plain patch")),
     }
+}
+
+fn patch_decode_error(_kind: PatchKind, e: &serde_json::Error) -> String {
+    format!("error decoding patch: {e}")
 }
 
 /// Checks of an applied configuration before it is merged.

@@ -475,11 +475,8 @@ pub fn create_object(
     }
     admission::after_defaults_create(state, &t.rt, &mut obj);
     let manager = manager_of(req);
-    match &applied {
-        Some(config) => {
-            obj = admission::apply_fields(None, obj, config, &t.rt, &manager, None, req.q("force") == Some("true"))?;
-        }
-        None => admission::update_fields(None, &mut obj, &t.rt, &manager, None),
+    if applied.is_none() {
+        admission::update_fields(state, None, &mut obj, &t.rt, &manager, None);
     }
     let obj = order_metadata(obj);
     if dry {
@@ -633,18 +630,8 @@ pub fn store_update(
         new["metadata"]["generation"] = json!(if changed { g + 1 } else { g });
     }
     let manager = manager_of(req);
-    new["metadata"]["managedFields"] = old["metadata"]["managedFields"].clone();
-    if new["metadata"]["managedFields"].is_null()
-        && let Some(m) = new["metadata"].as_object_mut()
-    {
-        m.remove("managedFields");
-    }
-    match applied {
-        Some(config) => {
-            new =
-                admission::apply_fields(Some(old), new, config, &t.rt, &manager, sub, req.q("force") == Some("true"))?;
-        }
-        None => admission::update_fields(Some(old), &mut new, &t.rt, &manager, sub),
+    if applied.is_none() {
+        admission::update_fields(state, Some(old), &mut new, &t.rt, &manager, sub);
     }
     let mut new = order_metadata(with_type(&t.rt, new));
     new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"].clone();
@@ -798,7 +785,7 @@ fn patch(state: &Arc<State>, req: &Req, t: &Target) -> Result<Output, ApiError> 
         return apply(state, req, t);
     }
     let old = load(state, t)?;
-    let patched = admission::patch_object(&t.rt, &old, &req.body, kind)?;
+    let patched = admission::patch_object(state, &t.rt, &old, &req.body, kind)?;
     let mut new = patched;
     if new["metadata"]["name"].as_str() != Some(name.as_str()) {
         return Err(ApiError::bad_request(format!(
@@ -847,17 +834,36 @@ fn apply(state: &Arc<State>, req: &Req, t: &Target) -> Result<Output, ApiError> 
                     "the object has been modified; please apply your changes to the latest version and try again",
                 ));
             }
-            let new = old.clone();
+            let new = admission::apply_fields(
+                state,
+                Some(&old),
+                old.clone(),
+                &config,
+                &t.rt,
+                &manager_of(req),
+                t.sub.as_deref(),
+                req.q("force") == Some("true"),
+            )?;
             store_update(state, req, t, &old, new, Some(&config))
         }
         Err(e) => {
             if t.sub.is_some() {
                 return Err(e);
             }
-            let mut obj = json!({"kind": t.rt.kind, "apiVersion": t.rt.api_version(), "metadata": {"name": name}});
+            let mut base = json!({"kind": t.rt.kind, "apiVersion": t.rt.api_version(), "metadata": {"name": name}});
             if t.rt.namespaced {
-                obj["metadata"]["namespace"] = json!(t.namespace);
+                base["metadata"]["namespace"] = json!(t.namespace);
             }
+            let obj = admission::apply_fields(
+                state,
+                None,
+                base,
+                &config,
+                &t.rt,
+                &manager_of(req),
+                None,
+                req.q("force") == Some("true"),
+            )?;
             create_object(state, req, t, obj, Some(config))
         }
     }

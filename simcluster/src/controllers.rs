@@ -158,7 +158,7 @@ pub fn controller_update(state: &Arc<State>, rt: &Arc<ResourceType>, mut obj: Va
             None => return,
         }
     };
-    crate::admission::update_fields(Some(&old), &mut obj, rt, manager, sub);
+    crate::admission::update_fields(state, Some(&old), &mut obj, rt, manager, sub);
     controller_write(state, rt, obj, manager);
 }
 

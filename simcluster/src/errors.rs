@@ -102,7 +102,8 @@ impl ApiError {
         } else {
             format!("{qualified} \"{name}\" is invalid: [{}]", msgs.join(", "))
         };
-        let mut d = json!({"name": name, "kind": kind, "causes": causes.iter().map(Cause::to_json).collect::<Vec<_>>()});
+        let mut d =
+            json!({"name": name, "kind": kind, "causes": causes.iter().map(Cause::to_json).collect::<Vec<_>>()});
         if !group.is_empty() {
             d["group"] = json!(group);
         }

@@ -8,3 +8,4 @@ pub mod errors;
 pub mod fieldmanager;
 pub mod rbac;
 pub mod schema;
+pub mod validation;

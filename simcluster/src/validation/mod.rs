@@ -1,0 +1,1 @@
+//! Validation and defaulting of built-in objects.

@@ -256,9 +256,9 @@ fn non_resource_urls_and_wildcards() {
     let alice = UserInfo { name: "alice".into(), ..UserInfo::default() };
     let mut a = attrs("update", "apps", "deployments", "n", "web");
     a.subresource = "scale".into();
-    assert!(authorize(&alice, &a, &[role.clone()], &[], &[rb.clone()], &[]));
+    assert!(authorize(&alice, &a, std::slice::from_ref(&role), &[], std::slice::from_ref(&rb), &[]));
     a.name = "other".into();
-    assert!(!authorize(&alice, &a, &[role.clone()], &[], &[rb.clone()], &[]));
+    assert!(!authorize(&alice, &a, std::slice::from_ref(&role), &[], std::slice::from_ref(&rb), &[]));
     a.name = "web".into();
     a.subresource = String::new();
     assert!(!authorize(&alice, &a, &[role], &[], &[rb], &[]));

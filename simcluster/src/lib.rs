@@ -22,6 +22,7 @@ pub mod server;
 pub mod state;
 pub mod store;
 pub mod tables;
+pub mod validation;
 pub mod watch;
 
 use std::net::SocketAddr;

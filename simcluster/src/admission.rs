@@ -76,11 +76,51 @@ pub fn crd_resources(model: &crate::crd::CrdModel) -> Vec<ResourceType> {
 }
 
 /// Check the user may do `verb` on the target.
-pub fn authorize(_state: &Arc<State>, req: &Req, _t: &Target, _verb: &str) -> Result<(), ApiError> {
-    if req.user.is_admin() {
+pub fn authorize(state: &Arc<State>, req: &Req, t: &Target, verb: &str) -> Result<(), ApiError> {
+    if crate::auth::is_admin(&req.user) {
         return Ok(());
     }
-    Ok(())
+    let attrs = crate::rbac::Attributes {
+        verb: verb.to_string(),
+        api_group: t.rt.group.clone(),
+        resource: t.rt.resource.clone(),
+        subresource: t.sub.clone().unwrap_or_default(),
+        namespace: t.namespace.clone(),
+        name: t.name.clone().unwrap_or_default(),
+    };
+    let objects = crate::auth::PolicyObjects::load(state);
+    if crate::rbac::authorize_reason(&req.user, &attrs, &objects.policy()).is_some() {
+        Ok(())
+    } else {
+        Err(crate::rbac::forbidden(&req.user, &attrs))
+    }
+}
+
+/// Requests that create nothing: access reviews and SelfSubjectReview.
+pub fn virtual_create(state: &Arc<State>, req: &Req, t: &Target, body: &Value) -> Option<Result<Value, ApiError>> {
+    let objects = crate::auth::PolicyObjects::load(state);
+    let policy = objects.policy();
+    let out = match (t.rt.group.as_str(), t.rt.resource.as_str()) {
+        ("authorization.k8s.io", "selfsubjectaccessreviews") => {
+            crate::rbac::self_subject_access_review(&req.user, body, &policy)
+        }
+        ("authorization.k8s.io", "subjectaccessreviews") => crate::rbac::subject_access_review(body, &policy),
+        ("authentication.k8s.io", "selfsubjectreviews") => {
+            Ok(crate::rbac::self_subject_review(&req.user, body, &crate::api::now()))
+        }
+        _ => return None,
+    };
+    Some(out.map(|mut v| {
+        if t.rt.resource != "selfsubjectreviews" {
+            let manager = crate::api::manager_of(req);
+            let mut typed = v.clone();
+            update_fields(state, None, &mut typed, &t.rt, &manager, None);
+            if let Some(mf) = typed["metadata"].get("managedFields") {
+                v["metadata"]["managedFields"] = mf.clone();
+            }
+        }
+        v
+    }))
 }
 
 /// POST to a subresource (`pods/binding`, `serviceaccounts/token`, ...).
@@ -89,7 +129,10 @@ pub fn subresource_create(_state: &Arc<State>, _req: &Req, _t: &Target) -> Resul
 }
 
 /// An object as clients see it (conversions between API versions sharing storage).
-pub fn present(_state: &Arc<State>, _rt: &ResourceType, obj: Value) -> Value {
+pub fn present(_state: &Arc<State>, rt: &ResourceType, obj: Value) -> Value {
+    if rt.resource == "events" && (rt.group.is_empty() || rt.group == "events.k8s.io") {
+        return crate::validation::event_for_version(&obj, &rt.api_version());
+    }
     obj
 }
 
@@ -207,28 +250,79 @@ fn custom_prepare(state: &State, req: &Req, rt: &ResourceType, obj: &mut Value) 
 
 /// Validation of a new object.
 pub fn validate_create(state: &Arc<State>, rt: &ResourceType, obj: &Value) -> Result<(), ApiError> {
-    let mut causes = name_causes(rt, obj);
-    if causes.is_empty()
-        && rt.custom
-        && let Some(v) = crd_version(state, rt)
-    {
-        causes = v.validate(obj, None);
+    let name = obj["metadata"]["name"].as_str().unwrap_or_default();
+    if rt.custom {
+        let mut causes = name_causes(rt, obj);
+        if causes.is_empty()
+            && let Some(v) = crd_version(state, rt)
+        {
+            causes = v.validate(obj, None);
+        }
+        if !causes.is_empty() {
+            return Err(ApiError::invalid(&rt.group, &rt.kind, name, &causes));
+        }
+        return Ok(());
     }
+    let av = rt.api_version();
+    let causes = crate::validation::validate_create(&av, &rt.kind, obj);
     if !causes.is_empty() {
-        let name = obj["metadata"]["name"].as_str().unwrap_or_default();
-        return Err(ApiError::invalid(&rt.group, &rt.kind, name, &causes));
+        return Err(crate::validation::invalid_error(&av, &rt.kind, name, &causes));
     }
     Ok(())
 }
 
-/// Kind-specific fields set at creation after identity is assigned.
-pub fn after_defaults_create(_state: &Arc<State>, rt: &ResourceType, obj: &mut Value) {
-    if rt.group.is_empty() && rt.resource == "namespaces" {
-        let name = obj["metadata"]["name"].as_str().unwrap_or_default().to_string();
-        obj["metadata"]["labels"]["kubernetes.io/metadata.name"] = json!(name);
-        obj["spec"] = json!({"finalizers": ["kubernetes"]});
-        obj["status"] = json!({"phase": "Active"});
+fn used_service_addresses(
+    state: &State,
+    except_uid: &Value,
+) -> (std::collections::BTreeSet<String>, std::collections::BTreeSet<i64>) {
+    let txn = state.store.lock();
+    let mut ips = std::collections::BTreeSet::new();
+    let mut ports = std::collections::BTreeSet::new();
+    for svc in txn.all("/services") {
+        if &svc["metadata"]["uid"] == except_uid {
+            continue;
+        }
+        ips.extend(crate::validation::service_cluster_ips(svc));
+        ports.extend(crate::validation::service_node_ports(svc));
     }
+    (ips, ports)
+}
+
+/// The strategy's preparation of a new object after identity and managed fields are set:
+/// allocations, generation, initial status, admission defaults.
+pub fn strategy_create(state: &Arc<State>, rt: &ResourceType, obj: &mut Value) -> Result<(), ApiError> {
+    if rt.custom {
+        return Ok(());
+    }
+    let av = rt.api_version();
+    if rt.group.is_empty() && rt.resource == "services" {
+        let (ips, ports) = used_service_addresses(state, &Value::Null);
+        let seed = state.store.lock().rv();
+        if let Err(causes) = crate::validation::allocate_service(obj, None, &ips, &ports, seed) {
+            let name = obj["metadata"]["name"].as_str().unwrap_or_default().to_string();
+            return Err(crate::validation::invalid_error(&av, &rt.kind, &name, &causes));
+        }
+    }
+    crate::validation::prepare_for_create(&av, &rt.kind, obj, &crate::api::now());
+    Ok(())
+}
+
+/// The strategy's preparation of an updated main resource (after managed fields are recorded).
+pub fn strategy_update(state: &Arc<State>, rt: &ResourceType, obj: &mut Value, old: &Value) -> Result<(), ApiError> {
+    if rt.custom {
+        return Ok(());
+    }
+    let av = rt.api_version();
+    if rt.group.is_empty() && rt.resource == "services" {
+        let (ips, ports) = used_service_addresses(state, &old["metadata"]["uid"]);
+        let seed = state.store.lock().rv();
+        if let Err(causes) = crate::validation::allocate_service(obj, Some(old), &ips, &ports, seed) {
+            let name = obj["metadata"]["name"].as_str().unwrap_or_default().to_string();
+            return Err(crate::validation::invalid_error(&av, &rt.kind, &name, &causes));
+        }
+    }
+    crate::validation::prepare_for_update(&av, &rt.kind, obj, old);
+    Ok(())
 }
 
 /// Defaulting before an update; returns `Warning` messages.
@@ -237,61 +331,39 @@ pub fn prepare_update(
     req: &Req,
     rt: &ResourceType,
     new: &mut Value,
-    old: &Value,
+    _old: &Value,
 ) -> Result<Vec<String>, ApiError> {
     if is_crd(rt) {
         let name = new["metadata"]["name"].as_str().unwrap_or_default().to_string();
         crate::crd::parse(new).map_err(|c| ApiError::invalid(&rt.group, &rt.kind, &name, &c))?;
     }
+    if !rt.custom {
+        let av = rt.api_version();
+        crate::validation::check_decode(&av, &rt.kind, new)?;
+        crate::validation::default_object(&av, &rt.kind, new);
+    }
     if rt.custom {
         return custom_prepare(state, req, rt, new);
-    }
-    if rt.group.is_empty() && rt.resource == "namespaces" {
-        let name = old["metadata"]["name"].as_str().unwrap_or_default().to_string();
-        new["metadata"]["labels"]["kubernetes.io/metadata.name"] = json!(name);
-        if new.get("spec").is_none() {
-            new["spec"] = old["spec"].clone();
-        }
-        if new.get("status").is_none() {
-            new["status"] = old["status"].clone();
-        }
     }
     Ok(vec![])
 }
 
 /// Validation of an update.
 pub fn validate_update(state: &Arc<State>, rt: &ResourceType, new: &Value, old: &Value) -> Result<(), ApiError> {
-    if rt.custom
-        && let Some(v) = crd_version(state, rt)
-    {
-        let causes = v.validate(new, Some(old));
-        if !causes.is_empty() {
-            let name = new["metadata"]["name"].as_str().unwrap_or_default();
-            return Err(ApiError::invalid(&rt.group, &rt.kind, name, &causes));
-        }
-    }
-    if rt.group.is_empty() && rt.resource == "configmaps" && old["immutable"] == json!(true) {
-        let name = new["metadata"]["name"].as_str().unwrap_or_default();
-        let mut causes = Vec::new();
-        for f in ["data", "binaryData"] {
-            if new.get(f) != old.get(f) {
-                causes.push(Cause::new(
-                    "FieldValueForbidden",
-                    "Forbidden: field is immutable when `immutable` is set",
-                    f,
-                ));
+    let name = new["metadata"]["name"].as_str().unwrap_or_default();
+    if rt.custom {
+        if let Some(v) = crd_version(state, rt) {
+            let causes = v.validate(new, Some(old));
+            if !causes.is_empty() {
+                return Err(ApiError::invalid(&rt.group, &rt.kind, name, &causes));
             }
         }
-        if new["immutable"] != json!(true) {
-            causes.push(Cause::new(
-                "FieldValueForbidden",
-                "Forbidden: field is immutable when `immutable` is set",
-                "immutable",
-            ));
-        }
-        if !causes.is_empty() {
-            return Err(ApiError::invalid(&rt.group, &rt.kind, name, &causes));
-        }
+        return Ok(());
+    }
+    let av = rt.api_version();
+    let causes = crate::validation::validate_update(&av, &rt.kind, new, old);
+    if !causes.is_empty() {
+        return Err(crate::validation::invalid_error(&av, &rt.kind, name, &causes));
     }
     Ok(())
 }
@@ -602,4 +674,12 @@ pub fn custom_table(
         crate::negotiate::IncludeObject::Object => crate::crd::IncludeObject::Object,
     };
     Some(v.table(objects, include, list_meta))
+}
+
+/// The form an object is stored in (events.k8s.io Events are stored as core Events).
+pub fn to_storage(rt: &ResourceType, obj: Value) -> Value {
+    if rt.group == "events.k8s.io" && rt.resource == "events" {
+        return crate::validation::events_v1_to_core(&obj);
+    }
+    obj
 }

@@ -275,6 +275,7 @@ fn list(state: &Arc<State>, req: &Req, t: &Target) -> Result<Output, ApiError> {
         {
             continue;
         }
+        let obj = &admission::present(state, &t.rt, obj.clone());
         if !matches(&opts, &t.namespace, obj) {
             continue;
         }
@@ -430,24 +431,6 @@ pub fn create_object(
 ) -> Result<Output, ApiError> {
     let mut warnings = admission::prepare_create(state, req, &t.rt, &mut obj)?;
     let dry = is_dry_run(req);
-    let mut txn = state.store.lock();
-    check_namespace(state, &txn, t, true).map_err(|e| match e {
-        ApiError::Status { code: 403, details: Some(d), .. } => {
-            let name = obj["metadata"]["name"].as_str().unwrap_or_default().to_string();
-            let mut d = d.clone();
-            d["name"] = json!(name);
-            ApiError::status(
-                403,
-                "Forbidden",
-                format!(
-                    "{} \"{name}\" is forbidden: unable to create new content in namespace {} because it is being terminated",
-                    t.rt.resource, t.namespace
-                ),
-                Some(d),
-            )
-        }
-        other => other,
-    })?;
     let meta = obj["metadata"].as_object().cloned().unwrap_or_default();
     let mut name = meta.get("name").and_then(Value::as_str).unwrap_or_default().to_string();
     if name.is_empty()
@@ -457,9 +440,18 @@ pub fn create_object(
         name = format!("{g}{}", name_suffix());
         obj["metadata"]["name"] = json!(name);
     }
-    admission::validate_create(state, &t.rt, &obj)?;
-    if txn.get(&t.rt.key(), &t.namespace, &name).is_some() {
-        return Err(ApiError::already_exists(&t.rt.group, &t.rt.resource, &name));
+    {
+        let txn = state.store.lock();
+        check_namespace(state, &txn, t, true).map_err(|e| match e {
+            ApiError::Status { code: 403, .. } => {
+                crate::validation::namespace_terminating_error(&t.rt.group, &t.rt.resource, &name, &t.namespace)
+            }
+            other => other,
+        })?;
+    }
+    let manager = manager_of(req);
+    if applied.is_none() {
+        admission::update_fields(state, None, &mut obj, &t.rt, &manager, None);
     }
     let m = obj["metadata"].as_object_mut().expect("metadata is an object");
     m.insert("uid".into(), json!(new_uid()));
@@ -473,10 +465,11 @@ pub fn create_object(
     } else {
         m.remove("generation");
     }
-    admission::after_defaults_create(state, &t.rt, &mut obj);
-    let manager = manager_of(req);
-    if applied.is_none() {
-        admission::update_fields(state, None, &mut obj, &t.rt, &manager, None);
+    admission::strategy_create(state, &t.rt, &mut obj)?;
+    admission::validate_create(state, &t.rt, &obj)?;
+    let mut txn = state.store.lock();
+    if txn.get(&t.rt.key(), &t.namespace, &name).is_some() {
+        return Err(ApiError::already_exists(&t.rt.group, &t.rt.resource, &name));
     }
     let obj = order_metadata(obj);
     if dry {
@@ -491,7 +484,7 @@ pub fn create_object(
     let rv = txn.next_rv();
     let mut stored = obj;
     stored["metadata"]["resourceVersion"] = json!(rv.to_string());
-    let stored = order_metadata(with_type(&t.rt, stored));
+    let stored = admission::to_storage(&t.rt, order_metadata(with_type(&t.rt, stored)));
     txn.put(&t.rt.key(), &t.namespace, &name, stored.clone(), rv);
     drop(txn);
     admission::after_write(state, &t.rt, &stored);
@@ -541,6 +534,9 @@ pub fn order_metadata(mut obj: Value) -> Value {
 
 fn create(state: &Arc<State>, req: &Req, t: &Target) -> Result<Output, ApiError> {
     let obj = decode_object(req, t)?;
+    if let Some(out) = admission::virtual_create(state, req, t, &obj) {
+        return out.map(|v| ok(201, v));
+    }
     create_object(state, req, t, obj, None)
 }
 
@@ -623,8 +619,7 @@ pub fn store_update(
         }
     }
     let mut warnings = admission::prepare_update(state, req, &t.rt, &mut new, old)?;
-    admission::validate_update(state, &t.rt, &new, old)?;
-    if has_generation(&t.rt) && sub != Some("status") {
+    if t.rt.custom && sub != Some("status") {
         let g = old["metadata"]["generation"].as_i64().unwrap_or(1);
         let changed = spec_part(&new) != spec_part(old) || annotations_on_crd_changed(&t.rt, &new, old);
         new["metadata"]["generation"] = json!(if changed { g + 1 } else { g });
@@ -633,6 +628,10 @@ pub fn store_update(
     if applied.is_none() {
         admission::update_fields(state, Some(old), &mut new, &t.rt, &manager, sub);
     }
+    if sub.is_none() {
+        admission::strategy_update(state, &t.rt, &mut new, old)?;
+    }
+    admission::validate_update(state, &t.rt, &new, old)?;
     let mut new = order_metadata(with_type(&t.rt, new));
     new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"].clone();
     if without_time(&new) == without_time(old) {

@@ -1,35 +1,51 @@
 //! Authentication: the admin bearer token (or no token) is the cluster admin; ServiceAccount
-//! tokens map to their account; `Impersonate-User`/`Impersonate-Group` switch identity.
+//! tokens issued by this emulator map to their account; `Impersonate-*` headers switch
+//! identity, authorized by RBAC as on a real server.
+
+use std::collections::BTreeMap;
 
 use http::HeaderMap;
+use serde_json::Value;
 
 use crate::errors::ApiError;
+pub use crate::rbac::UserInfo;
 use crate::state::State;
 
-/// Who is asking.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct UserInfo {
-    /// User name.
-    pub name: String,
-    /// Groups.
-    pub groups: Vec<String>,
+/// The RBAC objects currently stored.
+pub struct PolicyObjects {
+    roles: Vec<Value>,
+    cluster_roles: Vec<Value>,
+    role_bindings: Vec<Value>,
+    cluster_role_bindings: Vec<Value>,
 }
 
-impl UserInfo {
-    /// The cluster admin.
-    pub fn admin() -> UserInfo {
-        UserInfo { name: "system:admin".into(), groups: vec!["system:masters".into(), "system:authenticated".into()] }
+impl PolicyObjects {
+    /// Read them from the store.
+    pub fn load(state: &State) -> PolicyObjects {
+        let txn = state.store.lock();
+        let get = |k: &str| txn.all(k).into_iter().cloned().collect::<Vec<_>>();
+        PolicyObjects {
+            roles: get("rbac.authorization.k8s.io/roles"),
+            cluster_roles: get("rbac.authorization.k8s.io/clusterroles"),
+            role_bindings: get("rbac.authorization.k8s.io/rolebindings"),
+            cluster_role_bindings: get("rbac.authorization.k8s.io/clusterrolebindings"),
+        }
     }
 
-    /// Whether RBAC is bypassed (system:masters).
-    pub fn is_admin(&self) -> bool {
-        self.groups.iter().any(|g| g == "system:masters")
+    /// As a policy.
+    pub fn policy(&self) -> crate::rbac::Policy<'_> {
+        crate::rbac::Policy {
+            roles: &self.roles,
+            cluster_roles: &self.cluster_roles,
+            role_bindings: &self.role_bindings,
+            cluster_role_bindings: &self.cluster_role_bindings,
+        }
     }
 }
 
-/// Groups every ServiceAccount user has.
-pub fn service_account_groups(namespace: &str) -> Vec<String> {
-    vec!["system:serviceaccounts".into(), format!("system:serviceaccounts:{namespace}"), "system:authenticated".into()]
+/// Whether RBAC is bypassed (system:masters).
+pub fn is_admin(u: &UserInfo) -> bool {
+    u.groups.iter().any(|g| g == crate::rbac::MASTERS_GROUP)
 }
 
 /// Resolve the requesting user from the headers.
@@ -42,40 +58,27 @@ pub fn authenticate(state: &State, headers: &HeaderMap) -> Result<UserInfo, ApiE
     let base = match token {
         None => UserInfo::admin(),
         Some(t) if t == state.config.admin_token => UserInfo::admin(),
-        Some(t) => match t.strip_prefix("simcluster-sa:") {
-            // ServiceAccount tokens issued by this emulator: `simcluster-sa:<ns>:<name>`.
-            Some(rest) => {
-                let (ns, name) = rest.split_once(':').unwrap_or(("default", rest));
-                UserInfo { name: format!("system:serviceaccount:{ns}:{name}"), groups: service_account_groups(ns) }
-            }
-            None => {
-                return Err(ApiError::status(401, "Unauthorized", "Unauthorized", None));
-            }
+        Some(t) => match t.strip_prefix("simcluster-sa:").and_then(|rest| rest.split_once(':')) {
+            Some((ns, name)) => UserInfo::service_account(ns, name),
+            None => return Err(ApiError::status(401, "Unauthorized", "Unauthorized", None)),
         },
     };
-    let imp_user = headers.get("Impersonate-User").and_then(|v| v.to_str().ok());
-    let Some(user) = imp_user else { return Ok(base) };
-    if !base.is_admin() {
-        return Err(ApiError::status(
-            403,
-            "Forbidden",
-            format!(
-                "users \"{user}\" is forbidden: User \"{}\" cannot impersonate resource \"users\" in API group \"\" at the cluster scope",
-                base.name
-            ),
-            Some(serde_json::json!({"name": user, "kind": "users"})),
-        ));
-    }
-    let mut groups: Vec<String> =
+    let header = |k: &str| headers.get(k).and_then(|v| v.to_str().ok());
+    let groups: Vec<String> =
         headers.get_all("Impersonate-Group").iter().filter_map(|v| v.to_str().ok().map(String::from)).collect();
-    if let Some(rest) = user.strip_prefix("system:serviceaccount:")
-        && let Some((ns, _)) = rest.split_once(':')
-        && groups.is_empty()
-    {
-        groups = service_account_groups(ns);
+    let mut extra: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (k, v) in headers {
+        if let Some(key) = k.as_str().strip_prefix("impersonate-extra-")
+            && let Ok(v) = v.to_str()
+        {
+            extra.entry(key.to_string()).or_default().push(v.to_string());
+        }
     }
-    if !groups.iter().any(|g| g == "system:authenticated") {
-        groups.push("system:authenticated".into());
+    let user = header("Impersonate-User");
+    let uid = header("Impersonate-Uid");
+    if user.is_none() && groups.is_empty() && uid.is_none() && extra.is_empty() {
+        return Ok(base);
     }
-    Ok(UserInfo { name: user.to_string(), groups })
+    let objects = PolicyObjects::load(state);
+    crate::rbac::impersonate(&base, user, &groups, uid, &extra, &objects.policy())
 }

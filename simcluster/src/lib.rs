@@ -115,4 +115,16 @@ fn bootstrap(state: &Arc<state::State>) {
         });
         txn.put("/namespaces", "", ns, obj, rv);
     }
+    for obj in rbac::bootstrap_objects() {
+        let (Some(av), Some(kind)) = (obj["apiVersion"].as_str(), obj["kind"].as_str()) else { continue };
+        let Some(rt) = state.registry.find_kind(av, kind) else { continue };
+        let name = obj["metadata"]["name"].as_str().unwrap_or_default().to_string();
+        let ns = obj["metadata"]["namespace"].as_str().unwrap_or_default().to_string();
+        let rv = txn.next_rv();
+        let mut obj = obj.clone();
+        obj["metadata"]["uid"] = serde_json::json!(api::new_uid());
+        obj["metadata"]["resourceVersion"] = serde_json::json!(rv.to_string());
+        obj["metadata"]["creationTimestamp"] = serde_json::json!(api::now());
+        txn.put(&rt.key(), &ns, &name, obj, rv);
+    }
 }

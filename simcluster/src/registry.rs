@@ -59,6 +59,10 @@ impl ResourceType {
 
     /// Storage key: group and resource (all versions of a resource share storage).
     pub fn key(&self) -> String {
+        // events.k8s.io Events and core Events are one resource in two shapes.
+        if self.group == "events.k8s.io" && self.resource == "events" {
+            return "/events".into();
+        }
         format!("{}/{}", self.group, self.resource)
     }
 

@@ -26,7 +26,7 @@ pub struct Req {
     /// Accept header, parsed.
     pub accept: Vec<MediaRange>,
     /// The authenticated (or impersonated) user.
-    pub user: crate::auth::UserInfo,
+    pub user: crate::rbac::UserInfo,
 }
 
 impl Req {

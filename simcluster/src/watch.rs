@@ -29,7 +29,8 @@ struct Watcher {
 
 impl Watcher {
     fn visible(&self, obj: &Value) -> bool {
-        matches(&self.opts, &self.t.namespace, obj)
+        let presented = crate::admission::present(&self.state, &self.t.rt, obj.clone());
+        matches(&self.opts, &self.t.namespace, &presented)
     }
 
     fn render(&self, kind: &str, obj: &Value) -> Option<Bytes> {

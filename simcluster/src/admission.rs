@@ -113,7 +113,7 @@ pub fn virtual_create(state: &Arc<State>, req: &Req, t: &Target, body: &Value) -
     Some(out.map(|mut v| {
         if t.rt.resource != "selfsubjectreviews" {
             let manager = crate::api::manager_of(req);
-            let mut typed = v.clone();
+            let mut typed = body.clone();
             update_fields(state, None, &mut typed, &t.rt, &manager, None);
             if let Some(mf) = typed["metadata"].get("managedFields") {
                 v["metadata"]["managedFields"] = mf.clone();
@@ -223,6 +223,18 @@ pub fn prepare_create(
     rt: &ResourceType,
     obj: &mut Value,
 ) -> Result<Vec<String>, ApiError> {
+    check_options(req, "CreateOptions")?;
+    let mut warnings = Vec::new();
+    if !rt.custom {
+        let av = rt.api_version();
+        warnings = builtin_decode(req, rt, obj)?;
+        crate::validation::check_decode(&av, &rt.kind, obj)?;
+        crate::validation::default_object(&av, &rt.kind, obj);
+        normalize_metadata(obj);
+    }
+    if is_crd(rt) && obj["spec"].get("conversion").is_none() {
+        obj["spec"]["conversion"] = json!({"strategy": "None"});
+    }
     if rt.subresource("status").is_some()
         && (rt.custom || is_crd(rt))
         && let Some(m) = obj.as_object_mut()
@@ -237,7 +249,94 @@ pub fn prepare_create(
     if rt.custom {
         return custom_prepare(state, req, rt, obj);
     }
-    Ok(vec![])
+    Ok(warnings)
+}
+
+/// Go drops empty lists and maps of metadata (omitempty).
+pub fn normalize_metadata(obj: &mut Value) {
+    if let Some(m) = obj["metadata"].as_object_mut() {
+        for k in ["finalizers", "ownerReferences", "labels", "annotations", "managedFields"] {
+            let empty = match m.get(k) {
+                Some(Value::Array(a)) => a.is_empty(),
+                Some(Value::Object(o)) => o.is_empty(),
+                Some(Value::Null) => true,
+                _ => false,
+            };
+            if empty {
+                m.remove(k);
+            }
+        }
+    }
+}
+
+/// Validate `dryRun` and `fieldValidation` query options.
+pub fn check_options(req: &Req, kind: &str) -> Result<(), ApiError> {
+    if let Some(d) = req.q("dryRun")
+        && d != "All"
+        && !d.is_empty()
+    {
+        let msg = format!("Unsupported value: [\"{d}\"]: supported values: \"All\"");
+        return Err(ApiError::status(
+            422,
+            "Invalid",
+            format!("{kind}.meta.k8s.io \"\" is invalid: dryRun: {msg}"),
+            Some(
+                json!({"group": "meta.k8s.io", "kind": kind, "causes": [{"reason": "FieldValueNotSupported", "message": msg, "field": "dryRun"}]}),
+            ),
+        ));
+    }
+    if let Some(v) = req.q("fieldValidation")
+        && !matches!(v, "" | "Ignore" | "Strict" | "Warn")
+    {
+        let msg = format!("Unsupported value: \"{v}\": supported values: \"\", \"Ignore\", \"Strict\", \"Warn\"");
+        return Err(ApiError::status(
+            422,
+            "Invalid",
+            format!("{kind}.meta.k8s.io \"\" is invalid: fieldValidation: {msg}"),
+            Some(
+                json!({"group": "meta.k8s.io", "kind": kind, "causes": [{"reason": "FieldValueNotSupported", "message": msg, "field": "fieldValidation"}]}),
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Decoding of a built-in object as Go's typed decoder does it: type mismatches are 400s,
+/// unknown and duplicate fields are warnings (or 400s with `fieldValidation=Strict`), and
+/// unknown fields are dropped.
+fn builtin_decode(req: &Req, rt: &ResourceType, obj: &mut Value) -> Result<Vec<String>, ApiError> {
+    let strict = req.q("fieldValidation") == Some("Strict");
+    let ignore = req.q("fieldValidation") == Some("Ignore");
+    let mut unknown = Vec::new();
+    let mut type_error = None;
+    with_type_nav_builtin(rt, |ty| crate::typecheck::check(ty, obj, &rt.kind, &mut unknown, &mut type_error));
+    if let Some(e) = type_error {
+        return Err(ApiError::bad_request(format!(
+            "{} in version \"{}\" cannot be handled as a {}: {e}",
+            rt.kind, rt.version, rt.kind
+        )));
+    }
+    let mut problems: Vec<String> = unknown.iter().map(|p| format!("unknown field \"{p}\"")).collect();
+    if let Some(dup) = crate::http::duplicate_field(&req.body) {
+        problems.insert(0, format!("duplicate field \"{dup}\""));
+    }
+    if problems.is_empty() || ignore {
+        return Ok(vec![]);
+    }
+    if strict {
+        return Err(ApiError::bad_request(format!(
+            "{} in version \"{}\" cannot be handled as a {}: strict decoding error: {}",
+            rt.kind,
+            rt.version,
+            rt.kind,
+            problems.join(", ")
+        )));
+    }
+    Ok(problems.iter().map(|p| format!("299 - \"{}\"", p.replace('"', "\\\""))).collect())
+}
+
+fn with_type_nav_builtin<R>(rt: &ResourceType, f: impl FnOnce(&crate::schema::TypeNav) -> R) -> Option<R> {
+    crate::schema::TypeNav::builtin(&rt.api_version(), &rt.kind).map(|t| f(&t))
 }
 
 fn custom_prepare(state: &State, req: &Req, rt: &ResourceType, obj: &mut Value) -> Result<Vec<String>, ApiError> {
@@ -568,7 +667,19 @@ fn patch_decode_error(_kind: PatchKind, e: &serde_json::Error) -> String {
 
 /// Checks of an applied configuration before it is merged.
 pub fn check_applied(rt: &ResourceType, name: &str, config: &Value) -> Result<(), ApiError> {
-    let _ = (rt, name, config);
+    let av = config["apiVersion"].as_str().unwrap_or_default();
+    let kind = config["kind"].as_str().unwrap_or_default();
+    if av != rt.api_version() || kind != rt.kind {
+        let (g, v) = crate::registry::split_api_version(av);
+        return Err(ApiError::bad_request(format!("invalid object type: {g}/{v}, Kind={kind}")));
+    }
+    if let Some(n) = config["metadata"]["name"].as_str()
+        && n != name
+    {
+        return Err(ApiError::bad_request(format!(
+            "the name of the object ({n}) does not match the name on the URL ({name})"
+        )));
+    }
     Ok(())
 }
 
@@ -598,6 +709,11 @@ pub fn held_on_delete(rt: &ResourceType, obj: &Value) -> bool {
 
 /// Kind-specific changes when an object starts deleting.
 pub fn mark_deleting(rt: &ResourceType, obj: &mut Value) {
+    if is_crd(rt)
+        && let Some(m) = obj["metadata"].as_object_mut()
+    {
+        m.remove("deletionGracePeriodSeconds");
+    }
     if rt.group.is_empty() && rt.resource == "namespaces" {
         obj["status"]["phase"] = json!("Terminating");
         if let Some(m) = obj["metadata"].as_object_mut() {

@@ -99,6 +99,9 @@ pub async fn dispatch(state: &Arc<State>, req: &Req, t: &Target) -> Result<Outpu
         return Err(ApiError::method_not_allowed("the server does not allow this method on the requested resource"));
     }
     admission::authorize(state, req, t, verb)?;
+    if t.sub.as_deref() == Some("scale") && !t.rt.custom {
+        return scale(state, req, t, verb);
+    }
     match verb {
         "watch" => crate::watch::serve(state, req, t).map(Output::Response),
         "list" => list(state, req, t),
@@ -158,7 +161,14 @@ pub struct ListOptions {
 pub fn list_options(state: &State, req: &Req, rt: &ResourceType) -> Result<ListOptions, ApiError> {
     let labels = LabelSelector::parse(req.q("labelSelector").unwrap_or("")).map_err(ApiError::bad_request)?;
     let fields = FieldSelector::parse(req.q("fieldSelector").unwrap_or("")).map_err(ApiError::bad_request)?;
-    fields.check_supported(&selectable_fields(state, rt)).map_err(ApiError::bad_request)?;
+    fields.check_supported(&selectable_fields(state, rt)).map_err(|e| {
+        if rt.group == "events.k8s.io" {
+            let field = e.split('"').nth(1).unwrap_or_default().to_string();
+            ApiError::bad_request(format!("field label not supported: {field}"))
+        } else {
+            ApiError::bad_request(e)
+        }
+    })?;
     Ok(ListOptions { labels, fields })
 }
 
@@ -268,8 +278,10 @@ fn list(state: &Arc<State>, req: &Req, t: &Target) -> Result<Output, ApiError> {
     let mut items = Vec::new();
     let mut next = None;
     let mut remaining = 0usize;
-    for ((ns, name), obj) in objects.iter() {
-        let key = format!("{ns}/{name}");
+    let mut ordered: Vec<(String, &Value)> =
+        objects.iter().map(|((ns, name), o)| (format!("{ns}/{name}"), o)).collect();
+    ordered.sort_by(|a, b| a.0.cmp(&b.0));
+    for (key, obj) in ordered {
         if let Some(s) = &start
             && key.as_str() <= s.as_str()
         {
@@ -496,7 +508,7 @@ pub fn create_object(
 }
 
 fn warnings_headers(w: &mut Vec<String>) -> Vec<(String, String)> {
-    w.drain(..).map(|m| ("Warning".to_string(), format!("299 - \"{}\"", m.replace('"', "\\\"")))).collect()
+    w.drain(..).map(|m| ("Warning".to_string(), m)).collect()
 }
 
 /// Put metadata keys in the order the real server writes them (cosmetic: JSON compare ignores
@@ -662,7 +674,10 @@ pub fn store_update(
     if new["metadata"]["deletionTimestamp"].is_string() && strings(&new["metadata"]["finalizers"]).is_empty() {
         let rv = txn.next_rv();
         new["metadata"]["resourceVersion"] = json!(rv.to_string());
-        txn.remove(&t.rt.key(), &t.namespace, &name, new.clone(), rv);
+        // Watchers see the object as it was before the finalizer went, with the new version.
+        let mut last = old.clone();
+        last["metadata"]["resourceVersion"] = json!(rv.to_string());
+        txn.remove(&t.rt.key(), &t.namespace, &name, last, rv);
         drop(txn);
         admission::after_delete(state, &t.rt, &new);
         return Ok(Output::Value {
@@ -768,16 +783,8 @@ fn patch(state: &Arc<State>, req: &Req, t: &Target) -> Result<Output, ApiError> 
         "application/apply-patch+yaml" | "application/apply-patch+json" | "application/apply-patch+cbor" => {
             admission::PatchKind::Apply
         }
-        other => {
-            return Err(ApiError::status(
-                415,
-                "UnsupportedMediaType",
-                format!(
-                    "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml{}",
-                    if other.is_empty() { "" } else { "" }
-                ),
-                None,
-            ));
+        _ => {
+            return Err(ApiError::status(415, "UnsupportedMediaType", "415: Unsupported Media Type", Some(json!({}))));
         }
     };
     if kind == admission::PatchKind::Apply {
@@ -808,6 +815,7 @@ fn patch(state: &Arc<State>, req: &Req, t: &Target) -> Result<Output, ApiError> 
 }
 
 fn apply(state: &Arc<State>, req: &Req, t: &Target) -> Result<Output, ApiError> {
+    admission::check_options(req, "PatchOptions")?;
     let name = t.name.clone().unwrap_or_default();
     if req.q("fieldManager").is_none_or(str::is_empty) {
         return Err(ApiError::status(
@@ -819,7 +827,10 @@ fn apply(state: &Arc<State>, req: &Req, t: &Target) -> Result<Output, ApiError> 
             ),
         ));
     }
-    let config = crate::http::yaml_to_json(std::str::from_utf8(&req.body).unwrap_or(""))?;
+    let config = crate::http::yaml_to_json(std::str::from_utf8(&req.body).unwrap_or("")).map_err(|e| match e {
+        ApiError::Status { message, .. } => ApiError::bad_request(format!("error decoding YAML: {message}")),
+        other => other,
+    })?;
     admission::check_applied(&t.rt, &name, &config)?;
     match load(state, t) {
         Ok(old) => {
@@ -1059,4 +1070,105 @@ pub fn controller_delete(state: &Arc<State>, rt: &Arc<ResourceType>, obj: &Value
         legacy_watch: false,
     };
     let _ = delete_object(state, &t, obj, propagation, Some(0), false);
+}
+
+/// The `autoscaling/v1` Scale of a workload.
+fn to_scale(obj: &Value) -> Value {
+    let mut selector: Vec<String> = obj["spec"]["selector"]["matchLabels"]
+        .as_object()
+        .map(|m| m.iter().map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default())).collect())
+        .unwrap_or_default();
+    for e in obj["spec"]["selector"]["matchExpressions"].as_array().into_iter().flatten() {
+        let key = e["key"].as_str().unwrap_or_default();
+        let values: Vec<&str> = e["values"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+        selector.push(match e["operator"].as_str().unwrap_or_default() {
+            "In" => format!("{key} in ({})", values.join(",")),
+            "NotIn" => format!("{key} notin ({})", values.join(",")),
+            "Exists" => key.to_string(),
+            _ => format!("!{key}"),
+        });
+    }
+    selector.sort();
+    let m = &obj["metadata"];
+    json!({
+        "kind": "Scale",
+        "apiVersion": "autoscaling/v1",
+        "metadata": {"name": m["name"], "namespace": m["namespace"], "uid": m["uid"],
+                     "resourceVersion": m["resourceVersion"], "creationTimestamp": m["creationTimestamp"]},
+        "spec": {"replicas": obj["spec"]["replicas"].as_i64().unwrap_or(1)},
+        "status": {"replicas": obj["status"]["replicas"].as_i64().unwrap_or(0), "selector": selector.join(",")},
+    })
+}
+
+/// The scale subresource of Deployments, ReplicaSets and StatefulSets.
+fn scale(state: &Arc<State>, req: &Req, t: &Target, verb: &str) -> Result<Output, ApiError> {
+    let name = t.name.clone().unwrap_or_default();
+    let old = load(state, t)?;
+    let current = to_scale(&old);
+    let wanted = match verb {
+        "get" => return Ok(ok(200, current)),
+        "update" => crate::http::decode_body(req.header("Content-Type"), &req.body)?,
+        "patch" => {
+            let ct = req.header("Content-Type").unwrap_or("").split(';').next().unwrap_or("").trim().to_lowercase();
+            let kind = match ct.as_str() {
+                "application/json-patch+json" => admission::PatchKind::Json,
+                "application/merge-patch+json" => admission::PatchKind::Merge,
+                "application/strategic-merge-patch+json" => admission::PatchKind::Strategic,
+                _ => {
+                    return Err(ApiError::status(
+                        415,
+                        "UnsupportedMediaType",
+                        "415: Unsupported Media Type",
+                        Some(json!({})),
+                    ));
+                }
+            };
+            let patch: Value = serde_json::from_slice(&req.body)
+                .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
+            match kind {
+                admission::PatchKind::Json => {
+                    crate::fieldmanager::json_patch(&current, &patch).map_err(ApiError::from)?
+                }
+                _ => crate::fieldmanager::merge_patch(&current, &patch),
+            }
+        }
+        _ => {
+            return Err(ApiError::method_not_allowed("the server does not allow this method on the requested resource"));
+        }
+    };
+    if let Some(rv) = wanted["metadata"]["resourceVersion"].as_str()
+        && Some(rv) != old["metadata"]["resourceVersion"].as_str()
+    {
+        return Err(ApiError::conflict(
+            &t.rt.group,
+            &t.rt.resource,
+            &name,
+            "the object has been modified; please apply your changes to the latest version and try again",
+        ));
+    }
+    let replicas = wanted["spec"]["replicas"].as_i64().unwrap_or(0);
+    let mut new = old.clone();
+    new["spec"]["replicas"] = json!(replicas);
+    admission::update_fields(state, Some(&old), &mut new, &t.rt, &manager_of(req), Some("scale"));
+    admission::strategy_update(state, &t.rt, &mut new, &old)?;
+    if new == old {
+        return Ok(ok(200, current));
+    }
+    let mut txn = state.store.lock();
+    if txn.get(&t.rt.key(), &t.namespace, &name).map(|c| &c["metadata"]["resourceVersion"])
+        != Some(&old["metadata"]["resourceVersion"])
+    {
+        return Err(ApiError::conflict(
+            &t.rt.group,
+            &t.rt.resource,
+            &name,
+            "the object has been modified; please apply your changes to the latest version and try again",
+        ));
+    }
+    let rv = txn.next_rv();
+    new["metadata"]["resourceVersion"] = json!(rv.to_string());
+    txn.put(&t.rt.key(), &t.namespace, &name, new.clone(), rv);
+    drop(txn);
+    admission::after_write(state, &t.rt, &new);
+    Ok(ok(200, to_scale(&new)))
 }

@@ -102,7 +102,7 @@ fn gc_pass(state: &Arc<State>) {
                 } else {
                     d["metadata"]["ownerReferences"] = json!(refs);
                 }
-                controller_write(state, drt, d, "kube-controller-manager");
+                controller_update(state, drt, d, "kube-controller-manager", None);
             }
             remove_finalizer(state, rt, owner, "orphan");
         } else if finalizers.iter().any(|f| f == "foregroundDeletion") {

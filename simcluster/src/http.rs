@@ -111,6 +111,14 @@ impl Encoding {
 /// Decode a request body by Content-Type (JSON or YAML).
 pub fn decode_body(content_type: Option<&str>, body: &[u8]) -> Result<Value, ApiError> {
     let ct = content_type.unwrap_or("application/json").split(';').next().unwrap_or("").trim().to_lowercase();
+    if !matches!(ct.as_str(), "application/json" | "application/yaml" | "*/*" | "") {
+        return Err(ApiError::status(
+            415,
+            "UnsupportedMediaType",
+            "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml, application/vnd.kubernetes.protobuf",
+            None,
+        ));
+    }
     let text = std::str::from_utf8(body).map_err(|e| ApiError::bad_request(format!("body is not UTF-8: {e}")))?;
     if ct.contains("yaml") {
         yaml_to_json(text)
@@ -136,4 +144,59 @@ pub fn encode(v: &Value, enc: Encoding) -> Vec<u8> {
         Encoding::Json => serde_json::to_vec(v).unwrap_or_default(),
         Encoding::Yaml => serde_saphyr::to_string(v).unwrap_or_default().into_bytes(),
     }
+}
+
+/// The first duplicated object key in a JSON document (by name), as Go's strict decoder reports.
+pub fn duplicate_field(body: &[u8]) -> Option<String> {
+    use serde::de::{Deserializer, MapAccess, SeqAccess, Visitor};
+    struct Finder<'a>(&'a mut Option<String>);
+    impl<'de> Visitor<'de> for Finder<'_> {
+        type Value = ();
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("any JSON")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+            let mut seen = std::collections::HashSet::new();
+            while let Some(k) = map.next_key::<String>()? {
+                if !seen.insert(k.clone()) && self.0.is_none() {
+                    *self.0 = Some(k);
+                }
+                map.next_value_seed(Seed(self.0))?;
+            }
+            Ok(())
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+            while seq.next_element_seed(Seed(self.0))?.is_some() {}
+            Ok(())
+        }
+        fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_str<E>(self, _: &str) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_unit<E>(self) -> Result<(), E> {
+            Ok(())
+        }
+    }
+    struct Seed<'a>(&'a mut Option<String>);
+    impl<'de> serde::de::DeserializeSeed<'de> for Seed<'_> {
+        type Value = ();
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            d.deserialize_any(Finder(self.0))
+        }
+    }
+    let mut found = None;
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let _ = de.deserialize_any(Finder(&mut found));
+    found
 }

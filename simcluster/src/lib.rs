@@ -22,6 +22,7 @@ pub mod server;
 pub mod state;
 pub mod store;
 pub mod tables;
+pub mod typecheck;
 pub mod validation;
 pub mod watch;
 
@@ -127,4 +128,5 @@ fn bootstrap(state: &Arc<state::State>) {
         obj["metadata"]["creationTimestamp"] = serde_json::json!(api::now());
         txn.put(&rt.key(), &ns, &name, obj, rv);
     }
+    txn.compact();
 }

@@ -35,6 +35,14 @@ fn not_acceptable() -> ApiError {
 
 /// Choose the representation from the Accept header.
 pub fn choose(req: &Req) -> Result<Form, ApiError> {
+    if !req.accept.iter().any(|m| Encoding::of(m).is_some() || m.mime == "application/vnd.kubernetes.protobuf") {
+        return Err(ApiError::status(
+            406,
+            "NotAcceptable",
+            "406: Not Acceptable\n\nAvailable representations: application/json, application/yaml, application/vnd.kubernetes.protobuf",
+            Some(json!({})),
+        ));
+    }
     for m in &req.accept {
         let Some(enc) = Encoding::of(m) else { continue };
         match m.param("as") {
@@ -120,6 +128,10 @@ pub fn shape(
                 ));
             }
             let items: Vec<Value> = body["items"].as_array().into_iter().flatten().map(|i| partial(i, &v)).collect();
+            let mut body = body;
+            if body["metadata"]["continue"] == "" {
+                body["metadata"].as_object_mut().expect("list metadata").remove("continue");
+            }
             Ok((
                 json!({"kind": "PartialObjectMetadataList", "apiVersion": format!("meta.k8s.io/{v}"), "metadata": body["metadata"], "items": items}),
                 Encoding::Json,
@@ -135,7 +147,7 @@ pub fn shape(
                 (vec![body.clone()], json!({"resourceVersion": rv}))
             };
             let objects: Vec<Value> = objects.into_iter().map(|o| crate::api::with_type(&t.rt, o)).collect();
-            let mut table = crate::tables::table(state, &t.rt, &objects, include, meta);
+            let mut table = crate::tables::table(state, &t.rt, &objects, include, meta, &v);
             table["apiVersion"] = json!(format!("meta.k8s.io/{v}"));
             Ok((table, Encoding::Json, None))
         }

@@ -89,7 +89,13 @@ impl ResourceType {
     /// The storage version hash the real server publishes: base64 of the first 8 bytes of
     /// sha256("group/version/kind").
     pub fn storage_version_hash(&self) -> String {
-        let digest = Sha256::digest(format!("{}/{}/{}", self.group, self.version, self.kind).as_bytes());
+        // Resources stored under another group or version hash that one.
+        let (group, version) = match (self.group.as_str(), self.resource.as_str()) {
+            ("events.k8s.io", "events") => ("", "v1"),
+            ("apiextensions.k8s.io", "customresourcedefinitions") => ("apiextensions.k8s.io", "v1beta1"),
+            (g, _) => (g, self.version.as_str()),
+        };
+        let digest = Sha256::digest(format!("{group}/{version}/{}", self.kind).as_bytes());
         base64::engine::general_purpose::STANDARD.encode(&digest[..8])
     }
 
@@ -133,7 +139,11 @@ impl ResourceType {
     pub fn aggregated_entry(&self) -> Value {
         let mut e = json!({
             "resource": self.resource,
-            "responseKind": {"group": "", "version": "", "kind": self.kind},
+            "responseKind": if self.custom {
+                json!({"group": self.group, "version": self.version, "kind": self.kind})
+            } else {
+                json!({"group": "", "version": "", "kind": self.kind})
+            },
             "scope": if self.namespaced { "Namespaced" } else { "Cluster" },
             "singularResource": self.singular,
             "verbs": self.verbs,
@@ -149,8 +159,13 @@ impl ResourceType {
                 self.subresources
                     .iter()
                     .map(|s| {
+                        let (g, v) = if self.custom && s.group.is_empty() {
+                            (self.group.as_str(), self.version.as_str())
+                        } else {
+                            (s.group.as_str(), s.version.as_str())
+                        };
                         json!({"subresource": s.name,
-                               "responseKind": {"group": s.group, "version": s.version, "kind": s.kind},
+                               "responseKind": {"group": g, "version": v, "kind": s.kind},
                                "verbs": s.verbs})
                     })
                     .collect(),

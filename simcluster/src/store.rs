@@ -214,6 +214,12 @@ impl Txn<'_> {
         out
     }
 
+    /// Forget history up to now (a fresh cluster's early revisions are compacted).
+    pub fn compact(&mut self) {
+        self.inner.history.clear();
+        self.inner.compacted = self.inner.rv;
+    }
+
     /// Restore objects and the resourceVersion from a snapshot (no history).
     pub fn restore(&mut self, rv: u64, objects: Vec<(String, Value)>) {
         for (k, v) in objects {

@@ -42,6 +42,7 @@ pub fn table(
     objects: &[Value],
     include: IncludeObject,
     list_meta: Value,
+    version: &str,
 ) -> Value {
     if rt.custom
         && let Some(t) = crate::admission::custom_table(state, rt, objects, include, list_meta.clone())
@@ -104,17 +105,17 @@ pub fn table(
         .map(|o| {
             let mut c = cells(o);
             c.push(json!(age(o["metadata"]["creationTimestamp"].as_str().unwrap_or(""))));
-            json!({"cells": c, "object": row_object(o, include)})
+            json!({"cells": c, "object": row_object(o, include, version)})
         })
         .collect();
-    json!({"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": list_meta, "columnDefinitions": columns, "rows": rows})
+    json!({"kind": "Table", "apiVersion": format!("meta.k8s.io/{version}"), "metadata": list_meta, "columnDefinitions": columns, "rows": rows})
 }
 
 /// The `object` of a row.
-pub fn row_object(o: &Value, include: IncludeObject) -> Value {
+pub fn row_object(o: &Value, include: IncludeObject, version: &str) -> Value {
     match include {
         IncludeObject::None => Value::Null,
-        IncludeObject::Metadata => crate::negotiate::partial(o, "v1"),
+        IncludeObject::Metadata => crate::negotiate::partial(o, version),
         IncludeObject::Object => o.clone(),
     }
 }

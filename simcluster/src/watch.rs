@@ -21,6 +21,7 @@ use crate::state::State;
 use crate::store::{Change, EventType};
 
 struct Watcher {
+    sent_columns: std::sync::atomic::AtomicBool,
     state: Arc<State>,
     t: Target,
     opts: ListOptions,
@@ -47,8 +48,11 @@ impl Watcher {
                     &[obj],
                     IncludeObject::Metadata,
                     json!({"resourceVersion": rv}),
+                    v,
                 );
-                t["apiVersion"] = json!(format!("meta.k8s.io/{v}"));
+                if self.sent_columns.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                    t["columnDefinitions"] = Value::Null;
+                }
                 t
             }
         };
@@ -137,7 +141,7 @@ pub fn serve(state: &Arc<State>, req: &Req, t: &Target) -> Result<Response<Body>
     let timeout = req.q("timeoutSeconds").and_then(|s| s.parse::<u64>().ok()).filter(|s| *s > 0);
     let form = crate::negotiate::choose(req)?;
     let rv_param = req.q("resourceVersion").filter(|s| !s.is_empty());
-    let w = Watcher { state: state.clone(), t: t.clone(), opts, form };
+    let w = Watcher { sent_columns: Default::default(), state: state.clone(), t: t.clone(), opts, form };
 
     let (tx, rx) = mpsc::channel::<Bytes>(1024);
     let mut initial: Vec<Bytes> = Vec::new();
@@ -166,7 +170,16 @@ pub fn serve(state: &Arc<State>, req: &Req, t: &Target) -> Result<Response<Body>
             }
         } else if let Some(s) = rv_param {
             match s.parse::<u64>() {
-                Err(_) => end_after_initial = true,
+                Err(_) => {
+                    return Err(ApiError::status(
+                        500,
+                        "",
+                        format!(
+                            "resourceVersion: Invalid value: \"{s}\": strconv.ParseUint: parsing \"{s}\": invalid syntax"
+                        ),
+                        None,
+                    ));
+                }
                 Ok(rv) if rv > current => {
                     // The real server waits for the revision; history cannot serve it here.
                     start_rv = rv;

@@ -124,12 +124,55 @@ pub fn virtual_create(state: &Arc<State>, req: &Req, t: &Target, body: &Value) -
 }
 
 /// POST to a subresource (`pods/binding`, `serviceaccounts/token`, ...).
-pub fn subresource_create(_state: &Arc<State>, _req: &Req, _t: &Target) -> Result<crate::api::Output, ApiError> {
-    Err(ApiError::method_not_allowed("the server does not allow this method on the requested resource"))
+pub fn subresource_create(state: &Arc<State>, req: &Req, t: &Target) -> Result<crate::api::Output, ApiError> {
+    match (t.rt.group.as_str(), t.rt.resource.as_str(), t.sub.as_deref()) {
+        ("", "serviceaccounts", Some("token")) => token_request(state, req, t),
+        _ => Err(ApiError::method_not_allowed("the server does not allow this method on the requested resource")),
+    }
+}
+
+/// `serviceaccounts/<name>/token`: a bearer token for the ServiceAccount (see [`crate::auth`]).
+fn token_request(state: &Arc<State>, req: &Req, t: &Target) -> Result<crate::api::Output, ApiError> {
+    let name = t.name.clone().unwrap_or_default();
+    let sa = {
+        let txn = state.store.lock();
+        txn.get(&t.rt.key(), &t.namespace, &name).cloned()
+    }
+    .ok_or_else(|| ApiError::not_found("", "serviceaccounts", &name))?;
+    let body = crate::http::decode_body(req.header("Content-Type"), &req.body)?;
+    let expiration = body["spec"]["expirationSeconds"].as_i64().unwrap_or(3600).max(600);
+    let audiences = match body["spec"]["audiences"].as_array() {
+        Some(a) if !a.is_empty() => Value::Array(a.clone()),
+        _ => json!(["https://kubernetes.default.svc.cluster.local"]),
+    };
+    let now = jiff::Timestamp::now();
+    let expires = now + jiff::SignedDuration::from_secs(expiration);
+    let token = crate::auth::issue_token(state, &t.namespace, &name, expires.as_second());
+    let mut doc = json!({
+        "kind": "TokenRequest",
+        "apiVersion": "authentication.k8s.io/v1",
+        "metadata": {"name": name, "namespace": t.namespace, "uid": sa["metadata"]["uid"], "creationTimestamp": crate::api::now()},
+        "spec": body["spec"].clone(),
+    });
+    let time = crate::api::now();
+    let manager = crate::api::manager_of(req);
+    let mgr = crate::fieldmanager::Manager {
+        name: &manager,
+        operation: crate::fieldmanager::Operation::Update,
+        subresource: Some("token"),
+        api_version: "authentication.k8s.io/v1",
+        time: &time,
+    };
+    if let Some(ty) = crate::schema::TypeNav::builtin("authentication.k8s.io/v1", "TokenRequest") {
+        crate::fieldmanager::update(None, &mut doc, &mgr, &ty);
+    }
+    doc["spec"] = json!({"audiences": audiences, "expirationSeconds": expiration, "boundObjectRef": body["spec"].get("boundObjectRef").cloned().unwrap_or(Value::Null)});
+    doc["status"] = json!({"token": token, "expirationTimestamp": expires.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()});
+    Ok(crate::api::Output::Value { code: 201, body: doc, headers: vec![] })
 }
 
 /// An object as clients see it (conversions between API versions sharing storage).
-pub fn present(_state: &Arc<State>, rt: &ResourceType, obj: Value) -> Value {
+pub fn present(_state: &State, rt: &ResourceType, obj: Value) -> Value {
     if rt.resource == "events" && (rt.group.is_empty() || rt.group == "events.k8s.io") {
         return crate::validation::event_for_version(&obj, &rt.api_version());
     }
@@ -440,6 +483,9 @@ pub fn prepare_update(
         let av = rt.api_version();
         crate::validation::check_decode(&av, &rt.kind, new)?;
         crate::validation::default_object(&av, &rt.kind, new);
+    }
+    if !rt.custom {
+        normalize_metadata(new);
     }
     if rt.custom {
         return custom_prepare(state, req, rt, new);

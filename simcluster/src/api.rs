@@ -603,8 +603,11 @@ pub fn store_update(
                         }
                     }
                 }
-                // Status writes may change labels, annotations, ownerReferences? No: only status.
+                // Status writes change only status (and the managed fields of an apply).
                 new["metadata"]["resourceVersion"] = meta_new["resourceVersion"].clone();
+                if applied.is_some() {
+                    new["metadata"]["managedFields"] = meta_new["managedFields"].clone();
+                }
             }
             _ => match old.get("status") {
                 Some(s) => new["status"] = s.clone(),
@@ -722,10 +725,13 @@ pub fn strings(v: &Value) -> Vec<String> {
 
 fn load(state: &State, t: &Target) -> Result<Value, ApiError> {
     let name = t.name.as_deref().unwrap_or_default();
-    let txn = state.store.lock();
-    txn.get(&t.rt.key(), &t.namespace, name)
-        .cloned()
-        .ok_or_else(|| ApiError::not_found(&t.rt.group, &t.rt.resource, name))
+    let obj = {
+        let txn = state.store.lock();
+        txn.get(&t.rt.key(), &t.namespace, name)
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(&t.rt.group, &t.rt.resource, name))?
+    };
+    Ok(admission::present(state, &t.rt, obj))
 }
 
 fn update(state: &Arc<State>, req: &Req, t: &Target) -> Result<Output, ApiError> {
@@ -763,10 +769,10 @@ fn update(state: &Arc<State>, req: &Req, t: &Target) -> Result<Output, ApiError>
             if t.rt.custom {
                 let cause = crate::errors::Cause::new(
                     "FieldValueInvalid",
-                    "Invalid value: 0x0: must be specified for an update",
+                    "Invalid value: 0: must be specified for an update",
                     "metadata.resourceVersion",
                 );
-                return Err(ApiError::invalid(&t.rt.group, &t.rt.kind, &name, &[cause]));
+                return Err(ApiError::invalid(&t.rt.group, &t.rt.resource, &name, &[cause]));
             }
         }
     }
@@ -1133,7 +1139,9 @@ fn scale(state: &Arc<State>, req: &Req, t: &Target, verb: &str) -> Result<Output
             }
         }
         _ => {
-            return Err(ApiError::method_not_allowed("the server does not allow this method on the requested resource"));
+            return Err(ApiError::method_not_allowed(
+                "the server does not allow this method on the requested resource",
+            ));
         }
     };
     if let Some(rv) = wanted["metadata"]["resourceVersion"].as_str()

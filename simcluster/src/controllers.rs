@@ -128,7 +128,10 @@ pub fn controller_write(state: &Arc<State>, rt: &Arc<ResourceType>, mut obj: Val
     if current["metadata"]["uid"] != obj["metadata"]["uid"] {
         return;
     }
-    if obj["metadata"]["deletionTimestamp"].is_string() && strings(&obj["metadata"]["finalizers"]).is_empty() {
+    if obj["metadata"]["deletionTimestamp"].is_string()
+        && strings(&obj["metadata"]["finalizers"]).is_empty()
+        && !crate::admission::held_on_delete(rt, &obj)
+    {
         let rv = txn.next_rv();
         obj["metadata"]["resourceVersion"] = json!(rv.to_string());
         if let Some(m) = obj["metadata"].as_object_mut() {
@@ -207,11 +210,18 @@ fn namespace_pass(state: &Arc<State>) {
             }
             continue;
         }
-        for (rt, o) in content {
+        let mut remaining: std::collections::BTreeMap<String, usize> = Default::default();
+        let mut finalizers: std::collections::BTreeMap<String, usize> = Default::default();
+        for (rt, o) in &content {
             if !o["metadata"]["deletionTimestamp"].is_string() {
                 controller_delete(state, rt, o, Some("Background"));
             }
+            *remaining.entry(format!("{}.{}", rt.resource, rt.group)).or_default() += 1;
+            for f in strings(&o["metadata"]["finalizers"]) {
+                *finalizers.entry(f).or_default() += 1;
+            }
         }
+        set_namespace_conditions(state, &ns_rt, &ns, &remaining, &finalizers);
     }
 }
 
@@ -241,4 +251,95 @@ fn crd_cleanup_pass(state: &Arc<State>) {
             }
         }
     }
+}
+
+/// The namespace controller's progress report on a terminating namespace.
+fn set_namespace_conditions(
+    state: &Arc<State>,
+    rt: &Arc<ResourceType>,
+    ns: &Value,
+    remaining: &std::collections::BTreeMap<String, usize>,
+    finalizers: &std::collections::BTreeMap<String, usize>,
+) {
+    let cond =
+        |t: &str, s: &str, reason: &str, msg: String| json!({"type": t, "status": s, "reason": reason, "message": msg});
+    let mut wanted = vec![
+        cond(
+            "NamespaceDeletionDiscoveryFailure",
+            "False",
+            "ResourcesDiscovered",
+            "All resources successfully discovered".into(),
+        ),
+        cond(
+            "NamespaceDeletionGroupVersionParsingFailure",
+            "False",
+            "ParsedGroupVersions",
+            "All legacy kube types successfully parsed".into(),
+        ),
+        cond(
+            "NamespaceDeletionContentFailure",
+            "False",
+            "ContentDeleted",
+            "All content successfully deleted, may be waiting on finalization".into(),
+        ),
+    ];
+    if remaining.is_empty() {
+        wanted.push(cond(
+            "NamespaceContentRemaining",
+            "False",
+            "ContentRemoved",
+            "All content successfully removed".into(),
+        ));
+    } else {
+        let parts: Vec<String> = remaining.iter().map(|(r, n)| format!("{r} has {n} resource instances")).collect();
+        wanted.push(cond(
+            "NamespaceContentRemaining",
+            "True",
+            "SomeResourcesRemain",
+            format!("Some resources are remaining: {}", parts.join(", ")),
+        ));
+    }
+    if finalizers.is_empty() {
+        wanted.push(cond(
+            "NamespaceFinalizersRemaining",
+            "False",
+            "ContentHasNoFinalizers",
+            "All content-preserving finalizers finished".into(),
+        ));
+    } else {
+        let parts: Vec<String> = finalizers.iter().map(|(f, n)| format!("{f} in {n} resource instances")).collect();
+        wanted.push(cond(
+            "NamespaceFinalizersRemaining",
+            "True",
+            "SomeFinalizersRemain",
+            format!("Some content in the namespace has finalizers remaining: {}", parts.join(", ")),
+        ));
+    }
+    let existing = ns["status"]["conditions"].as_array().cloned().unwrap_or_default();
+    let strip = |c: &Value| {
+        let mut c = c.clone();
+        if let Some(m) = c.as_object_mut() {
+            m.remove("lastTransitionTime");
+        }
+        c
+    };
+    if existing.iter().map(strip).collect::<Vec<_>>() == wanted {
+        return;
+    }
+    let now = crate::api::now();
+    let conditions: Vec<Value> = wanted
+        .into_iter()
+        .map(|mut c| {
+            let same = existing.iter().find(|e| e["type"] == c["type"]).filter(|e| e["status"] == c["status"]);
+            c["lastTransitionTime"] = same.map(|e| e["lastTransitionTime"].clone()).unwrap_or_else(|| json!(now));
+            let mut ordered = serde_json::Map::new();
+            for k in ["type", "status", "lastTransitionTime", "reason", "message"] {
+                ordered.insert(k.into(), c[k].clone());
+            }
+            Value::Object(ordered)
+        })
+        .collect();
+    let mut n = ns.clone();
+    n["status"]["conditions"] = json!(conditions);
+    controller_update(state, rt, n, "kube-controller-manager", Some("status"));
 }

@@ -33,6 +33,8 @@ pub struct State {
     pub allocations: Mutex<Allocations>,
     /// Wakes the control-plane controllers after a write.
     pub kick: tokio::sync::Notify,
+    /// Key signing the ServiceAccount tokens this emulator issues.
+    pub token_key: String,
     /// Models of the stored CustomResourceDefinitions, by CRD name.
     pub crds: std::sync::RwLock<std::collections::BTreeMap<String, crate::crd::CrdModel>>,
 }
@@ -56,6 +58,7 @@ impl State {
             allocations: Mutex::new(Allocations::default()),
             kick: tokio::sync::Notify::new(),
             crds: Default::default(),
+            token_key: uuid::Uuid::new_v4().to_string(),
         }
     }
 }

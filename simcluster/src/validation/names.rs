@@ -336,12 +336,13 @@ fn validate_owner_references(refs: Option<&Value>, path: &str) -> Vec<Cause> {
             if first_controller.is_empty() {
                 first_controller = cur;
             } else {
-                errs.push(field::invalid(
-                    path,
-                    &Value::Array(list.clone()),
-                    &format!(
-                        "Only one reference can have Controller set to true. Found \"true\" in references for {first_controller} and {cur}"
+                errs.push(crate::errors::Cause::new(
+                    "FieldValueInvalid",
+                    format!(
+                        "Invalid value: {}: Only one reference can have Controller set to true. Found \"true\" in references for {first_controller} and {cur}",
+                        go_owner_references(list)
                     ),
+                    path,
                 ));
             }
         }
@@ -433,4 +434,21 @@ pub(crate) fn validate_object_meta_update(obj: &Value, old: &Value) -> Vec<Cause
     errs.extend(validate_annotations(meta.get("annotations"), "metadata.annotations"));
     errs.extend(validate_owner_references(meta.get("ownerReferences"), "metadata.ownerReferences"));
     errs
+}
+
+/// Owner references as Go's `encoding/json` writes them (struct field order).
+fn go_owner_references(list: &[Value]) -> String {
+    let items: Vec<String> = list
+        .iter()
+        .map(|r| {
+            let mut parts = Vec::new();
+            for k in ["apiVersion", "kind", "name", "uid", "controller", "blockOwnerDeletion"] {
+                if let Some(v) = r.get(k) {
+                    parts.push(format!("{}:{}", serde_json::to_string(k).unwrap_or_default(), v));
+                }
+            }
+            format!("{{{}}}", parts.join(","))
+        })
+        .collect();
+    format!("[{}]", items.join(","))
 }

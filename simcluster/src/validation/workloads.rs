@@ -448,7 +448,10 @@ fn validate_selector_matches_template(obj: &Value, require_selector: bool) -> Ve
     let has_exprs =
         selector.and_then(|s| s.get("matchExpressions")).and_then(Value::as_array).is_some_and(|a| !a.is_empty());
     if require_selector && selector.is_none_or(Value::is_null) {
+        // A nil selector selects nothing, so the template's labels never match it either.
         errs.push(field::required("spec.selector", ""));
+        let tl = obj.pointer("/spec/template/metadata/labels").cloned().unwrap_or(Value::Null);
+        errs.push(field::invalid("spec.template.metadata.labels", &tl, "`selector` does not match template `labels`"));
         return errs;
     }
     if require_selector && match_labels.is_none_or(Map::is_empty) && !has_exprs {

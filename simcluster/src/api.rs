@@ -81,9 +81,7 @@ pub async fn dispatch(state: &Arc<State>, req: &Req, t: &Target) -> Result<Outpu
         (&Method::DELETE, Some(_), None) => "delete",
         (&Method::POST, Some(_), Some(_)) => "create",
         (&Method::POST, Some(_), None) => {
-            return Err(ApiError::method_not_allowed(format!(
-                "the server does not allow this method on the requested resource"
-            )));
+            return Err(ApiError::method_not_allowed("the server does not allow this method on the requested resource"));
         }
         _ => {
             return Err(ApiError::method_not_allowed(
@@ -273,7 +271,7 @@ fn list(state: &Arc<State>, req: &Req, t: &Target) -> Result<Output, ApiError> {
     };
     let objects = txn
         .snapshot(&t.rt.key(), snapshot_rv)
-        .ok_or_else(|| ApiError::status(410, "Expired", format!("The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list."), None))?;
+        .ok_or_else(|| ApiError::status(410, "Expired", String::from("The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list."), None))?;
     drop(txn);
     let mut items = Vec::new();
     let mut next = None;

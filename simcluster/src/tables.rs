@@ -49,7 +49,8 @@ pub fn table(
     {
         return t;
     }
-    let (columns, cells): (Vec<Value>, Box<dyn Fn(&Value) -> Vec<Value>>) = match (
+    type Cells = Box<dyn Fn(&Value) -> Vec<Value>>;
+    let (columns, cells): (Vec<Value>, Cells) = match (
         rt.group.as_str(),
         rt.resource.as_str(),
     ) {

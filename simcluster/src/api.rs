@@ -81,7 +81,9 @@ pub async fn dispatch(state: &Arc<State>, req: &Req, t: &Target) -> Result<Outpu
         (&Method::DELETE, Some(_), None) => "delete",
         (&Method::POST, Some(_), Some(_)) => "create",
         (&Method::POST, Some(_), None) => {
-            return Err(ApiError::method_not_allowed("the server does not allow this method on the requested resource"));
+            return Err(ApiError::method_not_allowed(
+                "the server does not allow this method on the requested resource",
+            ));
         }
         _ => {
             return Err(ApiError::method_not_allowed(

@@ -6,12 +6,14 @@
 pub mod admission;
 pub mod api;
 pub mod auth;
+pub mod client;
 pub mod controllers;
 pub mod crd;
 pub mod discovery;
 pub mod errors;
 pub mod fieldmanager;
 pub mod http;
+pub mod kcm;
 pub mod names;
 pub mod negotiate;
 pub mod rbac;
@@ -44,6 +46,7 @@ impl SimCluster {
         let state = Arc::new(state::State::new(config));
         bootstrap(&state);
         controllers::start(state.clone());
+        kcm::start(state.clone());
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
         let addr = listener.local_addr()?;
         let app_state = state.clone();

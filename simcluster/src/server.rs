@@ -112,7 +112,8 @@ fn segments(path: &str) -> Vec<String> {
     path.split('/').filter(|s| !s.is_empty()).map(h::percent_decode).collect()
 }
 
-async fn route(state: &Arc<State>, req: &Req, path: &str) -> Result<Response<Body>, ApiError> {
+/// Route one parsed request (also used by the in-process [`crate::client::Client`]).
+pub async fn route(state: &Arc<State>, req: &Req, path: &str) -> Result<Response<Body>, ApiError> {
     let segs = segments(path);
     let s: Vec<&str> = segs.iter().map(String::as_str).collect();
     match s.as_slice() {

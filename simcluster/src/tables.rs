@@ -50,10 +50,7 @@ pub fn table(
         return t;
     }
     type Cells = Box<dyn Fn(&Value) -> Vec<Value>>;
-    let (columns, cells): (Vec<Value>, Cells) = match (
-        rt.group.as_str(),
-        rt.resource.as_str(),
-    ) {
+    let (columns, cells): (Vec<Value>, Cells) = match (rt.group.as_str(), rt.resource.as_str()) {
         ("", "configmaps") => (
             vec![
                 col("Name", "string", "name", NAME_DESC),

@@ -1,0 +1,187 @@
+//! An in-process API client for the emulator's own controllers. Controllers act exactly as
+//! kube-controller-manager does on a real cluster: through the API, as a named field manager,
+//! so defaulting, validation, managedFields, resourceVersions and watch events are those of any
+//! client request.
+
+use std::sync::Arc;
+
+use http::{HeaderMap, HeaderValue, Method};
+use serde_json::{Value, json};
+
+use crate::errors::ApiError;
+use crate::server::Req;
+use crate::state::State;
+
+/// A client acting as `manager` with admin rights.
+#[derive(Clone)]
+pub struct Client {
+    state: Arc<State>,
+    manager: String,
+}
+
+/// The path of a resource collection or object: `/api/v1/namespaces/ns/pods/name/status`.
+pub fn path(api_version: &str, resource: &str, namespace: &str, name: &str, sub: &str) -> String {
+    let mut p = if api_version.contains('/') { format!("/apis/{api_version}") } else { format!("/api/{api_version}") };
+    if !namespace.is_empty() {
+        p.push_str(&format!("/namespaces/{namespace}"));
+    }
+    p.push_str(&format!("/{resource}"));
+    if !name.is_empty() {
+        p.push_str(&format!("/{name}"));
+    }
+    if !sub.is_empty() {
+        p.push_str(&format!("/{sub}"));
+    }
+    p
+}
+
+impl Client {
+    /// A client writing as `manager` (e.g. `kube-controller-manager`).
+    pub fn new(state: Arc<State>, manager: &str) -> Client {
+        Client { state, manager: manager.to_string() }
+    }
+
+    /// The server state (for reads that need no API semantics).
+    pub fn state(&self) -> &Arc<State> {
+        &self.state
+    }
+
+    /// Send one request; the response body as JSON, or the API error.
+    pub async fn request(
+        &self,
+        method: Method,
+        path: &str,
+        query: &[(&str, &str)],
+        body: Option<&Value>,
+        content_type: &str,
+    ) -> Result<Value, ApiError> {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            "Content-Type",
+            HeaderValue::from_str(content_type).unwrap_or(HeaderValue::from_static("application/json")),
+        );
+        headers.insert("User-Agent", HeaderValue::from_str(&format!("{}/v1.36.2", self.manager)).expect("ascii"));
+        let mut q: std::collections::BTreeMap<String, String> =
+            query.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        q.entry("fieldManager".into()).or_insert_with(|| self.manager.clone());
+        if method == Method::GET || method == Method::DELETE {
+            q.remove("fieldManager");
+        }
+        let req = Req {
+            method,
+            query: q,
+            headers,
+            body: body.map(|b| bytes::Bytes::from(serde_json::to_vec(b).unwrap_or_default())).unwrap_or_default(),
+            accept: crate::http::parse_accept(Some("application/json")),
+            user: crate::rbac::UserInfo::admin(),
+        };
+        let resp = crate::server::route(&self.state, &req, path).await?;
+        let status = resp.status().as_u16();
+        let bytes =
+            axum::body::to_bytes(resp.into_body(), 64 << 20).await.map_err(|e| ApiError::internal(e.to_string()))?;
+        let v: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        if status >= 400 {
+            return Err(ApiError::status(
+                status,
+                v["reason"].as_str().unwrap_or_default(),
+                v["message"].as_str().unwrap_or_default(),
+                v.get("details").cloned(),
+            ));
+        }
+        Ok(v)
+    }
+
+    /// GET an object.
+    pub async fn get(&self, path: &str) -> Result<Value, ApiError> {
+        self.request(Method::GET, path, &[], None, "application/json").await
+    }
+
+    /// List a collection (optionally label-selected); the items carry kind and apiVersion.
+    pub async fn list(&self, path: &str, label_selector: &str) -> Result<Vec<Value>, ApiError> {
+        let q: Vec<(&str, &str)> =
+            if label_selector.is_empty() { vec![] } else { vec![("labelSelector", label_selector)] };
+        let list = self.request(Method::GET, path, &q, None, "application/json").await?;
+        Ok(list["items"].as_array().cloned().unwrap_or_default())
+    }
+
+    /// POST a new object.
+    pub async fn create(&self, path: &str, obj: &Value) -> Result<Value, ApiError> {
+        self.request(Method::POST, path, &[], Some(obj), "application/json").await
+    }
+
+    /// PUT an object (or its status with a `/status` path).
+    pub async fn update(&self, path: &str, obj: &Value) -> Result<Value, ApiError> {
+        self.request(Method::PUT, path, &[], Some(obj), "application/json").await
+    }
+
+    /// Merge-patch an object.
+    pub async fn merge_patch(&self, path: &str, patch: &Value) -> Result<Value, ApiError> {
+        self.request(Method::PATCH, path, &[], Some(patch), "application/merge-patch+json").await
+    }
+
+    /// Strategic-merge-patch an object.
+    pub async fn strategic_patch(&self, path: &str, patch: &Value) -> Result<Value, ApiError> {
+        self.request(Method::PATCH, path, &[], Some(patch), "application/strategic-merge-patch+json").await
+    }
+
+    /// DELETE an object (`grace`: gracePeriodSeconds, `propagation`: propagationPolicy).
+    pub async fn delete(&self, path: &str, grace: Option<i64>, propagation: Option<&str>) -> Result<Value, ApiError> {
+        let mut body = json!({"kind": "DeleteOptions", "apiVersion": "v1"});
+        if let Some(g) = grace {
+            body["gracePeriodSeconds"] = json!(g);
+        }
+        if let Some(p) = propagation {
+            body["propagationPolicy"] = json!(p);
+        }
+        self.request(Method::DELETE, path, &[], Some(&body), "application/json").await
+    }
+
+    /// Record a core/v1 Event about `object` as kube-controller-manager's `component` does:
+    /// named `<object>.<hex nanoseconds>`, `source.component` and `reportingComponent` set,
+    /// `eventTime: null`; an identical event (same object, type, reason, message) is aggregated
+    /// into the existing one (`count` + 1, `lastTimestamp`).
+    pub async fn event(&self, object: &Value, type_: &str, reason: &str, message: &str, component: &str) {
+        let ns = object["metadata"]["namespace"].as_str().unwrap_or("default").to_string();
+        let name = object["metadata"]["name"].as_str().unwrap_or_default().to_string();
+        let involved = json!({
+            "kind": object["kind"], "namespace": object["metadata"]["namespace"], "name": name,
+            "uid": object["metadata"]["uid"], "apiVersion": object["apiVersion"],
+            "resourceVersion": object["metadata"]["resourceVersion"],
+        });
+        let events_path = path("v1", "events", &ns, "", "");
+        let now = crate::api::now();
+        if let Ok(existing) = self.list(&events_path, "").await
+            && let Some(e) = existing.iter().find(|e| {
+                e["involvedObject"]["uid"] == involved["uid"]
+                    && e["reason"] == reason
+                    && e["message"] == message
+                    && e["type"] == type_
+                    && e["source"]["component"] == component
+            })
+        {
+            let mut e = e.clone();
+            e["count"] = json!(e["count"].as_i64().unwrap_or(1) + 1);
+            e["lastTimestamp"] = json!(now);
+            let ename = e["metadata"]["name"].as_str().unwrap_or_default().to_string();
+            let _ = self.update(&path("v1", "events", &ns, &ename, ""), &e).await;
+            return;
+        }
+        let nanos = jiff::Timestamp::now().as_nanosecond();
+        let ev = json!({
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": format!("{name}.{nanos:x}"), "namespace": ns},
+            "involvedObject": involved,
+            "reason": reason,
+            "message": message,
+            "source": {"component": component},
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+            "type": type_,
+            "eventTime": null,
+            "reportingComponent": component,
+            "reportingInstance": "",
+        });
+        let _ = self.create(&events_path, &ev).await;
+    }
+}

@@ -1,0 +1,68 @@
+//! The control plane's controllers, as kube-controller-manager runs them: each reconciles the
+//! objects it owns through the API (an in-process [`Client`] acting as
+//! `kube-controller-manager`), woken by every change in the store and by a periodic tick for
+//! time-based conditions. They run with the scheduler and kubelet simulation on or off
+//! (`simcluster --no-kubelet`), as the conformance cases that play scheduler and kubelet need.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::client::Client;
+use crate::state::State;
+
+pub mod daemonset;
+pub mod deployment;
+pub mod endpoints;
+pub mod job;
+pub mod namespace_defaults;
+pub mod node;
+pub mod pv;
+pub mod replicaset;
+pub mod statefulset;
+
+/// The field manager of every controller write.
+pub const MANAGER: &str = "kube-controller-manager";
+
+type Reconcile = fn(Client) -> Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// The controllers, by name.
+fn controllers() -> Vec<(&'static str, Reconcile)> {
+    vec![
+        ("deployment-controller", |c| Box::pin(deployment::reconcile(c))),
+        ("replicaset-controller", |c| Box::pin(replicaset::reconcile(c))),
+        ("statefulset-controller", |c| Box::pin(statefulset::reconcile(c))),
+        ("daemonset-controller", |c| Box::pin(daemonset::reconcile(c))),
+        ("job-controller", |c| Box::pin(job::reconcile(c))),
+        ("endpoint-controller", |c| Box::pin(endpoints::reconcile(c))),
+        ("node-controller", |c| Box::pin(node::reconcile(c))),
+        ("persistentvolume-controller", |c| Box::pin(pv::reconcile(c))),
+        ("namespace-defaults", |c| Box::pin(namespace_defaults::reconcile(c))),
+    ]
+}
+
+/// Start every controller. Each runs after any change to the store (coalesced) and at least
+/// once a second.
+pub fn start(state: Arc<State>) {
+    for (_name, reconcile) in controllers() {
+        let client = Client::new(state.clone(), MANAGER);
+        let mut changes = state.store.subscribe();
+        tokio::spawn(async move {
+            loop {
+                reconcile(client.clone()).await;
+                tokio::select! {
+                    r = changes.recv() => {
+                        if matches!(r, Err(tokio::sync::broadcast::error::RecvError::Closed)) {
+                            return;
+                        }
+                        // Coalesce a burst of changes into one pass.
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        while changes.try_recv().is_ok() {}
+                    }
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                }
+            }
+        });
+    }
+}

@@ -127,8 +127,45 @@ pub fn virtual_create(state: &Arc<State>, req: &Req, t: &Target, body: &Value) -
 pub fn subresource_create(state: &Arc<State>, req: &Req, t: &Target) -> Result<crate::api::Output, ApiError> {
     match (t.rt.group.as_str(), t.rt.resource.as_str(), t.sub.as_deref()) {
         ("", "serviceaccounts", Some("token")) => token_request(state, req, t),
+        ("", "pods", Some("binding")) => bind_pod(state, req, t),
         _ => Err(ApiError::method_not_allowed("the server does not allow this method on the requested resource")),
     }
+}
+
+/// `pods/<name>/binding`: what the scheduler does: set `spec.nodeName` and `PodScheduled=True`
+/// (no managedFields entry, as on a real server).
+fn bind_pod(state: &Arc<State>, req: &Req, t: &Target) -> Result<crate::api::Output, ApiError> {
+    let name = t.name.clone().unwrap_or_default();
+    let body = crate::http::decode_body(req.header("Content-Type"), &req.body)?;
+    let node = body["target"]["name"].as_str().unwrap_or_default().to_string();
+    let mut txn = state.store.lock();
+    let mut pod =
+        txn.get(&t.rt.key(), &t.namespace, &name).cloned().ok_or_else(|| ApiError::not_found("", "pods", &name))?;
+    if let Some(current) = pod["spec"]["nodeName"].as_str().filter(|n| !n.is_empty()) {
+        return Err(ApiError::status(
+            409,
+            "Conflict",
+            format!(
+                "Operation cannot be fulfilled on pods/binding \"{name}\": pod {name} is already assigned to node \"{current}\""
+            ),
+            Some(json!({"name": name, "kind": "pods/binding"})),
+        ));
+    }
+    pod["spec"]["nodeName"] = json!(node);
+    let mut conditions = pod["status"]["conditions"].as_array().cloned().unwrap_or_default();
+    conditions.retain(|c| c["type"] != "PodScheduled");
+    conditions.push(json!({"type": "PodScheduled", "status": "True", "lastProbeTime": null, "lastTransitionTime": crate::api::now()}));
+    pod["status"]["conditions"] = json!(conditions);
+    let rv = txn.next_rv();
+    pod["metadata"]["resourceVersion"] = json!(rv.to_string());
+    txn.put(&t.rt.key(), &t.namespace, &name, pod.clone(), rv);
+    drop(txn);
+    after_write(state, &t.rt, &pod);
+    Ok(crate::api::Output::Value {
+        code: 201,
+        body: json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
+        headers: vec![],
+    })
 }
 
 /// `serviceaccounts/<name>/token`: a bearer token for the ServiceAccount (see [`crate::auth`]).
@@ -769,13 +806,25 @@ pub fn mark_deleting(rt: &ResourceType, obj: &mut Value) {
 }
 
 /// The grace period a delete starts, if the kind deletes gracefully.
-pub fn graceful_delete(_rt: &ResourceType, _obj: &Value, _grace: Option<i64>) -> Option<i64> {
-    None
+///
+/// A Pod bound to a node that has not finished is deleted gracefully: it gets a
+/// `deletionGracePeriodSeconds` (the request's, else its `terminationGracePeriodSeconds`, else
+/// 30) and stays until the kubelet deletes it with `gracePeriodSeconds=0`.
+pub fn graceful_delete(rt: &ResourceType, obj: &Value, grace: Option<i64>) -> Option<i64> {
+    if !(rt.group.is_empty() && rt.resource == "pods") || grace == Some(0) {
+        return None;
+    }
+    let bound = obj["spec"]["nodeName"].as_str().is_some_and(|n| !n.is_empty());
+    let finished = matches!(obj["status"]["phase"].as_str(), Some("Succeeded" | "Failed"));
+    if !bound || finished {
+        return None;
+    }
+    Some(grace.or(obj["spec"]["terminationGracePeriodSeconds"].as_i64()).unwrap_or(30))
 }
 
 /// The body of a completed delete.
 pub fn delete_response(rt: &ResourceType, last: Value, status: Value) -> Value {
-    if (rt.group.is_empty() && rt.resource == "namespaces") || is_crd(rt) {
+    if (rt.group.is_empty() && matches!(rt.resource.as_str(), "namespaces" | "pods")) || is_crd(rt) {
         return crate::api::with_type(rt, last);
     }
     status

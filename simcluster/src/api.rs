@@ -996,16 +996,39 @@ fn delete_object(
         let rv = txn.next_rv();
         let mut last = old.clone();
         last["metadata"]["resourceVersion"] = json!(rv.to_string());
+        if already && grace == Some(0) {
+            last["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+        }
         txn.remove(&t.rt.key(), &t.namespace, &name, last.clone(), rv);
         drop(txn);
         admission::after_delete(state, &t.rt, &last);
         return Ok(ok(200, admission::delete_response(&t.rt, last, success_status(t, old))));
     }
     if already {
+        // A terminating object whose grace period is cut to zero (the kubelet's final delete)
+        // goes now if nothing else holds it.
+        if grace == Some(0)
+            && strings(&old["metadata"]["finalizers"]).is_empty()
+            && old["metadata"]["deletionGracePeriodSeconds"].as_i64().unwrap_or(0) > 0
+        {
+            if dry {
+                return Ok(ok(200, with_type(&t.rt, old.clone())));
+            }
+            let mut txn = state.store.lock();
+            let rv = txn.next_rv();
+            let mut last = old.clone();
+            last["metadata"]["resourceVersion"] = json!(rv.to_string());
+            last["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+            txn.remove(&t.rt.key(), &t.namespace, &name, last.clone(), rv);
+            drop(txn);
+            admission::after_delete(state, &t.rt, &last);
+            return Ok(ok(200, admission::delete_response(&t.rt, last, success_status(t, old))));
+        }
         return Ok(ok(200, with_type(&t.rt, old.clone())));
     }
     let mut new = old.clone();
-    new["metadata"]["deletionTimestamp"] = json!(now());
+    let at = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(graceful.unwrap_or(0));
+    new["metadata"]["deletionTimestamp"] = json!(at.strftime("%Y-%m-%dT%H:%M:%SZ").to_string());
     new["metadata"]["deletionGracePeriodSeconds"] = json!(graceful.unwrap_or(0));
     admission::mark_deleting(&t.rt, &mut new);
     if !finalizers.is_empty() {

@@ -3,8 +3,6 @@
 
 mod support;
 
-use std::process::Command;
-
 use support::{Cluster, GitServer, Tools, WorkTree, git_cmd, run, temp_dir};
 
 #[test]
@@ -43,17 +41,15 @@ fn tools_are_the_pinned_versions() {
     assert!(kubectl.contains("\"gitVersion\": \"v1.35."), "kubectl {kubectl}");
 }
 
-/// `kubectl apply --server-side --dry-run=server -f crds/`: a real API server accepts our CRDs,
-/// CEL rules and cost estimates included.
+/// `kubectl apply --server-side --dry-run=server -f crds/`: the API server accepts our CRDs, CEL
+/// rules and cost estimates included (simcluster, or the real cluster of `KSYNC_E2E_KUBECONFIG`).
 #[test]
-fn e2e_real_api_server_accepts_the_crds() {
-    let Some(cluster) = Cluster::get("e2e_real_api_server_accepts_the_crds") else { return };
+fn api_server_accepts_the_crds() {
+    let cluster = Cluster::start();
     let tools = Tools::get();
     let home = temp_dir("kubectl");
-    let out = run(Command::new(tools.bin.join("kubectl"))
-        .env("HOME", home.path())
-        .arg("--kubeconfig")
-        .arg(cluster.kubeconfig())
+    let out = run(cluster
+        .kubectl(&tools, home.path())
         .args(["apply", "--server-side", "--dry-run=server", "--field-manager=kuvryn-sync-test", "-f"])
         .arg(support::repo_root().join("crds")));
     for crd in ["repositories", "applications", "revisions", "healthchecks"] {

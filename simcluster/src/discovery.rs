@@ -126,3 +126,59 @@ fn aggregated(state: &Arc<State>, core: bool) -> Response<Body> {
     resp.headers_mut().insert("Content-Type", http::HeaderValue::from_static(AGG));
     resp
 }
+
+/// `GET /openapi/v3`: the group versions with an OpenAPI v3 document, as client-go's
+/// OpenAPI v3 root expects.
+pub fn openapi_root(state: &Arc<State>) -> Value {
+    let mut paths = serde_json::Map::new();
+    for gv in state.registry.group_versions() {
+        let key = if gv.group.is_empty() {
+            format!("api/{}", gv.version)
+        } else {
+            format!("apis/{}/{}", gv.group, gv.version)
+        };
+        paths.insert(key.clone(), json!({"serverRelativeURL": format!("/openapi/v3/{key}")}));
+    }
+    json!({"paths": paths})
+}
+
+/// `GET /openapi/v3/<group version>`: a minimal OpenAPI v3 document listing, for each resource,
+/// its operations with their `x-kubernetes-group-version-kind` and the query parameters the
+/// server supports. That is what kubectl reads to decide that validation (`fieldValidation`)
+/// and dry-run happen on the server. It carries no schemas.
+pub fn openapi_group_version(state: &Arc<State>, key: &str) -> Option<Value> {
+    let (group, version) = match key.split('/').collect::<Vec<_>>().as_slice() {
+        ["api", v] => (String::new(), v.to_string()),
+        ["apis", g, v] => (g.to_string(), v.to_string()),
+        _ => return None,
+    };
+    let gv = state.registry.group_version(&group, &version)?;
+    let prefix = if group.is_empty() { format!("/api/{version}") } else { format!("/apis/{group}/{version}") };
+    let params: Vec<Value> = ["fieldValidation", "fieldManager", "dryRun", "force"]
+        .iter()
+        .map(|p| json!({"name": p, "in": "query", "schema": {"type": "string", "uniqueItems": true}}))
+        .collect();
+    let mut paths = serde_json::Map::new();
+    for r in &gv.resources {
+        let gvk = json!({"group": r.group, "version": r.version, "kind": r.kind});
+        let op = json!({"x-kubernetes-group-version-kind": gvk, "parameters": params, "responses": {"200": {"description": "OK"}}});
+        let item = if r.namespaced {
+            format!("{prefix}/namespaces/{{namespace}}/{}/{{name}}", r.resource)
+        } else {
+            format!("{prefix}/{}/{{name}}", r.resource)
+        };
+        let collection = if r.namespaced {
+            format!("{prefix}/namespaces/{{namespace}}/{}", r.resource)
+        } else {
+            format!("{prefix}/{}", r.resource)
+        };
+        paths.insert(item, json!({"get": op, "put": op, "patch": op, "delete": op}));
+        paths.insert(collection, json!({"get": op, "post": op}));
+    }
+    Some(json!({
+        "openapi": "3.0.0",
+        "info": {"title": "Kubernetes", "version": "v1.36.2"},
+        "paths": paths,
+        "components": {"schemas": {}},
+    }))
+}

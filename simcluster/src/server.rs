@@ -123,6 +123,10 @@ pub async fn route(state: &Arc<State>, req: &Req, path: &str) -> Result<Response
             .header("Content-Type", "text/plain; charset=utf-8")
             .body(Body::from("ok"))
             .expect("response")),
+        ["openapi", "v3"] => Ok(plain_json(crate::discovery::openapi_root(state))),
+        ["openapi", "v3", rest @ ..] => crate::discovery::openapi_group_version(state, &rest.join("/"))
+            .map(plain_json)
+            .ok_or(ApiError::PageNotFound),
         ["api"] => crate::discovery::api_root(state, req),
         ["apis"] => crate::discovery::apis_root(state, req),
         ["api", v] => {

@@ -220,27 +220,38 @@ pub enum Cluster {
         /// Its kubeconfig.
         kubeconfig: PathBuf,
     },
+    /// simcluster, in this process on its own runtime, with its kubeconfig in a temp folder.
+    Sim {
+        /// The emulator.
+        sim: simcluster::SimCluster,
+        /// The runtime serving it (dropped last).
+        runtime: tokio::runtime::Runtime,
+        /// Folder holding `kubeconfig`.
+        dir: tempfile::TempDir,
+    },
 }
 
 impl Cluster {
-    /// The cluster for this run, or `None` (with the reason printed) when there is none yet:
-    /// until simcluster lands, only a real cluster named by `KSYNC_E2E_KUBECONFIG` is offered.
-    pub fn get(test: &str) -> Option<Cluster> {
-        match std::env::var_os(E2E_KUBECONFIG) {
-            Some(path) => Some(Cluster::External { kubeconfig: PathBuf::from(path) }),
-            None => {
-                eprintln!(
-                    "SKIP {test}: no cluster: set {E2E_KUBECONFIG} to a real cluster's kubeconfig (simcluster is not built yet)"
-                );
-                None
-            }
+    /// The cluster for this run: the real one named by `KSYNC_E2E_KUBECONFIG`, else a fresh
+    /// simcluster (workload simulation on).
+    pub fn start() -> Cluster {
+        if let Some(path) = std::env::var_os(E2E_KUBECONFIG) {
+            return Cluster::External { kubeconfig: PathBuf::from(path) };
         }
+        let runtime =
+            tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+        let sim =
+            runtime.block_on(simcluster::SimCluster::start(simcluster::Config::default(), 0)).expect("simcluster");
+        let dir = temp_dir("cluster");
+        std::fs::write(dir.path().join("kubeconfig"), sim.kubeconfig()).expect("write kubeconfig");
+        Cluster::Sim { sim, runtime, dir }
     }
 
     /// The kubeconfig path.
-    pub fn kubeconfig(&self) -> &Path {
+    pub fn kubeconfig(&self) -> PathBuf {
         match self {
-            Cluster::External { kubeconfig } => kubeconfig,
+            Cluster::External { kubeconfig } => kubeconfig.clone(),
+            Cluster::Sim { dir, .. } => dir.path().join("kubeconfig"),
         }
     }
 
@@ -257,5 +268,20 @@ impl Cluster {
             return false;
         }
         true
+    }
+
+    /// `kubectl` against this cluster.
+    pub fn kubectl(&self, tools: &Tools, home: &Path) -> Command {
+        let mut c = tools.kubectl(home);
+        c.env("KUBECONFIG", self.kubeconfig());
+        c
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        if let Cluster::Sim { sim, .. } = self {
+            sim.stop();
+        }
     }
 }

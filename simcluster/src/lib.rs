@@ -21,6 +21,7 @@ pub mod registry;
 pub mod schema;
 pub mod selectors;
 pub mod server;
+pub mod snapshot;
 pub mod state;
 pub mod store;
 pub mod tables;
@@ -44,7 +45,13 @@ impl SimCluster {
     /// Start serving on `127.0.0.1:port` (0: any free port).
     pub async fn start(config: Config, port: u16) -> std::io::Result<SimCluster> {
         let state = Arc::new(state::State::new(config));
-        bootstrap(&state);
+        match &state.config.data {
+            Some(path) if path.exists() => snapshot::load(&state, path)?,
+            _ => bootstrap(&state),
+        }
+        if let Some(path) = state.config.data.clone() {
+            snapshot::start(state.clone(), path);
+        }
         controllers::start(state.clone());
         kcm::start(state.clone());
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
@@ -91,10 +98,15 @@ impl SimCluster {
         kube::Client::try_from(config)
     }
 
-    /// Stop serving.
+    /// Stop serving (and write the snapshot, with `Config::data`).
     pub fn stop(&mut self) {
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
+            if let Some(path) = &self.state.config.data
+                && let Err(e) = snapshot::save(&self.state, path)
+            {
+                tracing::error!("simcluster: writing {}: {e}", path.display());
+            }
         }
     }
 }

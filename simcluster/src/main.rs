@@ -16,14 +16,17 @@ struct Args {
     /// Run without the scheduler and kubelet simulation (control-plane controllers only).
     #[arg(long)]
     no_kubelet: bool,
+    /// Keep objects in this file across restarts.
+    #[arg(long)]
+    data: Option<std::path::PathBuf>,
 }
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let args = Args::parse();
     tracing_subscriber::fmt().with_writer(std::io::stderr).init();
-    let config = simcluster::Config { kubelet: !args.no_kubelet, ..Default::default() };
-    let sim = match simcluster::SimCluster::start(config, args.port).await {
+    let config = simcluster::Config { kubelet: !args.no_kubelet, data: args.data.clone(), ..Default::default() };
+    let mut sim = match simcluster::SimCluster::start(config, args.port).await {
         Ok(s) => s,
         Err(e) => {
             eprintln!("simcluster: cannot listen on 127.0.0.1:{}: {e}", args.port);
@@ -38,5 +41,6 @@ async fn main() -> std::process::ExitCode {
     }
     println!("{}", sim.url());
     let _ = tokio::signal::ctrl_c().await;
+    sim.stop();
     std::process::ExitCode::SUCCESS
 }

@@ -13,11 +13,14 @@ pub struct Config {
     pub admin_token: String,
     /// Run the scheduler and kubelet simulation (off: the control-plane controllers only).
     pub kubelet: bool,
+    /// Keep objects in this file across restarts (written once a second when something
+    /// changed, and on [`crate::SimCluster::stop`]).
+    pub data: Option<std::path::PathBuf>,
 }
 
 impl Default for Config {
     fn default() -> Self {
-        Config { admin_token: "simcluster-admin-token".into(), kubelet: true }
+        Config { admin_token: "simcluster-admin-token".into(), kubelet: true, data: None }
     }
 }
 

@@ -209,6 +209,21 @@ fn token_request(state: &Arc<State>, req: &Req, t: &Target) -> Result<crate::api
 }
 
 /// An object as clients see it (conversions between API versions sharing storage).
+/// Whether objects of this resource are converted on the way out (see [`present`]).
+pub fn converts(rt: &ResourceType) -> bool {
+    rt.resource == "events" && (rt.group.is_empty() || rt.group == "events.k8s.io")
+}
+
+/// [`present`] without a copy when nothing is converted.
+pub fn presented<'a>(state: &State, rt: &ResourceType, obj: &'a Value) -> std::borrow::Cow<'a, Value> {
+    if converts(rt) {
+        std::borrow::Cow::Owned(present(state, rt, obj.clone()))
+    } else {
+        std::borrow::Cow::Borrowed(obj)
+    }
+}
+
+/// An object as clients see it (conversions between API versions sharing storage).
 pub fn present(_state: &State, rt: &ResourceType, obj: Value) -> Value {
     if rt.resource == "events" && (rt.group.is_empty() || rt.group == "events.k8s.io") {
         return crate::validation::event_for_version(&obj, &rt.api_version());

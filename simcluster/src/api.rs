@@ -271,8 +271,23 @@ fn list(state: &Arc<State>, req: &Req, t: &Target) -> Result<Output, ApiError> {
             (rv, None)
         }
     };
-    let objects = txn
-        .snapshot(&t.rt.key(), snapshot_rv)
+    let objects = if snapshot_rv >= current {
+        // The current state: filter in place and copy only what matches.
+        let mut m = crate::store::Objects::new();
+        for o in txn.all(&t.rt.key()) {
+            if matches(&opts, &t.namespace, &admission::presented(state, &t.rt, o)) {
+                let id = (
+                    o["metadata"]["namespace"].as_str().unwrap_or_default().to_string(),
+                    o["metadata"]["name"].as_str().unwrap_or_default().to_string(),
+                );
+                m.insert(id, o.clone());
+            }
+        }
+        Some(m)
+    } else {
+        txn.snapshot(&t.rt.key(), snapshot_rv)
+    };
+    let objects = objects
         .ok_or_else(|| ApiError::status(410, "Expired", String::from("The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list."), None))?;
     drop(txn);
     let mut items = Vec::new();
@@ -287,8 +302,7 @@ fn list(state: &Arc<State>, req: &Req, t: &Target) -> Result<Output, ApiError> {
         {
             continue;
         }
-        let obj = &admission::present(state, &t.rt, obj.clone());
-        if !matches(&opts, &t.namespace, obj) {
+        if !matches(&opts, &t.namespace, &admission::presented(state, &t.rt, obj)) {
             continue;
         }
         if limit > 0 && items.len() == limit {

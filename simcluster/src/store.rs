@@ -47,6 +47,9 @@ pub struct Change {
     pub object: Value,
     /// The object before the change (Modified and Deleted).
     pub old: Option<Value>,
+    /// The watch line of this change as most watchers send it (same type, the stored object),
+    /// encoded once and shared by every watcher.
+    pub line: std::sync::OnceLock<Option<bytes::Bytes>>,
 }
 
 /// Objects of one storage key, by (namespace, name).
@@ -169,7 +172,16 @@ impl Txn<'_> {
         let id = (namespace.to_string(), name.to_string());
         let old = self.inner.objects.entry(key.to_string()).or_default().insert(id, object.clone());
         let kind = if old.is_some() { EventType::Modified } else { EventType::Added };
-        self.record(Change { rv, key: key.into(), namespace: namespace.into(), name: name.into(), kind, object, old });
+        self.record(Change {
+            rv,
+            key: key.into(),
+            namespace: namespace.into(),
+            name: name.into(),
+            kind,
+            object,
+            old,
+            line: Default::default(),
+        });
     }
 
     /// Remove an object; `last` is its final state (with the deletion's resourceVersion).
@@ -183,6 +195,7 @@ impl Txn<'_> {
             kind: EventType::Deleted,
             object: last,
             old: Some(old.clone()),
+            line: Default::default(),
         });
         Some(old)
     }

@@ -30,8 +30,7 @@ struct Watcher {
 
 impl Watcher {
     fn visible(&self, obj: &Value) -> bool {
-        let presented = crate::admission::present(&self.state, &self.t.rt, obj.clone());
-        matches(&self.opts, &self.t.namespace, &presented)
+        matches(&self.opts, &self.t.namespace, &crate::admission::presented(&self.state, &self.t.rt, obj))
     }
 
     fn render(&self, kind: &str, obj: &Value) -> Option<Bytes> {
@@ -75,16 +74,24 @@ impl Watcher {
         if c.key != self.t.rt.key() {
             return None;
         }
-        match c.kind {
-            EventType::Added => self.visible(&c.object).then(|| self.render("ADDED", &c.object)).flatten(),
-            EventType::Deleted => {
-                self.visible(c.old.as_ref().unwrap_or(&c.object)).then(|| self.render("DELETED", &c.object)).flatten()
+        let shared = || -> Option<Bytes> {
+            let cacheable = matches!(self.form, Form::Plain(crate::http::Encoding::Json))
+                && !crate::admission::converts(&self.t.rt)
+                && c.object["apiVersion"].as_str() == Some(self.t.rt.api_version().as_str());
+            if cacheable {
+                c.line.get_or_init(|| self.render(c.kind.as_str(), &c.object)).clone()
+            } else {
+                self.render(c.kind.as_str(), &c.object)
             }
+        };
+        match c.kind {
+            EventType::Added => self.visible(&c.object).then(shared).flatten(),
+            EventType::Deleted => self.visible(c.old.as_ref().unwrap_or(&c.object)).then(shared).flatten(),
             EventType::Modified => {
                 let was = c.old.as_ref().is_some_and(|o| self.visible(o));
                 let is = self.visible(&c.object);
                 match (was, is) {
-                    (true, true) => self.render("MODIFIED", &c.object),
+                    (true, true) => shared(),
                     (false, true) => self.render("ADDED", &c.object),
                     (true, false) => {
                         let mut old = c.old.clone().unwrap_or_default();

@@ -98,7 +98,93 @@ pub async fn dispatch(state: &Arc<State>, req: &Req, t: &Target) -> Result<Outpu
     if !allowed {
         return Err(ApiError::method_not_allowed("the server does not allow this method on the requested resource"));
     }
-    admission::authorize(state, req, t, verb)?;
+    let resource = match &t.sub {
+        Some(s) => format!("{}/{s}", t.rt.resource),
+        None => t.rt.resource.clone(),
+    };
+    let attrs = crate::faults::RequestAttributes {
+        verb,
+        group: &t.rt.group,
+        resource: &resource,
+        namespace: &t.namespace,
+        name: t.name.as_deref().unwrap_or_default(),
+        user: &req.user.name,
+    };
+    match state.faults.check(&attrs) {
+        Some(crate::faults::FaultAction::Latency { millis }) => {
+            tokio::time::sleep(crate::faults::latency(millis)).await
+        }
+        Some(crate::faults::FaultAction::Status { code }) => {
+            let e = injected(code);
+            let headers = if code == 429 { vec![("Retry-After".to_string(), "1".to_string())] } else { vec![] };
+            return Ok(Output::Value { code, body: e.body().unwrap_or_default(), headers });
+        }
+        Some(crate::faults::FaultAction::Reset) => return Ok(Output::Response(reset())),
+        None => {}
+    }
+    let out = match admission::authorize(state, req, t, verb) {
+        Ok(()) => serve_verb(state, req, t, verb).await,
+        Err(e) => Err(e),
+    };
+    if matches!(verb, "create" | "update" | "patch" | "delete" | "deletecollection") {
+        let (code, rv) = match &out {
+            Ok(Output::Value { code, body, .. }) => {
+                (*code, body["metadata"]["resourceVersion"].as_str().unwrap_or_default().to_string())
+            }
+            Ok(Output::Response(r)) => (r.status().as_u16(), String::new()),
+            Err(e) => (e.code(), String::new()),
+        };
+        state.faults.audit(crate::faults::AuditEvent {
+            time: jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string(),
+            user: req.user.name.clone(),
+            groups: req.user.groups.clone(),
+            impersonated_by: req.impersonated_by.clone(),
+            verb: verb.to_string(),
+            group: t.rt.group.clone(),
+            resource,
+            namespace: t.namespace.clone(),
+            name: t.name.clone().unwrap_or_default(),
+            field_manager: req.q("fieldManager").unwrap_or_default().to_string(),
+            code,
+            resource_version: rv,
+        });
+    }
+    out
+}
+
+/// The error of an injected status fault.
+fn injected(code: u16) -> ApiError {
+    match code {
+        429 => ApiError::status(
+            429,
+            "TooManyRequests",
+            "the server has received too many requests and has asked us to try again later",
+            Some(json!({"retryAfterSeconds": 1})),
+        ),
+        503 => {
+            ApiError::status(503, "ServiceUnavailable", "the server is currently unable to handle the request", None)
+        }
+        504 => {
+            ApiError::status(504, "Timeout", "the server was unable to return a response in the time allotted", None)
+        }
+        c => ApiError::status(
+            c,
+            "InternalError",
+            "an error on the server (injected fault) has prevented the request from succeeding",
+            None,
+        ),
+    }
+}
+
+/// A response whose body fails at once, so the server closes the connection unanswered.
+fn reset() -> Response<Body> {
+    let stream = futures_util::stream::once(async {
+        Err::<bytes::Bytes, std::io::Error>(std::io::Error::other("injected connection reset"))
+    });
+    Response::builder().status(200).body(Body::from_stream(stream)).expect("response")
+}
+
+async fn serve_verb(state: &Arc<State>, req: &Req, t: &Target, verb: &str) -> Result<Output, ApiError> {
     if t.sub.as_deref() == Some("scale") && !t.rt.custom {
         return scale(state, req, t, verb);
     }

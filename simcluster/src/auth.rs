@@ -48,6 +48,23 @@ pub fn is_admin(u: &UserInfo) -> bool {
     u.groups.iter().any(|g| g == crate::rbac::MASTERS_GROUP)
 }
 
+/// The user of the bearer token, before impersonation.
+pub fn authenticate_token(state: &State, headers: &HeaderMap) -> Result<UserInfo, ApiError> {
+    let token = headers
+        .get(http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim);
+    match token {
+        None => Ok(UserInfo::admin()),
+        Some(t) if t == state.config.admin_token => Ok(UserInfo::admin()),
+        Some(t) => match verify_token(state, t) {
+            Some((ns, name)) => Ok(UserInfo::service_account(&ns, &name)),
+            None => Err(ApiError::status(401, "Unauthorized", "Unauthorized", None)),
+        },
+    }
+}
+
 /// Resolve the requesting user from the headers.
 pub fn authenticate(state: &State, headers: &HeaderMap) -> Result<UserInfo, ApiError> {
     let token = headers

@@ -74,6 +74,7 @@ impl Client {
             body: body.map(|b| bytes::Bytes::from(serde_json::to_vec(b).unwrap_or_default())).unwrap_or_default(),
             accept: crate::http::parse_accept(Some("application/json")),
             user: crate::rbac::UserInfo::admin(),
+            impersonated_by: None,
         };
         let resp = crate::server::route(&self.state, &req, path).await?;
         let status = resp.status().as_u16();

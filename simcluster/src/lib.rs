@@ -7,10 +7,12 @@ pub mod admission;
 pub mod api;
 pub mod auth;
 pub mod client;
+pub mod control;
 pub mod controllers;
 pub mod crd;
 pub mod discovery;
 pub mod errors;
+pub mod faults;
 pub mod fieldmanager;
 pub mod http;
 pub mod kcm;
@@ -70,6 +72,41 @@ impl SimCluster {
                 .await;
         });
         Ok(SimCluster { addr, state, shutdown: Some(tx) })
+    }
+
+    /// Make requests matching `rule` fail, slow down or reset (see [`faults`]).
+    pub fn add_fault(&self, rule: faults::FaultRule) {
+        self.state.faults.add(rule);
+    }
+
+    /// Remove every fault rule.
+    pub fn clear_faults(&self) {
+        self.state.faults.clear();
+    }
+
+    /// End open watches: all, or those of `group/resource` (core: `/pods`).
+    pub fn drop_watches(&self, resource: Option<&str>) {
+        self.state.faults.drop_watches(resource.map(String::from));
+    }
+
+    /// Forget watch history, so older resourceVersions get 410 Expired.
+    pub fn compact(&self) {
+        self.state.store.lock().compact();
+    }
+
+    /// Hang every request until [`SimCluster::resume`].
+    pub fn pause(&self) {
+        self.state.faults.set_paused(true);
+    }
+
+    /// Serve again after [`SimCluster::pause`].
+    pub fn resume(&self) {
+        self.state.faults.set_paused(false);
+    }
+
+    /// Every write so far, oldest first.
+    pub fn audit_log(&self) -> Vec<faults::AuditEvent> {
+        self.state.faults.audit_log()
     }
 
     /// The base URL, `http://127.0.0.1:PORT`.

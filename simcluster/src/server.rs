@@ -27,6 +27,8 @@ pub struct Req {
     pub accept: Vec<MediaRange>,
     /// The authenticated (or impersonated) user.
     pub user: crate::rbac::UserInfo,
+    /// The authenticated user, when it impersonates `user`.
+    pub impersonated_by: Option<String>,
 }
 
 impl Req {
@@ -58,6 +60,7 @@ pub struct Target {
 
 /// Handle one request.
 pub async fn handle(state: Arc<State>, req: Request<Body>) -> Response<Body> {
+    state.faults.wait_unpaused().await;
     let (parts, body) = req.into_parts();
     let bytes = match axum::body::to_bytes(body, 64 << 20).await {
         Ok(b) => b,
@@ -68,6 +71,10 @@ pub async fn handle(state: Arc<State>, req: Request<Body>) -> Response<Body> {
         Ok(u) => u,
         Err(e) => return error_response(&e, Encoding::Json),
     };
+    let impersonated_by = parts
+        .headers
+        .contains_key("Impersonate-User")
+        .then(|| crate::auth::authenticate_token(&state, &parts.headers).map(|u| u.name).unwrap_or_default());
     let req = Req {
         method: parts.method.clone(),
         query: h::parse_query(parts.uri.query()),
@@ -75,6 +82,7 @@ pub async fn handle(state: Arc<State>, req: Request<Body>) -> Response<Body> {
         body: bytes,
         accept,
         user,
+        impersonated_by,
     };
     let path = parts.uri.path().to_string();
     let enc = req.accept.iter().find_map(Encoding::of).unwrap_or(Encoding::Json);
@@ -123,6 +131,7 @@ pub async fn route(state: &Arc<State>, req: &Req, path: &str) -> Result<Response
             .header("Content-Type", "text/plain; charset=utf-8")
             .body(Body::from("ok"))
             .expect("response")),
+        ["simcluster", "v1", rest @ ..] => crate::control::handle(state, req, rest),
         ["openapi", "v3"] => Ok(plain_json(crate::discovery::openapi_root(state))),
         ["openapi", "v3", rest @ ..] => crate::discovery::openapi_group_version(state, &rest.join("/"))
             .map(plain_json)

@@ -36,6 +36,8 @@ pub struct State {
     pub allocations: Mutex<Allocations>,
     /// Wakes the control-plane controllers after a write.
     pub kick: tokio::sync::Notify,
+    /// Fault injection and the audit log.
+    pub faults: crate::faults::Faults,
     /// Key signing the ServiceAccount tokens this emulator issues.
     pub token_key: String,
     /// Models of the stored CustomResourceDefinitions, by CRD name.
@@ -62,6 +64,7 @@ impl State {
             kick: tokio::sync::Notify::new(),
             crds: Default::default(),
             token_key: uuid::Uuid::new_v4().to_string(),
+            faults: Default::default(),
         }
     }
 }

@@ -209,6 +209,8 @@ pub fn serve(state: &Arc<State>, req: &Req, t: &Target) -> Result<Response<Body>
             }
         }
     }
+    let mut drops = state.faults.drop_watches.subscribe();
+    let key = t.rt.key();
     tokio::spawn(async move {
         for b in initial {
             if tx.send(b).await.is_err() {
@@ -232,6 +234,11 @@ pub fn serve(state: &Arc<State>, req: &Req, t: &Target) -> Result<Response<Body>
             };
             tokio::select! {
                 _ = tx.closed() => return,
+                d = drops.recv() => {
+                    if d.ok().flatten().is_none_or(|k| k == key) {
+                        return;
+                    }
+                }
                 _ = tokio::time::sleep_until(sleep_until) => {
                     if bookmarks && !bookmark_sent {
                         bookmark_sent = true;

@@ -283,6 +283,8 @@ impl<'a> TypeNav<'a> {
     /// `x-kubernetes-map-type: atomic` (a struct or map replaced as a whole).
     pub fn is_atomic_map(&self) -> bool {
         self.attr("x-kubernetes-map-type").and_then(Value::as_str) == Some("atomic")
+            // A RawExtension (ControllerRevision `data`) is owned as one leaf: `f:data: {}`.
+            || (self.builtin && self.name == Some("io.k8s.apimachinery.pkg.runtime.RawExtension"))
     }
 
     /// `x-kubernetes-patch-strategy` (`merge`, `replace`, `retainKeys`, `merge,retainKeys`).

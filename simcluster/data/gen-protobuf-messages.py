@@ -9,22 +9,14 @@ Inputs (all local; run once, offline; Python standard library only):
   2. simcluster/data/builtin-schemas.json (the upstream OpenAPI definitions): the real JSON field
      names (matched on the Rust name without underscores, case-insensitively; a type missing
      there takes the names of the same type in a sibling version) and the required fields;
-  3. optionally, the Go type definitions of k8s.io/api and k8s.io/apimachinery (tag v0.35.7):
-     which fields are Go pointers, `omitempty`, or `json:",inline"`, and which messages wrap a
-     Go slice (`type ExtraValue []string`). Go's gogo-protobuf marshalling writes non-pointer
-     fields even when they hold the zero value, so this decides whether a zero on the wire is
-     kept (pointer or no omitempty) or dropped (non-pointer omitempty), as Go's JSON would.
-     Without it, the table falls back to heuristics (drop "" unless required, keep 0/false).
+  Which zero values on the wire to keep is decided by heuristics: "" is dropped unless the field
+  is required, 0 and false are kept (gogo-protobuf writes non-pointer fields even when zero).
 
 Run from the repository root:
 
     python3 simcluster/data/gen-protobuf-messages.py \\
         ~/.cargo/registry/src/index.crates.io-*/k8s-pb-0.9.0/src \\
-        --go-api /tmp/k8s-api --go-apimachinery /tmp/k8s-apimachinery \\
         > simcluster/data/protobuf-messages.json
-
-where /tmp/k8s-api and /tmp/k8s-apimachinery are checkouts of github.com/kubernetes/api and
-github.com/kubernetes/apimachinery at tag v0.35.7 (e.g. `git archive v0.35.7 | tar -x -C DIR`).
 
 Output: {"_generated": ..., "columns": [...],
 "groups": {apiVersion: package} (by naming rule, checked against the crate's Resource impls),
@@ -208,16 +200,11 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("crate_src")
     ap.add_argument("--schemas", default=os.path.join(os.path.dirname(__file__), "builtin-schemas.json"))
-    ap.add_argument("--go-api")
-    ap.add_argument("--go-apimachinery")
     args = ap.parse_args()
 
     messages, groups, kinds = parse_crate(args.crate_src)
     schemas = json.load(open(args.schemas, encoding="utf-8"))
-    go_fields, go_slices = parse_go(args.go_api, "k8s.io.api")
-    f2, s2 = parse_go(args.go_apimachinery, "k8s.io.apimachinery")
-    go_fields.update(f2)
-    go_slices |= s2
+    go_fields, go_slices = parse_go(None, "k8s.io.api")
 
     # OpenAPI definitions by lower-cased proto-style name.
     defs = {}
@@ -297,8 +284,7 @@ def main():
     doc = {
         "_generated": f"by simcluster/data/gen-protobuf-messages.py from the crate {CRATE} (prost-generated "
                       f"Kubernetes protobuf messages), simcluster/data/builtin-schemas.json (JSON names) "
-                      f"and the Go types of k8s.io/api and k8s.io/apimachinery {GO_REF} (pointers, omitempty, "
-                      f"inline). Do not edit by hand; see the script's docstring.",
+                      f"(zero values kept or dropped by heuristics). Do not edit by hand; see the script's docstring.",
         "columns": ["tag", "rust_name", "json_name", "kind", "type", "flags"],
         "groups": dict(sorted(groups.items())),
         "kinds": dict(sorted(kinds.items())),

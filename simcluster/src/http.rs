@@ -111,6 +111,9 @@ impl Encoding {
 /// Decode a request body by Content-Type (JSON or YAML).
 pub fn decode_body(content_type: Option<&str>, body: &[u8]) -> Result<Value, ApiError> {
     let ct = content_type.unwrap_or("application/json").split(';').next().unwrap_or("").trim().to_lowercase();
+    if ct == "application/vnd.kubernetes.protobuf" {
+        return crate::protobuf::decode(body).map_err(ApiError::bad_request);
+    }
     if !matches!(ct.as_str(), "application/json" | "application/yaml" | "*/*" | "") {
         return Err(ApiError::status(
             415,

@@ -18,6 +18,7 @@ pub mod http;
 pub mod kcm;
 pub mod names;
 pub mod negotiate;
+pub mod protobuf;
 pub mod rbac;
 pub mod registry;
 pub mod schema;

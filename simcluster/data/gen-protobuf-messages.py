@@ -237,7 +237,10 @@ def main():
         props = {norm(p): p for p in d.get("properties", {})}
         required = set(d.get("required", []))
         gpkg, gname = go_key(msg)
-        if (gpkg, gname) in go_slices and len(fields) == 1 and fields[0][1] == "items":
+        # A message that only wraps a repeated `items` and has no OpenAPI definition of its own is a
+        # Go slice type in JSON (`type ExtraValue []string`).
+        wrapper_shape = len(fields) == 1 and fields[0][1] == "items" and fields[0][4] and not d
+        if ((gpkg, gname) in go_slices or wrapper_shape) and len(fields) == 1 and fields[0][1] == "items":
             wrappers.append(msg)
         rows = []
         for tag, rust, kind, typ, repeated in fields:

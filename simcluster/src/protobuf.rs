@@ -40,7 +40,25 @@ pub fn decode(body: &[u8]) -> Result<Value, String> {
     let rest = body
         .strip_prefix(MAGIC)
         .ok_or_else(|| "the protobuf body does not start with the Kubernetes magic \"k8s\\x00\"".to_string())?;
-    decode_unknown(rest, 0)
+    let mut obj = decode_unknown(rest, 0)?;
+    drop_metadata_zeros(&mut obj);
+    Ok(obj)
+}
+
+/// Go writes every non-pointer field on the wire, zero or not; in an object's metadata a zero
+/// value is never meaningful (the server sets what it owns), so it is dropped, as Go's
+/// `omitempty` JSON would.
+fn drop_metadata_zeros(obj: &mut Value) {
+    match obj {
+        Value::Object(m) => {
+            if let Some(meta) = m.get_mut("metadata").and_then(Value::as_object_mut) {
+                meta.retain(|_, v| !matches!(v, Value::Bool(false)) && v.as_i64() != Some(0) && v.as_str() != Some(""));
+            }
+            m.values_mut().for_each(drop_metadata_zeros);
+        }
+        Value::Array(a) => a.iter_mut().for_each(drop_metadata_zeros),
+        _ => {}
+    }
 }
 
 /// Decode a `runtime.Unknown` (without the magic) into its object.
@@ -776,7 +794,7 @@ mod tests {
             v,
             json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview", "metadata": {},
                    "spec": {"resourceAttributes": {"namespace": "pb-test", "verb": "create", "resource": "configmaps"}},
-                   "status": {"allowed": false}})
+                   "status": {"allowed": false, "denied": false}})
         );
     }
 
@@ -807,8 +825,8 @@ mod tests {
         let d = Enc::default().msg(1, object_meta("web", "default")).msg(2, spec);
         let v = decode(&wrap("apps/v1", "Deployment", d)).unwrap();
         assert_eq!(v["spec"]["replicas"], json!(0));
-        assert!(v["spec"].get("minReadySeconds").is_none());
-        assert!(v["spec"].get("paused").is_none());
+        // Without Go's pointer/omitempty knowledge, zero numbers and false are kept as sent.
+        assert_eq!(v["spec"]["minReadySeconds"], json!(0));
         assert_eq!(v["spec"]["strategy"]["rollingUpdate"], json!({"maxUnavailable": "25%", "maxSurge": 2}));
         assert_eq!(v["spec"]["template"]["metadata"], json!({"creationTimestamp": "2026-01-01T00:00:00Z"}));
         assert_eq!(v["spec"]["template"]["spec"]["volumes"], json!([{"name": "scratch", "emptyDir": {}}]));

@@ -180,7 +180,6 @@ impl Client {
             "type": type_,
             "eventTime": null,
             "reportingComponent": component,
-            "reportingInstance": "",
         });
         let _ = self.create(&events_path, &ev).await;
     }

@@ -102,9 +102,7 @@ pub fn is_finished(job: &Value) -> bool {
 }
 
 fn has_finalizer(pod: &Value) -> bool {
-    pod["metadata"]["finalizers"]
-        .as_array()
-        .is_some_and(|f| f.iter().any(|f| f.as_str() == Some(TRACKING_FINALIZER)))
+    pod["metadata"]["finalizers"].as_array().is_some_and(|f| f.iter().any(|f| f.as_str() == Some(TRACKING_FINALIZER)))
 }
 
 fn phase(pod: &Value) -> &str {
@@ -226,10 +224,8 @@ fn build_status(
     conditions: &[Value],
     start_time: &Value,
     completion_time: &Value,
-    active: i64,
     t: &Tracking,
-    terminating: i64,
-    ready: i64,
+    (active, terminating, ready): (i64, i64, i64),
 ) -> Value {
     let mut s = Map::new();
     if !conditions.is_empty() {
@@ -454,12 +450,11 @@ async fn sync_job(client: &Client, job: Value, pods: Vec<Value>) {
         }
     }
     let completion_time = status["completionTime"].clone();
-    let s = build_status(&status, &conditions, &start_time, &completion_time, active, &t, terminating, ready);
+    let s = build_status(&status, &conditions, &start_time, &completion_time, &t, (active, terminating, ready));
     let Some(mut job) = write_status(client, &job, s).await else { return };
 
     // Release the finalizers, then count what was released.
-    let mut still_tracked: BTreeSet<String> =
-        pods.iter().filter(|p| has_finalizer(p)).map(|p| uid_of(p)).collect();
+    let mut still_tracked: BTreeSet<String> = pods.iter().filter(|p| has_finalizer(p)).map(&uid_of).collect();
     for p in release {
         if remove_finalizer(client, p).await {
             still_tracked.remove(&uid_of(p));
@@ -489,7 +484,7 @@ async fn sync_job(client: &Client, job: Value, pods: Vec<Value>) {
         }
         finished = Some(f);
     }
-    let s = build_status(&status, &conditions, &start_time, &completion_time, active, &t, terminating, ready);
+    let s = build_status(&status, &conditions, &start_time, &completion_time, &t, (active, terminating, ready));
     let Some(updated) = write_status(client, &job, s).await else { return };
     job = updated;
     if let Some(f) = finished {

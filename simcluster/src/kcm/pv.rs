@@ -63,7 +63,7 @@ pub fn admit_create(group: &str, resource: &str, obj: &mut Value) {
 /// `lastPhaseTransitionTime` from the client stamps the current time; an unchanged phase keeps
 /// the stored time when the client sent none.
 pub fn prepare_status_update(group: &str, resource: &str, new: &mut Value, old: &Value) {
-    if !(group.is_empty() && resource == "persistentvolumes") || !new.is_object() {
+    if !(group.is_empty() && resource == "persistentvolumes" && new.is_object()) {
         return;
     }
     let old_phase = &old["status"]["phase"];
@@ -411,11 +411,12 @@ fn find_volume<'a>(c: &Value, volumes: &'a [Value]) -> Option<&'a Value> {
     if let Some(v) = live.clone().find(|v| claim_ref_matches(v, c)) {
         return Some(v);
     }
-    live.filter(|v| v["status"]["phase"] == "Available" && !v["spec"]["claimRef"].is_object() && fits(v, c))
-        .min_by(|a, b| {
+    live.filter(|v| v["status"]["phase"] == "Available" && !v["spec"]["claimRef"].is_object() && fits(v, c)).min_by(
+        |a, b| {
             let q = |v: &Value| quantity(&v["spec"]["capacity"]["storage"]).unwrap_or(0.0);
             q(a).total_cmp(&q(b))
-        })
+        },
+    )
 }
 
 /// An Event about an unbindable claim, at most once per claim resync period.
@@ -517,7 +518,13 @@ async fn sync_claim(client: &Client, c: &Value, volumes: &mut [Value]) {
     } else if c["status"]["phase"] != "Lost" {
         let _ = set_claim_status(client, c, "Lost", None).await;
         client
-            .event(c, "Warning", "ClaimMisbound", "Two claims are bound to the same volume, this one is bound incorrectly", COMPONENT)
+            .event(
+                c,
+                "Warning",
+                "ClaimMisbound",
+                "Two claims are bound to the same volume, this one is bound incorrectly",
+                COMPONENT,
+            )
             .await;
     }
 }

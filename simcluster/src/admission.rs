@@ -498,6 +498,8 @@ pub fn strategy_create(state: &Arc<State>, rt: &ResourceType, obj: &mut Value) -
         }
     }
     crate::validation::prepare_for_create(&av, &rt.kind, obj, &crate::api::now());
+    // StorageObjectInUseProtection admission: pvc-/pv-protection finalizers.
+    crate::kcm::pv::admit_create(&rt.group, &rt.resource, obj);
     Ok(())
 }
 

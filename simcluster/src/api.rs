@@ -745,6 +745,9 @@ pub fn store_update(
     }
     if sub.is_none() {
         admission::strategy_update(state, &t.rt, &mut new, old)?;
+    } else if sub == Some("status") {
+        // The PersistentVolume status strategy (lastPhaseTransitionTime).
+        crate::kcm::pv::prepare_status_update(&t.rt.group, &t.rt.resource, &mut new, old);
     }
     admission::validate_update(state, &t.rt, &new, old)?;
     let mut new = order_metadata(with_type(&t.rt, new));

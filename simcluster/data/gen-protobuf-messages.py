@@ -269,6 +269,11 @@ def main():
                     sub = defs.get(typ.lower(), {}).get("properties", {})
                     if sub and all(p in d["properties"] for p in sub):
                         inline = True
+                    # A message with no definition of its own (VolumeSource in Volume): its
+                    # fields are all properties of this object.
+                    sub_fields = messages.get(typ, [])
+                    if not sub and sub_fields and all(norm(f[1]) in props for f in sub_fields):
+                        inline = True
                 if kind != "string" or jname in required:
                     flags += "z"
             if inline:

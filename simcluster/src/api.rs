@@ -605,6 +605,18 @@ pub fn store_update(
                 }
                 // Status writes change only status (and the managed fields of an apply).
                 new["metadata"]["resourceVersion"] = meta_new["resourceVersion"].clone();
+                // A Deployment's status strategy resets only spec and labels: annotations
+                // written through status stay (kube-controller-manager sets the revision so).
+                if t.rt.group == "apps" && t.rt.resource == "deployments" {
+                    match meta_new.get("annotations") {
+                        Some(a) if !a.is_null() => new["metadata"]["annotations"] = a.clone(),
+                        _ => {
+                            if let Some(m) = new["metadata"].as_object_mut() {
+                                m.remove("annotations");
+                            }
+                        }
+                    }
+                }
                 if applied.is_some() {
                     new["metadata"]["managedFields"] = meta_new["managedFields"].clone();
                 }

@@ -195,8 +195,8 @@ async fn serve_verb(state: &Arc<State>, req: &Req, t: &Target, verb: &str) -> Re
         "create" => create(state, req, t),
         "deletecollection" => delete_collection(state, req, t),
         "get" => get(state, t),
-        "update" => update(state, req, t),
-        "patch" => patch(state, req, t),
+        "update" => guaranteed_update(|| update(state, req, t)),
+        "patch" => guaranteed_update(|| patch(state, req, t)),
         "delete" => delete(state, req, t),
         _ => Err(ApiError::method_not_allowed("the server does not allow this method on the requested resource")),
     }
@@ -705,6 +705,18 @@ pub fn store_update(
                 }
                 // Status writes change only status (and the managed fields of an apply).
                 new["metadata"]["resourceVersion"] = meta_new["resourceVersion"].clone();
+                // A Deployment's status strategy resets only spec and labels: annotations
+                // written through status stay (kube-controller-manager sets the revision so).
+                if t.rt.group == "apps" && t.rt.resource == "deployments" {
+                    match meta_new.get("annotations") {
+                        Some(a) if !a.is_null() => new["metadata"]["annotations"] = a.clone(),
+                        _ => {
+                            if let Some(m) = new["metadata"].as_object_mut() {
+                                m.remove("annotations");
+                            }
+                        }
+                    }
+                }
                 if applied.is_some() {
                     new["metadata"]["managedFields"] = meta_new["managedFields"].clone();
                 }
@@ -769,6 +781,7 @@ pub fn store_update(
     let mut txn = state.store.lock();
     let current = txn.get(&t.rt.key(), &t.namespace, &name).cloned();
     if current.as_ref().map(|c| &c["metadata"]["resourceVersion"]) != Some(&old["metadata"]["resourceVersion"]) {
+        RACED.with(|r| r.set(true));
         return Err(ApiError::conflict(
             &t.rt.group,
             &t.rt.resource,
@@ -835,6 +848,28 @@ fn load(state: &State, t: &Target) -> Result<Value, ApiError> {
             .ok_or_else(|| ApiError::not_found(&t.rt.group, &t.rt.resource, name))?
     };
     Ok(admission::present(state, &t.rt, obj))
+}
+
+thread_local! {
+    /// Set by `store_update` when the stored object changed while the write was computed.
+    static RACED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// kube-apiserver's `GuaranteedUpdate`: a write that lost a race with a concurrent write (say,
+/// a controller's status update) is recomputed from the new stored object, where a
+/// resourceVersion precondition of the request is checked again; only a request carrying one
+/// sees a conflict.
+fn guaranteed_update(mut write: impl FnMut() -> Result<Output, ApiError>) -> Result<Output, ApiError> {
+    let mut tries = 0;
+    loop {
+        RACED.with(|r| r.set(false));
+        let result = write();
+        if result.is_err() && RACED.with(|r| r.get()) && tries < 16 {
+            tries += 1;
+            continue;
+        }
+        return result;
+    }
 }
 
 fn update(state: &Arc<State>, req: &Req, t: &Target) -> Result<Output, ApiError> {

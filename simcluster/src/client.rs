@@ -102,7 +102,21 @@ impl Client {
         let q: Vec<(&str, &str)> =
             if label_selector.is_empty() { vec![] } else { vec![("labelSelector", label_selector)] };
         let list = self.request(Method::GET, path, &q, None, "application/json").await?;
-        Ok(list["items"].as_array().cloned().unwrap_or_default())
+        let kind = list["kind"].as_str().unwrap_or_default().trim_end_matches("List").to_string();
+        let api_version = list["apiVersion"].clone();
+        Ok(list["items"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|mut i| {
+                if i.get("kind").is_none() {
+                    i["kind"] = json!(kind);
+                    i["apiVersion"] = api_version.clone();
+                }
+                i
+            })
+            .collect())
     }
 
     /// POST a new object.
@@ -181,6 +195,8 @@ impl Client {
             "type": type_,
             "eventTime": null,
             "reportingComponent": component,
+            // Not sent: the server shows `reportingInstance: ""` anyway, and the real
+            // kube-controller-manager's entry has no `f:reportingInstance`.
         });
         let _ = self.create(&events_path, &ev).await;
     }

@@ -157,6 +157,10 @@ pub(crate) fn default_workload(kind: &str, obj: &mut Value) {
                 }
                 set_default(s, "revisionHistoryLimit", json!(10));
                 set_default(s, "progressDeadlineSeconds", json!(600));
+                // `paused` is omitempty: false is not stored (nor in managedFields).
+                if s.get("paused") == Some(&json!(false)) {
+                    s.remove("paused");
+                }
             }
             default_template(obj);
         }

@@ -27,40 +27,66 @@ pub const MANAGER: &str = "kube-controller-manager";
 
 type Reconcile = fn(Client) -> Pin<Box<dyn Future<Output = ()> + Send>>;
 
-/// The controllers, by name.
-fn controllers() -> Vec<(&'static str, Reconcile)> {
+/// The controllers: name, the storage keys (`group/resource`) whose changes wake them, and the
+/// reconcile pass.
+fn controllers() -> Vec<(&'static str, &'static [&'static str], Reconcile)> {
+    const PODS: &str = "/pods";
     vec![
-        ("deployment-controller", |c| Box::pin(deployment::reconcile(c))),
-        ("replicaset-controller", |c| Box::pin(replicaset::reconcile(c))),
-        ("statefulset-controller", |c| Box::pin(statefulset::reconcile(c))),
-        ("daemonset-controller", |c| Box::pin(daemonset::reconcile(c))),
-        ("job-controller", |c| Box::pin(job::reconcile(c))),
-        ("endpoint-controller", |c| Box::pin(endpoints::reconcile(c))),
-        ("node-controller", |c| Box::pin(node::reconcile(c))),
-        ("persistentvolume-controller", |c| Box::pin(pv::reconcile(c))),
-        ("namespace-defaults", |c| Box::pin(namespace_defaults::reconcile(c))),
+        ("deployment-controller", &["apps/deployments", "apps/replicasets", PODS], |c| {
+            Box::pin(deployment::reconcile(c))
+        }),
+        ("replicaset-controller", &["apps/replicasets", PODS], |c| Box::pin(replicaset::reconcile(c))),
+        ("statefulset-controller", &["apps/statefulsets", "apps/controllerrevisions", PODS], |c| {
+            Box::pin(statefulset::reconcile(c))
+        }),
+        ("daemonset-controller", &["apps/daemonsets", "apps/controllerrevisions", "/nodes", PODS], |c| {
+            Box::pin(daemonset::reconcile(c))
+        }),
+        ("job-controller", &["batch/jobs", PODS], |c| Box::pin(job::reconcile(c))),
+        ("endpoint-controller", &["/services", "/endpoints", "discovery.k8s.io/endpointslices", PODS], |c| {
+            Box::pin(endpoints::reconcile(c))
+        }),
+        ("node-controller", &["/nodes", "coordination.k8s.io/leases", PODS], |c| Box::pin(node::reconcile(c))),
+        ("persistentvolume-controller", &["/persistentvolumes", "/persistentvolumeclaims"], |c| {
+            Box::pin(pv::reconcile(c))
+        }),
+        ("namespace-defaults", &["/namespaces", "/serviceaccounts", "/configmaps"], |c| {
+            Box::pin(namespace_defaults::reconcile(c))
+        }),
     ]
 }
 
 /// Start every controller. Each runs after any change to the store (coalesced) and at least
 /// once a second.
 pub fn start(state: Arc<State>) {
-    for (_name, reconcile) in controllers() {
+    for (_name, keys, reconcile) in controllers() {
         let client = Client::new(state.clone(), MANAGER);
         let mut changes = state.store.subscribe();
         tokio::spawn(async move {
+            let relevant = |r: &Result<Arc<crate::store::Change>, tokio::sync::broadcast::error::RecvError>| match r {
+                Ok(c) => keys.contains(&c.key.as_str()),
+                // Missed changes (lagging): look again.
+                Err(_) => true,
+            };
             loop {
                 reconcile(client.clone()).await;
-                tokio::select! {
-                    r = changes.recv() => {
-                        if matches!(r, Err(tokio::sync::broadcast::error::RecvError::Closed)) {
-                            return;
+                let deadline = tokio::time::sleep(Duration::from_secs(1));
+                tokio::pin!(deadline);
+                loop {
+                    tokio::select! {
+                        r = changes.recv() => {
+                            if matches!(r, Err(tokio::sync::broadcast::error::RecvError::Closed)) {
+                                return;
+                            }
+                            if relevant(&r) {
+                                // Coalesce a burst of changes into one pass.
+                                tokio::time::sleep(Duration::from_millis(10)).await;
+                                while changes.try_recv().is_ok() {}
+                                break;
+                            }
                         }
-                        // Coalesce a burst of changes into one pass.
-                        tokio::time::sleep(Duration::from_millis(10)).await;
-                        while changes.try_recv().is_ok() {}
+                        _ = &mut deadline => break,
                     }
-                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
                 }
             }
         });

@@ -862,7 +862,7 @@ pub fn after_delete(state: &Arc<State>, rt: &ResourceType, obj: &Value) {
         state.crds.write().expect("crds lock").remove(name);
         state.registry.remove_custom(name);
     }
-    crate::controllers::notify(state, rt, obj);
+    crate::controllers::notify_removed(state);
 }
 
 /// A CRD was written: (re)register what it serves and establish it.

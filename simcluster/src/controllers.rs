@@ -12,8 +12,21 @@ use crate::api::{controller_delete, strings};
 use crate::registry::ResourceType;
 use crate::state::State;
 
-/// A write happened: wake the controllers.
-pub fn notify(state: &Arc<State>, _rt: &ResourceType, _obj: &Value) {
+/// A write happened: wake the controllers when it can matter to them (an object with owners,
+/// one being deleted, a namespace or CRD). Plain writes cost the controllers nothing.
+pub fn notify(state: &Arc<State>, rt: &ResourceType, obj: &Value) {
+    let meta = &obj["metadata"];
+    let relevant = meta["ownerReferences"].as_array().is_some_and(|a| !a.is_empty())
+        || meta["deletionTimestamp"].is_string()
+        || rt.resource == "namespaces"
+        || rt.resource == "customresourcedefinitions";
+    if relevant {
+        state.kick.notify_one();
+    }
+}
+
+/// An object was removed: its dependents may need collecting.
+pub fn notify_removed(state: &Arc<State>) {
     state.kick.notify_one();
 }
 
@@ -60,9 +73,25 @@ fn everything(state: &State) -> Vec<(Arc<ResourceType>, Value)> {
 }
 
 fn gc_pass(state: &Arc<State>) {
-    let all = everything(state);
-    let uids: HashSet<String> =
-        all.iter().filter_map(|(_, o)| o["metadata"]["uid"].as_str().map(String::from)).collect();
+    // Only objects with owners, and owners being deleted, matter: copy just those.
+    let (uids, all) = {
+        let txn = state.store.lock();
+        let mut uids = HashSet::new();
+        let mut interesting = Vec::new();
+        for key in txn.keys() {
+            let Some(rt) = resource_of(state, &key) else { continue };
+            for o in txn.all(&key) {
+                if let Some(u) = o["metadata"]["uid"].as_str() {
+                    uids.insert(u.to_string());
+                }
+                let owned = o["metadata"]["ownerReferences"].as_array().is_some_and(|a| !a.is_empty());
+                if owned || o["metadata"]["deletionTimestamp"].is_string() {
+                    interesting.push((rt.clone(), o.clone()));
+                }
+            }
+        }
+        (uids, interesting)
+    };
     // Dependents whose owners are all gone are deleted (background).
     for (rt, o) in &all {
         let refs = o["metadata"]["ownerReferences"].as_array().cloned().unwrap_or_default();

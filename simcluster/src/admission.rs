@@ -497,6 +497,9 @@ pub fn strategy_create(state: &Arc<State>, rt: &ResourceType, obj: &mut Value) -
             return Err(crate::validation::invalid_error(&av, &rt.kind, &name, &causes));
         }
     }
+    if rt.group.is_empty() && rt.resource == "nodes" {
+        crate::kcm::node::admit_create(obj);
+    }
     crate::validation::prepare_for_create(&av, &rt.kind, obj, &crate::api::now());
     // StorageObjectInUseProtection admission: pvc-/pv-protection finalizers.
     crate::kcm::pv::admit_create(&rt.group, &rt.resource, obj);
@@ -841,7 +844,7 @@ pub fn graceful_delete(rt: &ResourceType, obj: &Value, grace: Option<i64>) -> Op
 
 /// The body of a completed delete.
 pub fn delete_response(rt: &ResourceType, last: Value, status: Value) -> Value {
-    if (rt.group.is_empty() && matches!(rt.resource.as_str(), "namespaces" | "pods")) || is_crd(rt) {
+    if (rt.group.is_empty() && matches!(rt.resource.as_str(), "namespaces" | "pods" | "services")) || is_crd(rt) {
         return crate::api::with_type(rt, last);
     }
     status

@@ -244,8 +244,19 @@ async fn resource_path(
     {
         return Err(not_found_status());
     }
-    let out = api::dispatch(state, req, &target).await?;
-    Ok(render(state, req, &target, out))
+    let Some(warning) = crate::kcm::endpoints::deprecation_warning(&target.rt) else {
+        let out = api::dispatch(state, req, &target).await?;
+        return Ok(render(state, req, &target, out));
+    };
+    // A deprecated resource warns on every response, errors included.
+    let mut resp = match api::dispatch(state, req, &target).await {
+        Ok(out) => render(state, req, &target, out),
+        Err(e) => error_response(&e, req.accept.iter().find_map(Encoding::of).unwrap_or(Encoding::Json)),
+    };
+    if let Ok(v) = HeaderValue::from_str(warning) {
+        resp.headers_mut().append("Warning", v);
+    }
+    Ok(resp)
 }
 
 /// Encode a handler's output according to the Accept header.

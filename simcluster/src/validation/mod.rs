@@ -211,6 +211,11 @@ pub fn prepare_for_create(api_version: &str, kind: &str, obj: &mut Value, now: &
         ("", "Pod") => workloads::prepare_pod_create(obj),
         ("", "PersistentVolume") => workloads::prepare_pv_create(obj, now),
         ("batch", "Job") => workloads::prepare_job_create(obj),
+        ("discovery.k8s.io", "EndpointSlice") => {
+            if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+                meta.insert("generation".into(), json!(1));
+            }
+        }
         _ => {}
     }
 }
@@ -299,6 +304,22 @@ pub fn prepare_for_update(api_version: &str, kind: &str, obj: &mut Value, old: &
                 if let Some(ann) = ann.as_object_mut() {
                     ann.insert(key.into(), json!(gen_now.to_string()));
                 }
+            }
+        }
+        ("discovery.k8s.io", "EndpointSlice") => {
+            // The generation counts changes to anything but metadata, and to labels.
+            let content = |v: &Value| -> Value {
+                let mut m = v.as_object().cloned().unwrap_or_default();
+                m.retain(|k, v| !matches!(k.as_str(), "metadata" | "apiVersion" | "kind") && !v.is_null());
+                Value::Object(m)
+            };
+            let changed =
+                content(obj) != content(old) || obj.pointer("/metadata/labels") != old.pointer("/metadata/labels");
+            if changed
+                && let Some(g) = old.pointer("/metadata/generation").and_then(Value::as_i64)
+                && let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut)
+            {
+                meta.insert("generation".into(), json!(g + 1));
             }
         }
         _ => {}

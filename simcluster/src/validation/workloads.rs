@@ -135,6 +135,15 @@ pub(crate) fn default_workload(kind: &str, obj: &mut Value) {
                     set_default(m, "enableServiceLinks", json!(true));
                 }
             }
+            // PodCondition's times are non-pointer metav1.Time: a zero one (absent, or removed
+            // by a strategic-merge `null`) is serialized as `null`.
+            if let Some(conditions) = obj.pointer_mut("/status/conditions").and_then(Value::as_array_mut) {
+                for c in conditions.iter_mut().filter_map(Value::as_object_mut) {
+                    for f in ["lastProbeTime", "lastTransitionTime"] {
+                        c.entry(f).or_insert(Value::Null);
+                    }
+                }
+            }
         }
         "PodTemplate" => {
             if let Some(s) = obj.pointer_mut("/template/spec") {

@@ -1267,8 +1267,14 @@ fn to_scale(obj: &Value) -> Value {
     })
 }
 
-/// The scale subresource of Deployments, ReplicaSets and StatefulSets.
+/// The scale subresource of Deployments, ReplicaSets and StatefulSets. A write that loses a race
+/// with another writer (a controller's status update) is recomputed, as the real server's
+/// guaranteed update does.
 fn scale(state: &Arc<State>, req: &Req, t: &Target, verb: &str) -> Result<Output, ApiError> {
+    guaranteed_update(|| scale_once(state, req, t, verb))
+}
+
+fn scale_once(state: &Arc<State>, req: &Req, t: &Target, verb: &str) -> Result<Output, ApiError> {
     let name = t.name.clone().unwrap_or_default();
     let old = load(state, t)?;
     let current = to_scale(&old);
@@ -1327,6 +1333,7 @@ fn scale(state: &Arc<State>, req: &Req, t: &Target, verb: &str) -> Result<Output
     if txn.get(&t.rt.key(), &t.namespace, &name).map(|c| &c["metadata"]["resourceVersion"])
         != Some(&old["metadata"]["resourceVersion"])
     {
+        RACED.with(|r| r.set(true));
         return Err(ApiError::conflict(
             &t.rt.group,
             &t.rt.resource,

@@ -25,7 +25,7 @@ use crate::client::{Client, path};
 use crate::registry::ResourceType;
 use common::{
     Snapshot, TriggerTracker, endpoint_labels, find_port, hostname_for, name, namespace, pod_ip, pod_is_endpoint,
-    pod_ready, service_families, service_selector, set_trigger_annotation, target_ref,
+    pod_ready, scope, service_families, service_selector, set_trigger_annotation, target_ref,
 };
 
 /// The deprecation warning of every v1 Endpoints response.
@@ -140,7 +140,7 @@ fn endpoints_path(ns: &str, name: &str) -> String {
 async fn sync_service(client: &Client, snap: &Snapshot, svc: &Value) {
     let ns = namespace(svc);
     let pods = snap.selected_pods(svc);
-    let (trigger, state) = TRACKER.compute(svc, &pods);
+    let (trigger, state) = TRACKER.compute(scope(client), svc, &pods);
     let subsets = desired_subsets(svc, &pods);
     let labels = Value::Object(endpoint_labels(svc, &[LABEL_MANAGED_BY], &[(LABEL_MANAGED_BY, MANAGED_BY)]));
     let current = snap.endpoints.iter().find(|e| namespace(e) == ns && name(e) == name(svc));
@@ -168,7 +168,7 @@ async fn sync_service(client: &Client, snap: &Snapshot, svc: &Value) {
         }
     };
     if result.is_ok() {
-        TRACKER.commit(svc, state);
+        TRACKER.commit(scope(client), svc, state);
     }
 }
 
@@ -190,7 +190,7 @@ async fn reconcile_endpoints(client: &Client, snap: &Snapshot) {
         live.insert(svc["metadata"]["uid"].as_str().unwrap_or_default().to_string());
         sync_service(client, snap, svc).await;
     }
-    TRACKER.retain(&live);
+    TRACKER.retain(scope(client), &live);
     // Endpoints this controller manages whose Service is gone.
     for ep in &snap.endpoints {
         if ep["metadata"]["labels"][LABEL_MANAGED_BY] != MANAGED_BY || ep["metadata"]["deletionTimestamp"].is_string() {

@@ -224,9 +224,9 @@ impl TriggerTracker {
     /// sync's writes succeeded.
     ///
     /// [`commit`]: TriggerTracker::commit
-    pub fn compute(&self, svc: &Value, pods: &[&Value]) -> (Option<Timestamp>, TriggerState) {
-        let uid = svc["metadata"]["uid"].as_str().unwrap_or_default();
-        let old = self.states.lock().unwrap_or_else(|p| p.into_inner()).get(uid).cloned();
+    pub fn compute(&self, scope: usize, svc: &Value, pods: &[&Value]) -> (Option<Timestamp>, TriggerState) {
+        let uid = key(scope, svc);
+        let old = self.states.lock().unwrap_or_else(|p| p.into_inner()).get(&uid).cloned();
         let known = old.is_some();
         let old = old.unwrap_or_default();
         let mut min: Option<Timestamp> = None;
@@ -257,14 +257,17 @@ impl TriggerTracker {
     }
 
     /// Remember a sync's state.
-    pub fn commit(&self, svc: &Value, state: TriggerState) {
-        let uid = svc["metadata"]["uid"].as_str().unwrap_or_default().to_string();
-        self.states.lock().unwrap_or_else(|p| p.into_inner()).insert(uid, state);
+    pub fn commit(&self, scope: usize, svc: &Value, state: TriggerState) {
+        self.states.lock().unwrap_or_else(|p| p.into_inner()).insert(key(scope, svc), state);
     }
 
-    /// Forget Services that are gone.
-    pub fn retain(&self, uids: &std::collections::HashSet<String>) {
-        self.states.lock().unwrap_or_else(|p| p.into_inner()).retain(|k, _| uids.contains(k));
+    /// Forget Services of this server (`scope`) that are gone.
+    pub fn retain(&self, scope: usize, uids: &std::collections::HashSet<String>) {
+        let prefix = format!("{scope}/");
+        self.states
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|k, _| k.strip_prefix(&prefix).is_none_or(|uid| uids.contains(uid)));
     }
 }
 
@@ -290,6 +293,17 @@ pub fn set_trigger_annotation(obj: &mut Value, time: Option<Timestamp>) {
     }
 }
 
+/// The tracker is process-wide; several servers may run in one process (tests), so states are
+/// keyed by server and Service uid.
+fn key(scope: usize, svc: &Value) -> String {
+    format!("{scope}/{}", svc["metadata"]["uid"].as_str().unwrap_or_default())
+}
+
+/// The server a client talks to, as a tracker scope.
+pub fn scope(client: &crate::client::Client) -> usize {
+    std::sync::Arc::as_ptr(client.state()) as usize
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -306,14 +320,14 @@ mod tests {
     fn tracker_reports_changes_only() {
         let tr = TriggerTracker::default();
         let svc = json!({"metadata": {"uid": "u", "creationTimestamp": "2026-01-01T00:00:00Z"}});
-        let (t, s) = tr.compute(&svc, &[]);
+        let (t, s) = tr.compute(0, &svc, &[]);
         assert_eq!(t.map(format_time).as_deref(), Some("2026-01-01T00:00:00Z"));
-        tr.commit(&svc, s);
+        tr.commit(0, &svc, s);
         let pod = json!({"metadata": {"name": "a"}, "status": {"conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:02Z"}]}});
-        let (t, s) = tr.compute(&svc, &[&pod]);
+        let (t, s) = tr.compute(0, &svc, &[&pod]);
         assert_eq!(t.map(format_time).as_deref(), Some("2026-01-01T00:00:02Z"));
-        tr.commit(&svc, s);
-        let (t, _) = tr.compute(&svc, &[&pod]);
+        tr.commit(0, &svc, s);
+        let (t, _) = tr.compute(0, &svc, &[&pod]);
         assert!(t.is_none());
     }
 

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value, json};
 
 use super::common::{
-    Snapshot, TriggerTracker, find_port, hostname_for, name, namespace, pod_ip, pod_is_endpoint, pod_ready,
+    Snapshot, TriggerTracker, find_port, hostname_for, name, namespace, pod_ip, pod_is_endpoint, pod_ready, scope,
     service_families, service_selector, set_trigger_annotation, target_ref, terminating,
 };
 use crate::client::{Client, path};
@@ -145,7 +145,7 @@ fn slice_path(ns: &str, name: &str) -> String {
 async fn sync_service(client: &Client, snap: &Snapshot, svc: &Value) -> bool {
     let ns = namespace(svc);
     let pods = snap.selected_pods(svc);
-    let (trigger, state) = TRACKER.compute(svc, &pods);
+    let (trigger, state) = TRACKER.compute(scope(client), svc, &pods);
     let desired = desired_slices(snap, svc, &pods);
     let labels = Value::Object(labels_for(svc));
     let mut existing: Vec<&Value> = snap
@@ -214,7 +214,7 @@ async fn sync_service(client: &Client, snap: &Snapshot, svc: &Value) -> bool {
         ok &= client.delete(&slice_path(ns, name(extra)), None, None).await.is_ok();
     }
     if ok {
-        TRACKER.commit(svc, state);
+        TRACKER.commit(scope(client), svc, state);
     }
     ok
 }
@@ -229,5 +229,5 @@ pub async fn reconcile(client: &Client, snap: &Snapshot) {
         live.insert(svc["metadata"]["uid"].as_str().unwrap_or_default().to_string());
         sync_service(client, snap, svc).await;
     }
-    TRACKER.retain(&live);
+    TRACKER.retain(scope(client), &live);
 }

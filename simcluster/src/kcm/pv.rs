@@ -94,8 +94,11 @@ pub async fn reconcile(client: Client) {
     let claims: Vec<Value> = claims.into_iter().map(|c| typed(c, "PersistentVolumeClaim")).collect();
 
     // Forget Event times of claims that are gone.
+    // (The map is process-wide and several servers may run in one process: keys are scoped.)
+    let scope = std::sync::Arc::as_ptr(client.state()) as usize;
     if let Ok(mut last) = last_events().lock() {
-        last.retain(|k, _| claims.iter().any(|c| k.starts_with(uid(c))));
+        let prefix = format!("{scope}/");
+        last.retain(|k, _| k.strip_prefix(&prefix).is_none_or(|rest| claims.iter().any(|c| rest.starts_with(uid(c)))));
     }
 
     protect_claims(&client, &claims).await;
@@ -421,7 +424,7 @@ fn find_volume<'a>(c: &Value, volumes: &'a [Value]) -> Option<&'a Value> {
 
 /// An Event about an unbindable claim, at most once per claim resync period.
 async fn throttled_event(client: &Client, c: &Value, type_: &str, reason: &str, message: &str) {
-    let key = format!("{}/{reason}", uid(c));
+    let key = format!("{}/{}/{reason}", std::sync::Arc::as_ptr(client.state()) as usize, uid(c));
     {
         let Ok(mut last) = last_events().lock() else { return };
         if last.get(&key).is_some_and(|t| t.elapsed() < CLAIM_RESYNC) {

@@ -299,12 +299,12 @@ fn name_causes(rt: &ResourceType, obj: &Value) -> Vec<Cause> {
     }
     let errs = if matches!(rt.resource.as_str(), "namespaces" | "services" | "serviceaccounts" | "nodes") {
         if rt.resource == "nodes" || rt.resource == "serviceaccounts" {
-            crate::names::dns1123_subdomain_errors(name)
+            crate::validation::names::dns1123_subdomain(name)
         } else {
-            crate::names::dns1123_label_errors(name)
+            crate::validation::names::dns1123_label(name)
         }
     } else {
-        crate::names::dns1123_subdomain_errors(name)
+        crate::validation::names::dns1123_subdomain(name)
     };
     errs.into_iter()
         .map(|e| Cause::new("FieldValueInvalid", format!("Invalid value: \"{name}\": {e}"), "metadata.name"))

@@ -16,7 +16,6 @@ pub mod faults;
 pub mod fieldmanager;
 pub mod http;
 pub mod kcm;
-pub mod names;
 pub mod negotiate;
 pub mod protobuf;
 pub mod rbac;

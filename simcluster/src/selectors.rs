@@ -263,12 +263,12 @@ impl Parser {
 }
 
 fn validate_key(key: &str) -> Result<(), String> {
-    let errs = crate::names::qualified_name_errors(key);
+    let errs = crate::validation::names::qualified_name(key);
     if errs.is_empty() { Ok(()) } else { Err(format!("key: Invalid value: \"{key}\": {}", errs.join("; "))) }
 }
 
 fn validate_value(v: &str) -> Result<(), String> {
-    let errs = crate::names::label_value_errors(v);
+    let errs = crate::validation::names::label_value(v);
     if errs.is_empty() { Ok(()) } else { Err(format!("values[0][{v}]: Invalid value: \"{v}\": {}", errs.join("; "))) }
 }
 

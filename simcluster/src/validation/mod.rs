@@ -24,7 +24,7 @@ mod decode;
 mod events;
 mod field;
 mod kinds;
-mod names;
+pub(crate) mod names;
 mod service;
 mod workloads;
 

@@ -16,6 +16,7 @@ pub mod daemonset;
 pub mod deployment;
 pub mod endpoints;
 pub mod job;
+pub mod kubelet;
 pub mod namespace_defaults;
 pub mod node;
 pub mod pv;
@@ -50,6 +51,7 @@ fn controllers() -> Vec<(&'static str, &'static [&'static str], Reconcile)> {
         ("persistentvolume-controller", &["/persistentvolumes", "/persistentvolumeclaims"], |c| {
             Box::pin(pv::reconcile(c))
         }),
+        ("kubelet", &["/pods", "/nodes"], |c| Box::pin(kubelet::reconcile(c))),
         ("namespace-defaults", &["/namespaces", "/serviceaccounts", "/configmaps"], |c| {
             Box::pin(namespace_defaults::reconcile(c))
         }),

@@ -782,12 +782,7 @@ pub fn store_update(
     let current = txn.get(&t.rt.key(), &t.namespace, &name).cloned();
     if current.as_ref().map(|c| &c["metadata"]["resourceVersion"]) != Some(&old["metadata"]["resourceVersion"]) {
         RACED.with(|r| r.set(true));
-        return Err(ApiError::conflict(
-            &t.rt.group,
-            &t.rt.resource,
-            &name,
-            "the object has been modified; please apply your changes to the latest version and try again",
-        ));
+        return Err(stale(t, &name));
     }
     // Last finalizer gone while deleting: the object goes away.
     if new["metadata"]["deletionTimestamp"].is_string() && strings(&new["metadata"]["finalizers"]).is_empty() {
@@ -895,12 +890,7 @@ fn update(state: &Arc<State>, req: &Req, t: &Target) -> Result<Output, ApiError>
     match new["metadata"]["resourceVersion"].as_str() {
         Some(rv) if !rv.is_empty() => {
             if old["metadata"]["resourceVersion"].as_str() != Some(rv) {
-                return Err(ApiError::conflict(
-                    &t.rt.group,
-                    &t.rt.resource,
-                    &name,
-                    "the object has been modified; please apply your changes to the latest version and try again",
-                ));
+                return Err(stale(t, &name));
             }
         }
         _ => {
@@ -946,12 +936,7 @@ fn patch(state: &Arc<State>, req: &Req, t: &Target) -> Result<Output, ApiError> 
     if let Some(rv) = new["metadata"]["resourceVersion"].as_str()
         && Some(rv) != old["metadata"]["resourceVersion"].as_str()
     {
-        return Err(ApiError::conflict(
-            &t.rt.group,
-            &t.rt.resource,
-            &name,
-            "the object has been modified; please apply your changes to the latest version and try again",
-        ));
+        return Err(stale(t, &name));
     }
     new["kind"] = json!(t.rt.kind);
     new["apiVersion"] = json!(t.rt.api_version());
@@ -981,12 +966,7 @@ fn apply(state: &Arc<State>, req: &Req, t: &Target) -> Result<Output, ApiError> 
             if let Some(rv) = config["metadata"]["resourceVersion"].as_str()
                 && Some(rv) != old["metadata"]["resourceVersion"].as_str()
             {
-                return Err(ApiError::conflict(
-                    &t.rt.group,
-                    &t.rt.resource,
-                    &name,
-                    "the object has been modified; please apply your changes to the latest version and try again",
-                ));
+                return Err(stale(t, &name));
             }
             let new = admission::apply_fields(
                 state,
@@ -1314,12 +1294,7 @@ fn scale_once(state: &Arc<State>, req: &Req, t: &Target, verb: &str) -> Result<O
     if let Some(rv) = wanted["metadata"]["resourceVersion"].as_str()
         && Some(rv) != old["metadata"]["resourceVersion"].as_str()
     {
-        return Err(ApiError::conflict(
-            &t.rt.group,
-            &t.rt.resource,
-            &name,
-            "the object has been modified; please apply your changes to the latest version and try again",
-        ));
+        return Err(stale(t, &name));
     }
     let replicas = wanted["spec"]["replicas"].as_i64().unwrap_or(0);
     let mut new = old.clone();
@@ -1334,12 +1309,7 @@ fn scale_once(state: &Arc<State>, req: &Req, t: &Target, verb: &str) -> Result<O
         != Some(&old["metadata"]["resourceVersion"])
     {
         RACED.with(|r| r.set(true));
-        return Err(ApiError::conflict(
-            &t.rt.group,
-            &t.rt.resource,
-            &name,
-            "the object has been modified; please apply your changes to the latest version and try again",
-        ));
+        return Err(stale(t, &name));
     }
     let rv = txn.next_rv();
     new["metadata"]["resourceVersion"] = json!(rv.to_string());
@@ -1347,4 +1317,14 @@ fn scale_once(state: &Arc<State>, req: &Req, t: &Target, verb: &str) -> Result<O
     drop(txn);
     admission::after_write(state, &t.rt, &new);
     Ok(ok(200, to_scale(&new)))
+}
+
+/// 409 for a write based on an older resourceVersion than the stored one.
+fn stale(t: &Target, name: &str) -> ApiError {
+    ApiError::conflict(
+        &t.rt.group,
+        &t.rt.resource,
+        name,
+        "the object has been modified; please apply your changes to the latest version and try again",
+    )
 }

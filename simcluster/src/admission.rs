@@ -106,7 +106,7 @@ pub fn virtual_create(state: &Arc<State>, req: &Req, t: &Target, body: &Value) -
         }
         ("authorization.k8s.io", "subjectaccessreviews") => crate::rbac::subject_access_review(body, &policy),
         ("authentication.k8s.io", "selfsubjectreviews") => {
-            Ok(crate::rbac::self_subject_review(&req.user, body, &crate::api::now()))
+            Ok(crate::rbac::self_subject_review(&req.user, body, &state.clock.rfc3339()))
         }
         _ => return None,
     };
@@ -154,7 +154,7 @@ fn bind_pod(state: &Arc<State>, req: &Req, t: &Target) -> Result<crate::api::Out
     pod["spec"]["nodeName"] = json!(node);
     let mut conditions = pod["status"]["conditions"].as_array().cloned().unwrap_or_default();
     conditions.retain(|c| c["type"] != "PodScheduled");
-    conditions.push(json!({"type": "PodScheduled", "status": "True", "lastProbeTime": null, "lastTransitionTime": crate::api::now()}));
+    conditions.push(json!({"type": "PodScheduled", "status": "True", "lastProbeTime": null, "lastTransitionTime": state.clock.rfc3339()}));
     pod["status"]["conditions"] = json!(conditions);
     let rv = txn.next_rv();
     pod["metadata"]["resourceVersion"] = json!(rv.to_string());
@@ -182,16 +182,16 @@ fn token_request(state: &Arc<State>, req: &Req, t: &Target) -> Result<crate::api
         Some(a) if !a.is_empty() => Value::Array(a.clone()),
         _ => json!(["https://kubernetes.default.svc.cluster.local"]),
     };
-    let now = jiff::Timestamp::now();
+    let now = state.clock.now();
     let expires = now + jiff::SignedDuration::from_secs(expiration);
     let token = crate::auth::issue_token(state, &t.namespace, &name, expires.as_second());
     let mut doc = json!({
         "kind": "TokenRequest",
         "apiVersion": "authentication.k8s.io/v1",
-        "metadata": {"name": name, "namespace": t.namespace, "uid": sa["metadata"]["uid"], "creationTimestamp": crate::api::now()},
+        "metadata": {"name": name, "namespace": t.namespace, "uid": sa["metadata"]["uid"], "creationTimestamp": state.clock.rfc3339()},
         "spec": body["spec"].clone(),
     });
-    let time = crate::api::now();
+    let time = state.clock.rfc3339();
     let manager = crate::api::manager_of(req);
     let mgr = crate::fieldmanager::Manager {
         name: &manager,
@@ -500,7 +500,7 @@ pub fn strategy_create(state: &Arc<State>, rt: &ResourceType, obj: &mut Value) -
     if rt.group.is_empty() && rt.resource == "nodes" {
         crate::kcm::node::admit_create(obj);
     }
-    crate::validation::prepare_for_create(&av, &rt.kind, obj, &crate::api::now());
+    crate::validation::prepare_for_create(&av, &rt.kind, obj, &state.clock.rfc3339());
     // StorageObjectInUseProtection admission: pvc-/pv-protection finalizers.
     crate::kcm::pv::admit_create(&rt.group, &rt.resource, obj);
     Ok(())
@@ -623,7 +623,7 @@ pub fn update_fields(
     manager: &str,
     sub: Option<&str>,
 ) {
-    let time = crate::api::now();
+    let time = state.clock.rfc3339();
     let api_version = rt.api_version();
     let mgr = crate::fieldmanager::Manager {
         name: manager,
@@ -658,7 +658,7 @@ pub fn apply_fields(
     sub: Option<&str>,
     force: bool,
 ) -> Result<Value, ApiError> {
-    let time = crate::api::now();
+    let time = state.clock.rfc3339();
     let api_version = rt.api_version();
     let mgr = crate::fieldmanager::Manager {
         name: manager,
@@ -879,7 +879,7 @@ fn crd_changed(state: &Arc<State>, obj: &Value) {
     let established = obj["status"]["conditions"]
         .as_array()
         .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Established" && c["status"] == "True"));
-    let accepted = crate::crd::accepted_status(&model, &crate::api::now());
+    let accepted = crate::crd::accepted_status(&model, &state.clock.rfc3339());
     state.crds.write().expect("crds lock").insert(name, model);
     if !established {
         let mut new = obj.clone();

@@ -135,7 +135,7 @@ pub async fn dispatch(state: &Arc<State>, req: &Req, t: &Target) -> Result<Outpu
             Err(e) => (e.code(), String::new()),
         };
         state.faults.audit(crate::faults::AuditEvent {
-            time: jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string(),
+            time: state.clock.micro(),
             user: req.user.name.clone(),
             groups: req.user.groups.clone(),
             impersonated_by: req.impersonated_by.clone(),
@@ -1145,7 +1145,7 @@ fn delete_object(
         return Ok(ok(200, with_type(&t.rt, old.clone())));
     }
     let mut new = old.clone();
-    let at = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(graceful.unwrap_or(0));
+    let at = state.clock.now() + jiff::SignedDuration::from_secs(graceful.unwrap_or(0));
     new["metadata"]["deletionTimestamp"] = json!(at.strftime("%Y-%m-%dT%H:%M:%SZ").to_string());
     new["metadata"]["deletionGracePeriodSeconds"] = json!(graceful.unwrap_or(0));
     admission::mark_deleting(&t.rt, &mut new);

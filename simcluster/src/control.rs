@@ -8,6 +8,7 @@
 //! | `POST /simcluster/v1/watches/drop[?resource=group/resource]` | end open watches |
 //! | `POST /simcluster/v1/compact` | forget watch history: older resourceVersions get 410 |
 //! | `POST /simcluster/v1/pause`, `POST /simcluster/v1/resume` | hang every request, or serve again |
+//! | `POST /simcluster/v1/clock/advance?seconds=N` | move the simulation's clock forward |
 //! | `GET /simcluster/v1/audit` | the audit log (JSON list of [`crate::faults::AuditEvent`]) |
 //!
 //! Only the cluster admin may use it.
@@ -56,6 +57,15 @@ pub fn handle(state: &Arc<State>, req: &Req, rest: &[&str]) -> Result<Response<B
         (&Method::POST, ["resume"]) => {
             state.faults.set_paused(false);
             Ok(ok())
+        }
+        (&Method::POST, ["clock", "advance"]) => {
+            let seconds: f64 = req
+                .q("seconds")
+                .and_then(|s| s.parse().ok())
+                .filter(|s: &f64| s.is_finite() && *s >= 0.0)
+                .ok_or_else(|| ApiError::bad_request("clock/advance needs seconds=N (N >= 0)".to_string()))?;
+            state.clock.advance(std::time::Duration::from_secs_f64(seconds));
+            Ok(respond(200, &json!({"now": state.clock.micro()}), Encoding::Json, &[]))
         }
         (&Method::GET, ["audit"]) => Ok(respond(200, &json!(state.faults.audit_log()), Encoding::Json, &[])),
         _ => Err(ApiError::PageNotFound),

@@ -104,6 +104,16 @@ impl SimCluster {
         self.state.faults.set_paused(false);
     }
 
+    /// Move the simulation's clock forward (Lease expiry, back-off, deadlines).
+    pub fn advance_clock(&self, by: std::time::Duration) {
+        self.state.clock.advance(by);
+    }
+
+    /// The simulation's clock.
+    pub fn now(&self) -> jiff::Timestamp {
+        self.state.clock.now()
+    }
+
     /// Every write so far, oldest first.
     pub fn audit_log(&self) -> Vec<faults::AuditEvent> {
         self.state.faults.audit_log()
@@ -162,7 +172,7 @@ fn bootstrap(state: &Arc<state::State>) {
         let obj = serde_json::json!({
             "kind": "Namespace", "apiVersion": "v1",
             "metadata": {"name": ns, "uid": api::new_uid(), "resourceVersion": rv.to_string(),
-                         "creationTimestamp": api::now(), "labels": {"kubernetes.io/metadata.name": ns}},
+                         "creationTimestamp": state.clock.rfc3339(), "labels": {"kubernetes.io/metadata.name": ns}},
             "spec": {"finalizers": ["kubernetes"]},
             "status": {"phase": "Active"}
         });
@@ -177,7 +187,7 @@ fn bootstrap(state: &Arc<state::State>) {
         let mut obj = obj.clone();
         obj["metadata"]["uid"] = serde_json::json!(api::new_uid());
         obj["metadata"]["resourceVersion"] = serde_json::json!(rv.to_string());
-        obj["metadata"]["creationTimestamp"] = serde_json::json!(api::now());
+        obj["metadata"]["creationTimestamp"] = serde_json::json!(state.clock.rfc3339());
         txn.put(&rt.key(), &ns, &name, obj, rv);
     }
     txn.compact();

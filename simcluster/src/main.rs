@@ -16,6 +16,19 @@ struct Args {
     /// Run without the scheduler and kubelet simulation (control-plane controllers only).
     #[arg(long)]
     no_kubelet: bool,
+    /// Number of simulated Nodes (`sim-node-1` ..), each 4 CPUs, 16 GiB, 110 Pods.
+    #[arg(long, default_value_t = 3)]
+    nodes: usize,
+    /// Simulated Nodes from a JSON file: a list of `{"name", "cpu", "memory", "pods", "labels",
+    /// "taints"}` (overrides `--nodes`).
+    #[arg(long)]
+    nodes_file: Option<std::path::PathBuf>,
+    /// Kubelet delays: `fast` (tests) or `realistic` (seconds to pull and start, 10 s back-off).
+    #[arg(long, default_value = "fast", value_parser = ["fast", "realistic"])]
+    timing: String,
+    /// Run a dynamic provisioner for the default StorageClass `standard`.
+    #[arg(long)]
+    storage_provisioner: bool,
     /// Keep objects in this file across restarts.
     #[arg(long)]
     data: Option<std::path::PathBuf>,
@@ -25,7 +38,32 @@ struct Args {
 async fn main() -> std::process::ExitCode {
     let args = Args::parse();
     tracing_subscriber::fmt().with_writer(std::io::stderr).init();
-    let config = simcluster::Config { kubelet: !args.no_kubelet, data: args.data.clone(), ..Default::default() };
+    let nodes = match &args.nodes_file {
+        Some(path) => match std::fs::read(path)
+            .map_err(|e| e.to_string())
+            .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
+        {
+            Ok(nodes) => nodes,
+            Err(e) => {
+                eprintln!("simcluster: reading nodes from {}: {e}", path.display());
+                return std::process::ExitCode::FAILURE;
+            }
+        },
+        None => simcluster::state::NodeConfig::defaults(args.nodes),
+    };
+    let timing = if args.timing == "realistic" {
+        simcluster::state::Timing::realistic()
+    } else {
+        simcluster::state::Timing::default()
+    };
+    let config = simcluster::Config {
+        kubelet: !args.no_kubelet,
+        data: args.data.clone(),
+        nodes,
+        timing,
+        storage_provisioner: args.storage_provisioner,
+        ..Default::default()
+    };
     let mut sim = match simcluster::SimCluster::start(config, args.port).await {
         Ok(s) => s,
         Err(e) => {

@@ -164,4 +164,8 @@ pub mod events {
     pub const ROLLBACK_TARGET_CHANGED: &str = "RollbackTargetChanged";
     /// A rollback that cannot reach its target was given up; Warning.
     pub const ROLLBACK_ABANDONED: &str = "RollbackAbandoned";
+    /// A Repository's reference moved to a new commit (the commit and its subject).
+    pub const NEW_REVISION: &str = "NewRevision";
+    /// A Repository created, updated or deleted discovered Applications.
+    pub const DISCOVERY_CHANGED: &str = "DiscoveryChanged";
 }

@@ -1,0 +1,128 @@
+//! The pure decision of the Repository controller: given the Applications declared in Git and
+//! those that exist, what to apply and what to delete, and what blocks the change.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Value, json};
+
+use crate::api::names;
+use crate::source::discovery::Declared;
+
+/// An existing Application, as the decision needs it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Existing {
+    /// Name.
+    pub name: String,
+    /// Its `sync.kuvryn.io/repository` label.
+    pub repository: Option<String>,
+    /// Its `sync.kuvryn.io/discovered-from` annotation.
+    pub discovered_from: Option<String>,
+}
+
+/// What to do for one commit.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct DiscoveryPlan {
+    /// Application objects to apply (Server-Side Apply), in name order.
+    pub apply: Vec<Value>,
+    /// Names of Applications this Repository created that Git no longer declares.
+    pub delete: Vec<String>,
+    /// Names that exist but were created some other way: the commit is refused.
+    pub conflicts: Vec<String>,
+}
+
+/// Decide. `repository` and `namespace` are the Repository's.
+pub fn plan(repository: &str, namespace: &str, declared: &[Declared], existing: &[Existing]) -> DiscoveryPlan {
+    let by_name: BTreeMap<&str, &Existing> = existing.iter().map(|e| (e.name.as_str(), e)).collect();
+    let mut out = DiscoveryPlan::default();
+    let mut declared: Vec<&Declared> = declared.iter().collect();
+    declared.sort_by(|a, b| a.name.cmp(&b.name));
+    for d in &declared {
+        if let Some(e) = by_name.get(d.name.as_str())
+            && e.repository.as_deref() != Some(repository)
+        {
+            let owner = match &e.repository {
+                Some(other) => format!("Repository {other}"),
+                None => "applied directly, not from Git".to_string(),
+            };
+            out.conflicts.push(format!("{} ({owner})", d.name));
+            continue;
+        }
+        out.apply.push(object(repository, namespace, d));
+    }
+    let mut delete: Vec<String> = existing
+        .iter()
+        .filter(|e| e.repository.as_deref() == Some(repository) && e.discovered_from.is_some())
+        .filter(|e| !declared.iter().any(|d| d.name == e.name))
+        .map(|e| e.name.clone())
+        .collect();
+    delete.sort();
+    out.delete = delete;
+    out
+}
+
+/// The Application object to apply for a declared one.
+pub fn object(repository: &str, namespace: &str, d: &Declared) -> Value {
+    let mut labels = d.labels.clone();
+    labels.insert(names::labels::REPOSITORY.to_string(), repository.to_string());
+    let mut annotations = d.annotations.clone();
+    annotations.insert(names::annotations::DISCOVERED_FROM.to_string(), d.file.clone());
+    json!({
+        "apiVersion": names::API_VERSION,
+        "kind": "Application",
+        "metadata": {"name": d.name, "namespace": namespace, "labels": labels, "annotations": annotations},
+        "spec": d.spec,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn declared(name: &str, file: &str) -> Declared {
+        Declared {
+            name: name.into(),
+            file: file.into(),
+            labels: Default::default(),
+            annotations: Default::default(),
+            spec: json!({"source": {"repository": "r", "path": name}}),
+        }
+    }
+
+    fn existing(name: &str, repo: Option<&str>) -> Existing {
+        Existing {
+            name: name.into(),
+            repository: repo.map(String::from),
+            discovered_from: repo.map(|_| ".ksync.yaml".to_string()),
+        }
+    }
+
+    #[test]
+    fn creates_updates_and_deletes_only_its_own() {
+        let d = [declared("web", ".ksync.yaml"), declared("api", "teams/.ksync.yaml")];
+        let e = [existing("web", Some("platform")), existing("old", Some("platform")), existing("manual", None), existing("theirs", Some("other"))];
+        let p = plan("platform", "team-a", &d, &e);
+        let names: Vec<&str> = p.apply.iter().map(|o| o["metadata"]["name"].as_str().unwrap()).collect();
+        assert_eq!(names, ["api", "web"]);
+        assert_eq!(p.delete, ["old"]);
+        assert!(p.conflicts.is_empty());
+        assert_eq!(p.apply[0]["metadata"]["labels"][names::labels::REPOSITORY], "platform");
+        assert_eq!(p.apply[0]["metadata"]["annotations"][names::annotations::DISCOVERED_FROM], "teams/.ksync.yaml");
+        assert_eq!(p.apply[0]["metadata"]["namespace"], "team-a");
+    }
+
+    #[test]
+    fn never_takes_over_an_application_it_did_not_create() {
+        let d = [declared("manual", ".ksync.yaml"), declared("theirs", ".ksync.yaml")];
+        let e = [existing("manual", None), existing("theirs", Some("other"))];
+        let p = plan("platform", "team-a", &d, &e);
+        assert_eq!(p.conflicts, ["manual (applied directly, not from Git)", "theirs (Repository other)"]);
+        assert!(p.apply.is_empty());
+        assert!(p.delete.is_empty());
+    }
+
+    #[test]
+    fn a_labelled_application_without_the_annotation_is_not_deleted() {
+        let e = [Existing { name: "hand".into(), repository: Some("platform".into()), discovered_from: None }];
+        assert!(plan("platform", "ns", &[], &e).delete.is_empty());
+    }
+}

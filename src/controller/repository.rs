@@ -1,0 +1,411 @@
+//! The Repository controller: resolves `spec.ref` to a commit on an interval, reads the
+//! `.ksync.yaml` files of that commit, and keeps the Applications they declare.
+//!
+//! # Expected flow
+//! 1. `spec.suspend`: `Ready=False` (`Suspended`), nothing else.
+//! 2. Credentials from `spec.secretRef` (`username`/`password` for HTTPS, `identity` and
+//!    `known_hosts` for SSH).
+//! 3. Resolve the reference through the shared [`GitCache`] (single-flight; a pinned commit
+//!    already cached costs no network).
+//! 4. Read every `spec.applicationConfigPaths` file from the commit, parse and validate all of
+//!    them ([`crate::source::discovery`]).
+//! 5. Decide ([`super::discovery::plan`]), server-side dry-run every apply, then apply (SSA,
+//!    field manager `kuvryn-sync-repository`, forced: Git owns discovered Applications) and
+//!    delete the Applications Git no longer declares.
+//! 6. Record `status.revision` (the last commit accepted), `status.applications`, kstatus
+//!    conditions, Events; requeue after `spec.interval` (±10 % jitter).
+//!
+//! # Guarantees
+//! - When any config file is missing, unreadable or invalid, names collide, an Application of
+//!   the same name exists that this Repository did not create, or the dry run refuses an
+//!   Application, the Repository is `Ready=False` (`Stalled` where retrying cannot help) with a
+//!   message naming the file and the problem, and **no Application is created, changed or
+//!   deleted** for that commit. `status.revision` keeps the last accepted commit, so
+//!   Applications that follow the Repository keep deploying it.
+//! - A fetch failure keeps the last good state (`status.revision`, the cache, every
+//!   Application) and says why.
+//! - Applications applied directly (without this Repository's label and `discovered-from`
+//!   annotation) are never changed or deleted.
+//! - Credentials never reach status, Events or logs: errors are redacted.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use jiff::Timestamp;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Client, Resource, ResourceExt};
+use serde_json::json;
+
+use super::discovery::{self, Existing};
+use crate::api::application::Application;
+use crate::api::conditions::{self, Status};
+use crate::api::names;
+use crate::api::repository::{DiscoveredApplications, ObservedRevision, Repository, RepositoryStatus};
+use crate::source::discovery::{ConfigError, check_config_path, parse_all};
+use crate::source::{Credentials, GitCache, Reference};
+
+/// The field manager of discovered Applications.
+pub const MANAGER: &str = "kuvryn-sync-repository";
+
+/// What the controller needs.
+pub struct Context {
+    /// The API client.
+    pub client: Client,
+    /// The shared Git cache.
+    pub cache: GitCache,
+    /// Publishes Events.
+    pub recorder: Recorder,
+}
+
+impl Context {
+    /// A context reporting Events as `kuvryn-sync` from `instance`.
+    pub fn new(client: Client, cache: GitCache, instance: Option<String>) -> Context {
+        let reporter = Reporter { controller: names::FIELD_MANAGER.to_string(), instance };
+        Context { recorder: Recorder::new(client.clone(), reporter), client, cache }
+    }
+}
+
+/// Errors that make the controller retry with back-off (API failures; source and config
+/// problems are reported on the object instead).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// An API request failed.
+    #[error("API request failed: {0}")]
+    Kube(#[from] kube::Error),
+    /// The object has no namespace.
+    #[error("the Repository has no namespace")]
+    NoNamespace,
+}
+
+/// Run the controller until `shutdown` completes.
+pub async fn run(ctx: Arc<Context>, shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static) {
+    let client = ctx.client.clone();
+    let repos: Api<Repository> = Api::all(client.clone());
+    let apps: Api<Application> = Api::all(client);
+    Controller::new(repos, watcher::Config::default())
+        .watches(apps, watcher::Config::default().labels(names::labels::REPOSITORY), |app: Application| {
+            let ns = app.namespace();
+            app.labels()
+                .get(names::labels::REPOSITORY)
+                .and_then(|r| ns.map(|ns| ObjectRef::<Repository>::new(r).within(&ns)))
+        })
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|r| async move {
+            if let Err(e) = r {
+                tracing::debug!(error = %e, "repository reconcile");
+            }
+        })
+        .await;
+}
+
+fn error_policy(repo: Arc<Repository>, error: &Error, _ctx: Arc<Context>) -> Action {
+    tracing::warn!(repository = %repo.name_any(), namespace = ?repo.namespace(), error = %error, "reconcile failed");
+    Action::requeue(Duration::from_secs(5))
+}
+
+fn with_jitter(d: Duration, seed: &str) -> Duration {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|t| t.subsec_nanos()).unwrap_or(0);
+    let h = seed.bytes().fold(u64::from(nanos), |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)));
+    // 0.9 .. 1.1
+    let factor = 0.9 + (h % 1000) as f64 / 5000.0;
+    d.mul_f64(factor)
+}
+
+/// How a failed step is reported.
+struct Failure {
+    reason: &'static str,
+    message: String,
+    retryable: bool,
+}
+
+/// Reconcile one Repository (see the module documentation).
+pub async fn reconcile(repo: Arc<Repository>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let ns = repo.namespace().ok_or(Error::NoNamespace)?;
+    let name = repo.name_any();
+    let interval = crate::api::duration::parse(&repo.spec.interval).unwrap_or(Duration::from_secs(60));
+    let requeue = Action::requeue(with_jitter(interval, &name));
+    let old = repo.status.clone().unwrap_or_default();
+    let mut status = old.clone();
+    status.observed_generation = repo.metadata.generation;
+    if let Some(at) = repo.annotations().get(names::annotations::RECONCILE_REQUESTED_AT) {
+        status.last_handled_reconcile_at = Some(at.clone());
+    }
+    let generation = repo.metadata.generation;
+    let now = Timestamp::now();
+
+    if repo.spec.suspend {
+        conditions::remove(&mut status.conditions, names::conditions::RECONCILING);
+        conditions::remove(&mut status.conditions, names::conditions::STALLED);
+        conditions::set(
+            &mut status.conditions,
+            names::conditions::READY,
+            Status::False,
+            names::reasons::SUSPENDED,
+            "reconciliation is suspended (spec.suspend)",
+            generation,
+            now,
+        );
+        write_status(&ctx, &repo, &old, &status).await?;
+        return Ok(Action::await_change());
+    }
+
+    match sync(&repo, &ctx, &ns, &name, &mut status).await? {
+        Ok(summary) => {
+            conditions::mark_ready(&mut status.conditions, names::reasons::SUCCEEDED, &summary, generation, now);
+        }
+        Err(f) => {
+            let previous = conditions::get(&old.conditions, names::conditions::READY).map(|c| c.message.clone());
+            if f.retryable {
+                conditions::mark_failed(&mut status.conditions, f.reason, &f.message, generation, now);
+            } else {
+                conditions::mark_stalled(&mut status.conditions, f.reason, &f.message, generation, now);
+            }
+            if previous.as_deref() != Some(f.message.as_str()) {
+                event(&ctx, &repo, EventType::Warning, f.reason, &f.message).await;
+            }
+            tracing::info!(repository = %name, namespace = %ns, reason = f.reason, message = %f.message, "repository not ready");
+        }
+    }
+    write_status(&ctx, &repo, &old, &status).await?;
+    Ok(requeue)
+}
+
+/// Steps 2 to 5. The outer error is an API failure to retry; the inner one is reported on the
+/// object.
+async fn sync(
+    repo: &Repository,
+    ctx: &Context,
+    ns: &str,
+    name: &str,
+    status: &mut RepositoryStatus,
+) -> Result<Result<String, Failure>, Error> {
+    let source_failure = |e: crate::source::Error| Failure {
+        reason: names::reasons::SOURCE_FAILURE,
+        retryable: e.retryable(),
+        message: e.to_string(),
+    };
+    let Some(reference) = Reference::from_git_ref(&repo.spec.reference) else {
+        return Ok(Err(Failure {
+            reason: names::reasons::SOURCE_FAILURE,
+            message: "spec.ref must set exactly one of branch, tag or commit".into(),
+            retryable: false,
+        }));
+    };
+    let credentials = match &repo.spec.secret_ref {
+        None => Credentials::default(),
+        Some(r) => {
+            let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(ctx.client.clone(), ns);
+            match secrets.get_opt(&r.name).await {
+                Ok(Some(s)) => Credentials::from_secret_data(
+                    &s.data.unwrap_or_default().into_iter().map(|(k, v)| (k, v.0)).collect(),
+                ),
+                Ok(None) => {
+                    return Ok(Err(Failure {
+                        reason: names::reasons::SOURCE_FAILURE,
+                        message: format!("the credentials Secret {:?} (spec.secretRef) does not exist", r.name),
+                        retryable: true,
+                    }));
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    };
+    let timeout = crate::api::duration::parse(&repo.spec.timeout).unwrap_or(Duration::from_secs(60));
+    let url = &repo.spec.url;
+    let resolved = match ctx.cache.resolve(url, &reference, &credentials, timeout).await {
+        Ok(r) => r,
+        Err(e) => return Ok(Err(source_failure(e))),
+    };
+    let commit = resolved.commit;
+    let short = &commit[..12.min(commit.len())];
+
+    // Read and validate every config file before changing anything.
+    let mut files = Vec::new();
+    for path in &repo.spec.application_config_paths {
+        let config_failure = |e: ConfigError| Failure {
+            reason: names::reasons::CONFIG_FAILURE,
+            message: format!("commit {short}: {e}; no Application was changed"),
+            retryable: false,
+        };
+        let clean = match check_config_path(path) {
+            Ok(p) => p,
+            Err(e) => return Ok(Err(config_failure(e))),
+        };
+        match ctx.cache.read_file(url, &commit, &clean).await {
+            Ok(Some(content)) => files.push((clean, content)),
+            Ok(None) => {
+                return Ok(Err(config_failure(ConfigError {
+                    file: clean,
+                    message: "not found in the commit".into(),
+                })));
+            }
+            Err(e) => {
+                return Ok(Err(config_failure(ConfigError { file: clean, message: e.to_string() })));
+            }
+        }
+    }
+    let declared = match parse_all(&files, ns) {
+        Ok(d) => d,
+        Err(e) => {
+            return Ok(Err(Failure {
+                reason: names::reasons::CONFIG_FAILURE,
+                message: format!("commit {short}: {e}; no Application was changed"),
+                retryable: false,
+            }));
+        }
+    };
+
+    let apps: Api<Application> = Api::namespaced(ctx.client.clone(), ns);
+    let existing: Vec<Existing> = apps
+        .list_metadata(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .map(|m| Existing {
+            name: m.name_any(),
+            repository: m.labels().get(names::labels::REPOSITORY).cloned(),
+            discovered_from: m.annotations().get(names::annotations::DISCOVERED_FROM).cloned(),
+        })
+        .collect();
+    let plan = discovery::plan(name, ns, &declared, &existing);
+    if !plan.conflicts.is_empty() {
+        return Ok(Err(Failure {
+            reason: names::reasons::CONFIG_FAILURE,
+            message: format!(
+                "commit {short}: Applications already exist that this Repository did not create, and are left untouched: {}; rename them in Git; no Application was changed",
+                plan.conflicts.join(", ")
+            ),
+            retryable: false,
+        }));
+    }
+
+    // Dry run first: one invalid Application blocks the whole commit.
+    let dry = PatchParams::apply(MANAGER).force().dry_run();
+    for obj in &plan.apply {
+        let app = obj["metadata"]["name"].as_str().unwrap_or_default();
+        if let Err(e) = apps.patch(app, &dry, &Patch::Apply(obj)).await {
+            let file = obj["metadata"]["annotations"][names::annotations::DISCOVERED_FROM].as_str().unwrap_or_default();
+            return Ok(Err(match e {
+                kube::Error::Api(ae) if (400..500).contains(&ae.code) && ae.code != 429 => Failure {
+                    reason: names::reasons::CONFIG_FAILURE,
+                    message: format!("commit {short}: {file}: Application {app} is invalid: {}; no Application was changed", ae.message),
+                    retryable: false,
+                },
+                other => Failure {
+                    reason: names::reasons::APPLY_FAILURE,
+                    message: format!("commit {short}: checking Application {app}: {other}; no Application was changed"),
+                    retryable: true,
+                },
+            }));
+        }
+    }
+
+    let before: std::collections::BTreeMap<String, Option<String>> =
+        existing.iter().map(|e| (e.name.clone(), None)).collect();
+    let mut created = Vec::new();
+    let mut updated = Vec::new();
+    let live = apps.list_metadata(&ListParams::default().labels(&format!("{}={name}", names::labels::REPOSITORY))).await?;
+    let versions: std::collections::BTreeMap<String, Option<String>> =
+        live.items.iter().map(|m| (m.name_any(), m.resource_version())).collect();
+    let apply = PatchParams::apply(MANAGER).force();
+    for obj in &plan.apply {
+        let app = obj["metadata"]["name"].as_str().unwrap_or_default().to_string();
+        let result: Application = apps.patch(&app, &apply, &Patch::Apply(obj)).await?;
+        if !before.contains_key(&app) {
+            created.push(app);
+        } else if versions.get(&app).cloned().flatten() != result.resource_version() {
+            updated.push(app);
+        }
+    }
+    let mut deleted = Vec::new();
+    for app in &plan.delete {
+        match apps.delete(app, &DeleteParams::default()).await {
+            Ok(_) => deleted.push(app.clone()),
+            Err(kube::Error::Api(ae)) if ae.code == 404 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+
+    let ref_name = reference.to_string();
+    let new_commit = status.revision.as_ref().map(|r| r.commit.as_str()) != Some(commit.as_str());
+    if new_commit {
+        let subject = ctx.cache.commit_subject(url, &commit).await.unwrap_or_default();
+        let note = format!("{ref_name} is at {short}: {subject}");
+        event(ctx, repo, EventType::Normal, names::events::NEW_REVISION, &note).await;
+        status.revision = Some(ObservedRevision {
+            reference: ref_name.clone(),
+            commit: commit.clone(),
+            fetched_at: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::now())),
+        });
+    } else if let Some(r) = status.revision.as_mut() {
+        r.reference = ref_name.clone();
+    }
+    if !(created.is_empty() && updated.is_empty() && deleted.is_empty()) {
+        let mut parts = Vec::new();
+        for (verb, list) in [("created", &created), ("updated", &updated), ("deleted", &deleted)] {
+            if !list.is_empty() {
+                parts.push(format!("{verb} {}", bounded_list(list)));
+            }
+        }
+        let note = format!("commit {short}: {}", parts.join("; "));
+        event(ctx, repo, EventType::Normal, names::events::DISCOVERY_CHANGED, &note).await;
+    }
+    let paths: Vec<String> = files.iter().map(|(p, _)| p.clone()).collect();
+    status.applications = Some(DiscoveredApplications {
+        discovered: i32::try_from(declared.len()).unwrap_or(i32::MAX),
+        files: paths.clone(),
+    });
+    Ok(Ok(format!(
+        "{ref_name} at {short}: {} Application{} from {}",
+        declared.len(),
+        if declared.len() == 1 { "" } else { "s" },
+        paths.join(", ")
+    )))
+}
+
+fn bounded_list(names: &[String]) -> String {
+    const MAX: usize = 10;
+    if names.len() <= MAX {
+        names.join(", ")
+    } else {
+        format!("{} and {} more", names[..MAX].join(", "), names.len() - MAX)
+    }
+}
+
+async fn event(ctx: &Context, repo: &Repository, type_: EventType, reason: &str, note: &str) {
+    let ev = Event {
+        type_,
+        reason: reason.to_string(),
+        note: Some(note.chars().take(1024).collect()),
+        action: "Reconcile".to_string(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&ev, &repo.object_ref(&())).await {
+        tracing::debug!(error = %e, "publishing an Event");
+    }
+}
+
+async fn write_status(
+    ctx: &Context,
+    repo: &Repository,
+    old: &RepositoryStatus,
+    new: &RepositoryStatus,
+) -> Result<(), Error> {
+    if old == new {
+        return Ok(());
+    }
+    let api: Api<Repository> = Api::namespaced(ctx.client.clone(), &repo.namespace().unwrap_or_default());
+    api.patch_status(
+        &repo.name_any(),
+        &PatchParams::apply(names::STATUS_FIELD_MANAGER),
+        &Patch::Merge(json!({"status": new})),
+    )
+    .await?;
+    Ok(())
+}

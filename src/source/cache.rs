@@ -1,0 +1,236 @@
+//! [`GitCache`]: the process-wide Git object cache.
+//!
+//! - One bare repository per normalized remote under `<dir>/repos/`.
+//! - Single-flight: network operations on one repository run one at a time; a request that
+//!   waited while another fetched the same reference takes that result instead of fetching
+//!   again, so N Applications asking at once cost one fetch. A full commit id already in the
+//!   object database costs no network at all.
+//! - Checkouts: the tree of (commit, path) materialized under `<dir>/checkouts/`, cached by
+//!   tree id in a size-bounded cache (moka). An evicted checkout's directory is deleted once
+//!   the last reader drops its handle.
+//! - Every network operation has a timeout; on expiry the fetch is interrupted and the
+//!   previous state of the cache is kept.
+//!
+//! Metrics (through the `metrics` facade): `ksync_git_fetches_total{result}`,
+//! `ksync_git_fetch_duration_seconds`, `ksync_git_fetch_bytes_total`,
+//! `ksync_git_cache_requests_total{cache,result}`, `ksync_git_materialize_duration_seconds`.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use gix::ObjectId;
+
+use super::checkout::{self, Checkout, Limits};
+use super::git::{self, Access};
+use super::url::Remote;
+use super::{Credentials, Error, Reference, Result};
+
+/// Settings of the cache.
+#[derive(Clone, Debug)]
+pub struct CacheConfig {
+    /// The cache directory (`--git-cache-dir`).
+    pub dir: PathBuf,
+    /// Most bytes of materialized checkouts kept (approximate).
+    pub checkout_bytes: u64,
+    /// Limits of one checkout.
+    pub limits: Limits,
+}
+
+impl CacheConfig {
+    /// Defaults under `dir`: 1 GiB of checkouts, default limits.
+    pub fn new(dir: impl Into<PathBuf>) -> CacheConfig {
+        CacheConfig { dir: dir.into(), checkout_bytes: 1 << 30, limits: Limits::default() }
+    }
+}
+
+/// The outcome of [`GitCache::resolve`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Resolution {
+    /// The commit id (40 hex digits).
+    pub commit: String,
+    /// Whether this call downloaded a pack (false when coalesced or already present).
+    pub fetched: bool,
+}
+
+type Memo = HashMap<Reference, (Instant, Result<ObjectId>)>;
+
+struct RepoEntry {
+    remote: Remote,
+    dir: PathBuf,
+    /// Held during network operations; remembers the last result per reference and when
+    /// the operation that produced it started.
+    memo: tokio::sync::Mutex<Memo>,
+}
+
+struct Inner {
+    config: CacheConfig,
+    repos: Mutex<HashMap<String, Arc<RepoEntry>>>,
+    checkouts: moka::sync::Cache<ObjectId, Arc<Checkout>>,
+    nonce: AtomicU64,
+}
+
+/// The shared Git object cache. Cheap to clone.
+#[derive(Clone)]
+pub struct GitCache {
+    inner: Arc<Inner>,
+}
+
+impl GitCache {
+    /// Open (or create) the cache in `config.dir`. Checkouts of an earlier process are removed.
+    pub fn new(config: CacheConfig) -> Result<GitCache> {
+        let checkouts_dir = config.dir.join("checkouts");
+        let _ = std::fs::remove_dir_all(&checkouts_dir);
+        std::fs::create_dir_all(&checkouts_dir)
+            .and_then(|_| std::fs::create_dir_all(config.dir.join("repos")))
+            .map_err(|e| Error::Internal(format!("creating the Git cache in {}: {e}", config.dir.display())))?;
+        let capacity_kib = (config.checkout_bytes / 1024).max(1);
+        let checkouts = moka::sync::Cache::builder()
+            .max_capacity(capacity_kib)
+            .weigher(|_: &ObjectId, c: &Arc<Checkout>| u32::try_from(c.bytes / 1024 + 1).unwrap_or(u32::MAX))
+            .build();
+        Ok(GitCache {
+            inner: Arc::new(Inner { config, repos: Mutex::new(HashMap::new()), checkouts, nonce: AtomicU64::new(0) }),
+        })
+    }
+
+    fn entry(&self, url: &str) -> Result<Arc<RepoEntry>> {
+        let remote = Remote::parse(url)?;
+        let mut repos = self.inner.repos.lock().expect("repos lock");
+        let entry = repos.entry(remote.key.clone()).or_insert_with(|| {
+            let dir = self.inner.config.dir.join("repos").join(remote.dir_name());
+            Arc::new(RepoEntry { remote, dir, memo: tokio::sync::Mutex::new(HashMap::new()) })
+        });
+        Ok(entry.clone())
+    }
+
+    /// Resolve `reference` of the remote `url` to a commit, fetching when needed (single-flight).
+    pub async fn resolve(
+        &self,
+        url: &str,
+        reference: &Reference,
+        credentials: &Credentials,
+        timeout: Duration,
+    ) -> Result<Resolution> {
+        let requested = Instant::now();
+        let entry = self.entry(url)?;
+        let mut memo = entry.memo.lock().await;
+        if let Some((started, result)) = memo.get(reference)
+            && *started >= requested
+        {
+            metrics::counter!("ksync_git_cache_requests_total", "cache" => "objects", "result" => "hit").increment(1);
+            return result.clone().map(|id| Resolution { commit: id.to_string(), fetched: false });
+        }
+        let started = Instant::now();
+        let interrupt = Arc::new(AtomicBool::new(false));
+        let task = {
+            let (dir, remote, reference, credentials, interrupt) =
+                (entry.dir.clone(), entry.remote.clone(), reference.clone(), credentials.clone(), interrupt.clone());
+            tokio::task::spawn_blocking(move || {
+                let access = Access { remote: &remote, credentials: &credentials, timeout, interrupt: &interrupt };
+                git::resolve(&dir, &reference, &access)
+            })
+        };
+        let result = match tokio::time::timeout(timeout, task).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => Err(Error::Internal(format!("the fetch task failed: {e}"))),
+            Err(_) => {
+                interrupt.store(true, Ordering::Relaxed);
+                Err(Error::Timeout(format!("fetching {} timed out after {timeout:?}", entry.remote.key)))
+            }
+        };
+        let label = match &result {
+            Ok(r) if r.fetched => "fetched",
+            Ok(r) if r.contacted => "up_to_date",
+            Ok(_) => "local",
+            Err(e) => e.metric_label(),
+        };
+        metrics::counter!("ksync_git_fetches_total", "result" => label).increment(1);
+        if let Ok(r) = &result
+            && r.contacted
+        {
+            metrics::histogram!("ksync_git_fetch_duration_seconds").record(started.elapsed().as_secs_f64());
+            metrics::counter!("ksync_git_fetch_bytes_total").increment(r.bytes);
+        }
+        let hit = matches!(&result, Ok(r) if !r.fetched);
+        metrics::counter!("ksync_git_cache_requests_total", "cache" => "objects", "result" => if hit { "hit" } else { "miss" })
+            .increment(1);
+        let fetched = matches!(&result, Ok(r) if r.fetched);
+        let stored = result.map(|r| r.commit);
+        memo.insert(reference.clone(), (started, stored.clone()));
+        stored.map(|id| Resolution { commit: id.to_string(), fetched })
+    }
+
+    fn commit_id(commit: &str) -> Result<ObjectId> {
+        ObjectId::from_hex(commit.as_bytes()).map_err(|_| Error::NotFound(format!("{commit:?} is not a full commit id")))
+    }
+
+    /// The regular file at `path` of `commit` (already in the cache: resolve first).
+    pub async fn read_file(&self, url: &str, commit: &str, path: &str) -> Result<Option<Vec<u8>>> {
+        let entry = self.entry(url)?;
+        let id = Self::commit_id(commit)?;
+        let path = checkout::clean_relative_path(path)?;
+        let dir = entry.dir.clone();
+        tokio::task::spawn_blocking(move || {
+            let repo = git::open_existing(&dir)?;
+            git::read_file(&repo, id, &path)
+        })
+        .await
+        .map_err(|e| Error::Internal(format!("reading from the cache: {e}")))?
+    }
+
+    /// The first line of the commit message (bounded), for Events.
+    pub async fn commit_subject(&self, url: &str, commit: &str) -> Option<String> {
+        let entry = self.entry(url).ok()?;
+        let id = Self::commit_id(commit).ok()?;
+        let dir = entry.dir.clone();
+        tokio::task::spawn_blocking(move || git::commit_subject(&git::open_existing(&dir).ok()?, id)).await.ok()?
+    }
+
+    /// A directory holding exactly the tree of `path` in `commit` (already in the cache:
+    /// resolve first). Shared by every caller asking for the same tree.
+    pub async fn checkout(&self, url: &str, commit: &str, path: &str) -> Result<Arc<Checkout>> {
+        let entry = self.entry(url)?;
+        let id = Self::commit_id(commit)?;
+        let path = checkout::clean_relative_path(path)?;
+        let this = self.clone();
+        tokio::task::spawn_blocking(move || {
+            let repo = git::open_existing(&entry.dir)?;
+            let tree = git::tree_at(&repo, id, &path)?;
+            let mut missed = false;
+            let label = if path.is_empty() { format!("commit {commit_short}", commit_short = &id.to_string()[..12]) } else { format!("{path}@{}", &id.to_string()[..12]) };
+            let result = this.inner.checkouts.try_get_with(tree, || {
+                missed = true;
+                let started = Instant::now();
+                let n = this.inner.nonce.fetch_add(1, Ordering::Relaxed);
+                let dest = this.inner.config.dir.join("checkouts").join(format!("{tree}-{n}"));
+                let c = checkout::materialize(&repo, tree, dest, this.inner.config.limits, &label);
+                metrics::histogram!("ksync_git_materialize_duration_seconds").record(started.elapsed().as_secs_f64());
+                c.map(Arc::new)
+            });
+            metrics::counter!("ksync_git_cache_requests_total", "cache" => "checkouts", "result" => if missed { "miss" } else { "hit" })
+                .increment(1);
+            result.map_err(|e: Arc<Error>| (*e).clone())
+        })
+        .await
+        .map_err(|e| Error::Internal(format!("materializing: {e}")))?
+    }
+
+    /// Where the bare repository of `url` lives (for diagnostics and tests).
+    pub fn repository_dir(&self, url: &str) -> Result<PathBuf> {
+        Ok(self.entry(url)?.dir.clone())
+    }
+
+    /// Run pending evictions of the checkout cache now (tests; moka evicts lazily).
+    pub fn run_pending_tasks(&self) {
+        self.inner.checkouts.run_pending_tasks();
+    }
+
+    /// Drop every cached checkout (their directories go once no reader holds them).
+    pub fn clear_checkouts(&self) {
+        self.inner.checkouts.invalidate_all();
+        self.inner.checkouts.run_pending_tasks();
+    }
+}

@@ -1,0 +1,319 @@
+//! The blocking gix operations on one cached bare repository. Callers run them on a blocking
+//! thread ([`super::GitCache`] does) and interrupt them through the `interrupt` flag on timeout.
+//!
+//! gix only, no `git` subprocess (SSH runs the system `ssh` through `core.sshCommand`, as git
+//! does). Facts of gix 0.90 this relies on: a bare repository stores no fetch refspec, so every
+//! fetch passes `+refs/heads/*:refs/heads/*` and `+refs/tags/*:refs/tags/*`; protocol v2 is
+//! forced (v1 ignores fetch filters); dumb HTTP is not supported and is reported as such.
+
+use std::path::Path;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use gix::ObjectId;
+use gix::bstr::ByteSlice;
+
+use super::url::Remote;
+use super::{Credentials, Error, Reference, Result};
+
+/// The refspecs every fetch uses: all branches and tags, force-updated (a force-push moves a
+/// branch backwards).
+pub const REFSPECS: [&str; 2] = ["+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"];
+
+/// How to reach the remote for one operation.
+pub struct Access<'a> {
+    /// The remote.
+    pub remote: &'a Remote,
+    /// Its credentials.
+    pub credentials: &'a Credentials,
+    /// Connect and low-speed timeout.
+    pub timeout: Duration,
+    /// Set by the caller to abort a running fetch.
+    pub interrupt: &'a AtomicBool,
+}
+
+/// What a resolve did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Resolved {
+    /// The commit the reference points to.
+    pub commit: ObjectId,
+    /// Whether a pack was downloaded.
+    pub fetched: bool,
+    /// Bytes of the pack downloaded.
+    pub bytes: u64,
+    /// Whether the remote was contacted at all.
+    pub contacted: bool,
+}
+
+fn internal(what: &str, e: impl std::fmt::Display) -> Error {
+    Error::Internal(format!("{what}: {e}"))
+}
+
+/// Open the bare repository at `dir`, creating it if missing, isolated from any system or
+/// user Git configuration.
+pub fn open(dir: &Path, overrides: Vec<String>) -> Result<gix::Repository> {
+    if !dir.join("HEAD").exists() {
+        std::fs::create_dir_all(dir).map_err(|e| internal("creating the cache directory", e))?;
+        gix::init_bare(dir).map_err(|e| internal("initializing the cache repository", e))?;
+    }
+    let options = gix::open::Options::isolated().config_overrides(overrides);
+    gix::open_opts(dir, options).map_err(|e| internal("opening the cache repository", e))
+}
+
+/// Resolve `reference` to a commit, fetching from the remote when needed. A full commit id
+/// already in the object database needs no network at all.
+pub fn resolve(dir: &Path, reference: &Reference, access: &Access<'_>) -> Result<Resolved> {
+    if let Reference::Commit(c) = reference {
+        let repo = open(dir, Vec::new())?;
+        if let Some(id) = local_commit(&repo, c)? {
+            return Ok(Resolved { commit: id, fetched: false, bytes: 0, contacted: false });
+        }
+        let fetched = fetch(dir, None, access)?;
+        let repo = open(dir, Vec::new())?;
+        return match local_commit(&repo, c)? {
+            Some(id) => Ok(Resolved { commit: id, ..fetched }),
+            None => Err(Error::NotFound(format!(
+                "commit {c} is not reachable from any branch or tag of {}",
+                access.remote.key
+            ))),
+        };
+    }
+    let wanted = match reference {
+        Reference::Branch(b) => format!("refs/heads/{b}"),
+        Reference::Tag(t) => format!("refs/tags/{t}"),
+        Reference::Commit(_) => unreachable!(),
+    };
+    let outcome = fetch(dir, Some(&wanted), access)?;
+    Ok(outcome)
+}
+
+/// A commit in the object database by full or abbreviated id.
+fn local_commit(repo: &gix::Repository, hex: &str) -> Result<Option<ObjectId>> {
+    if hex.len() == 40 {
+        let Ok(id) = ObjectId::from_hex(hex.as_bytes()) else {
+            return Err(Error::NotFound(format!("{hex:?} is not a commit id")));
+        };
+        return match repo.try_find_object(id) {
+            Ok(Some(obj)) if obj.kind == gix::object::Kind::Commit => Ok(Some(id)),
+            Ok(Some(obj)) => Err(Error::NotFound(format!("{hex} is a {}, not a commit", obj.kind))),
+            Ok(None) => Ok(None),
+            Err(e) => Err(internal("reading the object database", e)),
+        };
+    }
+    match repo.rev_parse_single(format!("{hex}^{{commit}}").as_str()) {
+        Ok(id) => Ok(Some(id.detach())),
+        Err(e) => {
+            let msg = e.to_string();
+            if msg.contains("ambiguous") || msg.contains("Ambiguous") {
+                Err(Error::NotFound(format!("the abbreviated commit {hex} is ambiguous: use more digits")))
+            } else {
+                Ok(None)
+            }
+        }
+    }
+}
+
+fn overrides(access: &Access<'_>, ssh_dir: Option<&Path>) -> Vec<String> {
+    let secs = access.timeout.as_secs().max(1);
+    let mut o = vec![
+        "protocol.version=2".to_string(),
+        format!("gitoxide.http.connectTimeout={}", access.timeout.as_millis().max(1)),
+        "http.lowSpeedLimit=1".to_string(),
+        format!("http.lowSpeedTime={secs}"),
+        "gitoxide.credentials.terminalPrompt=false".to_string(),
+    ];
+    if let Some(d) = ssh_dir {
+        let id = d.join("identity");
+        let kh = d.join("known_hosts");
+        let mut cmd = format!(
+            "ssh -o BatchMode=yes -o ConnectTimeout={secs} -o UserKnownHostsFile={} -o StrictHostKeyChecking=yes",
+            kh.display()
+        );
+        if id.exists() {
+            cmd.push_str(&format!(" -o IdentitiesOnly=yes -i {}", id.display()));
+        }
+        o.push(format!("core.sshCommand={cmd}"));
+    }
+    o
+}
+
+/// Write the SSH identity and known hosts into a private directory for one operation.
+fn ssh_files(creds: &Credentials) -> Result<tempfile::TempDir> {
+    let dir = tempfile::Builder::new().prefix("ksync-ssh-").tempdir().map_err(|e| internal("ssh key directory", e))?;
+    let write = |name: &str, data: &[u8]| -> Result<()> {
+        let mut data = data.to_vec();
+        if !data.ends_with(b"\n") {
+            data.push(b'\n');
+        }
+        let path = dir.path().join(name);
+        std::fs::write(&path, &data).map_err(|e| internal("writing ssh files", e))?;
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+            .map_err(|e| internal("writing ssh files", e))
+    };
+    if let Some(id) = &creds.identity {
+        write("identity", id)?;
+    }
+    write("known_hosts", creds.known_hosts.as_deref().unwrap_or_default())?;
+    Ok(dir)
+}
+
+/// Fetch every branch and tag. With `wanted` (a full ref name), resolve it on the remote and
+/// skip the download when its object is already local.
+fn fetch(dir: &Path, wanted: Option<&str>, access: &Access<'_>) -> Result<Resolved> {
+    let creds = access.credentials;
+    let ssh = if access.remote.scheme == "ssh" { Some(ssh_files(creds)?) } else { None };
+    let repo = open(dir, overrides(access, ssh.as_ref().map(|d| d.path())))?;
+    let remote = repo
+        .remote_at(access.remote.url.as_str())
+        .and_then(|r| r.with_refspecs(REFSPECS, gix::remote::Direction::Fetch))
+        .map_err(|e| Error::Unsupported(format!("Git URL {}: {}", access.remote.key, creds.redact(&e.to_string()))))?;
+    let connection = remote.connect(gix::remote::Direction::Fetch).map_err(|e| classify(access, &e))?;
+    let username = creds.username.clone().unwrap_or_else(|| "git".to_string());
+    let password = creds.password.clone();
+    let connection = connection.with_credentials(move |action| match action {
+        gix::credentials::helper::Action::Get(ctx) => Ok(password.clone().map(|password| {
+            gix::credentials::protocol::Outcome {
+                identity: gix::sec::identity::Account {
+                    username: username.clone(),
+                    password,
+                    oauth_refresh_token: None,
+                },
+                next: ctx.into(),
+            }
+        })),
+        _ => Ok(None),
+    });
+    let prepare = connection
+        .prepare_fetch(gix::progress::Discard, Default::default())
+        .map_err(|e| classify(access, &e))?;
+    let mut target = None;
+    if let Some(wanted) = wanted {
+        let found = prepare.ref_map().remote_refs.iter().find_map(|r| {
+            let (name, object, peeled) = r.unpack();
+            (name == wanted.as_bytes().as_bstr()).then(|| peeled.or(object).map(|o| o.to_owned()))
+        });
+        let what = if wanted.starts_with("refs/heads/") { "branch" } else { "tag" };
+        let short = wanted.trim_start_matches("refs/heads/").trim_start_matches("refs/tags/");
+        match found {
+            Some(Some(id)) => target = Some(id),
+            _ => {
+                return Err(Error::NotFound(format!("{what} {short:?} not found in {}", access.remote.key)));
+            }
+        }
+    }
+    if let Some(id) = target
+        && repo.has_object(id)
+    {
+        // Already here: no download. Still update the local refs? Not needed: resolution is by
+        // id, and the next fetch updates them.
+        let commit = peel_to_commit(&repo, id)?;
+        return Ok(Resolved { commit, fetched: false, bytes: 0, contacted: true });
+    }
+    let outcome = prepare.receive(gix::progress::Discard, access.interrupt).map_err(|e| classify(access, &e))?;
+    let bytes = match &outcome.status {
+        gix::remote::fetch::Status::Change { write_pack_bundle, .. } => write_pack_bundle
+            .data_path
+            .as_ref()
+            .and_then(|p| std::fs::metadata(p).ok())
+            .map(|m| m.len())
+            .unwrap_or_default(),
+        _ => 0,
+    };
+    let fetched = matches!(outcome.status, gix::remote::fetch::Status::Change { .. });
+    drop(ssh);
+    let repo = open(dir, Vec::new())?;
+    let commit = match target {
+        Some(id) => peel_to_commit(&repo, id)?,
+        None => ObjectId::null(gix::hash::Kind::Sha1),
+    };
+    Ok(Resolved { commit, fetched, bytes, contacted: true })
+}
+
+fn peel_to_commit(repo: &gix::Repository, id: ObjectId) -> Result<ObjectId> {
+    let obj = repo.find_object(id).map_err(|e| internal("reading the fetched object", e))?;
+    let commit = obj
+        .peel_to_kind(gix::object::Kind::Commit)
+        .map_err(|_| Error::NotFound(format!("{id} does not point to a commit")))?;
+    Ok(commit.id)
+}
+
+/// Turn a transport error into a clear, credential-free error.
+fn classify(access: &Access<'_>, e: &dyn std::fmt::Display) -> Error {
+    let text = access.credentials.redact(&format!("{e:#}"));
+    let url = &access.remote.key;
+    let lower = text.to_ascii_lowercase();
+    if lower.contains("interrupt") {
+        return Error::Timeout(format!("fetching {url} timed out after {:?}", access.timeout));
+    }
+    if lower.contains("401")
+        || lower.contains("403")
+        || lower.contains("authentication")
+        || lower.contains("permission denied")
+        || lower.contains("credentials")
+    {
+        return Error::Auth(format!("authentication to {url} failed: {text}"));
+    }
+    if lower.contains("service=git-upload-pack") || lower.contains("# service") || lower.contains("dumb") {
+        return Error::Unsupported(format!(
+            "{url} speaks only the dumb HTTP protocol, which is not supported: serve it with smart HTTP (git http-backend): {text}"
+        ));
+    }
+    if lower.contains("timed out") || lower.contains("timeout") {
+        return Error::Timeout(format!("fetching {url} timed out: {text}"));
+    }
+    Error::Transport(format!("fetching {url} failed: {text}"))
+}
+
+/// The tree of `path` (repository-relative, `""` for the root) in `commit`.
+pub fn tree_at(repo: &gix::Repository, commit: ObjectId, path: &str) -> Result<ObjectId> {
+    let c = repo
+        .find_commit(commit)
+        .map_err(|_| Error::NotFound(format!("commit {commit} is not in the cache")))?;
+    let tree = c.tree().map_err(|e| internal("reading the commit's tree", e))?;
+    if path.is_empty() {
+        return Ok(tree.id);
+    }
+    let entry = tree
+        .lookup_entry_by_path(path)
+        .map_err(|e| internal("reading the tree", e))?
+        .ok_or_else(|| Error::NotFound(format!("path {path:?} does not exist in commit {commit}")))?;
+    if !entry.mode().is_tree() {
+        return Err(Error::NotFound(format!("path {path:?} in commit {commit} is not a directory")));
+    }
+    Ok(entry.object_id())
+}
+
+/// The content of the regular file at `path` in `commit`; `None` when it does not exist.
+/// A symlink, directory or submodule at `path` is an error.
+pub fn read_file(repo: &gix::Repository, commit: ObjectId, path: &str) -> Result<Option<Vec<u8>>> {
+    let c = repo
+        .find_commit(commit)
+        .map_err(|_| Error::NotFound(format!("commit {commit} is not in the cache")))?;
+    let tree = c.tree().map_err(|e| internal("reading the commit's tree", e))?;
+    let Some(entry) = tree.lookup_entry_by_path(path).map_err(|e| internal("reading the tree", e))? else {
+        return Ok(None);
+    };
+    let mode = entry.mode();
+    if mode.is_link() {
+        return Err(Error::UnsafePath(format!("{path} is a symlink: it must be a regular file")));
+    }
+    if !mode.is_blob() {
+        return Err(Error::UnsafePath(format!("{path} is not a regular file")));
+    }
+    let blob = repo.find_object(entry.object_id()).map_err(|e| internal("reading the file", e))?;
+    Ok(Some(blob.data.clone()))
+}
+
+/// Open for reading only (no network, no overrides).
+pub fn open_existing(dir: &Path) -> Result<gix::Repository> {
+    open(dir, Vec::new())
+}
+
+/// The first line of a commit message, for Events (bounded).
+pub fn commit_subject(repo: &gix::Repository, commit: ObjectId) -> Option<String> {
+    let c = repo.find_commit(commit).ok()?;
+    let msg = c.message_raw_sloppy().to_str_lossy().to_string();
+    let line = msg.lines().next().unwrap_or_default().to_string();
+    Some(line.chars().take(120).collect())
+}

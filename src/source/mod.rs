@@ -1,0 +1,162 @@
+//! The Git source: one shared object cache per process, fetched with gix.
+//!
+//! - [`url`]: remote URL normalization (one bare repository per normalized URL).
+//! - [`git`]: the blocking gix operations (fetch, resolve, read a file).
+//! - [`checkout`]: materializing the tree of (commit, path) into a directory, with path safety
+//!   checks and size limits.
+//! - [`discovery`]: reading `.ksync.yaml` Application definitions.
+//! - [`cache`]: [`GitCache`], the process-wide cache: single-flight fetches, the size-bounded
+//!   cache of materialized trees, metrics.
+//!
+//! Credentials come from the Secret a Repository references ([`Credentials`]); they are handed
+//! to gix through a credentials callback or private key files that live only for one operation,
+//! and never reach status, Events, logs, error messages or the cache directory names.
+
+pub mod cache;
+pub mod checkout;
+pub mod discovery;
+pub mod git;
+pub mod url;
+
+pub use cache::{CacheConfig, GitCache};
+pub use checkout::{Checkout, Limits};
+
+use std::fmt;
+
+/// What to resolve: a branch, a tag, or a commit (full or abbreviated hex).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Reference {
+    /// A branch name (`main`), looked up as `refs/heads/<name>`.
+    Branch(String),
+    /// A tag name (`v1.2.0`), annotated or lightweight, looked up as `refs/tags/<name>`.
+    Tag(String),
+    /// A commit id, 7 to 40 hex digits.
+    Commit(String),
+}
+
+impl Reference {
+    /// From a Repository's `spec.ref`.
+    pub fn from_git_ref(r: &crate::api::repository::GitRef) -> Option<Reference> {
+        match (&r.branch, &r.tag, &r.commit) {
+            (Some(b), _, _) => Some(Reference::Branch(b.clone())),
+            (_, Some(t), _) => Some(Reference::Tag(t.clone())),
+            (_, _, Some(c)) => Some(Reference::Commit(c.to_ascii_lowercase())),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Reference {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Reference::Branch(b) => write!(f, "branch/{b}"),
+            Reference::Tag(t) => write!(f, "tag/{t}"),
+            Reference::Commit(c) => write!(f, "commit/{c}"),
+        }
+    }
+}
+
+/// Credentials for one remote, from a Secret. `Debug` never prints the values.
+#[derive(Clone, Default, PartialEq, Eq, Hash)]
+pub struct Credentials {
+    /// HTTPS user name (`username`).
+    pub username: Option<String>,
+    /// HTTPS password or token (`password`).
+    pub password: Option<String>,
+    /// SSH private key (`identity`).
+    pub identity: Option<Vec<u8>>,
+    /// SSH known hosts (`known_hosts`).
+    pub known_hosts: Option<Vec<u8>>,
+}
+
+impl fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Credentials")
+            .field("username", &self.username.as_ref().map(|_| "<set>"))
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("identity", &self.identity.as_ref().map(|_| "<redacted>"))
+            .field("known_hosts", &self.known_hosts.as_ref().map(|_| "<set>"))
+            .finish()
+    }
+}
+
+impl Credentials {
+    /// From a Secret's data (`username`, `password`, `identity`, `known_hosts`).
+    pub fn from_secret_data(data: &std::collections::BTreeMap<String, Vec<u8>>) -> Credentials {
+        let text = |k: &str| data.get(k).map(|v| String::from_utf8_lossy(v).trim_end_matches(['\n', '\r']).to_string());
+        Credentials {
+            username: text("username"),
+            password: text("password"),
+            identity: data.get("identity").cloned(),
+            known_hosts: data.get("known_hosts").cloned(),
+        }
+    }
+
+    /// Remove every secret value from `message` (error texts from the transport may echo them).
+    pub fn redact(&self, message: &str) -> String {
+        let mut out = message.to_string();
+        if let Some(p) = self.password.as_deref().filter(|p| p.len() >= 3) {
+            out = out.replace(p, "<redacted>");
+        }
+        if let Some(id) = self.identity.as_deref() {
+            for line in String::from_utf8_lossy(id).lines().filter(|l| l.len() >= 16) {
+                out = out.replace(line, "<redacted>");
+            }
+        }
+        out
+    }
+}
+
+/// Why a source operation failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// The branch, tag or commit does not exist on the remote (retrying cannot help until Git
+    /// changes).
+    #[error("{0}")]
+    NotFound(String),
+    /// The remote refused the credentials, or needs some that were not given.
+    #[error("{0}")]
+    Auth(String),
+    /// Something the source cannot do: submodules, dumb HTTP, an unsupported URL.
+    #[error("{0}")]
+    Unsupported(String),
+    /// A path that leaves the checkout, a symlink pointing outside, an invalid name.
+    #[error("{0}")]
+    UnsafePath(String),
+    /// The tree is larger than the configured limits.
+    #[error("{0}")]
+    TooLarge(String),
+    /// The network operation did not finish in time.
+    #[error("{0}")]
+    Timeout(String),
+    /// A network or server failure worth retrying.
+    #[error("{0}")]
+    Transport(String),
+    /// A local failure (disk, corrupt cache).
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl Error {
+    /// Whether trying again later can succeed without a change in Git or in the Repository.
+    pub fn retryable(&self) -> bool {
+        matches!(self, Error::Transport(_) | Error::Timeout(_) | Error::Internal(_) | Error::Auth(_))
+    }
+
+    /// A short label for metrics.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::NotFound(_) => "not_found",
+            Error::Auth(_) => "auth",
+            Error::Unsupported(_) => "unsupported",
+            Error::UnsafePath(_) => "unsafe_path",
+            Error::TooLarge(_) => "too_large",
+            Error::Timeout(_) => "timeout",
+            Error::Transport(_) => "transport",
+            Error::Internal(_) => "internal",
+        }
+    }
+}
+
+/// The result type of this module.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

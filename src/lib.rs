@@ -5,8 +5,8 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
-pub mod controller;
 pub mod cli;
+pub mod controller;
 pub mod source;
 pub mod telemetry;
 pub mod yaml;

@@ -99,7 +99,12 @@ mod tests {
     #[test]
     fn creates_updates_and_deletes_only_its_own() {
         let d = [declared("web", ".ksync.yaml"), declared("api", "teams/.ksync.yaml")];
-        let e = [existing("web", Some("platform")), existing("old", Some("platform")), existing("manual", None), existing("theirs", Some("other"))];
+        let e = [
+            existing("web", Some("platform")),
+            existing("old", Some("platform")),
+            existing("manual", None),
+            existing("theirs", Some("other")),
+        ];
         let p = plan("platform", "team-a", &d, &e);
         let names: Vec<&str> = p.apply.iter().map(|o| o["metadata"]["name"].as_str().unwrap()).collect();
         assert_eq!(names, ["api", "web"]);

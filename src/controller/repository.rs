@@ -110,7 +110,8 @@ fn error_policy(repo: Arc<Repository>, error: &Error, _ctx: Arc<Context>) -> Act
 }
 
 fn with_jitter(d: Duration, seed: &str) -> Duration {
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|t| t.subsec_nanos()).unwrap_or(0);
+    let nanos =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|t| t.subsec_nanos()).unwrap_or(0);
     let h = seed.bytes().fold(u64::from(nanos), |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)));
     // 0.9 .. 1.1
     let factor = 0.9 + (h % 1000) as f64 / 5000.0;
@@ -240,10 +241,7 @@ async fn sync(
         match ctx.cache.read_file(url, &commit, &clean).await {
             Ok(Some(content)) => files.push((clean, content)),
             Ok(None) => {
-                return Ok(Err(config_failure(ConfigError {
-                    file: clean,
-                    message: "not found in the commit".into(),
-                })));
+                return Ok(Err(config_failure(ConfigError { file: clean, message: "not found in the commit".into() })));
             }
             Err(e) => {
                 return Ok(Err(config_failure(ConfigError { file: clean, message: e.to_string() })));
@@ -294,7 +292,10 @@ async fn sync(
             return Ok(Err(match e {
                 kube::Error::Api(ae) if (400..500).contains(&ae.code) && ae.code != 429 => Failure {
                     reason: names::reasons::CONFIG_FAILURE,
-                    message: format!("commit {short}: {file}: Application {app} is invalid: {}; no Application was changed", ae.message),
+                    message: format!(
+                        "commit {short}: {file}: Application {app} is invalid: {}; no Application was changed",
+                        ae.message
+                    ),
                     retryable: false,
                 },
                 other => Failure {
@@ -310,7 +311,8 @@ async fn sync(
         existing.iter().map(|e| (e.name.clone(), None)).collect();
     let mut created = Vec::new();
     let mut updated = Vec::new();
-    let live = apps.list_metadata(&ListParams::default().labels(&format!("{}={name}", names::labels::REPOSITORY))).await?;
+    let live =
+        apps.list_metadata(&ListParams::default().labels(&format!("{}={name}", names::labels::REPOSITORY))).await?;
     let versions: std::collections::BTreeMap<String, Option<String>> =
         live.items.iter().map(|m| (m.name_any(), m.resource_version())).collect();
     let apply = PatchParams::apply(MANAGER).force();

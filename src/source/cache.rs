@@ -61,7 +61,7 @@ struct RepoEntry {
     remote: Remote,
     dir: PathBuf,
     /// Held during network operations; remembers the last result per reference and when
-    /// the operation that produced it started.
+    /// the operation that produced it finished.
     memo: tokio::sync::Mutex<Memo>,
 }
 
@@ -117,8 +117,10 @@ impl GitCache {
         let requested = Instant::now();
         let entry = self.entry(url)?;
         let mut memo = entry.memo.lock().await;
-        if let Some((started, result)) = memo.get(reference)
-            && *started >= requested
+        // A fetch that finished after this request was made was in flight when it came:
+        // share its result (single-flight).
+        if let Some((finished, result)) = memo.get(reference)
+            && *finished >= requested
         {
             metrics::counter!("ksync_git_cache_requests_total", "cache" => "objects", "result" => "hit").increment(1);
             return result.clone().map(|id| Resolution { commit: id.to_string(), fetched: false });
@@ -159,12 +161,13 @@ impl GitCache {
             .increment(1);
         let fetched = matches!(&result, Ok(r) if r.fetched);
         let stored = result.map(|r| r.commit);
-        memo.insert(reference.clone(), (started, stored.clone()));
+        memo.insert(reference.clone(), (Instant::now(), stored.clone()));
         stored.map(|id| Resolution { commit: id.to_string(), fetched })
     }
 
     fn commit_id(commit: &str) -> Result<ObjectId> {
-        ObjectId::from_hex(commit.as_bytes()).map_err(|_| Error::NotFound(format!("{commit:?} is not a full commit id")))
+        ObjectId::from_hex(commit.as_bytes())
+            .map_err(|_| Error::NotFound(format!("{commit:?} is not a full commit id")))
     }
 
     /// The regular file at `path` of `commit` (already in the cache: resolve first).
@@ -230,7 +233,10 @@ impl GitCache {
 
     /// Drop every cached checkout (their directories go once no reader holds them).
     pub fn clear_checkouts(&self) {
-        self.inner.checkouts.invalidate_all();
+        let keys: Vec<ObjectId> = self.inner.checkouts.iter().map(|(k, _)| *k).collect();
+        for k in keys {
+            self.inner.checkouts.invalidate(&k);
+        }
         self.inner.checkouts.run_pending_tasks();
     }
 }

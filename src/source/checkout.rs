@@ -83,8 +83,7 @@ pub fn clean_relative_path(path: &str) -> Result<String> {
 
 fn check_name(name: &[u8], at: &str) -> Result<String> {
     let s = name.to_str().map_err(|_| Error::UnsafePath(format!("{at}: a file name is not UTF-8")))?;
-    if s.is_empty() || s == "." || s == ".." || s.contains('/') || s.contains('\0') || s.eq_ignore_ascii_case(".git")
-    {
+    if s.is_empty() || s == "." || s == ".." || s.contains('/') || s.contains('\0') || s.eq_ignore_ascii_case(".git") {
         return Err(Error::UnsafePath(format!("{at}: invalid entry name {s:?}")));
     }
     Ok(s.to_string())
@@ -123,11 +122,8 @@ struct Writer<'r> {
 
 impl Writer<'_> {
     fn tree(&mut self, id: ObjectId, dest: &Path, rel: &str) -> Result<()> {
-        let tree = self
-            .repo
-            .find_object(id)
-            .map_err(|e| Error::Internal(format!("reading tree {id}: {e}")))?
-            .into_tree();
+        let tree =
+            self.repo.find_object(id).map_err(|e| Error::Internal(format!("reading tree {id}: {e}")))?.into_tree();
         let decoded = tree.decode().map_err(|e| Error::Internal(format!("decoding tree {id}: {e}")))?;
         for entry in &decoded.entries {
             let at = if rel.is_empty() { self.label.clone() } else { format!("{}/{rel}", self.label) };
@@ -188,7 +184,13 @@ impl Writer<'_> {
 
 /// Write the tree `tree` into a new directory `dest` (which must not exist) and return the
 /// handle. On any error the partial directory is removed.
-pub fn materialize(repo: &gix::Repository, tree: ObjectId, dest: PathBuf, limits: Limits, label: &str) -> Result<Checkout> {
+pub fn materialize(
+    repo: &gix::Repository,
+    tree: ObjectId,
+    dest: PathBuf,
+    limits: Limits,
+    label: &str,
+) -> Result<Checkout> {
     std::fs::create_dir_all(&dest).map_err(|e| Error::Internal(format!("creating the checkout directory: {e}")))?;
     // From here on, dropping the handle removes the directory, on success and on error.
     let mut checkout = Checkout { dir: dest, tree, files: 0, bytes: 0 };
@@ -205,7 +207,9 @@ mod tests {
 
     #[test]
     fn relative_paths() {
-        for (input, want) in [("", ""), (".", ""), ("apps/web", "apps/web"), ("./apps/web/", "apps/web"), ("a//b", "a/b")] {
+        for (input, want) in
+            [("", ""), (".", ""), ("apps/web", "apps/web"), ("./apps/web/", "apps/web"), ("a//b", "a/b")]
+        {
             assert_eq!(clean_relative_path(input).unwrap(), want, "{input:?}");
         }
         for bad in ["/etc", "../x", "apps/../../x", "apps/..", "a\\b", "a\0b"] {

@@ -139,8 +139,8 @@ fn parse_one(file: &str, at: &str, v: Value, namespace: &str) -> Result<Declared
             names::annotations::DISCOVERED_FROM
         )));
     }
-    let typed: ApplicationSpec = serde_json::from_value(spec.clone())
-        .map_err(|e| here(format!("Application {name}: invalid spec: {e}")))?;
+    let typed: ApplicationSpec =
+        serde_json::from_value(spec.clone()).map_err(|e| here(format!("Application {name}: invalid spec: {e}")))?;
     let round = serde_json::to_value(&typed).map_err(|e| here(format!("Application {name}: {e}")))?;
     if let Some(path) = unknown_field(&spec, &round, "spec") {
         return Err(here(format!("Application {name}: unknown field {path}")));
@@ -204,7 +204,9 @@ mod tests {
 
     #[test]
     fn single_object() {
-        let text = format!("apiVersion: sync.kuvryn.io/v1alpha1\nkind: Application\nmetadata:\n  name: web\n  labels: {{tier: front}}\n{SPEC}");
+        let text = format!(
+            "apiVersion: sync.kuvryn.io/v1alpha1\nkind: Application\nmetadata:\n  name: web\n  labels: {{tier: front}}\n{SPEC}"
+        );
         let apps = parse(&text).unwrap();
         assert_eq!(apps.len(), 1);
         assert_eq!(apps[0].name, "web");
@@ -214,7 +216,11 @@ mod tests {
 
     #[test]
     fn list() {
-        let item = |n: &str| format!("- metadata: {{name: {n}}}\n  spec: {{source: {{repository: r, path: p}}, serviceAccountName: sa, destination: {{namespace: d}}}}\n");
+        let item = |n: &str| {
+            format!(
+                "- metadata: {{name: {n}}}\n  spec: {{source: {{repository: r, path: p}}, serviceAccountName: sa, destination: {{namespace: d}}}}\n"
+            )
+        };
         let text = format!("applications:\n{}{}", item("a"), item("b"));
         let apps = parse(&text).unwrap();
         assert_eq!(apps.iter().map(|a| a.name.as_str()).collect::<Vec<_>>(), ["a", "b"]);
@@ -237,7 +243,10 @@ mod tests {
             (format!("kind: Repository\nmetadata: {{name: web}}\n{SPEC}"), "kind must be Application"),
             (format!("apiVersion: v1\nmetadata: {{name: web}}\n{SPEC}"), "apiVersion must be"),
             ("metadata: {name: web}\n".into(), "spec is missing"),
-            (format!("metadata: {{name: web, labels: {{sync.kuvryn.io/repository: x}}}}\n{SPEC}"), "set by Kuvryn Sync"),
+            (
+                format!("metadata: {{name: web, labels: {{sync.kuvryn.io/repository: x}}}}\n{SPEC}"),
+                "set by Kuvryn Sync",
+            ),
             (format!("metadata: {{name: web, uid: x}}\n{SPEC}"), "unsupported metadata field"),
             ("metadata: {name: web}\nspec: {source: 3}\n".into(), "invalid spec"),
             (format!("metadata: {{name: web}}\nstatus: {{}}\n{SPEC}"), "unknown field \"status\""),
@@ -252,7 +261,10 @@ mod tests {
     #[test]
     fn names_unique_across_files() {
         let one = format!("metadata: {{name: web}}\n{SPEC}");
-        let files = vec![("a/.ksync.yaml".to_string(), one.clone().into_bytes()), ("b/.ksync.yaml".to_string(), one.into_bytes())];
+        let files = vec![
+            ("a/.ksync.yaml".to_string(), one.clone().into_bytes()),
+            ("b/.ksync.yaml".to_string(), one.into_bytes()),
+        ];
         let e = parse_all(&files, "team-a").unwrap_err();
         assert_eq!(e.file, "b/.ksync.yaml");
         assert!(e.message.contains("declared twice (also in a/.ksync.yaml)"), "{e}");

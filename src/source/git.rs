@@ -168,25 +168,34 @@ fn fetch(dir: &Path, wanted: Option<&str>, access: &Access<'_>) -> Result<Resolv
         .remote_at(access.remote.url.as_str())
         .and_then(|r| r.with_refspecs(REFSPECS, gix::remote::Direction::Fetch))
         .map_err(|e| Error::Unsupported(format!("Git URL {}: {}", access.remote.key, creds.redact(&e.to_string()))))?;
-    let connection = remote.connect(gix::remote::Direction::Fetch).map_err(|e| classify(access, &e))?;
+    let connection = if access.remote.scheme == "git" {
+        // gix's git:// transport has a connect timeout but no read timeout: a server that
+        // accepts and never answers would hang the fetch forever. Bring our own stream.
+        remote.to_connection_with_transport(daemon_transport(access)?)
+    } else {
+        let mut c = remote.connect(gix::remote::Direction::Fetch).map_err(|e| classify(access, &e))?;
+        if let Some(options) = http_options(&repo, access)? {
+            c.set_transport_options(options);
+        }
+        c
+    };
     let username = creds.username.clone().unwrap_or_else(|| "git".to_string());
     let password = creds.password.clone();
     let connection = connection.with_credentials(move |action| match action {
-        gix::credentials::helper::Action::Get(ctx) => Ok(password.clone().map(|password| {
-            gix::credentials::protocol::Outcome {
+        gix::credentials::helper::Action::Get(ctx) => {
+            Ok(password.clone().map(|password| gix::credentials::protocol::Outcome {
                 identity: gix::sec::identity::Account {
                     username: username.clone(),
                     password,
                     oauth_refresh_token: None,
                 },
                 next: ctx.into(),
-            }
-        })),
+            }))
+        }
         _ => Ok(None),
     });
-    let prepare = connection
-        .prepare_fetch(gix::progress::Discard, Default::default())
-        .map_err(|e| classify(access, &e))?;
+    let prepare =
+        connection.prepare_fetch(gix::progress::Discard, Default::default()).map_err(|e| classify(access, &e))?;
     let mut target = None;
     if let Some(wanted) = wanted {
         let found = prepare.ref_map().remote_refs.iter().find_map(|r| {
@@ -230,6 +239,74 @@ fn fetch(dir: &Path, wanted: Option<&str>, access: &Access<'_>) -> Result<Resolv
     Ok(Resolved { commit, fetched, bytes, contacted: true })
 }
 
+type BoxedTransport = Box<dyn gix::protocol::transport::client::blocking_io::Transport + Send>;
+
+/// A `git://` connection whose socket has read and write timeouts.
+fn daemon_transport(access: &Access<'_>) -> Result<BoxedTransport> {
+    use std::net::ToSocketAddrs;
+    let url = gix::url::parse(access.remote.url.as_bytes().as_bstr())
+        .map_err(|e| Error::Unsupported(format!("Git URL {}: {e}", access.remote.key)))?;
+    let host = url.host().unwrap_or_default().to_string();
+    let port = url.port;
+    let unreachable = |e: std::io::Error| Error::Transport(format!("connecting to {}: {e}", access.remote.key));
+    let addr = (host.as_str(), port.unwrap_or(9418))
+        .to_socket_addrs()
+        .map_err(unreachable)?
+        .next()
+        .ok_or_else(|| Error::Transport(format!("{}: the host has no address", access.remote.key)))?;
+    let stream = std::net::TcpStream::connect_timeout(&addr, access.timeout).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::TimedOut {
+            Error::Timeout(format!("connecting to {} timed out after {:?}", access.remote.key, access.timeout))
+        } else {
+            unreachable(e)
+        }
+    })?;
+    stream.set_read_timeout(Some(access.timeout)).map_err(unreachable)?;
+    stream.set_write_timeout(Some(access.timeout)).map_err(unreachable)?;
+    let write = stream.try_clone().map_err(unreachable)?;
+    let connection = gix::protocol::transport::client::git::blocking_io::Connection::new(
+        stream,
+        write,
+        gix::protocol::transport::Protocol::V2,
+        url.path.clone(),
+        Some((host, port)),
+        gix::protocol::transport::client::git::ConnectMode::Daemon,
+        false,
+    );
+    Ok(Box::new(connection))
+}
+
+/// HTTP(S) transport options from the repository configuration, plus an overall request
+/// timeout and the CA of the Secret (`ca.crt`), which the reqwest backend takes only through
+/// its client builder (it ignores `http.sslCAInfo`).
+fn http_options(repo: &gix::Repository, access: &Access<'_>) -> Result<Option<Box<dyn std::any::Any>>> {
+    use gix::protocol::transport::client::blocking_io::http;
+    let Some(mut options) = repo
+        .transport_options(access.remote.url.as_str(), None)
+        .map_err(|e| Error::Unsupported(format!("Git URL {}: {e}", access.remote.key)))?
+    else {
+        return Ok(None);
+    };
+    let Some(http_options) = options.downcast_mut::<http::Options>() else { return Ok(Some(options)) };
+    let timeout = access.timeout;
+    let ca = match &access.credentials.ca_cert {
+        Some(pem) => Some(reqwest::Certificate::from_pem_bundle(pem).map_err(|e| {
+            Error::Auth(format!("the ca.crt of the credentials Secret is not a PEM certificate bundle: {e}"))
+        })?),
+        None => None,
+    };
+    let configure: Box<http::reqwest::ConfigureClientFn> = Box::new(move |mut builder| {
+        builder = builder.timeout(timeout);
+        for cert in ca.iter().flatten() {
+            builder = builder.add_root_certificate(cert.clone());
+        }
+        Ok(builder)
+    });
+    let backend = http::reqwest::Options { configure_client: Some(configure), configure_request: None };
+    http_options.backend = Some(std::sync::Arc::new(std::sync::Mutex::new(backend)));
+    Ok(Some(options))
+}
+
 fn peel_to_commit(repo: &gix::Repository, id: ObjectId) -> Result<ObjectId> {
     let obj = repo.find_object(id).map_err(|e| internal("reading the fetched object", e))?;
     let commit = obj
@@ -238,13 +315,42 @@ fn peel_to_commit(repo: &gix::Repository, id: ObjectId) -> Result<ObjectId> {
     Ok(commit.id)
 }
 
+/// The most specific line of a gix error chain ("Caused by: ... N: <cause>"), or the text.
+fn root_cause(text: &str) -> String {
+    let causes: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.split_once(": ").is_some_and(|(n, _)| n.chars().all(|c| c.is_ascii_digit())))
+        .collect();
+    let first = text.lines().next().unwrap_or_default().trim();
+    match causes.last() {
+        Some(last) => {
+            let cause = last.split_once(": ").map(|(_, c)| c).unwrap_or(last);
+            // Prefer a cause that says something over a bare "I/O error".
+            let meaningful = causes
+                .iter()
+                .rev()
+                .map(|l| l.split_once(": ").map(|(_, c)| c).unwrap_or(l))
+                .find(|c| !c.starts_with("I/O error"))
+                .unwrap_or(cause);
+            meaningful.to_string()
+        }
+        None => first.to_string(),
+    }
+}
+
 /// Turn a transport error into a clear, credential-free error.
 fn classify(access: &Access<'_>, e: &dyn std::fmt::Display) -> Error {
-    let text = access.credentials.redact(&format!("{e:#}"));
+    let text = access.credentials.redact(&root_cause(&format!("{e:#}")));
     let url = &access.remote.key;
     let lower = text.to_ascii_lowercase();
     if lower.contains("interrupt") {
         return Error::Timeout(format!("fetching {url} timed out after {:?}", access.timeout));
+    }
+    if lower.contains("clear text") {
+        return Error::Unsupported(format!(
+            "credentials are sent only over HTTPS: use an https:// URL for {url} (plain http:// works without credentials)"
+        ));
     }
     if lower.contains("401")
         || lower.contains("403")
@@ -254,7 +360,12 @@ fn classify(access: &Access<'_>, e: &dyn std::fmt::Display) -> Error {
     {
         return Error::Auth(format!("authentication to {url} failed: {text}"));
     }
-    if lower.contains("service=git-upload-pack") || lower.contains("# service") || lower.contains("dumb") {
+    if lower.contains("certificate") {
+        return Error::Transport(format!(
+            "TLS to {url} failed: {text}; for a private CA, put its certificate in the credentials Secret as ca.crt"
+        ));
+    }
+    if lower.contains("'dumb' protocol") {
         return Error::Unsupported(format!(
             "{url} speaks only the dumb HTTP protocol, which is not supported: serve it with smart HTTP (git http-backend): {text}"
         ));
@@ -267,9 +378,7 @@ fn classify(access: &Access<'_>, e: &dyn std::fmt::Display) -> Error {
 
 /// The tree of `path` (repository-relative, `""` for the root) in `commit`.
 pub fn tree_at(repo: &gix::Repository, commit: ObjectId, path: &str) -> Result<ObjectId> {
-    let c = repo
-        .find_commit(commit)
-        .map_err(|_| Error::NotFound(format!("commit {commit} is not in the cache")))?;
+    let c = repo.find_commit(commit).map_err(|_| Error::NotFound(format!("commit {commit} is not in the cache")))?;
     let tree = c.tree().map_err(|e| internal("reading the commit's tree", e))?;
     if path.is_empty() {
         return Ok(tree.id);
@@ -287,9 +396,7 @@ pub fn tree_at(repo: &gix::Repository, commit: ObjectId, path: &str) -> Result<O
 /// The content of the regular file at `path` in `commit`; `None` when it does not exist.
 /// A symlink, directory or submodule at `path` is an error.
 pub fn read_file(repo: &gix::Repository, commit: ObjectId, path: &str) -> Result<Option<Vec<u8>>> {
-    let c = repo
-        .find_commit(commit)
-        .map_err(|_| Error::NotFound(format!("commit {commit} is not in the cache")))?;
+    let c = repo.find_commit(commit).map_err(|_| Error::NotFound(format!("commit {commit} is not in the cache")))?;
     let tree = c.tree().map_err(|e| internal("reading the commit's tree", e))?;
     let Some(entry) = tree.lookup_entry_by_path(path).map_err(|e| internal("reading the tree", e))? else {
         return Ok(None);

@@ -67,6 +67,8 @@ pub struct Credentials {
     pub identity: Option<Vec<u8>>,
     /// SSH known hosts (`known_hosts`).
     pub known_hosts: Option<Vec<u8>>,
+    /// PEM CA bundle trusted for HTTPS besides the system roots (`ca.crt`).
+    pub ca_cert: Option<Vec<u8>>,
 }
 
 impl fmt::Debug for Credentials {
@@ -76,12 +78,13 @@ impl fmt::Debug for Credentials {
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
             .field("identity", &self.identity.as_ref().map(|_| "<redacted>"))
             .field("known_hosts", &self.known_hosts.as_ref().map(|_| "<set>"))
+            .field("ca_cert", &self.ca_cert.as_ref().map(|_| "<set>"))
             .finish()
     }
 }
 
 impl Credentials {
-    /// From a Secret's data (`username`, `password`, `identity`, `known_hosts`).
+    /// From a Secret's data (`username`, `password`, `identity`, `known_hosts`, `ca.crt`).
     pub fn from_secret_data(data: &std::collections::BTreeMap<String, Vec<u8>>) -> Credentials {
         let text = |k: &str| data.get(k).map(|v| String::from_utf8_lossy(v).trim_end_matches(['\n', '\r']).to_string());
         Credentials {
@@ -89,6 +92,7 @@ impl Credentials {
             password: text("password"),
             identity: data.get("identity").cloned(),
             known_hosts: data.get("known_hosts").cloned(),
+            ca_cert: data.get("ca.crt").cloned(),
         }
     }
 

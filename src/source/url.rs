@@ -26,7 +26,11 @@ impl Remote {
             Some((s, r)) => (s.to_ascii_lowercase(), r.to_string()),
             None => match scp_like(raw) {
                 Some((authority, path)) => ("ssh".to_string(), format!("{authority}/{path}")),
-                None => return Err(Error::Unsupported(format!("unsupported Git URL {raw:?}: use https://, http://, ssh://, git://, file:// or user@host:path"))),
+                None => {
+                    return Err(Error::Unsupported(format!(
+                        "unsupported Git URL {raw:?}: use https://, http://, ssh://, git://, file:// or user@host:path"
+                    )));
+                }
             },
         };
         if !matches!(scheme.as_str(), "https" | "http" | "ssh" | "git" | "file") {

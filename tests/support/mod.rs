@@ -116,15 +116,18 @@ impl GitServer {
         // A port picked free can be taken before git binds it: try a few.
         for _ in 0..5 {
             let port = free_port();
-            let mut child = Command::new("git")
-                .args(["daemon", "--reuseaddr", "--export-all", "--enable=receive-pack", "--informative-errors"])
+            let log = std::fs::File::create(base.path().join("daemon.log")).expect("daemon log");
+            // `git daemon` would run `git-daemon` as a child that outlives a kill of `git`:
+            // start the daemon itself.
+            let mut child = Command::new(git_daemon())
+                .args(["--verbose", "--reuseaddr", "--export-all", "--enable=receive-pack", "--informative-errors"])
                 .arg(format!("--base-path={}", base.path().display()))
                 .arg("--listen=127.0.0.1")
                 .arg(format!("--port={port}"))
                 .arg(base.path())
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
-                .stderr(Stdio::null())
+                .stderr(log)
                 .spawn()
                 .expect("git daemon (is git installed?)");
             let addr: SocketAddr = ([127, 0, 0, 1], port).into();
@@ -154,6 +157,155 @@ impl GitServer {
     /// The `git://` URL of repository `name`.
     pub fn url(&self, name: &str) -> String {
         format!("git://{}/{name}.git", self.addr)
+    }
+
+    /// How many fetches (upload-pack requests) repository `name` has served so far.
+    pub fn upload_packs(&self, name: &str) -> usize {
+        let log = std::fs::read_to_string(self.base.path().join("daemon.log")).unwrap_or_default();
+        let needle = format!("Request upload-pack for '/{name}.git'");
+        log.lines().filter(|l| l.contains(&needle)).count()
+    }
+
+    /// The folder of the bare repository `name` (for pushing without the daemon).
+    pub fn repo_path(&self, name: &str) -> PathBuf {
+        self.base.path().join(format!("{name}.git"))
+    }
+
+    /// Stop serving (the server is down from now on).
+    pub fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The `git-daemon` program of the installed git.
+fn git_daemon() -> PathBuf {
+    let exec_path = run(Command::new("git").arg("--exec-path"));
+    PathBuf::from(exec_path.trim()).join("git-daemon")
+}
+
+/// A smart-HTTP Git server on loopback: the real `git http-backend` behind a small CGI host
+/// (`git_http.py`), with optional basic auth and a request log; or, with `dumb`, the
+/// repositories as static files.
+pub struct GitHttpServer {
+    base: tempfile::TempDir,
+    child: Child,
+    port: u16,
+    /// With TLS: the PEM of the private CA that signed the server certificate.
+    pub ca_pem: Option<String>,
+}
+
+/// How to run a [`GitHttpServer`].
+#[derive(Default)]
+pub struct HttpOptions<'a> {
+    /// Basic auth (user, password).
+    pub auth: Option<(&'a str, &'a str)>,
+    /// Serve the dumb protocol (static files).
+    pub dumb: bool,
+    /// HTTPS with a certificate from a fresh private CA.
+    pub tls: bool,
+    /// Delay every request this long.
+    pub delay: Option<Duration>,
+}
+
+/// A private CA and a server certificate for 127.0.0.1: (ca pem, cert pem, key pem).
+pub fn private_ca() -> (String, String, String) {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+    let ca_key = KeyPair::generate().expect("ca key");
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("ca params");
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params.distinguished_name.push(rcgen::DnType::CommonName, "Kuvryn test CA");
+    let ca = ca_params.self_signed(&ca_key).expect("ca");
+    let issuer = Issuer::new(ca_params, ca_key);
+    let key = KeyPair::generate().expect("key");
+    let params = CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()]).expect("params");
+    let cert = params.signed_by(&key, &issuer).expect("cert");
+    (ca.pem(), cert.pem(), key.serialize_pem())
+}
+
+impl GitHttpServer {
+    /// Start it; `auth` is (user, password).
+    pub fn start(auth: Option<(&str, &str)>, dumb: bool) -> GitHttpServer {
+        GitHttpServer::start_with(HttpOptions { auth, dumb, ..Default::default() })
+    }
+
+    /// Start it with all options.
+    pub fn start_with(options: HttpOptions<'_>) -> GitHttpServer {
+        let (auth, dumb) = (options.auth, options.dumb);
+        let base = temp_dir("git-http");
+        let tls = options.tls.then(private_ca);
+        let script = repo_root().join("tests/support/git_http.py");
+        for _ in 0..5 {
+            let port = free_port();
+            let mut cmd = Command::new("python3");
+            cmd.arg(&script)
+                .arg("--root")
+                .arg(base.path())
+                .arg("--port")
+                .arg(port.to_string())
+                .arg("--log")
+                .arg(base.path().join("requests.log"));
+            if let Some((u, p)) = auth {
+                cmd.args(["--user", u, "--password", p]);
+            }
+            if dumb {
+                cmd.arg("--dumb");
+            }
+            if let Some(d) = options.delay {
+                cmd.arg("--delay-ms").arg(d.as_millis().to_string());
+            }
+            if let Some((_, cert, key)) = &tls {
+                std::fs::write(base.path().join("cert.pem"), cert).expect("cert");
+                std::fs::write(base.path().join("key.pem"), key).expect("key");
+                cmd.arg("--tls-cert").arg(base.path().join("cert.pem"));
+                cmd.arg("--tls-key").arg(base.path().join("key.pem"));
+            }
+            let mut child =
+                cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("python3");
+            let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+            let end = Instant::now() + Duration::from_secs(20);
+            while Instant::now() < end {
+                if let Ok(Some(_)) = child.try_wait() {
+                    break;
+                }
+                if TcpStream::connect_timeout(&addr, Duration::from_millis(100)).is_ok() {
+                    return GitHttpServer { base, child, port, ca_pem: tls.map(|t| t.0) };
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        panic!("the git http server did not start");
+    }
+
+    /// Create an empty bare repository `name`; returns its folder (push there directly).
+    pub fn create_repo(&self, name: &str) -> PathBuf {
+        let path = self.base.path().join(format!("{name}.git"));
+        run(Command::new("git").args(["init", "--quiet", "--bare", "--initial-branch=main"]).arg(&path));
+        path
+    }
+
+    /// The `http://` (or, with TLS, `https://`) URL of repository `name`.
+    pub fn url(&self, name: &str) -> String {
+        let scheme = if self.ca_pem.is_some() { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}/{name}.git", self.port)
+    }
+
+    /// Every request so far: `METHOD path query status`.
+    pub fn requests(&self) -> Vec<String> {
+        std::fs::read_to_string(self.base.path().join("requests.log"))
+            .unwrap_or_default()
+            .lines()
+            .map(String::from)
+            .collect()
+    }
+}
+
+impl Drop for GitHttpServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
@@ -189,6 +341,11 @@ impl WorkTree {
         std::fs::create_dir_all(full.parent().expect("parent")).expect("mkdir");
         std::fs::write(full, contents).expect("write");
         self
+    }
+
+    /// Run git with `args` here; returns stdout.
+    pub fn git(&self, args: &[&str]) -> String {
+        run(git_cmd(self.path()).args(args))
     }
 
     /// Commit everything and push `main`; returns the new commit id.
@@ -270,6 +427,13 @@ impl Cluster {
         true
     }
 
+    /// A kube-rs client for this cluster (call inside a Tokio runtime).
+    pub async fn client(&self) -> kube::Client {
+        let kubeconfig = kube::config::Kubeconfig::read_from(self.kubeconfig()).expect("kubeconfig");
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await.expect("config");
+        kube::Client::try_from(config).expect("client")
+    }
+
     /// `kubectl` against this cluster.
     pub fn kubectl(&self, tools: &Tools, home: &Path) -> Command {
         let mut c = tools.kubectl(home);
@@ -283,5 +447,47 @@ impl Drop for Cluster {
         if let Cluster::Sim { sim, .. } = self {
             sim.stop();
         }
+    }
+}
+
+/// Install (server-side apply) the Kuvryn Sync CRDs and wait until they are Established.
+pub async fn install_crds(client: &kube::Client) {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::api::{Api, Patch, PatchParams};
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for manifest in kuvryn_sync::api::crd::manifests() {
+        let name = manifest["metadata"]["name"].as_str().expect("name").to_string();
+        crds.patch(&name, &PatchParams::apply("ksync-test").force(), &Patch::Apply(&manifest))
+            .await
+            .expect("apply CRD");
+        let end = Instant::now() + Duration::from_secs(30);
+        loop {
+            let crd = crds.get(&name).await.expect("get CRD");
+            let established = crd
+                .status
+                .and_then(|s| s.conditions)
+                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Established" && c.status == "True"));
+            if established {
+                break;
+            }
+            assert!(Instant::now() < end, "CRD {name} not Established");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// Poll `check` every 50 ms until it returns `Some`, or panic with `what` after `deadline`.
+pub async fn eventually<T, F, Fut>(what: &str, deadline: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let end = Instant::now() + deadline;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(Instant::now() < end, "timed out after {deadline:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

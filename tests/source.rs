@@ -1,0 +1,372 @@
+//! The shared Git object cache against real Git servers on loopback: `git daemon` and the real
+//! `git http-backend` (smart HTTP with basic auth), as users meet them.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kuvryn_sync::source::{CacheConfig, Credentials, Error, GitCache, Limits, Reference};
+use support::{GitHttpServer, GitServer, HttpOptions, WorkTree, temp_dir};
+
+const T: Duration = Duration::from_secs(30);
+
+fn cache(dir: &std::path::Path) -> GitCache {
+    GitCache::new(CacheConfig::new(dir)).unwrap()
+}
+
+fn branch(b: &str) -> Reference {
+    Reference::Branch(b.into())
+}
+
+fn none() -> Credentials {
+    Credentials::default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_resolves_share_one_fetch_and_pinned_commits_need_none() {
+    // Every request is slowed down, so all callers are surely waiting while the first fetches.
+    let server =
+        GitHttpServer::start_with(HttpOptions { delay: Some(Duration::from_millis(300)), ..Default::default() });
+    let bare = server.create_repo("platform");
+    let url = server.url("platform");
+    let work = WorkTree::clone(bare.to_str().unwrap());
+    work.write("apps/web/cm.yaml", "kind: ConfigMap\n");
+    let first = work.commit_and_push("first");
+    let dir = temp_dir("cache");
+    let cache = cache(dir.path());
+
+    // 25 Applications ask for the branch at once: one fetch.
+    let asks = (0..25).map(|_| {
+        let cache = cache.clone();
+        let url = url.clone();
+        tokio::spawn(async move { cache.resolve(&url, &branch("main"), &none(), T).await })
+    });
+    let results = futures_util::future::join_all(asks).await;
+    for r in results {
+        assert_eq!(r.unwrap().unwrap().commit, first);
+    }
+    let fetches = || server.requests().iter().filter(|r| r.starts_with("GET /platform.git/info/refs")).count();
+    assert_eq!(fetches(), 1, "one fetch for 25 concurrent requests: {:?}", server.requests());
+
+    // A pinned commit already in the object database: no network at all.
+    for _ in 0..10 {
+        let r = cache.resolve(&url, &Reference::Commit(first.clone()), &none(), T).await.unwrap();
+        assert_eq!(r.commit, first);
+        assert!(!r.fetched);
+    }
+    assert_eq!(fetches(), 1);
+
+    // A new commit: again exactly one fetch for all of them.
+    work.write("apps/web/cm.yaml", "kind: ConfigMap\ndata: {a: b}\n");
+    let second = work.commit_and_push("second");
+    let asks = (0..25).map(|_| {
+        let cache = cache.clone();
+        let url = url.clone();
+        tokio::spawn(async move { cache.resolve(&url, &branch("main"), &none(), T).await })
+    });
+    let fetched: usize = futures_util::future::join_all(asks)
+        .await
+        .into_iter()
+        .map(|r| {
+            let r = r.unwrap().unwrap();
+            assert_eq!(r.commit, second);
+            usize::from(r.fetched)
+        })
+        .sum();
+    assert_eq!(fetched, 1, "one of the callers downloaded the pack");
+    assert_eq!(fetches(), 2);
+
+    // Spellings of the same remote share the cache.
+    let other_spelling = format!("{}/", url.trim_end_matches(".git"));
+    let r = cache.resolve(&other_spelling, &Reference::Commit(second.clone()), &none(), T).await.unwrap();
+    assert!(!r.fetched);
+    assert_eq!(fetches(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn branches_tags_commits_and_force_pushes() {
+    let server = GitServer::start();
+    let url = server.create_repo("refs");
+    let work = WorkTree::clone(&url);
+    work.write("a.txt", "1\n");
+    let one = work.commit_and_push("one");
+    work.git(&["tag", "-a", "v1", "-m", "release 1"]);
+    work.git(&["tag", "light"]);
+    work.git(&["push", "--quiet", "origin", "v1", "light"]);
+    work.write("a.txt", "2\n");
+    let two = work.commit_and_push("two");
+    let dir = temp_dir("cache");
+    let cache = cache(dir.path());
+
+    assert_eq!(cache.resolve(&url, &branch("main"), &none(), T).await.unwrap().commit, two);
+    // An annotated tag peels to its commit; a lightweight one is the commit.
+    assert_eq!(cache.resolve(&url, &Reference::Tag("v1".into()), &none(), T).await.unwrap().commit, one);
+    assert_eq!(cache.resolve(&url, &Reference::Tag("light".into()), &none(), T).await.unwrap().commit, one);
+    // Full and abbreviated commits.
+    assert_eq!(cache.resolve(&url, &Reference::Commit(one.clone()), &none(), T).await.unwrap().commit, one);
+    assert_eq!(cache.resolve(&url, &Reference::Commit(one[..8].to_string()), &none(), T).await.unwrap().commit, one);
+
+    // What does not exist is a clear error that retrying does not fix.
+    for (reference, want) in [
+        (branch("nope"), "branch \"nope\" not found"),
+        (Reference::Tag("v9".into()), "tag \"v9\" not found"),
+        (Reference::Commit("0123456789abcdef0123456789abcdef01234567".into()), "not reachable"),
+    ] {
+        let e = cache.resolve(&url, &reference, &none(), T).await.unwrap_err();
+        assert!(matches!(e, Error::NotFound(_)), "{reference}: {e:?}");
+        assert!(!e.retryable());
+        assert!(e.to_string().contains(want), "{reference}: {e}");
+    }
+
+    // Force-push: main moves to a commit that does not descend from the old one.
+    work.git(&["reset", "--quiet", "--hard", &one]);
+    work.write("b.txt", "rewritten\n");
+    work.git(&["add", "--all"]);
+    work.git(&["commit", "--quiet", "-m", "rewritten"]);
+    work.git(&["push", "--quiet", "--force", "origin", "main"]);
+    let rewritten = work.git(&["rev-parse", "HEAD"]).trim().to_string();
+    assert_eq!(cache.resolve(&url, &branch("main"), &none(), T).await.unwrap().commit, rewritten);
+    let checkout = cache.checkout(&url, &rewritten, "").await.unwrap();
+    assert_eq!(std::fs::read_to_string(checkout.path().join("b.txt")).unwrap(), "rewritten\n");
+    assert_eq!(std::fs::read_to_string(checkout.path().join("a.txt")).unwrap(), "1\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn private_https_repository_with_a_private_ca_and_credentials() {
+    let server = GitHttpServer::start_with(HttpOptions {
+        auth: Some(("deploy", "s3cr3t-token-value")),
+        tls: true,
+        ..Default::default()
+    });
+    let bare = server.create_repo("private");
+    let work = WorkTree::clone(bare.to_str().unwrap());
+    work.write("x.yaml", "a: 1\n");
+    let head = work.commit_and_push("first");
+    let url = server.url("private");
+    assert!(url.starts_with("https://"));
+    let dir = temp_dir("cache");
+    let cache = cache(dir.path());
+    let ca = server.ca_pem.clone().map(String::into_bytes);
+    let creds = |password: Option<&str>, ca: Option<Vec<u8>>| Credentials {
+        username: password.map(|_| "deploy".to_string()),
+        password: password.map(String::from),
+        ca_cert: ca,
+        ..Default::default()
+    };
+
+    // Without the private CA, the server is not trusted.
+    let e = cache.resolve(&url, &branch("main"), &creds(Some("s3cr3t-token-value"), None), T).await.unwrap_err();
+    assert!(!e.to_string().contains("s3cr3t"), "{e}");
+    assert!(matches!(e, Error::Transport(_)), "untrusted certificate: {e:?}");
+
+    let e =
+        cache.resolve(&url, &branch("main"), &creds(Some("wrong-password-value"), ca.clone()), T).await.unwrap_err();
+    assert!(matches!(e, Error::Auth(_)), "{e:?}");
+    assert!(!e.to_string().contains("wrong-password-value"), "{e}");
+    let e = cache.resolve(&url, &branch("main"), &creds(None, ca.clone()), T).await.unwrap_err();
+    assert!(matches!(e, Error::Auth(_)), "no credentials: {e:?}");
+
+    let r = cache.resolve(&url, &branch("main"), &creds(Some("s3cr3t-token-value"), ca.clone()), T).await.unwrap();
+    assert_eq!(r.commit, head);
+    let dirs: Vec<String> = std::fs::read_dir(dir.path().join("repos"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .collect();
+    assert!(dirs.iter().all(|d| !d.contains("s3cr3t") && !d.contains("deploy")), "{dirs:?}");
+    assert!(server.requests().iter().any(|r| r.contains("git-upload-pack") && r.ends_with(" 200")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_are_never_sent_over_plain_http() {
+    let server = GitHttpServer::start(Some(("deploy", "plain-text-pass")), false);
+    let bare = server.create_repo("plain");
+    let work = WorkTree::clone(bare.to_str().unwrap());
+    work.commit_and_push("first");
+    let dir = temp_dir("cache");
+    let creds =
+        Credentials { username: Some("deploy".into()), password: Some("plain-text-pass".into()), ..Default::default() };
+    let e = cache(dir.path()).resolve(&server.url("plain"), &branch("main"), &creds, T).await.unwrap_err();
+    assert!(matches!(e, Error::Unsupported(_)), "{e:?}");
+    assert!(e.to_string().contains("credentials are sent only over HTTPS"), "{e}");
+    assert!(server.requests().iter().all(|r| !r.ends_with(" 200")), "{:?}", server.requests());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dumb_http_is_refused_clearly() {
+    let server = GitHttpServer::start(None, true);
+    let bare = server.create_repo("dumb");
+    let work = WorkTree::clone(bare.to_str().unwrap());
+    work.write("x.yaml", "a: 1\n");
+    work.commit_and_push("first");
+    support::run(std::process::Command::new("git").arg("-C").arg(&bare).arg("update-server-info"));
+    let dir = temp_dir("cache");
+    let e = cache(dir.path()).resolve(&server.url("dumb"), &branch("main"), &none(), T).await.unwrap_err();
+    assert!(matches!(e, Error::Unsupported(_)), "{e:?}");
+    assert!(e.to_string().contains("dumb HTTP"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_goes_down_keeps_the_last_good_state() {
+    let mut server = GitServer::start();
+    let url = server.create_repo("flaky");
+    let work = WorkTree::clone(&url);
+    work.write("apps/a/x.yaml", "a: 1\n");
+    let head = work.commit_and_push("first");
+    let dir = temp_dir("cache");
+    let cache = cache(dir.path());
+    assert_eq!(cache.resolve(&url, &branch("main"), &none(), T).await.unwrap().commit, head);
+    server.stop();
+    let e = cache.resolve(&url, &branch("main"), &none(), Duration::from_secs(5)).await.unwrap_err();
+    assert!(e.retryable(), "{e:?}");
+    assert!(matches!(e, Error::Transport(_) | Error::Timeout(_)), "{e:?}");
+    // What was fetched is still there.
+    let checkout = cache.checkout(&url, &head, "apps/a").await.unwrap();
+    assert_eq!(std::fs::read_to_string(checkout.path().join("x.yaml")).unwrap(), "a: 1\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_never_answers_times_out() {
+    // Accepts connections and never says anything.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let held = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let keep = held.clone();
+    std::thread::spawn(move || {
+        for s in listener.incoming().flatten() {
+            keep.lock().unwrap().push(s);
+        }
+    });
+    let dir = temp_dir("cache");
+    let url = format!("git://127.0.0.1:{port}/silent.git");
+    let e = cache(dir.path()).resolve(&url, &branch("main"), &none(), Duration::from_secs(2)).await.unwrap_err();
+    assert!(matches!(e, Error::Timeout(_)), "{e:?}");
+    assert!(e.retryable());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkouts_hold_exactly_the_tree_and_refuse_unsafe_content() {
+    let server = GitServer::start();
+    let url = server.create_repo("trees");
+    let work = WorkTree::clone(&url);
+    work.write("apps/web/deploy.yaml", "kind: Deployment\n");
+    work.write("apps/web/nested/cm.yaml", "kind: ConfigMap\n");
+    work.write("apps/web/run.sh", "#!/bin/sh\n");
+    work.write("apps/other/x.yaml", "x\n");
+    std::os::unix::fs::symlink("nested/cm.yaml", work.path().join("apps/web/link.yaml")).unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(work.path().join("apps/web/run.sh"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let good = work.commit_and_push("good");
+    let dir = temp_dir("cache");
+    let cache = cache(dir.path());
+    cache.resolve(&url, &branch("main"), &none(), T).await.unwrap();
+
+    let c = cache.checkout(&url, &good, "apps/web").await.unwrap();
+    let mut files: Vec<String> = walk(c.path());
+    files.sort();
+    assert_eq!(files, ["deploy.yaml", "link.yaml", "nested/cm.yaml", "run.sh"]);
+    assert_eq!(std::fs::read_to_string(c.path().join("link.yaml")).unwrap(), "kind: ConfigMap\n");
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(std::fs::metadata(c.path().join("run.sh")).unwrap().permissions().mode() & 0o111, 0o111);
+    // The same tree again is the same checkout.
+    let again = cache.checkout(&url, &good, "./apps/web/").await.unwrap();
+    assert_eq!(again.path(), c.path());
+
+    for (path, want) in
+        [("../x", "leaves the checkout"), ("/etc", "repository-relative"), ("apps/none", "does not exist")]
+    {
+        let e = cache.checkout(&url, &good, path).await.unwrap_err();
+        assert!(e.to_string().contains(want), "{path}: {e}");
+    }
+
+    // A symlink out of the requested tree.
+    std::os::unix::fs::symlink("../other/x.yaml", work.path().join("apps/web/escape.yaml")).unwrap();
+    let escaping = work.commit_and_push("escape");
+    cache.resolve(&url, &branch("main"), &none(), T).await.unwrap();
+    let e = cache.checkout(&url, &escaping, "apps/web").await.unwrap_err();
+    assert!(matches!(e, Error::UnsafePath(_)), "{e:?}");
+    assert!(e.to_string().contains("escape.yaml points outside the checkout"), "{e}");
+    // ... which is fine from the root, where it stays inside.
+    cache.checkout(&url, &escaping, "").await.unwrap();
+    std::fs::remove_file(work.path().join("apps/web/escape.yaml")).unwrap();
+
+    // A submodule (a gitlink entry; `git add --all` would drop it, so commit by hand).
+    work.git(&["add", "--all"]);
+    work.git(&["update-index", "--add", "--cacheinfo", &format!("160000,{good},apps/web/vendored")]);
+    work.git(&["commit", "--quiet", "-m", "submodule"]);
+    work.git(&["push", "--quiet", "origin", "main"]);
+    let with_submodule = work.git(&["rev-parse", "HEAD"]).trim().to_string();
+    cache.resolve(&url, &branch("main"), &none(), T).await.unwrap();
+    let e = cache.checkout(&url, &with_submodule, "apps/web").await.unwrap_err();
+    assert!(matches!(e, Error::Unsupported(_)), "{e:?}");
+    assert!(e.to_string().contains("submodules are not supported"), "{e}");
+
+    // Limits.
+    let small = GitCache::new(CacheConfig {
+        limits: Limits { max_files: 2, max_bytes: 1 << 20 },
+        ..CacheConfig::new(temp_dir("small").path().join("c"))
+    })
+    .unwrap();
+    small.resolve(&url, &Reference::Commit(good.clone()), &none(), T).await.unwrap();
+    let e = small.checkout(&url, &good, "apps/web").await.unwrap_err();
+    assert!(matches!(e, Error::TooLarge(_)), "{e:?}");
+    assert!(e.to_string().contains("more than 2 files"), "{e}");
+    // Nothing half-written is left behind.
+    assert_eq!(std::fs::read_dir(small_checkouts(&small, &url)).unwrap().count(), 0);
+}
+
+fn small_checkouts(cache: &GitCache, url: &str) -> std::path::PathBuf {
+    cache.repository_dir(url).unwrap().parent().unwrap().parent().unwrap().join("checkouts")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evicted_checkouts_are_deleted_once_no_reader_holds_them() {
+    let server = GitServer::start();
+    let url = server.create_repo("evict");
+    let work = WorkTree::clone(&url);
+    let mut commits = Vec::new();
+    for i in 0..4 {
+        work.write("big.txt", &format!("{i}{}\n", "x".repeat(200 * 1024)));
+        commits.push(work.commit_and_push(&format!("c{i}")));
+    }
+    let dir = temp_dir("cache");
+    // Room for about two checkouts.
+    let cache = GitCache::new(CacheConfig { checkout_bytes: 450 * 1024, ..CacheConfig::new(dir.path()) }).unwrap();
+    cache.resolve(&url, &branch("main"), &none(), T).await.unwrap();
+    let held = cache.checkout(&url, &commits[0], "").await.unwrap();
+    for c in &commits[1..] {
+        drop(cache.checkout(&url, c, "").await.unwrap());
+        cache.run_pending_tasks();
+    }
+    // The size bound evicted at least one of the four (each ~200 KiB, room for ~450 KiB), and
+    // an evicted checkout's directory is gone.
+    let checkouts = dir.path().join("checkouts");
+    // moka drops an evicted value during a later maintenance pass.
+    cache.run_pending_tasks();
+    assert!(std::fs::read_dir(&checkouts).unwrap().count() <= 3);
+    cache.clear_checkouts();
+    // Every checkout nobody holds is gone; the held one is intact until dropped.
+    assert_eq!(std::fs::read_dir(&checkouts).unwrap().count(), 1);
+    assert!(held.path().join("big.txt").exists());
+    let path = held.path().to_path_buf();
+    drop(held);
+    assert!(!path.exists());
+}
+
+fn walk(root: &std::path::Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() && !p.is_symlink() {
+                stack.push(p);
+            } else {
+                out.push(p.strip_prefix(root).unwrap().to_string_lossy().to_string());
+            }
+        }
+    }
+    out
+}

@@ -14,7 +14,9 @@ use crate::state::State;
 
 pub mod daemonset;
 pub mod deployment;
+pub mod disruption;
 pub mod endpoints;
+pub mod hpa;
 pub mod job;
 pub mod kubelet;
 pub mod namespace_defaults;
@@ -51,6 +53,19 @@ fn controllers() -> Vec<(&'static str, &'static [&'static str], Reconcile)> {
         ("persistentvolume-controller", &["/persistentvolumes", "/persistentvolumeclaims"], |c| {
             Box::pin(pv::reconcile(c))
         }),
+        (
+            "disruption-controller",
+            &[
+                "policy/poddisruptionbudgets",
+                "apps/deployments",
+                "apps/replicasets",
+                "apps/statefulsets",
+                "/replicationcontrollers",
+                PODS,
+            ],
+            |c| Box::pin(disruption::reconcile(c)),
+        ),
+        ("horizontal-pod-autoscaler", &["autoscaling/horizontalpodautoscalers"], |c| Box::pin(hpa::reconcile(c))),
         ("kubelet", &["/pods", "/nodes"], |c| Box::pin(kubelet::reconcile(c))),
         ("namespace-defaults", &["/namespaces", "/serviceaccounts", "/configmaps"], |c| {
             Box::pin(namespace_defaults::reconcile(c))

@@ -51,6 +51,9 @@ impl SimCluster {
             Some(path) if path.exists() => snapshot::load(&state, path)?,
             _ => bootstrap(&state),
         }
+        if state.config.storage_provisioner {
+            ensure_storage_class(&state);
+        }
         if let Some(path) = state.config.data.clone() {
             snapshot::start(state.clone(), path);
         }
@@ -217,4 +220,20 @@ fn bootstrap(state: &Arc<state::State>) {
         txn.put(&rt.key(), &ns, &name, obj, rv);
     }
     txn.compact();
+}
+
+/// The default StorageClass of the storage provisioner, unless it exists.
+fn ensure_storage_class(state: &Arc<state::State>) {
+    let class = kcm::provisioner::storage_class();
+    let Some(rt) = state.registry.find_kind("storage.k8s.io/v1", "StorageClass") else { return };
+    let mut txn = state.store.lock();
+    if txn.get(&rt.key(), "", kcm::provisioner::CLASS).is_some() {
+        return;
+    }
+    let rv = txn.next_rv();
+    let mut obj = class;
+    obj["metadata"]["uid"] = serde_json::json!(api::new_uid());
+    obj["metadata"]["resourceVersion"] = serde_json::json!(rv.to_string());
+    obj["metadata"]["creationTimestamp"] = serde_json::json!(state.clock.rfc3339());
+    txn.put(&rt.key(), "", kcm::provisioner::CLASS, obj, rv);
 }

@@ -21,6 +21,7 @@ pub mod job;
 pub mod kubelet;
 pub mod namespace_defaults;
 pub mod node;
+pub mod provisioner;
 pub mod pv;
 pub mod replicaset;
 pub mod statefulset;
@@ -64,6 +65,11 @@ fn controllers() -> Vec<(&'static str, &'static [&'static str], Reconcile)> {
                 PODS,
             ],
             |c| Box::pin(disruption::reconcile(c)),
+        ),
+        (
+            "storage-provisioner",
+            &["/persistentvolumeclaims", "/persistentvolumes", "storage.k8s.io/storageclasses"],
+            |c| Box::pin(provisioner::reconcile(c)),
         ),
         ("horizontal-pod-autoscaler", &["autoscaling/horizontalpodautoscalers"], |c| Box::pin(hpa::reconcile(c))),
         ("kubelet", &["/pods", "/nodes"], |c| Box::pin(kubelet::reconcile(c))),

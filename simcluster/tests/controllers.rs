@@ -5,11 +5,12 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
-use k8s_openapi::api::core::v1::Event;
+use k8s_openapi::api::core::v1::{Event, Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 /// Poll `f` every 100 ms until it gives a value; fail after `secs` seconds.
@@ -179,4 +180,180 @@ async fn hpa_without_metrics_keeps_the_target_in_range() {
         (d.spec.replicas == Some(4)).then_some(())
     })
     .await;
+}
+
+fn pod_ready(p: &Pod) -> bool {
+    let cs = p.status.as_ref().and_then(|s| s.conditions.as_ref());
+    cs.is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// Ready Pods of `app` that are not being deleted.
+async fn available_pods(pods: &Api<Pod>, app: &str) -> Option<Vec<Pod>> {
+    let list = pods.list(&ListParams::default().labels(&format!("app={app}"))).await.ok()?.items;
+    Some(list.into_iter().filter(|p| p.metadata.deletion_timestamp.is_none() && pod_ready(p)).collect())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_update_replaces_the_replica_set_within_max_unavailable() {
+    let (_sim, client) = start().await;
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");
+    let replicasets: Api<ReplicaSet> = Api::namespaced(client.clone(), "default");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    // 4 replicas, default strategy: maxUnavailable 25 % (1), maxSurge 25 % (1).
+    deployments.create(&PostParams::default(), &deployment("web", 4, "registry.example.com/web:1")).await.unwrap();
+    wait_available(&deployments, "web", 4).await;
+    let first = replicasets.list(&ListParams::default().labels("app=web")).await.unwrap().items;
+    assert_eq!(first.len(), 1);
+    let old_name = first[0].metadata.name.clone().unwrap();
+    let old_hash = first[0].metadata.labels.as_ref().unwrap()["pod-template-hash"].clone();
+
+    // Watch availability during the rollout.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watcher = tokio::spawn({
+        let (pods, stop) = (pods.clone(), stop.clone());
+        async move {
+            let mut min = usize::MAX;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                if let Some(a) = available_pods(&pods, "web").await {
+                    min = min.min(a.len());
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            min
+        }
+    });
+
+    let image = json!({"spec": {"template": {"spec": {"containers": [{"name": "app", "image": "registry.example.com/web:2"}]}}}});
+    deployments.patch("web", &PatchParams::default(), &Patch::Strategic(&image)).await.unwrap();
+    let d = wait_for(60, "the rollout complete", || async {
+        let d = serde_json::to_value(deployments.get("web").await.ok()?).ok()?;
+        let s = &d["status"];
+        let done = s["observedGeneration"] == d["metadata"]["generation"]
+            && s["updatedReplicas"] == 4
+            && s["replicas"] == 4
+            && s["availableReplicas"] == 4
+            && condition(&d, "Progressing").is_some_and(|c| c["reason"] == "NewReplicaSetAvailable");
+        done.then_some(d)
+    })
+    .await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let min_available = watcher.await.unwrap();
+    assert!(min_available >= 3, "available Pods dropped to {min_available} (replicas 4, maxUnavailable 1)");
+    assert_eq!(d["metadata"]["annotations"]["deployment.kubernetes.io/revision"], "2");
+
+    let all = replicasets.list(&ListParams::default().labels("app=web")).await.unwrap().items;
+    assert_eq!(all.len(), 2);
+    let new = all.iter().find(|rs| rs.metadata.name.as_deref() != Some(old_name.as_str())).unwrap();
+    let old = all.iter().find(|rs| rs.metadata.name.as_deref() == Some(old_name.as_str())).unwrap();
+    let new_name = new.metadata.name.clone().unwrap();
+    let new_hash = new.metadata.labels.as_ref().unwrap()["pod-template-hash"].clone();
+    assert_ne!(new_hash, old_hash);
+    assert_eq!(new_name, format!("web-{new_hash}"));
+    let revision =
+        |rs: &ReplicaSet| rs.metadata.annotations.as_ref().unwrap()["deployment.kubernetes.io/revision"].clone();
+    assert_eq!((revision(old), revision(new)), ("1".to_string(), "2".to_string()));
+    assert_eq!(old.spec.replicas, Some(0));
+    assert_eq!(new.spec.replicas, Some(4));
+    let running = available_pods(&pods, "web").await.unwrap();
+    assert_eq!(running.len(), 4);
+    assert!(running.iter().all(|p| p.metadata.labels.as_ref().unwrap()["pod-template-hash"] == new_hash));
+
+    let scaling: Vec<String> =
+        events_of(&client, "web").await.into_iter().filter(|e| e.1 == "ScalingReplicaSet").map(|e| e.2).collect();
+    assert!(
+        scaling.iter().any(|m| m.starts_with(&format!("Scaled up replica set {new_name} from 0 to "))),
+        "{scaling:?}"
+    );
+    assert!(
+        scaling.iter().any(|m| m.starts_with(&format!("Scaled down replica set {old_name} from 4 to "))),
+        "{scaling:?}"
+    );
+    assert!(
+        scaling.iter().any(|m| m.starts_with(&format!("Scaled down replica set {old_name} from 1 to 0"))),
+        "{scaling:?}"
+    );
+}
+
+/// Wait until nothing of Deployment `app` is left: the Deployment, its ReplicaSets, its Pods.
+async fn wait_collected(client: &kube::Client, app: &str) {
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");
+    let replicasets: Api<ReplicaSet> = Api::namespaced(client.clone(), "default");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let labels = ListParams::default().labels(&format!("app={app}"));
+    wait_for(60, &format!("{app} collected"), || async {
+        let gone = deployments.get_opt(app).await.ok()?.is_none()
+            && replicasets.list(&labels).await.ok()?.items.is_empty()
+            && pods.list(&labels).await.ok()?.items.is_empty();
+        gone.then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_deployment_collects_its_replica_sets_and_pods() {
+    let (_sim, client) = start().await;
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");
+    for app in ["bg", "fg"] {
+        deployments.create(&PostParams::default(), &deployment(app, 2, "registry.example.com/web:1")).await.unwrap();
+    }
+    wait_available(&deployments, "bg", 2).await;
+    wait_available(&deployments, "fg", 2).await;
+
+    // Background: the Deployment goes at once, the collector follows.
+    deployments.delete("bg", &DeleteParams::background()).await.unwrap();
+    assert!(deployments.get_opt("bg").await.unwrap().is_none());
+    wait_collected(&client, "bg").await;
+
+    // Foreground: the Deployment stays, with the foregroundDeletion finalizer, until its
+    // dependents are gone.
+    deployments.delete("fg", &DeleteParams::foreground()).await.unwrap();
+    if let Some(d) = deployments.get_opt("fg").await.unwrap() {
+        assert!(d.metadata.deletion_timestamp.is_some());
+        assert!(d.metadata.finalizers.unwrap_or_default().contains(&"foregroundDeletion".to_string()));
+    }
+    wait_collected(&client, "fg").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endpoint_slice_follows_the_ready_pods() {
+    let (sim, client) = start().await;
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");
+    let services: Api<Service> = Api::namespaced(client.clone(), "default");
+    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), "default");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    deployments.create(&PostParams::default(), &deployment("api", 2, "registry.example.com/api:1")).await.unwrap();
+    let svc = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "api"},
+                     "spec": {"selector": {"app": "api"}, "ports": [{"port": 80, "targetPort": 8080}]}});
+    services.create(&PostParams::default(), &serde_json::from_value(svc).unwrap()).await.unwrap();
+
+    // The slice's ready addresses and the Ready Pods' IPs agree.
+    let agree = |want: usize| {
+        let (slices, pods) = (slices.clone(), pods.clone());
+        async move {
+            let mut ips: Vec<String> =
+                available_pods(&pods, "api").await?.into_iter().filter_map(|p| p.status?.pod_ip).collect();
+            let list = slices.list(&ListParams::default().labels("kubernetes.io/service-name=api")).await.ok()?.items;
+            let mut addresses: Vec<String> = list
+                .into_iter()
+                .flat_map(|s| s.endpoints.unwrap_or_default())
+                .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) == Some(true))
+                .flat_map(|e| e.addresses)
+                .collect();
+            ips.sort();
+            addresses.sort();
+            (ips.len() == want && ips == addresses).then_some(ips)
+        }
+    };
+    let before = wait_for(60, "the slice with both Pods", || agree(2)).await;
+
+    let victim = available_pods(&pods, "api").await.unwrap().remove(0);
+    let victim_ip = victim.status.clone().unwrap().pod_ip.unwrap();
+    sim.kill_pod("default", victim.metadata.name.as_deref().unwrap()).await.unwrap();
+    let after = wait_for(60, "the slice without the killed Pod", || {
+        let agree = agree(2);
+        let victim_ip = victim_ip.clone();
+        async move { agree.await.filter(|ips| !ips.contains(&victim_ip)) }
+    })
+    .await;
+    assert_ne!(before, after);
 }

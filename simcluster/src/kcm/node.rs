@@ -408,24 +408,32 @@ pub async fn reconcile(client: Client) {
 }
 
 /// `MarkPodsNotReady`: the Ready condition of every Pod on the Node becomes False (through
-/// `pods/status`), with a Warning `NodeNotReady` Event.
+/// `pods/status`, read afresh and retried on a conflict), with a Warning `NodeNotReady` Event.
 async fn mark_pods_not_ready(client: &Client, pods: &[Value], node: &str) {
     let now = client.state().clock.rfc3339();
     for pod in pods.iter().filter(|p| p["spec"]["nodeName"] == node) {
-        let mut updated = pod.clone();
-        let Some(conditions) = updated["status"]["conditions"].as_array_mut() else { continue };
-        let Some(ready) = conditions.iter_mut().find(|c| c["type"] == "Ready") else { continue };
-        if ready["status"] == "False" {
-            continue;
-        }
-        ready["status"] = json!("False");
-        ready["lastTransitionTime"] = json!(now);
         let ns = pod["metadata"]["namespace"].as_str().unwrap_or_default();
         let name = pod["metadata"]["name"].as_str().unwrap_or_default();
-        if let Ok(mut written) = client.update(&path("v1", "pods", ns, name, "status"), &updated).await {
-            written["kind"] = json!("Pod");
-            written["apiVersion"] = json!("v1");
-            client.event(&written, "Warning", "NodeNotReady", "Node is not ready", COMPONENT).await;
+        let status_path = path("v1", "pods", ns, name, "status");
+        for _attempt in 0..3 {
+            let Ok(mut updated) = client.get(&path("v1", "pods", ns, name, "")).await else { break };
+            let Some(conditions) = updated["status"]["conditions"].as_array_mut() else { break };
+            let Some(ready) = conditions.iter_mut().find(|c| c["type"] == "Ready") else { break };
+            if ready["status"] == "False" {
+                break;
+            }
+            ready["status"] = json!("False");
+            ready["lastTransitionTime"] = json!(now);
+            match client.update(&status_path, &updated).await {
+                Ok(mut written) => {
+                    written["kind"] = json!("Pod");
+                    written["apiVersion"] = json!("v1");
+                    client.event(&written, "Warning", "NodeNotReady", "Node is not ready", COMPONENT).await;
+                    break;
+                }
+                Err(e) if e.code() == 409 => continue,
+                Err(_) => break,
+            }
         }
     }
 }

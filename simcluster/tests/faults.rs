@@ -254,8 +254,8 @@ async fn event_reasons(client: &kube::Client, ns: &str, name: &str) -> Vec<(Stri
 /// With the kubelet simulation off, the test plays two kubelets: `node-a` keeps renewing its
 /// Lease while the clock advances, `node-b` is stopped. After 50 s of the simulation's clock
 /// without renewal `node-b` is Unknown, tainted unreachable (NoSchedule and, since another Node
-/// is Ready, NoExecute), its Pod not Ready, with the NodeNotReady Events; once its kubelet is
-/// back (Lease renewed, Ready posted), the taints go.
+/// is Ready, NoExecute), its Pod not Ready, with the NodeNotReady Events, and evicted 300 s
+/// later; once its kubelet is back (Lease renewed, Ready posted), the taints go.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_that_stops_renewing_its_lease_becomes_unknown() {
     let sim =
@@ -326,6 +326,30 @@ async fn a_node_that_stops_renewing_its_lease_becomes_unknown() {
             .contains(&("NodeNotReady".into(), "Node node-b status is now: NodeNotReady".into()))
     );
 
+    // Five minutes later (node-a still renewing), the taint-eviction-controller deletes the Pod:
+    // its default toleration of `unreachable:NoExecute` is 300 s.
+    let until = renewals + 305;
+    while renewals < until {
+        renewals += 5;
+        renew(&leases, "node-a", renewals).await;
+        sim.advance_clock(Duration::from_secs(5));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let evicted = wait_for(30, "the Pod evicted", || {
+        let pods = pods.clone();
+        async move { pods.get("on-b").await.ok().filter(|p| p.metadata.deletion_timestamp.is_some()) }
+    })
+    .await;
+    let cs = evicted.status.unwrap().conditions.unwrap();
+    let target = cs.iter().find(|c| c.type_ == "DisruptionTarget").expect("DisruptionTarget");
+    assert_eq!(target.reason.as_deref(), Some("DeletionByTaintManager"));
+    assert!(
+        event_reasons(&client, "default", "on-b")
+            .await
+            .contains(&("TaintManagerEviction".into(), "Marking for deletion Pod default/on-b".into()))
+    );
+    assert_eq!(ready_status(&nodes.get("node-a").await.unwrap()), "True");
+
     // The kubelet is back: Lease renewed, Ready posted with a new heartbeat.
     sim.start_node("node-b");
     renew(&leases, "node-b", renewals + 1).await;
@@ -340,7 +364,7 @@ async fn a_node_that_stops_renewing_its_lease_becomes_unknown() {
     assert_eq!(ready_status(&nodes.get("node-b").await.unwrap()), "True");
 }
 
-/// A lone Node that stops heartbeating is Unknown after 60 s of the clock; with no Ready Node
+/// A lone Node that stops heartbeating becomes Unknown as the clock advances; with no Ready Node
 /// left the controller is in its "master disruption" mode: no NoExecute taint.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lone_unknown_node_gets_no_no_execute_taint() {
@@ -356,9 +380,11 @@ async fn a_lone_unknown_node_gets_no_no_execute_taint() {
         async move { taints(&nodes.get("alone").await.ok()?).is_empty().then_some(()) }
     })
     .await;
-    sim.advance_clock(Duration::from_secs(60));
+    // The clock moves on in 5 s steps (the controller counts from when it last saw the Lease
+    // change, which may be after the first step).
     let n = wait_for(30, "Unknown and tainted", || {
         let nodes = nodes.clone();
+        sim.advance_clock(Duration::from_secs(5));
         async move {
             let n = nodes.get("alone").await.ok()?;
             (ready_status(&n) == "Unknown" && !taints(&n).is_empty()).then_some(n)

@@ -25,6 +25,7 @@ pub mod provisioner;
 pub mod pv;
 pub mod replicaset;
 pub mod statefulset;
+pub mod taint_eviction;
 
 /// The field manager of every controller write.
 pub const MANAGER: &str = "kube-controller-manager";
@@ -51,6 +52,7 @@ fn controllers() -> Vec<(&'static str, &'static [&'static str], Reconcile)> {
             Box::pin(endpoints::reconcile(c))
         }),
         ("node-controller", &["/nodes", "coordination.k8s.io/leases", PODS], |c| Box::pin(node::reconcile(c))),
+        ("taint-eviction-controller", &["/nodes", PODS], |c| Box::pin(taint_eviction::reconcile(c))),
         ("persistentvolume-controller", &["/persistentvolumes", "/persistentvolumeclaims"], |c| {
             Box::pin(pv::reconcile(c))
         }),

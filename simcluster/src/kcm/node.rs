@@ -24,10 +24,10 @@
 //!   Nodes).
 //!
 //! The label, annotation and taint writes go into one merge patch, so kube-controller-manager has
-//! a single Update entry in the Node's managedFields, as on a real cluster. Not emulated: the
-//! NoExecute tainting rate limit (0.1 Node/s per zone, partial-disruption rates) and the taint
-//! eviction controller (Pods not tolerating a NoExecute taint are not evicted). A Node's Lease is
-//! collected through its ownerReference by the garbage collector.
+//! a single Update entry in the Node's managedFields, as on a real cluster. The Pods of a
+//! NoExecute-tainted Node are evicted by [`crate::kcm::taint_eviction`]. Not emulated: the
+//! NoExecute tainting rate limit (0.1 Node/s per zone, partial-disruption rates). A Node's Lease
+//! is collected through its ownerReference by the garbage collector.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, OnceLock};

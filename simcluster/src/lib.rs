@@ -177,6 +177,9 @@ impl SimCluster {
     pub fn stop(&mut self) {
         if let Some(tx) = self.shutdown.take() {
             faults::stop_killer(&self.state);
+            kcm::node::forget(&self.state.token_key);
+            kcm::hpa::forget(&self.state.token_key);
+            kcm::disruption::forget(&self.state.token_key);
             let _ = tx.send(());
             if let Some(path) = &self.state.config.data
                 && let Err(e) = snapshot::save(&self.state, path)

@@ -207,6 +207,11 @@ fn last_events() -> &'static Mutex<HashMap<String, Timestamp>> {
     LAST.get_or_init(Default::default)
 }
 
+/// Forget the Event times of a cluster (when it stops).
+pub fn forget(scope: &str) {
+    last_events().lock().unwrap_or_else(|p| p.into_inner()).retain(|k, _| !k.starts_with(&format!("{scope}/")));
+}
+
 async fn throttled_event(client: &Client, pdb: &Value, type_: &str, reason: &str, message: &str) {
     let now = client.state().clock.now();
     let key = format!("{}/{}/{reason}", client.state().token_key, pdb["metadata"]["uid"].as_str().unwrap_or_default());

@@ -218,6 +218,11 @@ fn last_syncs() -> &'static Mutex<HashMap<String, (Timestamp, i64)>> {
     LAST.get_or_init(Default::default)
 }
 
+/// Forget the sync times of a cluster (when it stops).
+pub fn forget(scope: &str) {
+    last_syncs().lock().unwrap_or_else(|p| p.into_inner()).retain(|k, _| !k.starts_with(&format!("{scope}/")));
+}
+
 /// One pass: sync the HPAs that are due.
 pub async fn reconcile(client: Client) {
     let hpas: Vec<Value> = {

@@ -116,6 +116,11 @@ fn memory() -> &'static Mutex<HashMap<String, Memory>> {
     MEMORY.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
+/// Forget what the controller remembers of a cluster (when it stops).
+pub fn forget(scope: &str) {
+    memory().lock().unwrap_or_else(|p| p.into_inner()).remove(scope);
+}
+
 fn ts(v: &Value) -> Option<Timestamp> {
     v.as_str().and_then(|s| s.parse().ok())
 }

@@ -503,6 +503,10 @@ pub fn strategy_create(state: &Arc<State>, rt: &ResourceType, obj: &mut Value) -
     crate::validation::prepare_for_create(&av, &rt.kind, obj, &state.clock.rfc3339());
     // StorageObjectInUseProtection admission: pvc-/pv-protection finalizers.
     crate::kcm::pv::admit_create(&rt.group, &rt.resource, obj);
+    // DefaultStorageClass admission: a claim without a class gets the default one.
+    if rt.group.is_empty() && rt.resource == "persistentvolumeclaims" {
+        crate::kcm::pv::admit_default_class(state, obj);
+    }
     Ok(())
 }
 

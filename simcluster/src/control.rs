@@ -9,6 +9,9 @@
 //! | `POST /simcluster/v1/compact` | forget watch history: older resourceVersions get 410 |
 //! | `POST /simcluster/v1/pause`, `POST /simcluster/v1/resume` | hang every request, or serve again |
 //! | `POST /simcluster/v1/clock/advance?seconds=N` | move the simulation's clock forward |
+//! | `POST /simcluster/v1/pods/{namespace}/{name}/kill` | kill a Pod as if its Node lost it (the deletion's answer) |
+//! | `POST /simcluster/v1/nodes/{name}/stop`, `.../start` | stop a Node's simulated kubelet, or start it again |
+//! | `POST /simcluster/v1/nodes/{name}/not-ready`, `.../ready` | make its kubelet report `Ready=False`, or `Ready=True` again |
 //! | `GET /simcluster/v1/audit` | the audit log (JSON list of [`crate::faults::AuditEvent`]) |
 //!
 //! Only the cluster admin may use it.
@@ -26,7 +29,7 @@ use crate::server::{Req, respond};
 use crate::state::State;
 
 /// Serve a control request.
-pub fn handle(state: &Arc<State>, req: &Req, rest: &[&str]) -> Result<Response<Body>, ApiError> {
+pub async fn handle(state: &Arc<State>, req: &Req, rest: &[&str]) -> Result<Response<Body>, ApiError> {
     if !crate::auth::is_admin(&req.user) {
         return Err(ApiError::status(403, "Forbidden", "the simcluster control API is for the cluster admin", None));
     }
@@ -66,6 +69,19 @@ pub fn handle(state: &Arc<State>, req: &Req, rest: &[&str]) -> Result<Response<B
                 .ok_or_else(|| ApiError::bad_request("clock/advance needs seconds=N (N >= 0)".to_string()))?;
             state.clock.advance(std::time::Duration::from_secs_f64(seconds));
             Ok(respond(200, &json!({"now": state.clock.micro()}), Encoding::Json, &[]))
+        }
+        (&Method::POST, ["pods", namespace, name, "kill"]) => {
+            let deleted = crate::faults::kill_pod_by_worker(state, namespace, name).await?;
+            Ok(respond(200, &deleted, Encoding::Json, &[]))
+        }
+        (&Method::POST, ["nodes", name, action @ ("stop" | "start" | "not-ready" | "ready")]) => {
+            match *action {
+                "stop" => crate::faults::set_node_stopped(state, name, true),
+                "start" => crate::faults::set_node_stopped(state, name, false),
+                "not-ready" => crate::faults::set_node_ready(state, name, false),
+                _ => crate::faults::set_node_ready(state, name, true),
+            }
+            Ok(ok())
         }
         (&Method::GET, ["audit"]) => Ok(respond(200, &json!(state.faults.audit_log()), Encoding::Json, &[])),
         _ => Err(ApiError::PageNotFound),

@@ -8,6 +8,11 @@
 //! whole server paused (requests hang) and resumed. Library calls on [`crate::SimCluster`] and
 //! HTTP endpoints under `/simcluster/v1/` (see `docs/simcluster.md`).
 //!
+//! Cluster faults: a Pod can be killed (it disappears at once, as if its Node lost it, so its
+//! owner replaces it: [`kill_pod`]), a Node's kubelet stopped (no more Lease renewals or status
+//! updates, so the node controller marks it `Unknown` after 50 s of the simulation's clock) and
+//! started again, or made to report `Ready=False` ([`set_node_stopped`], [`set_node_ready`]).
+//!
 //! Audit: every request that changes state (create, update, patch, delete, deletecollection, on
 //! objects and subresources) is recorded with time, user, groups, impersonating user, verb,
 //! resource, namespace, name, field manager, HTTP code and resulting resourceVersion.
@@ -207,4 +212,95 @@ impl Faults {
 /// The delay of a latency fault.
 pub fn latency(millis: u64) -> Duration {
     Duration::from_millis(millis)
+}
+
+/// The Event reason of a killed Pod.
+pub const KILLED_REASON: &str = "Killing";
+
+/// Kill a Pod as if its Node lost it: a Warning `Killing` Event from the kubelet, then deletion
+/// with `gracePeriodSeconds: 0`, so the Pod is gone at once (unless a finalizer holds it) and its
+/// owner creates a replacement. The request acts with field manager `kubelet` (the emulator has
+/// no Node authorizer, so it runs with the in-process admin identity, as the kubelet simulation
+/// does). Errors are the API's (404 when the Pod does not exist).
+pub async fn kill_pod(
+    state: &std::sync::Arc<crate::state::State>,
+    namespace: &str,
+    name: &str,
+) -> Result<serde_json::Value, crate::errors::ApiError> {
+    let kubelet = crate::client::Client::new(state.clone(), "kubelet");
+    let pod_path = crate::client::path("v1", "pods", namespace, name, "");
+    let mut pod = kubelet.get(&pod_path).await?;
+    pod["kind"] = serde_json::json!("Pod");
+    pod["apiVersion"] = serde_json::json!("v1");
+    let containers: Vec<&str> =
+        pod["spec"]["containers"].as_array().into_iter().flatten().filter_map(|c| c["name"].as_str()).collect();
+    let message = format!("Stopping container {}: killed by the simcluster kill-pod fault", containers.join(", "));
+    kubelet.event(&pod, "Warning", KILLED_REASON, &message, "kubelet").await;
+    kubelet.delete(&pod_path, Some(0), None).await
+}
+
+/// Stop (`true`) or start again (`false`) the simulated kubelet of a Node: a stopped kubelet
+/// renews no Lease and writes nothing.
+pub fn set_node_stopped(state: &crate::state::State, node: &str, stopped: bool) {
+    let mut set = state.node_faults.stopped.lock().unwrap_or_else(|p| p.into_inner());
+    if stopped {
+        set.insert(node.to_string());
+    } else {
+        set.remove(node);
+    }
+}
+
+/// Make a Node's simulated kubelet report `Ready=False` (`ready: false`) or `Ready=True` again.
+pub fn set_node_ready(state: &crate::state::State, node: &str, ready: bool) {
+    let mut set = state.node_faults.not_ready.lock().unwrap_or_else(|p| p.into_inner());
+    if ready {
+        set.remove(node);
+    } else {
+        set.insert(node.to_string());
+    }
+}
+
+type KillRequest = (String, String, tokio::sync::oneshot::Sender<Result<serde_json::Value, crate::errors::ApiError>>);
+
+/// The kill workers, by cluster (`State::token_key`).
+fn killers() -> &'static Mutex<std::collections::HashMap<String, tokio::sync::mpsc::UnboundedSender<KillRequest>>> {
+    static KILLERS: std::sync::OnceLock<
+        Mutex<std::collections::HashMap<String, tokio::sync::mpsc::UnboundedSender<KillRequest>>>,
+    > = std::sync::OnceLock::new();
+    KILLERS.get_or_init(Default::default)
+}
+
+/// Start the task that serves [`kill_pod_by_worker`] for the control API. (The kill goes
+/// through the API, which routes the control request that asked for it: awaiting it there
+/// directly would make the request future contain itself.) It ends with [`stop_killer`].
+pub fn start_killer(state: &std::sync::Arc<crate::state::State>) {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<KillRequest>();
+    killers().lock().unwrap_or_else(|p| p.into_inner()).insert(state.token_key.clone(), tx);
+    let weak = std::sync::Arc::downgrade(state);
+    tokio::spawn(async move {
+        while let Some((namespace, name, reply)) = rx.recv().await {
+            let Some(state) = weak.upgrade() else { return };
+            let _ = reply.send(kill_pod(&state, &namespace, &name).await);
+        }
+    });
+}
+
+/// End the task of [`start_killer`].
+pub fn stop_killer(state: &crate::state::State) {
+    killers().lock().unwrap_or_else(|p| p.into_inner()).remove(&state.token_key);
+}
+
+/// [`kill_pod`], run by the cluster's kill task.
+pub async fn kill_pod_by_worker(
+    state: &crate::state::State,
+    namespace: &str,
+    name: &str,
+) -> Result<serde_json::Value, crate::errors::ApiError> {
+    let (reply, answer) = tokio::sync::oneshot::channel();
+    let sender = killers().lock().unwrap_or_else(|p| p.into_inner()).get(&state.token_key).cloned();
+    let sent = sender.is_some_and(|s| s.send((namespace.to_string(), name.to_string(), reply)).is_ok());
+    if !sent {
+        return Err(crate::errors::ApiError::internal("simcluster: the kill task is not running"));
+    }
+    answer.await.unwrap_or_else(|_| Err(crate::errors::ApiError::internal("simcluster: the kill task ended")))
 }

@@ -51,11 +51,15 @@ impl SimCluster {
             Some(path) if path.exists() => snapshot::load(&state, path)?,
             _ => bootstrap(&state),
         }
+        if state.config.storage_provisioner {
+            ensure_storage_class(&state);
+        }
         if let Some(path) = state.config.data.clone() {
             snapshot::start(state.clone(), path);
         }
         controllers::start(state.clone());
         kcm::start(state.clone());
+        faults::start_killer(&state);
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
         let addr = listener.local_addr()?;
         let app_state = state.clone();
@@ -104,6 +108,30 @@ impl SimCluster {
         self.state.faults.set_paused(false);
     }
 
+    /// Kill a Pod as if its Node lost it: deleted at once (`gracePeriodSeconds: 0`) after a
+    /// Warning `Killing` Event, so its owner replaces it (see [`faults::kill_pod`]). Returns the
+    /// API's answer to the deletion.
+    pub async fn kill_pod(&self, namespace: &str, name: &str) -> Result<serde_json::Value, errors::ApiError> {
+        faults::kill_pod(&self.state, namespace, name).await
+    }
+
+    /// Stop a Node's simulated kubelet: it no longer renews its Lease nor updates anything, so
+    /// the node controller marks the Node `Unknown` once the Lease is 50 s old (by the
+    /// simulation's clock, see [`SimCluster::advance_clock`]).
+    pub fn stop_node(&self, name: &str) {
+        faults::set_node_stopped(&self.state, name, true);
+    }
+
+    /// Start a stopped Node's kubelet again (it renews its Lease and reports Ready).
+    pub fn start_node(&self, name: &str) {
+        faults::set_node_stopped(&self.state, name, false);
+    }
+
+    /// Make a Node's simulated kubelet report `Ready=False` (`false`) or `Ready=True` (`true`).
+    pub fn set_node_ready(&self, name: &str, ready: bool) {
+        faults::set_node_ready(&self.state, name, ready);
+    }
+
     /// Move the simulation's clock forward (Lease expiry, back-off, deadlines).
     pub fn advance_clock(&self, by: std::time::Duration) {
         self.state.clock.advance(by);
@@ -148,6 +176,10 @@ impl SimCluster {
     /// Stop serving (and write the snapshot, with `Config::data`).
     pub fn stop(&mut self) {
         if let Some(tx) = self.shutdown.take() {
+            faults::stop_killer(&self.state);
+            kcm::node::forget(&self.state.token_key);
+            kcm::hpa::forget(&self.state.token_key);
+            kcm::disruption::forget(&self.state.token_key);
             let _ = tx.send(());
             if let Some(path) = &self.state.config.data
                 && let Err(e) = snapshot::save(&self.state, path)
@@ -191,4 +223,20 @@ fn bootstrap(state: &Arc<state::State>) {
         txn.put(&rt.key(), &ns, &name, obj, rv);
     }
     txn.compact();
+}
+
+/// The default StorageClass of the storage provisioner, unless it exists.
+fn ensure_storage_class(state: &Arc<state::State>) {
+    let class = kcm::provisioner::storage_class();
+    let Some(rt) = state.registry.find_kind("storage.k8s.io/v1", "StorageClass") else { return };
+    let mut txn = state.store.lock();
+    if txn.get(&rt.key(), "", kcm::provisioner::CLASS).is_some() {
+        return;
+    }
+    let rv = txn.next_rv();
+    let mut obj = class;
+    obj["metadata"]["uid"] = serde_json::json!(api::new_uid());
+    obj["metadata"]["resourceVersion"] = serde_json::json!(rv.to_string());
+    obj["metadata"]["creationTimestamp"] = serde_json::json!(state.clock.rfc3339());
+    txn.put(&rt.key(), "", kcm::provisioner::CLASS, obj, rv);
 }

@@ -131,7 +131,7 @@ pub async fn route(state: &Arc<State>, req: &Req, path: &str) -> Result<Response
             .header("Content-Type", "text/plain; charset=utf-8")
             .body(Body::from("ok"))
             .expect("response")),
-        ["simcluster", "v1", rest @ ..] => crate::control::handle(state, req, rest),
+        ["simcluster", "v1", rest @ ..] => crate::control::handle(state, req, rest).await,
         ["openapi", "v3"] => Ok(plain_json(crate::discovery::openapi_root(state))),
         ["openapi", "v3", rest @ ..] => crate::discovery::openapi_group_version(state, &rest.join("/"))
             .map(plain_json)

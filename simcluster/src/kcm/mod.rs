@@ -14,14 +14,18 @@ use crate::state::State;
 
 pub mod daemonset;
 pub mod deployment;
+pub mod disruption;
 pub mod endpoints;
+pub mod hpa;
 pub mod job;
 pub mod kubelet;
 pub mod namespace_defaults;
 pub mod node;
+pub mod provisioner;
 pub mod pv;
 pub mod replicaset;
 pub mod statefulset;
+pub mod taint_eviction;
 
 /// The field manager of every controller write.
 pub const MANAGER: &str = "kube-controller-manager";
@@ -48,9 +52,28 @@ fn controllers() -> Vec<(&'static str, &'static [&'static str], Reconcile)> {
             Box::pin(endpoints::reconcile(c))
         }),
         ("node-controller", &["/nodes", "coordination.k8s.io/leases", PODS], |c| Box::pin(node::reconcile(c))),
+        ("taint-eviction-controller", &["/nodes", PODS], |c| Box::pin(taint_eviction::reconcile(c))),
         ("persistentvolume-controller", &["/persistentvolumes", "/persistentvolumeclaims"], |c| {
             Box::pin(pv::reconcile(c))
         }),
+        (
+            "disruption-controller",
+            &[
+                "policy/poddisruptionbudgets",
+                "apps/deployments",
+                "apps/replicasets",
+                "apps/statefulsets",
+                "/replicationcontrollers",
+                PODS,
+            ],
+            |c| Box::pin(disruption::reconcile(c)),
+        ),
+        (
+            "storage-provisioner",
+            &["/persistentvolumeclaims", "/persistentvolumes", "storage.k8s.io/storageclasses"],
+            |c| Box::pin(provisioner::reconcile(c)),
+        ),
+        ("horizontal-pod-autoscaler", &["autoscaling/horizontalpodautoscalers"], |c| Box::pin(hpa::reconcile(c))),
         ("kubelet", &["/pods", "/nodes"], |c| Box::pin(kubelet::reconcile(c))),
         ("namespace-defaults", &["/namespaces", "/serviceaccounts", "/configmaps"], |c| {
             Box::pin(namespace_defaults::reconcile(c))

@@ -18,6 +18,16 @@
 //!   Events. A bound claim whose volume disappeared is `Lost`.
 //! - Protection: a deleted claim loses its finalizer once no scheduled, running Pod uses it; a
 //!   deleted volume once it is not `Bound`.
+//! - Default class: the DefaultStorageClass admission plugin ([`admit_default_class`]) gives a
+//!   new claim without a class (no `storageClassName`, no beta annotation) the default
+//!   StorageClass (annotation `storageclass.kubernetes.io/is-default-class: "true"`, the newest
+//!   if several); the binder does the same for older claims once a default class exists
+//!   (retroactive default class assignment).
+//! - Dynamic provisioning: for a claim of a class with `volumeBindingMode: Immediate` and no
+//!   fitting volume, the binder sets the `volume.kubernetes.io/storage-provisioner` (and beta)
+//!   annotations to the class's provisioner and records `ExternalProvisioning`; an external
+//!   provisioner (here [`crate::kcm::provisioner`], with `simcluster --storage-provisioner`)
+//!   then creates a volume pre-bound to the claim, which the binder binds.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
@@ -56,6 +66,50 @@ pub fn admit_create(group: &str, resource: &str, obj: &mut Value) {
         && !a.iter().any(|f| f.as_str() == Some(finalizer))
     {
         a.push(json!(finalizer));
+    }
+}
+
+/// The default-class annotation of a StorageClass.
+pub const ANN_DEFAULT_CLASS: &str = "storageclass.kubernetes.io/is-default-class";
+const ANN_BETA_DEFAULT_CLASS: &str = "storageclass.beta.kubernetes.io/is-default-class";
+const ANN_BETA_CLASS: &str = "volume.beta.kubernetes.io/storage-class";
+/// The claim annotation naming the provisioner expected to create its volume.
+pub const ANN_STORAGE_PROVISIONER: &str = "volume.kubernetes.io/storage-provisioner";
+const ANN_BETA_STORAGE_PROVISIONER: &str = "volume.beta.kubernetes.io/storage-provisioner";
+
+/// The default StorageClass (`GetDefaultClass`): among classes annotated as default, the newest
+/// (then the first by name).
+pub fn default_class(classes: &[&Value]) -> Option<String> {
+    let is_default = |c: &&&Value| {
+        let a = &c["metadata"]["annotations"];
+        a[ANN_DEFAULT_CLASS] == "true" || a[ANN_BETA_DEFAULT_CLASS] == "true"
+    };
+    let mut defaults: Vec<&&Value> = classes.iter().filter(is_default).collect();
+    defaults.sort_by(|a, b| {
+        let created = |c: &Value| c["metadata"]["creationTimestamp"].as_str().unwrap_or_default().to_string();
+        created(b).cmp(&created(a)).then_with(|| name(a).cmp(name(b)))
+    });
+    defaults.first().map(|c| name(c).to_string())
+}
+
+/// Whether a claim names a class (an empty `storageClassName` counts: it asks for none).
+fn claim_has_class(c: &Value) -> bool {
+    c["spec"]["storageClassName"].is_string() || annotation(c, ANN_BETA_CLASS).is_some()
+}
+
+/// The DefaultStorageClass admission plugin, on claim creation.
+pub fn admit_default_class(state: &crate::state::State, claim: &mut Value) {
+    if claim_has_class(claim) {
+        return;
+    }
+    let class = {
+        let txn = state.store.lock();
+        default_class(&txn.all("storage.k8s.io/storageclasses"))
+    };
+    if let Some(class) = class
+        && let Some(spec) = claim.get_mut("spec").and_then(Value::as_object_mut)
+    {
+        spec.insert("storageClassName".into(), json!(class));
     }
 }
 
@@ -471,6 +525,19 @@ async fn bind(client: &Client, c: &Value, v: &Value) -> Option<Value> {
 /// The claim side of the binder.
 async fn sync_claim(client: &Client, c: &Value, volumes: &mut [Value]) {
     let volume_name = c["spec"]["volumeName"].as_str().unwrap_or_default().to_string();
+    if volume_name.is_empty() && !claim_has_class(c) {
+        // Retroactive default class assignment.
+        let class = {
+            let txn = client.state().store.lock();
+            default_class(&txn.all("storage.k8s.io/storageclasses"))
+        };
+        if let Some(class) = class {
+            let mut updated = c.clone();
+            updated["spec"]["storageClassName"] = json!(class);
+            let _ = client.update(&claim_path(c, ""), &updated).await;
+            return;
+        }
+    }
     if annotation(c, ANN_BIND_COMPLETED).is_none() {
         // Unbound (or pre-bound by the user to a volume).
         let found = if volume_name.is_empty() {
@@ -558,6 +625,16 @@ async fn no_volume(client: &Client, c: &Value) {
         }
         Ok(sc) => {
             let provisioner = sc["provisioner"].as_str().unwrap_or_default();
+            // setClaimProvisioner: the annotations external provisioners look for.
+            let c = if annotation(&c, ANN_STORAGE_PROVISIONER) == Some(provisioner) {
+                c
+            } else {
+                let mut updated = c.clone();
+                set_annotation(&mut updated, ANN_BETA_STORAGE_PROVISIONER, provisioner);
+                set_annotation(&mut updated, ANN_STORAGE_PROVISIONER, provisioner);
+                let Some(c) = put(client, &claim_path(&c, ""), &updated, "PersistentVolumeClaim").await else { return };
+                c
+            };
             let msg = format!(
                 "Waiting for a volume to be created either by the external provisioner '{provisioner}' or manually by the system administrator. If volume creation is delayed, please verify that the provisioner is running and correctly registered."
             );

@@ -33,6 +33,32 @@ pub enum Command {
         #[arg(long, requires = "out")]
         check: bool,
     },
+    /// Run the controllers against the cluster of the in-cluster config or `KUBECONFIG`.
+    Run(RunArgs),
+}
+
+/// Settings of `ksync-controller run`.
+#[derive(clap::Args, Debug)]
+pub struct RunArgs {
+    /// Directory of the shared Git object cache (one bare repository per remote, plus
+    /// materialized checkouts).
+    #[arg(long, env = "KSYNC_GIT_CACHE_DIR", default_value = "/var/cache/kuvryn-sync/git")]
+    pub git_cache_dir: PathBuf,
+    /// Most bytes of materialized checkouts kept in the cache (least used are evicted).
+    #[arg(long, default_value_t = 1 << 30)]
+    pub git_checkout_cache_bytes: u64,
+    /// Most files in one checkout; a larger tree is refused.
+    #[arg(long, default_value_t = 20_000)]
+    pub git_max_files: u64,
+    /// Most bytes in one checkout; a larger tree is refused.
+    #[arg(long, default_value_t = 256 * 1024 * 1024)]
+    pub git_max_bytes: u64,
+    /// Where to serve Prometheus metrics (`/metrics`); empty to disable.
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    pub metrics_bind_address: String,
+    /// This replica's name in Events (the Pod name).
+    #[arg(long, env = "POD_NAME")]
+    pub instance: Option<String>,
 }
 
 /// Parse the process arguments and run.
@@ -51,7 +77,49 @@ pub fn run(args: Args) -> Result<()> {
         }
         Command::Crds { out: Some(dir), check: false } => write_crds(&dir),
         Command::Crds { out: Some(dir), check: true } => check_crds(&dir),
+        Command::Run(args) => run_controllers(args),
     }
+}
+
+fn run_controllers(args: RunArgs) -> Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::Startup(format!("starting the runtime: {e}")))?;
+    runtime.block_on(async move {
+        if !args.metrics_bind_address.is_empty() {
+            let addr: std::net::SocketAddr = args
+                .metrics_bind_address
+                .parse()
+                .map_err(|e| Error::Startup(format!("--metrics-bind-address {}: {e}", args.metrics_bind_address)))?;
+            metrics_exporter_prometheus::PrometheusBuilder::new()
+                .with_http_listener(addr)
+                .install()
+                .map_err(|e| Error::Startup(format!("serving metrics on {addr}: {e}")))?;
+        }
+        let client = kube::Client::try_default()
+            .await
+            .map_err(|e| Error::Startup(format!("connecting to the Kubernetes API: {e}")))?;
+        let config = crate::source::CacheConfig {
+            dir: args.git_cache_dir.clone(),
+            checkout_bytes: args.git_checkout_cache_bytes,
+            limits: crate::source::Limits { max_files: args.git_max_files, max_bytes: args.git_max_bytes },
+        };
+        let cache = crate::source::GitCache::new(config).map_err(|e| Error::Startup(e.to_string()))?;
+        let ctx = std::sync::Arc::new(crate::controller::repository::Context::new(client, cache, args.instance));
+        tracing::info!(git_cache_dir = %args.git_cache_dir.display(), "starting the Repository controller");
+        let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .map_err(|e| Error::Startup(format!("installing the SIGTERM handler: {e}")))?;
+        crate::controller::repository::run(ctx, async move {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = terminate.recv() => {}
+            }
+            tracing::info!("shutting down");
+        })
+        .await;
+        Ok(())
+    })
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {

@@ -19,6 +19,9 @@ pub enum Error {
     /// Generated files differ from the ones on disk.
     #[error("{0}")]
     Stale(String),
+    /// The manager could not start.
+    #[error("{0}")]
+    Startup(String),
 }
 
 /// Result of a command.

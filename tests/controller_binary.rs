@@ -1,0 +1,79 @@
+//! The real `ksync-controller run` process: against the cluster of its kubeconfig, with a Git
+//! cache directory, serving Prometheus metrics; Applications appear from a Repository.
+
+mod support;
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use kube::ResourceExt;
+use kube::api::{Api, ListParams, PostParams};
+use kuvryn_sync::api::{Application, Repository};
+use serde_json::json;
+use support::{Cluster, GitServer, WorkTree, eventually, free_port, install_crds, temp_dir};
+
+struct Kill(std::process::Child);
+
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn the_manager_process_discovers_applications_and_serves_metrics() {
+    let cluster = Cluster::start();
+    let server = GitServer::start();
+    let url = server.create_repo("platform");
+    let work = WorkTree::clone(&url);
+    work.write(
+        ".ksync.yaml",
+        "metadata: {name: web}\nspec: {source: {repository: platform, path: apps/web}, serviceAccountName: deployer, destination: {namespace: web}}\n",
+    );
+    work.commit_and_push("one app");
+    let cache = temp_dir("bin-cache");
+    let port = free_port();
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    runtime.block_on(async {
+        let client = cluster.client().await;
+        install_crds(&client).await;
+        let _process = Kill(
+            Command::new(env!("CARGO_BIN_EXE_ksync-controller"))
+                .args(["run", "--metrics-bind-address", &format!("127.0.0.1:{port}")])
+                .arg("--git-cache-dir")
+                .arg(cache.path())
+                .env("KUBECONFIG", cluster.kubeconfig())
+                .stdin(Stdio::null())
+                .spawn()
+                .expect("ksync-controller"),
+        );
+        let repos: Api<Repository> = Api::namespaced(client.clone(), "default");
+        let repo: Repository = serde_json::from_value(json!({
+            "apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "Repository",
+            "metadata": {"name": "platform"}, "spec": {"url": url, "ref": {"branch": "main"}, "interval": "1s"},
+        }))
+        .unwrap();
+        repos.create(&PostParams::default(), &repo).await.unwrap();
+        let apps: Api<Application> = Api::namespaced(client.clone(), "default");
+        let names = eventually("the web Application", Duration::from_secs(60), || async {
+            let names: Vec<String> = apps.list(&ListParams::default()).await.ok()?.items.iter().map(|a| a.name_any()).collect();
+            (!names.is_empty()).then_some(names)
+        })
+        .await;
+        assert_eq!(names, ["web"]);
+        // The cache is where the flag says.
+        assert!(std::fs::read_dir(cache.path().join("repos")).unwrap().count() == 1);
+        let metrics = eventually("metrics", Duration::from_secs(30), || async {
+            let out = Command::new("python3")
+                .args(["-c", &format!("import urllib.request;print(urllib.request.urlopen('http://127.0.0.1:{port}/metrics').read().decode())")])
+                .output()
+                .ok()?;
+            let text = String::from_utf8_lossy(&out.stdout).to_string();
+            text.contains("ksync_git_fetches_total").then_some(text)
+        })
+        .await;
+        assert!(metrics.contains("ksync_git_fetches_total{result=\"fetched\"}"), "{metrics}");
+        assert!(metrics.contains("ksync_git_fetch_duration_seconds"), "{metrics}");
+    });
+}

@@ -594,3 +594,45 @@ async fn nodes_come_from_the_config() {
     let lease = leases.get("small").await.unwrap();
     assert_eq!(lease.spec.unwrap().holder_identity.as_deref(), Some("small"));
 }
+
+/// Load check (ignored by default; `cargo test -p simcluster --release --test kubelet -- --ignored
+/// --nocapture`): 3,000 Pods created at once on 20 Nodes all become Running and Ready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn three_thousand_pods_become_ready() {
+    let count: usize = std::env::var("SIMCLUSTER_LOAD_PODS").ok().and_then(|v| v.parse().ok()).unwrap_or(3000);
+    let nodes = NodeConfig::defaults(20).into_iter().map(|n| NodeConfig { pods: 250, ..n }).collect();
+    let (_sim, client) = start(Config { nodes, ..Default::default() }).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let t0 = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for worker in 0..8 {
+        let pods = pods.clone();
+        tasks.spawn(async move {
+            for i in (worker..count).step_by(8) {
+                let p: Pod = serde_json::from_value(pod(
+                    &format!("load-{i}"),
+                    json!({"name": "app", "image": "registry.example.com/app:1",
+                           "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}),
+                ))
+                .unwrap();
+                pods.create(&PostParams::default(), &p).await.unwrap();
+            }
+        });
+    }
+    while let Some(r) = tasks.join_next().await {
+        r.unwrap();
+    }
+    let created = t0.elapsed();
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        let list = pods.list(&ListParams::default()).await.unwrap();
+        let ready = list.items.iter().filter(|p| running_and_ready(&serde_json::to_value(p).unwrap())).count();
+        if ready == count {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{ready}/{count} ready after 600 s");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    println!("{count} Pods: created in {created:?}, all Running and Ready after {:?}", t0.elapsed());
+}

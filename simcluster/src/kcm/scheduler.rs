@@ -371,6 +371,8 @@ struct Scheduler {
     first_seen: HashMap<String, i64>,
     /// The last unschedulable message reported per Pod uid.
     reported: HashMap<String, String>,
+    /// Requests of the Pods seen bound, by uid (a Pod's requests do not change).
+    requests: HashMap<String, Arc<BTreeMap<String, f64>>>,
 }
 
 impl Scheduler {
@@ -380,6 +382,20 @@ impl Scheduler {
         let now = state.clock.now().as_millisecond();
         let (mut nodes, pending, claims, classes) = {
             let txn = state.store.lock();
+            let all = txn.all("/pods");
+            let is_pending = |p: &&Value| {
+                p["spec"]["nodeName"].as_str().is_none_or(str::is_empty)
+                    && p["spec"]["schedulerName"].as_str().unwrap_or(SCHEDULER) == SCHEDULER
+                    && !p["metadata"]["deletionTimestamp"].is_string()
+                    && !terminated(p)
+            };
+            if !all.iter().any(is_pending) {
+                self.first_seen.clear();
+                for uid in std::mem::take(&mut self.reported).into_keys() {
+                    self.events.forget(&uid);
+                }
+                return None;
+            }
             let mut nodes: Vec<NodeInfo> = txn
                 .all("/nodes")
                 .into_iter()
@@ -388,22 +404,35 @@ impl Scheduler {
                 .collect();
             let index: HashMap<String, usize> = nodes.iter().enumerate().map(|(i, n)| (n.name.clone(), i)).collect();
             let mut pending = Vec::new();
-            for p in txn.all("/pods") {
+            let mut live = HashSet::new();
+            for p in all {
                 match p["spec"]["nodeName"].as_str().filter(|n| !n.is_empty()) {
                     Some(n) => {
                         if !terminated(p)
                             && let Some(i) = index.get(n)
                         {
-                            nodes[*i].add(&pod_requests(p));
+                            let uid = p["metadata"]["uid"].as_str().unwrap_or_default();
+                            let r = match self.requests.get(uid) {
+                                Some(r) => r.clone(),
+                                None => {
+                                    let r = Arc::new(pod_requests(p));
+                                    self.requests.insert(uid.to_string(), r.clone());
+                                    r
+                                }
+                            };
+                            live.insert(uid);
+                            nodes[*i].add(&r);
                         }
                     }
                     None => {
-                        let ours = p["spec"]["schedulerName"].as_str().unwrap_or(SCHEDULER) == SCHEDULER;
-                        if ours && !p["metadata"]["deletionTimestamp"].is_string() && !terminated(p) {
+                        if is_pending(&p) {
                             pending.push(p.clone());
                         }
                     }
                 }
+            }
+            if self.requests.len() > live.len() * 2 + 1024 {
+                self.requests.retain(|uid, _| live.contains(uid.as_str()));
             }
             let wants_claims = pending.iter().any(|p| {
                 p["spec"]["volumes"].as_array().into_iter().flatten().any(|v| v["persistentVolumeClaim"].is_object())
@@ -442,7 +471,11 @@ impl Scheduler {
         let live: HashSet<String> =
             pending.iter().filter_map(|p| p["metadata"]["uid"].as_str().map(String::from)).collect();
         self.first_seen.retain(|uid, _| live.contains(uid));
-        self.reported.retain(|uid, _| live.contains(uid));
+        let gone: Vec<String> = self.reported.keys().filter(|uid| !live.contains(*uid)).cloned().collect();
+        for uid in gone {
+            self.reported.remove(&uid);
+            self.events.forget(&uid);
+        }
         let mut next: Option<i64> = None;
         for pod in pending {
             let uid = pod["metadata"]["uid"].as_str().unwrap_or_default().to_string();
@@ -469,6 +502,7 @@ impl Scheduler {
                         nodes[i].add(&pod_requests(&pod));
                         let message = format!("Successfully assigned {ns}/{name} to {target}");
                         self.events.record(&pod, None, "Normal", "Scheduled", &message, None).await;
+                        self.events.forget(&uid);
                     }
                 }
                 Err(message) => {
@@ -499,6 +533,7 @@ pub async fn run(state: Arc<State>) {
         client,
         first_seen: HashMap::new(),
         reported: HashMap::new(),
+        requests: HashMap::new(),
     };
     loop {
         let next = s.pass().await;
@@ -512,7 +547,8 @@ pub async fn run(state: Arc<State>) {
                     Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
                     Ok(c) if !KEYS.contains(&c.key.as_str()) => continue,
                     _ => {
-                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        // Coalesce a burst of changes into one pass.
+                        tokio::time::sleep(Duration::from_millis(20)).await;
                         while changes.try_recv().is_ok() {}
                         break;
                     }

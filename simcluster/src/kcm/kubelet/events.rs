@@ -12,14 +12,15 @@ use crate::client::{Client, path};
 
 static SEQ: AtomicU64 = AtomicU64::new(0);
 
-type Key = (String, String, &'static str, &'static str, String);
+/// (fieldPath, type, reason, message) of an Event about one object.
+type Key = (String, &'static str, &'static str, String);
 
 /// Records Events as one component (`default-scheduler`, `kubelet`).
 pub struct Recorder {
     client: Client,
     component: &'static str,
-    /// (uid, fieldPath, type, reason, message) → (namespace, event name, count).
-    seen: HashMap<Key, (String, String, i64)>,
+    /// Object uid → Event key → (namespace, event name, count).
+    seen: HashMap<String, HashMap<Key, (String, String, i64)>>,
 }
 
 impl Recorder {
@@ -43,14 +44,16 @@ impl Recorder {
         let uid = meta["uid"].as_str().unwrap_or_default().to_string();
         let state = self.client.state().clone();
         let now = state.clock.rfc3339();
-        let key: Key = (uid, field_path.unwrap_or_default().to_string(), type_, reason, message.to_string());
-        if let Some((ens, ename, count)) = self.seen.get_mut(&key) {
+        let key: Key = (field_path.unwrap_or_default().to_string(), type_, reason, message.to_string());
+        if let Some((ens, ename, count)) = self.seen.get_mut(&uid).and_then(|m| m.get_mut(&key)) {
             *count += 1;
             let patch = json!({"count": *count, "lastTimestamp": now});
             if self.client.merge_patch(&path("v1", "events", ens, ename, ""), &patch).await.is_ok() {
                 return;
             }
-            self.seen.remove(&key);
+            if let Some(m) = self.seen.get_mut(&uid) {
+                m.remove(&key);
+            }
         }
         let name = meta["name"].as_str().unwrap_or_default();
         let nanos = state.clock.now().as_nanosecond() as u128 + u128::from(SEQ.fetch_add(1, Ordering::Relaxed));
@@ -85,12 +88,12 @@ impl Recorder {
             "reportingInstance": host.unwrap_or_default(),
         });
         if self.client.create(&path("v1", "events", &ns, "", ""), &ev).await.is_ok() {
-            self.seen.insert(key, (ns, ename, 1));
+            self.seen.entry(uid).or_default().insert(key, (ns, ename, 1));
         }
     }
 
     /// Forget the Events of an object that is gone.
     pub fn forget(&mut self, uid: &str) {
-        self.seen.retain(|k, _| k.0 != uid);
+        self.seen.remove(uid);
     }
 }

@@ -54,8 +54,11 @@ pub const KUBELET: &str = "kubelet";
 const LEASE_RENEW_MS: i64 = 10_000;
 /// Node status refresh when nothing changed (clock time).
 const NODE_STATUS_MS: i64 = 60_000;
-/// Longest sleep (clock advances and node faults are noticed within it).
+/// Longest sleep (clock advances are noticed within it).
 const MAX_SLEEP_MS: i64 = 1_000;
+/// How often the Nodes are looked at: registration (a deleted Node comes back), faults, Lease
+/// and status.
+const HEARTBEAT_CHECK_MS: i64 = 200;
 
 /// The `Ready=False` message of a Node with the `not_ready` fault.
 pub const NOT_READY_MESSAGE: &str = "container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady message:Network plugin returns error: cni plugin not initialized";
@@ -168,6 +171,8 @@ struct Kubelet {
     by_name: HashMap<String, usize>,
     pods: HashMap<PodKey, Tracked>,
     due: BTreeSet<(i64, PodKey)>,
+    /// When the Nodes are next looked at (registration, Lease, status, faults).
+    next_heartbeat: i64,
 }
 
 fn now_ms(state: &State) -> i64 {
@@ -201,6 +206,7 @@ impl Kubelet {
             by_name,
             pods: HashMap::new(),
             due: BTreeSet::new(),
+            next_heartbeat: 0,
         }
     }
 
@@ -225,6 +231,10 @@ impl Kubelet {
 
     /// Register, heartbeat and report every Node that is not stopped.
     async fn heartbeat(&mut self, now: i64) {
+        if now < self.next_heartbeat {
+            return;
+        }
+        self.next_heartbeat = now + HEARTBEAT_CHECK_MS;
         let now_s = self.state.clock.rfc3339();
         for i in 0..self.nodes.len() {
             if self.stopped(i) {
@@ -444,7 +454,7 @@ impl Kubelet {
 
     fn next_wake(&self, now: i64) -> i64 {
         let first = self.due.iter().next().map(|(at, _)| *at).unwrap_or(i64::MAX);
-        first.min(now + MAX_SLEEP_MS)
+        first.min(self.next_heartbeat).min(now + MAX_SLEEP_MS)
     }
 }
 

@@ -579,7 +579,8 @@ impl PodSim {
                 let backoff = self.containers[i].pull_backoff;
                 self.containers[i].pull_backoff = (backoff * 2).min(t.backoff_max_ms);
                 if *reason == "ErrImageNeverPull" {
-                    Stage::PullBackOff { until: now + backoff as i64, message: message.clone() }
+                    // Checked again after the back-off, still ErrImageNeverPull.
+                    Stage::PullFailed { until: now + backoff as i64, reason, message: message.clone() }
                 } else {
                     push("Normal", "BackOff", format!("Back-off pulling image \"{image}\""));
                     push("Warning", "Failed", "Error: ImagePullBackOff".to_string());
@@ -884,5 +885,138 @@ impl PodSim {
     /// The running containers: (name, field path), for `Killing` Events.
     pub fn running_containers(&self) -> Vec<(String, String)> {
         self.containers.iter().filter(|c| c.running()).map(|c| (c.name.clone(), c.field_path())).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    #[derive(Default)]
+    struct Objects(HashMap<(String, String), Value>);
+
+    impl Lookup for Objects {
+        fn get(&self, resource: &str, _namespace: &str, name: &str) -> Option<Value> {
+            self.0.get(&(resource.to_string(), name.to_string())).cloned()
+        }
+    }
+
+    fn pod(containers: Value, restart_policy: &str) -> Value {
+        json!({"metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
+               "spec": {"restartPolicy": restart_policy, "containers": containers}})
+    }
+
+    /// Step at every deadline until `until`; all Events.
+    fn run(sim: &mut PodSim, from: i64, until: i64, lookup: &dyn Lookup) -> Vec<Ev> {
+        let mut images = HashSet::new();
+        let mut now = from;
+        let mut events = sim.step(now, lookup, &mut images);
+        while let Some(next) = sim.next_deadline() {
+            if next > until {
+                break;
+            }
+            now = next.max(now);
+            events.extend(sim.step(now, lookup, &mut images));
+        }
+        events
+    }
+
+    fn reasons(events: &[Ev]) -> Vec<&str> {
+        events.iter().map(|e| e.reason).collect()
+    }
+
+    #[test]
+    fn durations_read_as_go_prints_them() {
+        assert_eq!(go_duration(500), "500ms");
+        assert_eq!(go_duration(10_000), "10s");
+        assert_eq!(go_duration(1_500), "1.5s");
+        assert_eq!(go_duration(80_000), "1m20s");
+        assert_eq!(go_duration(300_000), "5m0s");
+    }
+
+    #[test]
+    fn failing_images() {
+        assert!(pull_fails("registry.invalid/app:1"));
+        assert!(pull_fails("registry.invalid:5000/app"));
+        assert!(pull_fails("nginx:nonexistent"));
+        assert!(!pull_fails("registry.example.com/app:1"));
+        assert!(!pull_fails("nginx"));
+    }
+
+    #[test]
+    fn a_container_starts_and_becomes_ready() {
+        let p = pod(json!([{"name": "app", "image": "r.example.com/a:1"}]), "Always");
+        let mut sim = PodSim::new(&p, &Timing::default(), 0, "10.244.1.2".into());
+        let events = run(&mut sim, 0, 10_000, &Objects::default());
+        assert_eq!(reasons(&events), ["Pulling", "Pulled", "Created", "Started"]);
+        assert_eq!(sim.phase(), "Running");
+        let st = sim.status(0, true, "172.18.0.2", false, &p);
+        assert_eq!(st["containerStatuses"][0]["ready"], true);
+        let types: Vec<&str> =
+            st["conditions"].as_array().unwrap().iter().map(|c| c["type"].as_str().unwrap()).collect();
+        assert_eq!(types, ["PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady"]);
+        // A not-ready Node makes it unready.
+        let st = sim.status(0, false, "172.18.0.2", false, &p);
+        assert_eq!(st["conditions"][2]["reason"], "ContainersNotReady");
+        assert_eq!(sim.next_deadline(), None);
+    }
+
+    #[test]
+    fn a_crash_loop_backs_off_doubling() {
+        let p = pod(
+            json!([{"name": "app", "image": "r.example.com/a:1", "env": [{"name": ENV_EXIT_CODE, "value": "2"}]}]),
+            "Always",
+        );
+        let mut sim = PodSim::new(&p, &Timing::default(), 0, "10.244.1.2".into());
+        // run 200, sync 100, immediate restart, run 200, sync 100, back-off 500, run 200, sync, back-off 1000.
+        let events = run(&mut sim, 0, 1_500, &Objects::default());
+        assert_eq!(events.iter().filter(|e| e.reason == "BackOff").count(), 2);
+        let st = sim.status(1_500, true, "h", false, &p);
+        let c = &st["containerStatuses"][0];
+        assert_eq!(c["state"]["waiting"]["reason"], "CrashLoopBackOff");
+        assert_eq!(c["state"]["waiting"]["message"], "back-off 1s restarting failed container=app pod=p_ns(u1)");
+        assert_eq!(c["restartCount"], 2);
+        assert_eq!(c["lastState"]["terminated"]["exitCode"], 2);
+        assert_eq!(st["phase"], "Running");
+    }
+
+    #[test]
+    fn never_restarted_exits_decide_the_phase() {
+        let ok = pod(json!([{"name": "a", "image": "r.example.com/a:1"}]), "Never");
+        let mut sim = PodSim::new(&ok, &Timing::default(), 0, "ip".into());
+        run(&mut sim, 0, 10_000, &Objects::default());
+        assert_eq!(sim.phase(), "Succeeded");
+        let bad = pod(
+            json!([{"name": "a", "image": "r.example.com/a:1", "env": [{"name": ENV_EXIT_CODE, "value": "1"}]}]),
+            "Never",
+        );
+        let mut sim = PodSim::new(&bad, &Timing::default(), 0, "ip".into());
+        run(&mut sim, 0, 10_000, &Objects::default());
+        assert_eq!(sim.phase(), "Failed");
+        let st = sim.status(10_000, true, "h", false, &bad);
+        assert_eq!(st["containerStatuses"][0]["state"]["terminated"]["reason"], "Error");
+        assert_eq!(st["conditions"][2]["reason"], "PodCompleted");
+    }
+
+    #[test]
+    fn a_missing_config_map_blocks_until_poked() {
+        let p = pod(
+            json!([{"name": "a", "image": "r.example.com/a:1",
+                    "envFrom": [{"configMapRef": {"name": "cfg"}}]}]),
+            "Always",
+        );
+        let mut sim = PodSim::new(&p, &Timing::default(), 0, "ip".into());
+        let mut objects = Objects::default();
+        let mut images = HashSet::new();
+        let events = sim.step(0, &objects, &mut images);
+        assert_eq!(events.last().unwrap().message, "Error: configmap \"cfg\" not found");
+        assert!(sim.blocked());
+        objects.0.insert(("configmaps".into(), "cfg".into()), json!({}));
+        sim.poke(10);
+        let events = sim.step(10, &objects, &mut images);
+        assert_eq!(reasons(&events), ["Created", "Started"]);
+        assert!(!sim.blocked());
     }
 }

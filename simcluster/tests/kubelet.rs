@@ -235,6 +235,40 @@ async fn a_crashing_container_goes_to_crash_loop_back_off() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn advancing_the_clock_skips_a_long_back_off() {
+    let (sim, client) = start(Config::default()).await;
+    let mut p = pod(
+        "slowcrash",
+        json!({"name": "app", "image": "registry.example.com/app:1",
+               "env": [{"name": "SIMCLUSTER_EXIT_CODE", "value": "1"}, {"name": "SIMCLUSTER_RUN_MS", "value": "50"}]}),
+    );
+    p["metadata"]["annotations"] =
+        json!({"simcluster.kuvryn.io/backoff-ms": "60000", "simcluster.kuvryn.io/backoff-max-ms": "600000"});
+    create_pod(&client, p).await;
+    let p = wait_pod(&client, "slowcrash", "CrashLoopBackOff", |p| {
+        container(p, "app")["state"]["waiting"]["reason"] == "CrashLoopBackOff"
+    })
+    .await;
+    let c = container(&p, "app");
+    assert_eq!(c["restartCount"], 1);
+    assert!(
+        c["state"]["waiting"]["message"].as_str().unwrap().starts_with("back-off 1m0s restarting failed container=app")
+    );
+    sim.advance_clock(Duration::from_secs(61));
+    let p = wait_pod(&client, "slowcrash", "second back-off", |p| {
+        let c = container(p, "app");
+        c["restartCount"] == 2 && c["state"]["waiting"]["reason"] == "CrashLoopBackOff"
+    })
+    .await;
+    assert!(
+        container(&p, "app")["state"]["waiting"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("back-off 2m0s restarting failed container=app")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_oom_killed_container_terminates_with_137() {
     let (_sim, client) = start(Config::default()).await;
     let mut p = pod(

@@ -151,6 +151,9 @@ struct Tracked {
     written: Option<Value>,
     next: Option<i64>,
     killed: bool,
+    /// Already Succeeded or Failed when first seen (e.g. after a restart of simcluster): never
+    /// run again, only deleted.
+    inert: bool,
 }
 
 /// Lookups straight from the store (cheap, no API round trip).
@@ -334,15 +337,23 @@ impl Kubelet {
                 }
             }
             None => {
-                let n = &mut self.nodes[node];
-                let ip = format!("10.244.{}.{}", n.index, n.next_ip % 250 + 2);
-                n.next_ip += 1;
-                // Resume a Pod this kubelet already ran (e.g. after a restart of simcluster).
-                let sim = PodSim::new(pod, &self.state.config.timing, now, ip);
-                self.pods.insert(
-                    key.clone(),
-                    Tracked { pod: pod.clone(), node, sim, written: None, next: None, killed: false },
-                );
+                // A Pod a kubelet already reported (simcluster restarted with `--data`) keeps
+                // its IP and start time.
+                let ip = match pod["status"]["podIP"].as_str() {
+                    Some(ip) => ip.to_string(),
+                    None => {
+                        let n = &mut self.nodes[node];
+                        n.next_ip += 1;
+                        format!("10.244.{}.{}", n.index, (n.next_ip - 1) % 250 + 2)
+                    }
+                };
+                let mut sim = PodSim::new(pod, &self.state.config.timing, now, ip);
+                if let Some(start) = pod["status"]["startTime"].as_str() {
+                    sim.start_time = start.to_string();
+                }
+                let inert = matches!(pod["status"]["phase"].as_str(), Some("Succeeded" | "Failed"));
+                let tracked = Tracked { pod: pod.clone(), node, sim, written: None, next: None, killed: false, inert };
+                self.pods.insert(key.clone(), tracked);
                 self.schedule(&key, Some(now));
             }
         }
@@ -423,6 +434,10 @@ impl Kubelet {
             return;
         }
 
+        if t.inert {
+            self.schedule(key, None);
+            return;
+        }
         let lookup = StoreLookup(&self.state);
         let images = &mut self.nodes[node].images;
         let evs = t.sim.step(now, &lookup, images);

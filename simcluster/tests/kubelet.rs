@@ -577,7 +577,7 @@ async fn init_containers_run_first() {
     let (_sim, client) = start(Config::default()).await;
     let mut p = pod("init", json!({"name": "app", "image": "registry.example.com/app:1"}));
     p["spec"]["initContainers"] = json!([{"name": "setup", "image": "registry.example.com/setup:1",
-                                          "env": [{"name": "SIMCLUSTER_RUN_MS", "value": "800"}]}]);
+                                          "env": [{"name": "SIMCLUSTER_RUN_MS", "value": "2000"}]}]);
     create_pod(&client, p).await;
     let p = wait_pod(&client, "init", "initializing", |p| {
         condition(p, "Initialized")["status"] == "False"

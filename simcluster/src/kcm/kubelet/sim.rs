@@ -27,7 +27,8 @@ fn sync_ms(t: &Timing) -> u64 {
 }
 
 /// The Pod's timing: the global one with its `simcluster.kuvryn.io/<name>-ms` annotations
-/// applied (`schedule`, `pull`, `start`, `ready`, `run`, `backoff`, `backoff-max`).
+/// applied (`schedule`, `pull`, `start`, `ready`, `run`, `backoff`, `backoff-max`); the
+/// back-off is at least [`MIN_BACKOFF_MS`] and `backoff_max_ms` at least `backoff_ms`.
 pub fn timing_for(base: &Timing, pod: &Value) -> Timing {
     let mut t = base.clone();
     let ann = &pod["metadata"]["annotations"];
@@ -45,8 +46,14 @@ pub fn timing_for(base: &Timing, pod: &Value) -> Timing {
             *slot = v;
         }
     }
+    // A zero back-off would make a failing container spin.
+    t.backoff_ms = t.backoff_ms.max(MIN_BACKOFF_MS);
+    t.backoff_max_ms = t.backoff_max_ms.max(t.backoff_ms);
     t
 }
+
+/// The shortest back-off (a smaller `backoff_ms` is raised to it).
+pub const MIN_BACKOFF_MS: u64 = 50;
 
 /// Object lookups the kubelet needs (`configmaps`, `secrets`, `persistentvolumeclaims`).
 pub trait Lookup {

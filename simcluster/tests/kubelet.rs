@@ -482,6 +482,36 @@ async fn an_untolerated_taint_is_unschedulable_until_removed() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_of_another_scheduler_are_left_alone() {
+    let (_sim, client) = start(Config::default()).await;
+    let mut other = pod("other", json!({"name": "app", "image": "registry.example.com/app:1"}));
+    other["spec"]["schedulerName"] = json!("my-scheduler");
+    create_pod(&client, other).await;
+    // A Pod created after it is scheduled: the scheduler has looked at both.
+    create_pod(&client, pod("mine", json!({"name": "app", "image": "registry.example.com/app:1"}))).await;
+    wait_pod(&client, "mine", "scheduled", |p| p["spec"]["nodeName"].is_string()).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let other = serde_json::to_value(pods.get("other").await.unwrap()).unwrap();
+    assert!(other["spec"]["nodeName"].is_null());
+    assert!(other["status"]["conditions"].is_null(), "{}", other["status"]);
+    assert!(events(&client, "other").await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cordoned_nodes_are_unschedulable() {
+    let (_sim, client) = start(Config::default()).await;
+    let nodes: Api<Node> = Api::all(client.clone());
+    for n in ["sim-node-1", "sim-node-2", "sim-node-3"] {
+        nodes.cordon(n).await.unwrap();
+    }
+    create_pod(&client, pod("cordoned", json!({"name": "app", "image": "registry.example.com/app:1"}))).await;
+    wait_unschedulable(&client, "cordoned", "0/3 nodes are available: 3 node(s) were unschedulable. preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling.").await;
+    nodes.uncordon("sim-node-1").await.unwrap();
+    let p = wait_pod(&client, "cordoned", "running on sim-node-1", running_and_ready).await;
+    assert_eq!(p["spec"]["nodeName"], "sim-node-1");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_claim_is_unschedulable() {
     let (_sim, client) = start(Config::default()).await;
     let mut p = pod("claims", json!({"name": "app", "image": "registry.example.com/app:1"}));

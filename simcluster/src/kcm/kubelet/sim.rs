@@ -76,6 +76,9 @@ pub struct Ev {
 
 /// Go's `time.Duration` string of whole milliseconds (`500ms`, `10s`, `1m20s`, `5m0s`).
 pub fn go_duration(ms: u64) -> String {
+    if ms == 0 {
+        return "0s".into();
+    }
     if ms < 1000 {
         return format!("{ms}ms");
     }
@@ -112,6 +115,25 @@ pub fn pull_fails(image: &str) -> bool {
     let last = name.rsplit('/').next().unwrap_or_default();
     let tag = last.split_once(':').map(|(_, t)| t).unwrap_or_default();
     (has_host && host.split(':').next().unwrap_or_default().ends_with(".invalid")) || tag == "nonexistent"
+}
+
+/// An image reference as the container runtime reports it: `nginx` →
+/// `docker.io/library/nginx:latest`, `org/app:1` → `docker.io/org/app:1`.
+pub fn normalize_image(image: &str) -> String {
+    let first = image.split('/').next().unwrap_or_default();
+    let has_host = image.contains('/') && (first.contains('.') || first.contains(':') || first == "localhost");
+    let mut full = if has_host {
+        image.to_string()
+    } else if image.contains('/') {
+        format!("docker.io/{image}")
+    } else {
+        format!("docker.io/library/{image}")
+    };
+    let last = full.rsplit('/').next().unwrap_or_default();
+    if !last.contains(':') && !last.contains('@') {
+        full.push_str(":latest");
+    }
+    full
 }
 
 /// The repository of an image reference (without tag or digest).
@@ -839,8 +861,9 @@ impl PodSim {
         };
         let last = c.last_term.as_ref().map(|t| json!({"terminated": t})).unwrap_or_else(|| json!({}));
         let ever_created = created || c.last_term.is_some();
+        let image = normalize_image(&c.image);
         let image_id = if ever_created || c.pulled_once {
-            format!("{}@sha256:{}", repository(&c.image), hex_digest(&[&c.image]))
+            format!("{}@sha256:{}", repository(&image), hex_digest(&[&image]))
         } else {
             String::new()
         };
@@ -850,7 +873,7 @@ impl PodSim {
             "lastState": last,
             "ready": self.container_ready(c, node_ready),
             "restartCount": c.restarts,
-            "image": c.image,
+            "image": image,
             "imageID": image_id,
             "started": c.running(),
         });
@@ -936,11 +959,22 @@ mod tests {
 
     #[test]
     fn durations_read_as_go_prints_them() {
+        assert_eq!(go_duration(0), "0s");
         assert_eq!(go_duration(500), "500ms");
         assert_eq!(go_duration(10_000), "10s");
         assert_eq!(go_duration(1_500), "1.5s");
         assert_eq!(go_duration(80_000), "1m20s");
         assert_eq!(go_duration(300_000), "5m0s");
+    }
+
+    #[test]
+    fn images_as_the_runtime_reports_them() {
+        assert_eq!(normalize_image("nginx"), "docker.io/library/nginx:latest");
+        assert_eq!(normalize_image("nginx:1.25"), "docker.io/library/nginx:1.25");
+        assert_eq!(normalize_image("org/app:1"), "docker.io/org/app:1");
+        assert_eq!(normalize_image("registry.example.com/web:1.0"), "registry.example.com/web:1.0");
+        assert_eq!(normalize_image("localhost:5000/app"), "localhost:5000/app:latest");
+        assert_eq!(repository("localhost:5000/app:1"), "localhost:5000/app");
     }
 
     #[test]

@@ -24,6 +24,7 @@ pub mod node;
 pub mod provisioner;
 pub mod pv;
 pub mod replicaset;
+pub mod scheduler;
 pub mod statefulset;
 pub mod taint_eviction;
 
@@ -74,7 +75,6 @@ fn controllers() -> Vec<(&'static str, &'static [&'static str], Reconcile)> {
             |c| Box::pin(provisioner::reconcile(c)),
         ),
         ("horizontal-pod-autoscaler", &["autoscaling/horizontalpodautoscalers"], |c| Box::pin(hpa::reconcile(c))),
-        ("kubelet", &["/pods", "/nodes"], |c| Box::pin(kubelet::reconcile(c))),
         ("namespace-defaults", &["/namespaces", "/serviceaccounts", "/configmaps"], |c| {
             Box::pin(namespace_defaults::reconcile(c))
         }),
@@ -82,8 +82,14 @@ fn controllers() -> Vec<(&'static str, &'static [&'static str], Reconcile)> {
 }
 
 /// Start every controller. Each runs after any change to the store (coalesced) and at least
-/// once a second.
+/// once a second. With the kubelet simulation on, the scheduler and the kubelets run in loops
+/// of their own ([`scheduler::run`], [`kubelet::run`]): the kubelets wake at their Pods' next
+/// deadlines rather than on a tick.
 pub fn start(state: Arc<State>) {
+    if state.config.kubelet {
+        tokio::spawn(scheduler::run(state.clone()));
+        tokio::spawn(kubelet::run(state.clone()));
+    }
     for (_name, keys, reconcile) in controllers() {
         let client = Client::new(state.clone(), MANAGER);
         let mut changes = state.store.subscribe();

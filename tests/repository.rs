@@ -152,6 +152,7 @@ fn applications_follow_git_and_bad_commits_change_nothing() {
         assert_eq!(status.applications.as_ref().unwrap().discovered, 2);
         assert_eq!(status.applications.as_ref().unwrap().files, [".ksync.yaml"]);
         assert_eq!(status.revision.as_ref().unwrap().reference, "branch/main");
+        assert!(conditions::is_true(&status.conditions, names::conditions::SOURCE_READY), "{status:?}");
         assert_eq!(env.app_names().await, ["api", "manual", "web"]);
         let web = env.apps().get("web").await.unwrap();
         assert_eq!(web.labels()[names::labels::REPOSITORY], "platform");
@@ -172,6 +173,9 @@ fn applications_follow_git_and_bad_commits_change_nothing() {
         env.ready_where("platform", "the second commit", |r| commit_of(r).as_deref() == Some(second.as_str())).await;
         assert_eq!(env.app_names().await, ["db", "manual", "web"]);
         assert_eq!(env.apps().get("web").await.unwrap().spec.source.path, "apps/web-v2");
+        // A discovered Application deleted by hand comes back (Git is the source of truth).
+        env.apps().delete("db", &Default::default()).await.unwrap();
+        eventually("db re-created", WAIT, || async { env.apps().get_opt("db").await.ok().flatten() }).await;
         let untouched = env.apps().get("manual").await.unwrap();
         assert_eq!(untouched.resource_version(), manual.resource_version(), "a directly applied Application is never touched");
 
@@ -295,6 +299,8 @@ fn monorepo_config_paths_and_a_server_that_goes_down() {
             .await;
         let status = r.status.clone().unwrap();
         assert!(conditions::is_true(&status.conditions, names::conditions::RECONCILING), "retryable: {status:?}");
+        let source = conditions::get(&status.conditions, names::conditions::SOURCE_READY).unwrap();
+        assert_eq!((source.status.as_str(), source.reason.as_str()), ("False", names::reasons::SOURCE_FAILURE));
         assert!(ready(&r).unwrap().message.contains("mono"), "{:?}", ready(&r));
         assert_eq!(commit_of(&r), before);
         assert_eq!(env.app_names().await, ["a-web", "b-api", "b-web"]);

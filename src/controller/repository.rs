@@ -60,13 +60,26 @@ pub struct Context {
     pub cache: GitCache,
     /// Publishes Events.
     pub recorder: Recorder,
+    /// The last resolution per Repository, so a reconcile triggered by something other than
+    /// the interval (a status write, a discovered Application changing) re-syncs the
+    /// Applications from the cached commit without contacting the remote.
+    resolved: std::sync::Mutex<std::collections::HashMap<String, LastResolve>>,
+}
+
+/// What a Repository last resolved to, and under which spec.
+#[derive(Clone)]
+struct LastResolve {
+    at: std::time::Instant,
+    generation: Option<i64>,
+    requested_at: Option<String>,
+    commit: String,
 }
 
 impl Context {
     /// A context reporting Events as `kuvryn-sync` from `instance`.
     pub fn new(client: Client, cache: GitCache, instance: Option<String>) -> Context {
         let reporter = Reporter { controller: names::FIELD_MANAGER.to_string(), instance };
-        Context { recorder: Recorder::new(client.clone(), reporter), client, cache }
+        Context { recorder: Recorder::new(client.clone(), reporter), client, cache, resolved: Default::default() }
     }
 }
 
@@ -219,10 +232,50 @@ async fn sync(
     };
     let timeout = crate::api::duration::parse(&repo.spec.timeout).unwrap_or(Duration::from_secs(60));
     let url = &repo.spec.url;
-    let resolved = match ctx.cache.resolve(url, &reference, &credentials, timeout).await {
-        Ok(r) => r,
-        Err(e) => return Ok(Err(source_failure(e))),
+    let generation = repo.metadata.generation;
+    let key = format!("{ns}/{name}");
+    let requested_at = repo.annotations().get(names::annotations::RECONCILE_REQUESTED_AT).cloned();
+    let interval = crate::api::duration::parse(&repo.spec.interval).unwrap_or(Duration::from_secs(60));
+    let recent = ctx.resolved.lock().expect("resolved lock").get(&key).cloned().filter(|l| {
+        l.generation == generation && l.requested_at == requested_at && l.at.elapsed() < interval.mul_f64(0.9)
+    });
+    let fresh = recent.is_none();
+    let resolution = match recent {
+        Some(l) => Ok(crate::source::cache::Resolution { commit: l.commit, fetched: false }),
+        None => ctx.cache.resolve(url, &reference, &credentials, timeout).await,
     };
+    let resolved = match resolution {
+        Ok(r) => {
+            if fresh {
+                ctx.resolved.lock().expect("resolved lock").insert(
+                    key.clone(),
+                    LastResolve { at: std::time::Instant::now(), generation, requested_at, commit: r.commit.clone() },
+                );
+            }
+            r
+        }
+        Err(e) => {
+            conditions::set(
+                &mut status.conditions,
+                names::conditions::SOURCE_READY,
+                Status::False,
+                names::reasons::SOURCE_FAILURE,
+                &e.to_string(),
+                generation,
+                Timestamp::now(),
+            );
+            return Ok(Err(source_failure(e)));
+        }
+    };
+    conditions::set(
+        &mut status.conditions,
+        names::conditions::SOURCE_READY,
+        Status::True,
+        names::reasons::SUCCEEDED,
+        &format!("{reference} resolved to {}", &resolved.commit[..12.min(resolved.commit.len())]),
+        generation,
+        Timestamp::now(),
+    );
     let commit = resolved.commit;
     let short = &commit[..12.min(commit.len())];
 
@@ -248,7 +301,7 @@ async fn sync(
             }
         }
     }
-    let declared = match parse_all(&files, ns) {
+    let declared = match parse_all(&files, ns, name) {
         Ok(d) => d,
         Err(e) => {
             return Ok(Err(Failure {
@@ -347,6 +400,9 @@ async fn sync(
         });
     } else if let Some(r) = status.revision.as_mut() {
         r.reference = ref_name.clone();
+        if fresh {
+            r.fetched_at = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::now()));
+        }
     }
     if !(created.is_empty() && updated.is_empty() && deleted.is_empty()) {
         let mut parts = Vec::new();

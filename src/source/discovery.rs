@@ -59,7 +59,7 @@ pub fn check_config_path(path: &str) -> Result<String, ConfigError> {
 }
 
 /// Parse one file.
-pub fn parse_file(file: &str, content: &[u8], namespace: &str) -> Result<Vec<Declared>, ConfigError> {
+pub fn parse_file(file: &str, content: &[u8], namespace: &str, repository: &str) -> Result<Vec<Declared>, ConfigError> {
     let text = std::str::from_utf8(content).map_err(|_| err(file, "not UTF-8 text"))?;
     let doc: Value = crate::yaml::from_str(text).map_err(|e| err(file, format!("invalid YAML: {e}")))?;
     let items: Vec<(String, Value)> = match doc {
@@ -80,10 +80,10 @@ pub fn parse_file(file: &str, content: &[u8], namespace: &str) -> Result<Vec<Dec
         Value::Object(map) => vec![(String::new(), Value::Object(map))],
         _ => return Err(err(file, "expected an Application object or an applications: list")),
     };
-    items.into_iter().map(|(at, v)| parse_one(file, &at, v, namespace)).collect()
+    items.into_iter().map(|(at, v)| parse_one(file, &at, v, namespace, repository)).collect()
 }
 
-fn parse_one(file: &str, at: &str, v: Value, namespace: &str) -> Result<Declared, ConfigError> {
+fn parse_one(file: &str, at: &str, v: Value, namespace: &str, repository: &str) -> Result<Declared, ConfigError> {
     let here = |m: String| if at.is_empty() { err(file, m) } else { err(file, format!("{at}: {m}")) };
     let Value::Object(mut obj) = v else { return Err(here("expected an Application object".into())) };
     if let Some(av) = obj.remove("apiVersion")
@@ -97,7 +97,11 @@ fn parse_one(file: &str, at: &str, v: Value, namespace: &str) -> Result<Declared
         return Err(here(format!("kind must be Application, not {kind}")));
     }
     let metadata = obj.remove("metadata").unwrap_or_default();
-    let spec = obj.remove("spec").ok_or_else(|| here("spec is missing".into()))?;
+    let mut spec = obj.remove("spec").ok_or_else(|| here("spec is missing".into()))?;
+    // `spec.source.repository` defaults to the Repository that declares the Application.
+    if let Some(source) = spec.get_mut("source").and_then(Value::as_object_mut) {
+        source.entry("repository").or_insert_with(|| Value::String(repository.to_string()));
+    }
     if let Some(extra) = obj.keys().next() {
         return Err(here(format!("unknown field {extra:?}")));
     }
@@ -174,11 +178,11 @@ fn invalid_name(name: &str) -> Option<&'static str> {
 
 /// Parse every file and check that names are unique across them. `files` are (path,
 /// content) in configuration order; a missing file is an error the caller reports before.
-pub fn parse_all(files: &[(String, Vec<u8>)], namespace: &str) -> Result<Vec<Declared>, ConfigError> {
+pub fn parse_all(files: &[(String, Vec<u8>)], namespace: &str, repository: &str) -> Result<Vec<Declared>, ConfigError> {
     let mut out: Vec<Declared> = Vec::new();
     let mut seen: BTreeMap<String, String> = BTreeMap::new();
     for (file, content) in files {
-        for d in parse_file(file, content, namespace)? {
+        for d in parse_file(file, content, namespace, repository)? {
             if let Some(first) = seen.get(&d.name) {
                 return Err(err(
                     file,
@@ -199,7 +203,7 @@ mod tests {
     const SPEC: &str = "spec:\n  source:\n    repository: platform\n    path: apps/web\n  serviceAccountName: deployer\n  destination:\n    namespace: web\n";
 
     fn parse(text: &str) -> Result<Vec<Declared>, ConfigError> {
-        parse_file(".ksync.yaml", text.as_bytes(), "team-a")
+        parse_file(".ksync.yaml", text.as_bytes(), "team-a", "platform")
     }
 
     #[test]
@@ -212,6 +216,12 @@ mod tests {
         assert_eq!(apps[0].name, "web");
         assert_eq!(apps[0].labels["tier"], "front");
         assert_eq!(apps[0].spec["source"]["path"], "apps/web");
+    }
+
+    #[test]
+    fn the_repository_is_the_default_source() {
+        let apps = parse("metadata: {name: web}\nspec: {source: {path: apps/web}, serviceAccountName: sa, destination: {namespace: web}}\n").unwrap();
+        assert_eq!(apps[0].spec["source"]["repository"], "platform");
     }
 
     #[test]
@@ -265,7 +275,7 @@ mod tests {
             ("a/.ksync.yaml".to_string(), one.clone().into_bytes()),
             ("b/.ksync.yaml".to_string(), one.into_bytes()),
         ];
-        let e = parse_all(&files, "team-a").unwrap_err();
+        let e = parse_all(&files, "team-a", "platform").unwrap_err();
         assert_eq!(e.file, "b/.ksync.yaml");
         assert!(e.message.contains("declared twice (also in a/.ksync.yaml)"), "{e}");
     }

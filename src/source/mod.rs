@@ -164,3 +164,43 @@ impl Error {
 
 /// The result type of this module.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::repository::GitRef;
+
+    #[test]
+    fn references_from_the_spec() {
+        let r = |branch: Option<&str>, tag: Option<&str>, commit: Option<&str>| {
+            Reference::from_git_ref(&GitRef {
+                branch: branch.map(String::from),
+                tag: tag.map(String::from),
+                commit: commit.map(String::from),
+            })
+        };
+        assert_eq!(r(Some("main"), None, None), Some(Reference::Branch("main".into())));
+        assert_eq!(r(None, Some("v1.2.0"), None), Some(Reference::Tag("v1.2.0".into())));
+        assert_eq!(r(None, None, Some("ABCDEF1")), Some(Reference::Commit("abcdef1".into())));
+        assert_eq!(r(None, None, None), None);
+        assert_eq!(Reference::Tag("v1".into()).to_string(), "tag/v1");
+        assert_eq!(Reference::Commit("abc1234".into()).to_string(), "commit/abc1234");
+    }
+
+    #[test]
+    fn credentials_never_print_and_are_redacted() {
+        let data = [
+            ("username", "deploy"),
+            ("password", "hunter2-token"),
+            ("identity", "-----BEGIN KEY-----\nAAAAB3NzaC1yc2EAAAADAQABAAABAQC7\n-----END KEY-----\n"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.as_bytes().to_vec()))
+        .collect();
+        let c = Credentials::from_secret_data(&data);
+        let debug = format!("{c:?}");
+        assert!(!debug.contains("hunter2") && !debug.contains("AAAAB3"), "{debug}");
+        let msg = c.redact("auth failed for deploy:hunter2-token with key AAAAB3NzaC1yc2EAAAADAQABAAABAQC7");
+        assert!(!msg.contains("hunter2-token") && !msg.contains("AAAAB3NzaC1yc2EAAAADAQABAAABAQC7"), "{msg}");
+    }
+}

@@ -1,0 +1,204 @@
+//! Rendering an Application's source path into Kubernetes objects: plain YAML/JSON, Kustomize
+//! (the real `kubectl kustomize`) or Helm (the real `helm template`).
+//!
+//! Every renderer runs without network and without plugins, with a timeout, an output size
+//! limit, a clean environment and a scratch `HOME`/cache directory ([`process`]). A failure is
+//! an [`Error`] with a bounded, redacted excerpt of the tool's error output, reported as
+//! `RenderFailure`. Output is cached by (tree id of the source path, render settings, values
+//! digest) in [`Renderer`], so an Application whose path did not change in a new commit is not
+//! rendered again.
+
+pub mod helm;
+pub mod kustomize;
+pub mod plain;
+pub mod process;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::api::application::{Render, RenderType};
+
+/// Why a render failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// The renderer refused the input or failed (the message is bounded and redacted).
+    #[error("{message}")]
+    Failed {
+        /// What went wrong.
+        message: String,
+        /// Whether trying again can help (a timeout).
+        retryable: bool,
+    },
+    /// A local failure.
+    #[error("{0}")]
+    Internal(String),
+}
+
+/// Limits of one render.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Kill the renderer after this long.
+    pub timeout: Duration,
+    /// Most bytes of output (and, for plain YAML, of input read).
+    pub max_output_bytes: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { timeout: Duration::from_secs(60), max_output_bytes: 64 * 1024 * 1024 }
+    }
+}
+
+/// The programs the renderers run.
+#[derive(Clone, Debug)]
+pub struct Tools {
+    /// `helm` (v4).
+    pub helm: PathBuf,
+    /// `kubectl` (for `kubectl kustomize`).
+    pub kubectl: PathBuf,
+}
+
+impl Default for Tools {
+    fn default() -> Self {
+        Tools { helm: "helm".into(), kubectl: "kubectl".into() }
+    }
+}
+
+/// One render.
+#[derive(Clone, Debug)]
+pub struct Request<'a> {
+    /// The materialized source path.
+    pub dir: &'a Path,
+    /// Its Git tree id (the cache key; `None` disables caching).
+    pub tree: Option<String>,
+    /// Render settings from the Application.
+    pub render: &'a Render,
+    /// The Application's name (the default Helm release name).
+    pub application: &'a str,
+    /// The destination namespace.
+    pub namespace: &'a str,
+    /// Helm values resolved from `valuesFrom`, in order (inline `values` come last, from
+    /// `render`).
+    pub values_from: Vec<Value>,
+    /// Strings to remove from error messages (values read from Secrets).
+    pub secrets: Vec<String>,
+}
+
+/// Renders, with a cache of results.
+#[derive(Clone)]
+pub struct Renderer {
+    tools: Tools,
+    limits: Limits,
+    cache: moka::sync::Cache<String, Arc<Vec<Value>>>,
+}
+
+impl Renderer {
+    /// A renderer keeping up to `cache_entries` results.
+    pub fn new(tools: Tools, limits: Limits, cache_entries: u64) -> Renderer {
+        Renderer { tools, limits, cache: moka::sync::Cache::new(cache_entries) }
+    }
+
+    /// Render `req`: the objects in a stable order.
+    pub async fn render(&self, req: &Request<'_>) -> Result<Arc<Vec<Value>>, Error> {
+        let key = req.tree.as_ref().map(|tree| cache_key(tree, req));
+        if let Some(k) = &key
+            && let Some(hit) = self.cache.get(k)
+        {
+            metrics::counter!("ksync_render_cache_requests_total", "result" => "hit").increment(1);
+            return Ok(hit);
+        }
+        metrics::counter!("ksync_render_cache_requests_total", "result" => "miss").increment(1);
+        let started = std::time::Instant::now();
+        let result = match req.render.type_ {
+            RenderType::Yaml => plain::render(req.dir, &self.limits),
+            RenderType::Kustomize => kustomize::render(&self.tools, req.dir, &self.limits).await,
+            RenderType::Helm => helm::render(&self.tools, req, &self.limits).await,
+        };
+        let label = match req.render.type_ {
+            RenderType::Yaml => "yaml",
+            RenderType::Kustomize => "kustomize",
+            RenderType::Helm => "helm",
+        };
+        metrics::histogram!("ksync_render_duration_seconds", "renderer" => label)
+            .record(started.elapsed().as_secs_f64());
+        let objects = result.map_err(|e| redact(e, &req.secrets))?;
+        let objects = Arc::new(objects);
+        if let Some(k) = key {
+            self.cache.insert(k, objects.clone());
+        }
+        Ok(objects)
+    }
+}
+
+fn redact(e: Error, secrets: &[String]) -> Error {
+    let clean = |m: String| secrets.iter().filter(|s| s.len() >= 4).fold(m, |m, s| m.replace(s.as_str(), "<redacted>"));
+    match e {
+        Error::Failed { message, retryable } => Error::Failed { message: clean(message), retryable },
+        Error::Internal(m) => Error::Internal(clean(m)),
+    }
+}
+
+/// sha256 over the tree, the settings and the values (a digest, never the values themselves).
+fn cache_key(tree: &str, req: &Request<'_>) -> String {
+    let mut h = Sha256::new();
+    h.update(tree.as_bytes());
+    h.update(b"\0");
+    h.update(serde_json::to_vec(req.render).unwrap_or_default());
+    h.update(b"\0");
+    h.update(req.application.as_bytes());
+    h.update(b"\0");
+    h.update(req.namespace.as_bytes());
+    for v in &req.values_from {
+        h.update(b"\0");
+        h.update(serde_json::to_vec(v).unwrap_or_default());
+    }
+    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Split parsed YAML documents into objects: `null` documents dropped, `List` kinds flattened.
+pub fn objects_of(docs: Vec<Value>, source: &str) -> Result<Vec<Value>, Error> {
+    let mut out = Vec::new();
+    for doc in docs {
+        match doc {
+            Value::Null => {}
+            Value::Object(ref m)
+                if m.get("kind").and_then(Value::as_str).is_some_and(|k| k.ends_with("List"))
+                    && m.contains_key("items") =>
+            {
+                match m.get("items") {
+                    Some(Value::Array(items)) => out.extend(items.iter().filter(|i| !i.is_null()).cloned()),
+                    Some(Value::Null) => {}
+                    _ => {
+                        return Err(Error::Failed {
+                            message: format!("{source}: items of a List must be a list"),
+                            retryable: false,
+                        });
+                    }
+                }
+            }
+            Value::Object(_) => out.push(doc),
+            other => {
+                return Err(Error::Failed {
+                    message: format!("{source}: a document must be an object, not {}", type_name(&other)),
+                    retryable: false,
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    }
+}

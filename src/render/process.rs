@@ -1,0 +1,122 @@
+//! Running a renderer binary with limits: a clean environment (only `PATH` and a scratch
+//! `HOME`/cache directory), a timeout after which it is killed, and a cap on the output read.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::AsyncReadExt;
+
+use super::{Error, Limits};
+
+/// What the program printed.
+pub struct Output {
+    /// Standard output (at most `limits.max_output_bytes`).
+    pub stdout: Vec<u8>,
+}
+
+/// Run `program args` in `cwd` with `env` (plus `PATH`, `HOME`), under `limits`. A non-zero
+/// exit is an error carrying a bounded excerpt of stderr.
+pub async fn run(
+    program: &Path,
+    args: &[&str],
+    cwd: &Path,
+    env: &[(&str, &Path)],
+    limits: &Limits,
+    what: &str,
+) -> Result<Output, Error> {
+    let scratch = tempfile::Builder::new()
+        .prefix("ksync-render-")
+        .tempdir()
+        .map_err(|e| Error::Internal(format!("scratch directory: {e}")))?;
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.args(args)
+        .current_dir(cwd)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", scratch.path())
+        .env("XDG_CACHE_HOME", scratch.path().join("cache"))
+        .env("XDG_CONFIG_HOME", scratch.path().join("config"))
+        .env("XDG_DATA_HOME", scratch.path().join("data"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    for (k, v) in env {
+        cmd.env(k, scratch.path().join(v));
+    }
+    let mut child = cmd.spawn().map_err(|e| Error::Failed {
+        message: format!("{what}: cannot run {}: {e}", program.display()),
+        retryable: false,
+    })?;
+    let mut stdout = child.stdout.take().expect("piped");
+    let mut stderr = child.stderr.take().expect("piped");
+    let max = limits.max_output_bytes;
+    let work = async {
+        let mut out = Vec::new();
+        let mut err = Vec::new();
+        let read_out = async {
+            let mut buf = [0u8; 64 * 1024];
+            loop {
+                let n = stdout.read(&mut buf).await?;
+                if n == 0 {
+                    return Ok::<bool, std::io::Error>(false);
+                }
+                out.extend_from_slice(&buf[..n]);
+                if out.len() as u64 > max {
+                    return Ok(true);
+                }
+            }
+        };
+        let read_err = async {
+            let mut buf = [0u8; 8 * 1024];
+            loop {
+                let n = stderr.read(&mut buf).await?;
+                if n == 0 {
+                    return Ok::<(), std::io::Error>(());
+                }
+                if err.len() < 64 * 1024 {
+                    err.extend_from_slice(&buf[..n]);
+                }
+            }
+        };
+        let (too_big, _) = tokio::join!(read_out, read_err);
+        (too_big, out, err)
+    };
+    let (too_big, out, err) = match tokio::time::timeout(limits.timeout, work).await {
+        Ok(r) => r,
+        Err(_) => {
+            let _ = child.kill().await;
+            return Err(Error::Failed {
+                message: format!("{what} did not finish within {:?}", limits.timeout),
+                retryable: true,
+            });
+        }
+    };
+    if matches!(too_big, Ok(true)) {
+        let _ = child.kill().await;
+        return Err(Error::Failed {
+            message: format!("{what} printed more than {} bytes (the output limit)", max),
+            retryable: false,
+        });
+    }
+    let status = tokio::time::timeout(Duration::from_secs(5).max(limits.timeout), child.wait())
+        .await
+        .map_err(|_| Error::Failed { message: format!("{what} did not exit"), retryable: true })?
+        .map_err(|e| Error::Internal(format!("{what}: {e}")))?;
+    if !status.success() {
+        return Err(Error::Failed { message: format!("{what} failed: {}", excerpt(&err)), retryable: false });
+    }
+    Ok(Output { stdout: out })
+}
+
+/// The first lines of stderr, bounded to 1,000 characters.
+pub fn excerpt(stderr: &[u8]) -> String {
+    let text = String::from_utf8_lossy(stderr);
+    let text = text.trim();
+    let mut out: String = text.chars().take(1000).collect();
+    if text.chars().count() > 1000 {
+        out.push_str(" ...");
+    }
+    if out.is_empty() { "no error output".to_string() } else { out }
+}

@@ -1,0 +1,148 @@
+//! The renderers with the real `helm` and `kubectl kustomize` binaries on charts and overlays
+//! under `testdata/render/`.
+
+mod support;
+
+use std::time::Duration;
+
+use kuvryn_sync::api::application::{HelmRender, Render, RenderType};
+use kuvryn_sync::render::{Error, Limits, Renderer, Request, Tools};
+use serde_json::{Value, json};
+
+fn renderer(limits: Limits) -> Renderer {
+    let t = support::Tools::get();
+    Renderer::new(Tools { helm: t.bin.join("helm"), kubectl: t.bin.join("kubectl") }, limits, 100)
+}
+
+fn dir(name: &str) -> std::path::PathBuf {
+    support::repo_root().join("testdata/render").join(name)
+}
+
+fn render_of(type_: RenderType, helm: Option<HelmRender>) -> Render {
+    Render { type_, helm }
+}
+
+fn names(objects: &[Value]) -> Vec<String> {
+    objects.iter().map(|o| o["metadata"]["name"].as_str().unwrap_or_default().to_string()).collect()
+}
+
+fn request<'a>(d: &'a std::path::Path, render: &'a Render) -> Request<'a> {
+    Request {
+        dir: d,
+        tree: None,
+        render,
+        application: "web",
+        namespace: "team-a",
+        values_from: Vec::new(),
+        secrets: Vec::new(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_manifests_in_a_stable_order() {
+    let d = dir("plain");
+    let render = render_of(RenderType::Yaml, None);
+    let objects = renderer(Limits::default()).render(&request(&d, &render)).await.unwrap();
+    // a.yaml (two documents, empty ones skipped), nested/list.yml (a List, flattened), z.json;
+    // .ksync.yaml and README.md are not manifests.
+    assert_eq!(names(&objects), ["a", "b", "c", "d", "e"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kustomize_overlay_with_the_real_binary() {
+    let d = dir("kustomize/overlay");
+    let render = render_of(RenderType::Kustomize, None);
+    let objects = renderer(Limits::default()).render(&request(&d, &render)).await.unwrap();
+    assert_eq!(names(&objects), ["prod-settings"]);
+    assert_eq!(objects[0]["data"]["mode"], "prod");
+
+    let d = dir("kustomize-remote");
+    let e = renderer(Limits::default()).render(&request(&d, &render)).await.unwrap_err();
+    assert!(e.to_string().contains("remote reference; rendering has no network access"), "{e}");
+
+    let d = dir("plain");
+    let e = renderer(Limits::default()).render(&request(&d, &render)).await.unwrap_err();
+    assert!(e.to_string().contains("no kustomization.yaml"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn helm_template_with_values_in_order_and_hooks_as_objects() {
+    let d = dir("chart");
+    let helm = HelmRender {
+        release_name: Some("demo".into()),
+        values: Some(json!({"replicas": 3}).as_object().unwrap().clone()),
+        values_from: Vec::new(),
+    };
+    let render = render_of(RenderType::Helm, Some(helm));
+    let mut req = request(&d, &render);
+    req.values_from = vec![json!({"greeting": "from-secret", "replicas": 2})];
+    let objects = renderer(Limits::default()).render(&req).await.unwrap();
+    let mut n = names(&objects);
+    n.sort();
+    assert_eq!(n, ["demo-migrate", "demo-settings"], "the hook is rendered as an object");
+    let cm = objects.iter().find(|o| o["kind"] == "ConfigMap").unwrap();
+    assert_eq!(cm["metadata"]["namespace"], "team-a");
+    assert_eq!(cm["data"]["greeting"], "from-secret");
+    assert_eq!(cm["data"]["replicas"], "3", "inline values win over valuesFrom");
+
+    // The release name defaults to the Application's.
+    let render = render_of(RenderType::Helm, None);
+    let objects = renderer(Limits::default()).render(&request(&d, &render)).await.unwrap();
+    assert!(names(&objects).contains(&"web-settings".to_string()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn helm_failures_are_bounded_and_redacted() {
+    let d = dir("chart");
+    let render = render_of(RenderType::Helm, None);
+    let mut req = request(&d, &render);
+    req.values_from = vec![json!({"failWith": "the-db-password-is-hunter2"})];
+    req.secrets = vec!["the-db-password-is-hunter2".into()];
+    let e = renderer(Limits::default()).render(&req).await.unwrap_err();
+    let Error::Failed { message, retryable } = &e else { panic!("{e:?}") };
+    assert!(!retryable);
+    assert!(message.starts_with("helm template failed:"), "{message}");
+    assert!(message.contains("<redacted>") && !message.contains("hunter2"), "{message}");
+    assert!(message.len() < 1200, "bounded: {}", message.len());
+
+    let tiny = Limits { max_output_bytes: 100, ..Limits::default() };
+    let e = renderer(tiny).render(&request(&d, &render)).await.unwrap_err();
+    assert!(e.to_string().contains("the output limit"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renderer_that_hangs_is_killed_at_the_timeout() {
+    let scratch = support::temp_dir("hang");
+    let fake = scratch.path().join("helm");
+    std::fs::write(&fake, "#!/bin/sh\nexec sleep 600\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let r = Renderer::new(
+        Tools { helm: fake, kubectl: "kubectl".into() },
+        Limits { timeout: Duration::from_secs(1), ..Limits::default() },
+        10,
+    );
+    let d = dir("chart");
+    let render = render_of(RenderType::Helm, None);
+    let e = r.render(&request(&d, &render)).await.unwrap_err();
+    assert!(matches!(e, Error::Failed { retryable: true, .. }), "{e:?}");
+    assert!(e.to_string().contains("did not finish within 1s"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn output_is_cached_by_tree_settings_and_values() {
+    let scratch = support::temp_dir("cache-src");
+    std::fs::write(scratch.path().join("cm.yaml"), "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: one}\n").unwrap();
+    let r = renderer(Limits::default());
+    let render = render_of(RenderType::Yaml, None);
+    let mut req = request(scratch.path(), &render);
+    req.tree = Some("tree-1".into());
+    let first = r.render(&req).await.unwrap();
+    // Same tree id: served from the cache, even though the files changed underneath.
+    std::fs::write(scratch.path().join("cm.yaml"), "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: two}\n").unwrap();
+    let again = r.render(&req).await.unwrap();
+    assert!(std::sync::Arc::ptr_eq(&first, &again));
+    // Another tree id renders again.
+    req.tree = Some("tree-2".into());
+    assert_eq!(names(&r.render(&req).await.unwrap()), ["two"]);
+}

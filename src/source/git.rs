@@ -2,9 +2,10 @@
 //! thread ([`super::GitCache`] does) and interrupt them through the `interrupt` flag on timeout.
 //!
 //! gix only, no `git` subprocess (SSH runs the system `ssh` through `core.sshCommand`, as git
-//! does). Facts of gix 0.90 this relies on: a bare repository stores no fetch refspec, so every
-//! fetch passes `+refs/heads/*:refs/heads/*` and `+refs/tags/*:refs/tags/*`; protocol v2 is
-//! forced (v1 ignores fetch filters); dumb HTTP is not supported and is reported as such.
+//! does; see [`ssh_command`]). Facts of gix 0.90 this relies on: a bare repository stores no
+//! fetch refspec, so every fetch passes `+refs/heads/*:refs/heads/*` and
+//! `+refs/tags/*:refs/tags/*`; protocol v2 is forced (v1 ignores fetch filters); dumb HTTP is
+//! not supported and is reported as such.
 
 use std::path::Path;
 use std::sync::atomic::AtomicBool;
@@ -123,18 +124,42 @@ fn overrides(access: &Access<'_>, ssh_dir: Option<&Path>) -> Vec<String> {
         "gitoxide.credentials.terminalPrompt=false".to_string(),
     ];
     if let Some(d) = ssh_dir {
-        let id = d.join("identity");
-        let kh = d.join("known_hosts");
-        let mut cmd = format!(
-            "ssh -o BatchMode=yes -o ConnectTimeout={secs} -o UserKnownHostsFile={} -o StrictHostKeyChecking=yes",
-            kh.display()
-        );
-        if id.exists() {
-            cmd.push_str(&format!(" -o IdentitiesOnly=yes -i {}", id.display()));
-        }
-        o.push(format!("core.sshCommand={cmd}"));
+        o.push(format!("core.sshCommand={}", ssh_command(d, secs)));
+        // The command is a shell script, so gix cannot tell the variant from its name; without
+        // this it runs the script once more with `-G` to find out.
+        o.push("ssh.variant=ssh".to_string());
     }
     o
+}
+
+/// The `core.sshCommand` for one operation whose key files are in `dir`: the system `ssh`,
+/// non-interactive, trusting only the hosts in `dir/known_hosts`, offering only `dir/identity`
+/// (when the Secret has one). gix runs it with `sh -c` and appends the port, `user@host` and
+/// the remote command as `"$@"`.
+///
+/// ssh's stderr goes to `dir/stderr`: gix would copy the lines it does not recognize (such as
+/// "Host key verification failed.") to the controller's stderr and report only an unexpected end
+/// of the stream; [`classify`] reads the file instead.
+fn ssh_command(dir: &Path, connect_timeout_secs: u64) -> String {
+    let quote = |p: &Path| format!("'{}'", p.display().to_string().replace('\'', r"'\''"));
+    let mut cmd = format!(
+        "exec ssh -o BatchMode=yes -o ConnectTimeout={connect_timeout_secs} -o UserKnownHostsFile={} -o StrictHostKeyChecking=yes",
+        quote(&dir.join("known_hosts"))
+    );
+    let id = dir.join("identity");
+    if id.exists() {
+        cmd.push_str(&format!(" -o IdentitiesOnly=yes -i {}", quote(&id)));
+    }
+    cmd.push_str(&format!(" \"$@\" 2>{}", quote(&dir.join("stderr"))));
+    cmd
+}
+
+/// What `ssh` wrote to stderr during this operation (empty when nothing, or not SSH).
+fn ssh_stderr(ssh_dir: Option<&Path>) -> String {
+    ssh_dir
+        .and_then(|d| std::fs::read(d.join("stderr")).ok())
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default()
 }
 
 /// Write the SSH identity and known hosts into a private directory for one operation.
@@ -162,8 +187,11 @@ fn ssh_files(creds: &Credentials) -> Result<tempfile::TempDir> {
 /// skip the download when its object is already local.
 fn fetch(dir: &Path, wanted: Option<&str>, access: &Access<'_>) -> Result<Resolved> {
     let creds = access.credentials;
+    // Removed when this function returns, on every path.
     let ssh = if access.remote.scheme == "ssh" { Some(ssh_files(creds)?) } else { None };
-    let repo = open(dir, overrides(access, ssh.as_ref().map(|d| d.path())))?;
+    let ssh_dir = ssh.as_ref().map(|d| d.path());
+    let fail = |e: &dyn std::fmt::Display| classify(access, e, &ssh_stderr(ssh_dir));
+    let repo = open(dir, overrides(access, ssh_dir))?;
     let remote = repo
         .remote_at(access.remote.url.as_str())
         .and_then(|r| r.with_refspecs(REFSPECS, gix::remote::Direction::Fetch))
@@ -173,7 +201,7 @@ fn fetch(dir: &Path, wanted: Option<&str>, access: &Access<'_>) -> Result<Resolv
         // accepts and never answers would hang the fetch forever. Bring our own stream.
         remote.to_connection_with_transport(daemon_transport(access)?)
     } else {
-        let mut c = remote.connect(gix::remote::Direction::Fetch).map_err(|e| classify(access, &e))?;
+        let mut c = remote.connect(gix::remote::Direction::Fetch).map_err(|e| fail(&e))?;
         if let Some(options) = http_options(&repo, access)? {
             c.set_transport_options(options);
         }
@@ -194,8 +222,7 @@ fn fetch(dir: &Path, wanted: Option<&str>, access: &Access<'_>) -> Result<Resolv
         }
         _ => Ok(None),
     });
-    let prepare =
-        connection.prepare_fetch(gix::progress::Discard, Default::default()).map_err(|e| classify(access, &e))?;
+    let prepare = connection.prepare_fetch(gix::progress::Discard, Default::default()).map_err(|e| fail(&e))?;
     let mut target = None;
     if let Some(wanted) = wanted {
         let found = prepare.ref_map().remote_refs.iter().find_map(|r| {
@@ -219,7 +246,7 @@ fn fetch(dir: &Path, wanted: Option<&str>, access: &Access<'_>) -> Result<Resolv
         let commit = peel_to_commit(&repo, id)?;
         return Ok(Resolved { commit, fetched: false, bytes: 0, contacted: true });
     }
-    let outcome = prepare.receive(gix::progress::Discard, access.interrupt).map_err(|e| classify(access, &e))?;
+    let outcome = prepare.receive(gix::progress::Discard, access.interrupt).map_err(|e| fail(&e))?;
     let bytes = match &outcome.status {
         gix::remote::fetch::Status::Change { write_pack_bundle, .. } => write_pack_bundle
             .data_path
@@ -339,10 +366,57 @@ fn root_cause(text: &str) -> String {
     }
 }
 
-/// Turn a transport error into a clear, credential-free error.
-fn classify(access: &Access<'_>, e: &dyn std::fmt::Display) -> Error {
-    let text = access.credentials.redact(&root_cause(&format!("{e:#}")));
+/// The lines of ssh's stderr worth showing: without blank lines and the `@@@` banner, at most
+/// the last three, bounded.
+fn ssh_messages(stderr: &str) -> String {
+    let lines: Vec<&str> = stderr.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with("@@@")).collect();
+    let text = lines[lines.len().saturating_sub(3)..].join(" ");
+    text.chars().take(600).collect()
+}
+
+/// Turn a transport error into a clear, credential-free error. `ssh_stderr` is what `ssh`
+/// wrote (empty for other transports): its messages explain what gix sees only as a closed
+/// stream.
+fn classify(access: &Access<'_>, e: &dyn std::fmt::Display, ssh_stderr: &str) -> Error {
     let url = &access.remote.key;
+    let ssh = access.credentials.redact(&ssh_messages(ssh_stderr));
+    let ssh_lower = ssh.to_ascii_lowercase();
+    if ssh_lower.contains("host key verification failed")
+        || ssh_lower.contains("host key is known")
+        || ssh_lower.contains("host identification has changed")
+    {
+        let why = if ssh_lower.contains("has changed") {
+            "its host key differs from the one in known_hosts"
+        } else {
+            "its host key is not in known_hosts"
+        };
+        // Only ssh's verdict: its banner and advice (`ssh-keygen -R` on our temporary
+        // known_hosts file) would mislead here.
+        let verdict: Vec<&str> = ssh_stderr
+            .lines()
+            .map(str::trim)
+            .filter(|l| {
+                let l = l.to_ascii_lowercase();
+                l.contains("host key")
+                    && !l.contains("ssh-keygen")
+                    && !l.starts_with("add correct")
+                    && !l.starts_with("it is also possible")
+            })
+            .collect();
+        let verdict = access.credentials.redact(&verdict.join(" ").chars().take(600).collect::<String>());
+        return Error::Auth(format!(
+            "the SSH host key of {url} is not trusted ({why}): put the server's public host key in \
+             known_hosts of the credentials Secret (for example the output of ssh-keyscan): {verdict}"
+        ));
+    }
+    if ssh_lower.contains("permission denied") {
+        return Error::Auth(format!(
+            "SSH authentication to {url} failed: the server did not accept the identity of the credentials \
+             Secret: {ssh}"
+        ));
+    }
+    let cause = access.credentials.redact(&root_cause(&format!("{e:#}")));
+    let text = if ssh.is_empty() { cause } else { format!("{ssh} ({cause})") };
     let lower = text.to_ascii_lowercase();
     if lower.contains("interrupt") {
         return Error::Timeout(format!("fetching {url} timed out after {:?}", access.timeout));
@@ -423,4 +497,84 @@ pub fn commit_subject(repo: &gix::Repository, commit: ObjectId) -> Option<String
     let msg = c.message_raw_sloppy().to_str_lossy().to_string();
     let line = msg.lines().next().unwrap_or_default().to_string();
     Some(line.chars().take(120).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn access_with<'a>(remote: &'a Remote, credentials: &'a Credentials, flag: &'a AtomicBool) -> Access<'a> {
+        Access { remote, credentials, timeout: Duration::from_secs(5), interrupt: flag }
+    }
+
+    #[test]
+    fn the_ssh_command_quotes_its_paths_and_captures_stderr() {
+        let dir = tempfile::Builder::new().prefix("ksync-test-it's ").tempdir().unwrap();
+        std::fs::write(dir.path().join("identity"), "k").unwrap();
+        let cmd = ssh_command(dir.path(), 7);
+        let d = dir.path().display().to_string().replace('\'', r"'\''");
+        assert_eq!(
+            cmd,
+            format!(
+                "exec ssh -o BatchMode=yes -o ConnectTimeout=7 -o UserKnownHostsFile='{d}/known_hosts' \
+                 -o StrictHostKeyChecking=yes -o IdentitiesOnly=yes -i '{d}/identity' \"$@\" 2>'{d}/stderr'"
+            )
+        );
+        // Without an identity, ssh's defaults apply.
+        std::fs::remove_file(dir.path().join("identity")).unwrap();
+        assert!(!ssh_command(dir.path(), 7).contains("-i "));
+    }
+
+    #[test]
+    fn ssh_failures_are_classified_from_its_stderr() {
+        let remote = Remote::parse("ssh://git@example.com/org/repo.git").unwrap();
+        let creds = Credentials {
+            identity: Some(b"-----BEGIN\nAAAAsecretkeymaterial0123\n-----END\n".to_vec()),
+            ..Default::default()
+        };
+        let flag = AtomicBool::new(false);
+        let access = access_with(&remote, &creds, &flag);
+        let eof = "failed to fill whole buffer";
+        let changed = "@@@@@@@@@@@\n@    WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED!     @\n\
+            It is also possible that a host key has just been changed.\n\
+            Add correct host key in /tmp/ksync-ssh-x/known_hosts to get rid of this message.\n\
+            Offending ED25519 key in /tmp/ksync-ssh-x/known_hosts:1\n\
+            remove with:\n  ssh-keygen -f \"/tmp/ksync-ssh-x/known_hosts\" -R \"example.com\"\n\
+            Host key for example.com has changed and you have requested strict checking.\n\
+            Host key verification failed.\n";
+        let e = classify(&access, &eof, changed);
+        assert!(matches!(e, Error::Auth(_)), "{e:?}");
+        assert_eq!(
+            e.to_string(),
+            "the SSH host key of ssh://git@example.com/org/repo is not trusted (its host key differs from the one \
+             in known_hosts): put the server's public host key in known_hosts of the credentials Secret (for \
+             example the output of ssh-keyscan): Host key for example.com has changed and you have requested \
+             strict checking. Host key verification failed."
+        );
+        let unknown = "No ED25519 host key is known for example.com and you have requested strict checking.\n\
+            Host key verification failed.\n";
+        let e = classify(&access, &eof, unknown);
+        assert!(e.to_string().contains("(its host key is not in known_hosts)"), "{e}");
+
+        let denied = "git@example.com: Permission denied (publickey).\n";
+        let e = classify(&access, &eof, denied);
+        assert!(matches!(e, Error::Auth(_)), "{e:?}");
+        assert!(
+            e.to_string()
+                .ends_with("identity of the credentials Secret: git@example.com: Permission denied (publickey)."),
+            "{e}"
+        );
+
+        // Anything else keeps ssh's words and gix's cause; a key echoed back is redacted.
+        let refused = "ssh: connect to host example.com port 22: Connection refused\nAAAAsecretkeymaterial0123\n";
+        let e = classify(&access, &eof, refused);
+        assert!(matches!(e, Error::Transport(_)), "{e:?}");
+        assert_eq!(
+            e.to_string(),
+            "fetching ssh://git@example.com/org/repo failed: ssh: connect to host example.com port 22: Connection \
+             refused <redacted> (failed to fill whole buffer)"
+        );
+        let e = classify(&access, &eof, "ssh: connect to host example.com port 22: Connection timed out\n");
+        assert!(matches!(e, Error::Timeout(_)), "{e:?}");
+    }
 }

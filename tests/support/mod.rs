@@ -13,6 +13,8 @@
 //! that hope.
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
+pub mod ssh;
+
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

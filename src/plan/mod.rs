@@ -1,5 +1,234 @@
-//! The pure planning core: validate rendered objects (this module's [`validate`]); normalize,
-//! diff and the deterministic plan come with the rest of the planning work. No kube client, no
-//! network: table-tested from `testdata/plan/`.
+//! The pure planning core, no kube client and no network, table-tested from `testdata/plan/`:
+//!
+//! - [`validate`]: the desired state is well-formed and inside the Application's destination;
+//! - [`diff`]: normalized comparison of desired and live objects (only managed fields);
+//! - [`order`]: the static apply order;
+//! - [`build`]: the deterministic plan and its digest.
 
+pub mod diff;
+pub mod order;
 pub mod validate;
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::api::names;
+
+/// Most changed paths listed per entry.
+pub const MAX_PATHS: usize = 20;
+
+/// What a plan does to one object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Action {
+    /// Not in the cluster yet.
+    Create,
+    /// In the cluster and different in the fields Kuvryn Sync manages.
+    Update,
+    /// In the cluster and the same (or a prune that was skipped).
+    Unchanged,
+    /// Managed, no longer desired, pruned.
+    Delete,
+}
+
+/// A field another manager owns that applying would take (conflict policy `adopt`).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Conflict {
+    /// The field path.
+    pub field: String,
+    /// Its previous manager.
+    pub manager: String,
+}
+
+/// One object of the plan.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Entry {
+    /// API group (`""` for core).
+    pub group: String,
+    /// Kind.
+    pub kind: String,
+    /// Namespace (`""` for cluster-scoped).
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// What happens.
+    pub action: Action,
+    /// Changed field paths (at most [`MAX_PATHS`]; never values).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub changed: Vec<String>,
+    /// How many changed paths were left out.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub more_changed: usize,
+    /// Warnings (for example: prune skipped, and why).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+    /// Fields taken from other managers (conflict policy `adopt`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conflicts: Vec<Conflict>,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+/// A deterministic plan.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Plan {
+    /// Entries: applies in apply order, then deletes in reverse apply order.
+    pub entries: Vec<Entry>,
+    /// sha256 over the canonical JSON of the entries.
+    pub digest: String,
+}
+
+impl Plan {
+    /// Count of entries per action.
+    pub fn counts(&self) -> BTreeMap<Action, usize> {
+        let mut m = BTreeMap::new();
+        for e in &self.entries {
+            *m.entry(e.action).or_insert(0) += 1;
+        }
+        m
+    }
+}
+
+/// The inputs of [`build`] besides the objects.
+#[derive(Clone, Debug, Default)]
+pub struct Inputs {
+    /// Live objects matching desired ones, by [`validate::identity`].
+    pub live: BTreeMap<String, Value>,
+    /// Server-side dry-run results of the desired objects, by identity (optional: the desired
+    /// object is compared when missing).
+    pub dry_run: BTreeMap<String, Value>,
+    /// Live objects labelled as managed by the Application (prune candidates).
+    pub managed: Vec<Value>,
+    /// Whether pruning is on.
+    pub prune: bool,
+    /// Conflicting fields per identity (conflict policy `adopt`).
+    pub conflicts: BTreeMap<String, Vec<Conflict>>,
+}
+
+/// Kinds prune never deletes: losing them loses data or other workloads' state.
+pub fn high_risk(group: &str, kind: &str) -> bool {
+    matches!(
+        (group, kind),
+        ("", "Namespace")
+            | ("apiextensions.k8s.io", "CustomResourceDefinition")
+            | ("", "PersistentVolumeClaim")
+            | ("", "PersistentVolume")
+            | ("", "Secret")
+    )
+}
+
+fn key(obj: &Value) -> (String, String, String, String) {
+    let av = obj["apiVersion"].as_str().unwrap_or_default();
+    (
+        validate::group_of(av).to_string(),
+        obj["kind"].as_str().unwrap_or_default().to_string(),
+        obj["metadata"]["namespace"].as_str().unwrap_or_default().to_string(),
+        obj["metadata"]["name"].as_str().unwrap_or_default().to_string(),
+    )
+}
+
+fn sort_key(e: &Entry) -> (u8, String, String, String, String) {
+    (
+        order::rank(&e.group, &e.kind, !e.namespace.is_empty()),
+        e.group.clone(),
+        e.kind.clone(),
+        e.namespace.clone(),
+        e.name.clone(),
+    )
+}
+
+/// Build the plan for validated `desired` objects. The same inputs in any order give a
+/// byte-identical plan and digest.
+pub fn build(desired: &[Value], inputs: &Inputs) -> Plan {
+    let mut applies = Vec::new();
+    let mut wanted = std::collections::BTreeSet::new();
+    for d in desired {
+        let (group, kind, namespace, name) = key(d);
+        let id = validate::identity(d);
+        wanted.insert(id.clone());
+        let (action, mut changed) = match inputs.live.get(&id) {
+            None => (Action::Create, Vec::new()),
+            Some(live) => {
+                let candidate = inputs.dry_run.get(&id).unwrap_or(d);
+                let paths = diff::changed_paths(d, candidate, live);
+                if paths.is_empty() { (Action::Unchanged, paths) } else { (Action::Update, paths) }
+            }
+        };
+        let more_changed = changed.len().saturating_sub(MAX_PATHS);
+        changed.truncate(MAX_PATHS);
+        let mut conflicts = inputs.conflicts.get(&id).cloned().unwrap_or_default();
+        conflicts.sort();
+        applies.push(Entry {
+            group,
+            kind,
+            namespace,
+            name,
+            action,
+            changed,
+            more_changed,
+            warnings: Vec::new(),
+            conflicts,
+        });
+    }
+    applies.sort_by_key(sort_key);
+    let mut deletes = Vec::new();
+    let mut skipped = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    for m in &inputs.managed {
+        let id = validate::identity(m);
+        if wanted.contains(&id) || !seen.insert(id) {
+            continue;
+        }
+        let (group, kind, namespace, name) = key(m);
+        let mut e = Entry {
+            group,
+            kind,
+            namespace,
+            name,
+            action: Action::Delete,
+            changed: Vec::new(),
+            more_changed: 0,
+            warnings: Vec::new(),
+            conflicts: Vec::new(),
+        };
+        if !inputs.prune {
+            continue;
+        }
+        let opted_out = m["metadata"]["annotations"][names::annotations::PRUNE] == names::annotations::PRUNE_DISABLED;
+        if opted_out || high_risk(&e.group, &e.kind) {
+            e.action = Action::Unchanged;
+            e.warnings.push(if opted_out {
+                format!(
+                    "prune skipped: annotated {}: {}",
+                    names::annotations::PRUNE,
+                    names::annotations::PRUNE_DISABLED
+                )
+            } else {
+                format!("prune skipped: {} is a high-risk kind; delete it by hand once it is no longer needed", e.kind)
+            });
+            skipped.push(e);
+        } else {
+            deletes.push(e);
+        }
+    }
+    skipped.sort_by_key(sort_key);
+    deletes.sort_by_key(sort_key);
+    deletes.reverse();
+    let mut entries = applies;
+    entries.extend(skipped);
+    entries.extend(deletes);
+    let canonical = serde_json::to_vec(&entries).unwrap_or_default();
+    let digest =
+        format!("sha256:{}", Sha256::digest(&canonical).iter().map(|b| format!("{b:02x}")).collect::<String>());
+    Plan { entries, digest }
+}
+
+#[cfg(test)]
+mod tests;

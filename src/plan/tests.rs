@@ -1,0 +1,151 @@
+use std::collections::BTreeMap;
+
+use serde_json::{Value, json};
+
+use super::*;
+
+#[derive(serde::Deserialize)]
+struct Case {
+    name: String,
+    #[serde(default)]
+    prune: bool,
+    desired: Vec<Value>,
+    #[serde(default)]
+    live: Vec<Value>,
+    #[serde(default)]
+    managed: Vec<Value>,
+    want: Vec<String>,
+}
+
+fn inputs(c: &Case) -> Inputs {
+    Inputs {
+        live: c.live.iter().map(|o| (validate::identity(o), o.clone())).collect(),
+        managed: c.managed.clone(),
+        prune: c.prune,
+        ..Default::default()
+    }
+}
+
+fn show(e: &Entry) -> String {
+    let mut s = format!("{:?} {}/{} ", e.action, e.group, e.kind);
+    if !e.namespace.is_empty() {
+        s.push_str(&format!("{}/", e.namespace));
+    }
+    s.push_str(&e.name);
+    if !e.changed.is_empty() {
+        s.push_str(&format!(" {}", e.changed.join(",")));
+    }
+    if !e.warnings.is_empty() {
+        s.push_str(&format!(" [{}]", e.warnings.join("; ")));
+    }
+    s
+}
+
+fn cases() -> Vec<Case> {
+    crate::yaml::from_str(include_str!("../../testdata/plan/plan.yaml")).unwrap()
+}
+
+#[test]
+fn table() {
+    let cases = cases();
+    assert!(cases.len() >= 6);
+    for c in cases {
+        let plan = build(&c.desired, &inputs(&c));
+        let got: Vec<String> = plan.entries.iter().map(show).collect();
+        assert_eq!(got, c.want, "{}", c.name);
+        assert!(plan.digest.starts_with("sha256:") && plan.digest.len() == 71, "{}", plan.digest);
+    }
+}
+
+/// Same inputs in any order: a byte-identical plan and digest.
+#[test]
+fn any_input_order_gives_the_same_plan() {
+    for c in cases() {
+        let reference = build(&c.desired, &inputs(&c));
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        for _ in 0..50 {
+            let mut desired = c.desired.clone();
+            let mut managed = c.managed.clone();
+            for list in [&mut desired, &mut managed] {
+                for i in (1..list.len()).rev() {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    list.swap(i, (seed % (i as u64 + 1)) as usize);
+                }
+            }
+            let shuffled =
+                Case { name: c.name.clone(), prune: c.prune, desired, live: c.live.clone(), managed, want: Vec::new() };
+            let plan = build(&shuffled.desired, &inputs(&shuffled));
+            assert_eq!(serde_json::to_vec(&plan).unwrap(), serde_json::to_vec(&reference).unwrap(), "{}", c.name);
+        }
+    }
+}
+
+#[test]
+fn secret_values_never_appear_in_a_plan() {
+    let desired = [json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db", "namespace": "web"},
+                          "stringData": {"password": "super-secret-value"}, "data": {"token": "c2VjcmV0LXRva2Vu"}})];
+    let live = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db", "namespace": "web"},
+                      "data": {"password": "b2xk", "token": "b3RoZXItdG9rZW4="}});
+    let inputs = Inputs { live: BTreeMap::from([(validate::identity(&live), live)]), ..Default::default() };
+    let plan = build(&desired, &inputs);
+    assert_eq!(plan.entries[0].changed, ["data.password", "data.token"]);
+    let text = serde_json::to_string(&plan).unwrap();
+    for secret in ["super-secret-value", "c2VjcmV0LXRva2Vu", "b2xk", "b3RoZXItdG9rZW4=", "secret-token"] {
+        assert!(!text.contains(secret), "{text}");
+    }
+}
+
+#[test]
+fn changed_paths_are_bounded() {
+    let data: serde_json::Map<String, Value> = (0..50).map(|i| (format!("k{i:02}"), json!("new"))).collect();
+    let desired =
+        [json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "big", "namespace": "a"}, "data": data})];
+    let live =
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "big", "namespace": "a"}, "data": {}});
+    let plan =
+        build(&desired, &Inputs { live: BTreeMap::from([(validate::identity(&live), live)]), ..Default::default() });
+    assert_eq!(plan.entries[0].changed.len(), MAX_PATHS);
+    assert_eq!(plan.entries[0].more_changed, 30);
+}
+
+#[test]
+fn dry_run_results_are_compared_over_the_desired_fields() {
+    // The server normalizes "1000m" to "1": comparing the dry-run result, not the desired
+    // spelling, avoids a false difference.
+    let desired = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "a"},
+                         "spec": {"containers": [{"name": "c", "resources": {"limits": {"cpu": "1000m"}}}]}});
+    let normalized = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "a"},
+                            "spec": {"containers": [{"name": "c", "resources": {"limits": {"cpu": "1"}}}], "dnsPolicy": "ClusterFirst"}});
+    let id = validate::identity(&desired);
+    let without = build(
+        std::slice::from_ref(&desired),
+        &Inputs { live: BTreeMap::from([(id.clone(), normalized.clone())]), ..Default::default() },
+    );
+    assert_eq!(without.entries[0].action, Action::Update);
+    let with = build(
+        std::slice::from_ref(&desired),
+        &Inputs {
+            live: BTreeMap::from([(id.clone(), normalized.clone())]),
+            dry_run: BTreeMap::from([(id, normalized)]),
+            ..Default::default()
+        },
+    );
+    assert_eq!(with.entries[0].action, Action::Unchanged);
+}
+
+#[test]
+fn conflicts_are_listed_sorted() {
+    let desired = [
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "a"}, "data": {"x": "1"}}),
+    ];
+    let id = validate::identity(&desired[0]);
+    let conflicts = vec![
+        Conflict { field: "data.y".into(), manager: "kubectl".into() },
+        Conflict { field: "data.x".into(), manager: "helm".into() },
+    ];
+    let plan = build(&desired, &Inputs { conflicts: BTreeMap::from([(id, conflicts)]), ..Default::default() });
+    assert_eq!(plan.entries[0].conflicts[0].field, "data.x");
+    assert_eq!(plan.entries[0].conflicts[1].manager, "kubectl");
+}

@@ -3,10 +3,13 @@
 //! - [`validate`]: the desired state is well-formed and inside the Application's destination;
 //! - [`diff`]: normalized comparison of desired and live objects (only managed fields);
 //! - [`order`]: the static apply order;
-//! - [`build`]: the deterministic plan and its digest.
+//! - [`build`]: the deterministic plan and its digest;
+//! - [`revision`]: Revision identity, the desired-state hash and the bounded plan stored on a
+//!   Revision.
 
 pub mod diff;
 pub mod order;
+pub mod revision;
 pub mod validate;
 
 use std::collections::BTreeMap;
@@ -51,6 +54,8 @@ pub struct Entry {
     pub group: String,
     /// Kind.
     pub kind: String,
+    /// API version (`v1`, `v1beta1`) of the object.
+    pub version: String,
     /// Namespace (`""` for cluster-scoped).
     pub namespace: String,
     /// Name.
@@ -124,6 +129,11 @@ pub fn high_risk(group: &str, kind: &str) -> bool {
     )
 }
 
+fn version_of(obj: &Value) -> String {
+    let av = obj["apiVersion"].as_str().unwrap_or_default();
+    av.rsplit('/').next().unwrap_or_default().to_string()
+}
+
 fn key(obj: &Value) -> (String, String, String, String) {
     let av = obj["apiVersion"].as_str().unwrap_or_default();
     (
@@ -168,6 +178,7 @@ pub fn build(desired: &[Value], inputs: &Inputs) -> Plan {
         applies.push(Entry {
             group,
             kind,
+            version: version_of(d),
             namespace,
             name,
             action,
@@ -190,6 +201,7 @@ pub fn build(desired: &[Value], inputs: &Inputs) -> Plan {
         let mut e = Entry {
             group,
             kind,
+            version: version_of(m),
             namespace,
             name,
             action: Action::Delete,

@@ -155,7 +155,7 @@ mod tests {
         let a = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": "x"}});
         let b = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "b", "namespace": "x"}});
         assert_eq!(desired_state_hash(&[a.clone(), b.clone()]), desired_state_hash(&[b.clone(), a.clone()]));
-        assert_ne!(desired_state_hash(&[a.clone()]), desired_state_hash(&[a, b]));
+        assert_ne!(desired_state_hash(std::slice::from_ref(&a)), desired_state_hash(&[a, b]));
     }
 
     /// A 5,000-object render: the stored plan stays bounded and counts everything.

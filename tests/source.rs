@@ -370,3 +370,19 @@ fn walk(root: &std::path::Path) -> Vec<String> {
     }
     out
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_url_is_a_remote_too() {
+    let server = GitServer::start();
+    server.create_repo("local");
+    let bare = server.repo_path("local");
+    let work = WorkTree::clone(bare.to_str().unwrap());
+    work.write("apps/a/x.yaml", "a: 1\n");
+    let head = work.commit_and_push("first");
+    let dir = temp_dir("cache");
+    let cache = cache(dir.path());
+    let url = format!("file://{}", bare.display());
+    assert_eq!(cache.resolve(&url, &branch("main"), &none(), T).await.unwrap().commit, head);
+    let c = cache.checkout(&url, &head, "apps/a").await.unwrap();
+    assert_eq!(std::fs::read_to_string(c.path().join("x.yaml")).unwrap(), "a: 1\n");
+}

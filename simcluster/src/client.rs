@@ -124,7 +124,19 @@ impl Client {
     /// and conversions as the API's list (no encoding to JSON and back); anything else takes the
     /// API path.
     pub async fn list(&self, path: &str, label_selector: &str) -> Result<Vec<Value>, ApiError> {
-        if let Some(items) = self.list_current(path, label_selector) {
+        self.list_where(path, label_selector, |_| true).await
+    }
+
+    /// [`Client::list`], keeping only the items `keep` accepts (looked at before they are
+    /// copied out of the store, so a controller interested in few objects of a large collection
+    /// copies only those).
+    pub async fn list_where(
+        &self,
+        path: &str,
+        label_selector: &str,
+        keep: impl Fn(&Value) -> bool,
+    ) -> Result<Vec<Value>, ApiError> {
+        if let Some(items) = self.list_current(path, label_selector, &keep) {
             return Ok(items);
         }
         let q: Vec<(&str, &str)> =
@@ -144,6 +156,7 @@ impl Client {
                 }
                 i
             })
+            .filter(|i| keep(i))
             .collect())
     }
 
@@ -166,7 +179,7 @@ impl Client {
     }
 
     /// The fast path of [`Client::list`]: `None` when the path or selector needs the API.
-    fn list_current(&self, path: &str, label_selector: &str) -> Option<Vec<Value>> {
+    fn list_current(&self, path: &str, label_selector: &str, keep: &dyn Fn(&Value) -> bool) -> Option<Vec<Value>> {
         let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
         let (group, version, rest) = match segs.as_slice() {
             ["api", v, rest @ ..] => ("", *v, rest),
@@ -199,7 +212,7 @@ impl Client {
         let mut items: Vec<(String, Value)> = objects
             .filter_map(|o| {
                 let o = crate::admission::presented(&self.state, &rt, o);
-                if !labels.matches_object(&o) {
+                if !labels.matches_object(&o) || !keep(&o) {
                     return None;
                 }
                 let mut o = o.into_owned();

@@ -16,8 +16,19 @@ use crate::client::Client;
 use crate::state::State;
 use crate::store::Change;
 
-/// Every controller makes a pass over everything at least this often.
+/// Every controller makes a pass over everything at least this often (unless passes are
+/// costly, see [`BUSY_FACTOR`]).
 const FULL_PASS: Duration = Duration::from_secs(1);
+
+/// A burst of changes within this window makes one pass.
+const COALESCE: Duration = Duration::from_millis(10);
+
+/// A controller whose passes take long waits this many times as long before the next one
+/// (before the next full pass after a full pass, before a pass after changes after any pass):
+/// on a large cluster one controller then takes at most about a fifth of a core, and the API
+/// and the others keep up. Small clusters' passes take well under a millisecond, so the waits
+/// stay [`COALESCE`] and [`FULL_PASS`].
+const BUSY_FACTOR: u32 = 4;
 
 pub mod daemonset;
 pub mod deployment;
@@ -128,7 +139,8 @@ impl Dirty {
 ///
 /// A pass of a [`NAMESPACE_LOCAL`] controller after changes of namespaced objects only looks at
 /// those namespaces; every controller still makes a full pass at least once a second (for
-/// time-based conditions and retries), however busy the store is.
+/// time-based conditions and retries), however busy the store is, unless its passes are costly
+/// ([`BUSY_FACTOR`]).
 pub fn start(state: Arc<State>) {
     if state.config.kubelet {
         tokio::spawn(scheduler::run(state.clone()));
@@ -145,17 +157,24 @@ pub fn start(state: Arc<State>) {
             };
             let mut dirty = Dirty { all: true, ..Default::default() };
             let mut last_full = Instant::now();
+            // How long the last full pass took.
+            let mut full_took = Duration::ZERO;
             loop {
-                let full = !local || dirty.all || last_full.elapsed() >= FULL_PASS;
+                let full_period = FULL_PASS.max(full_took * BUSY_FACTOR);
+                let full = !local || dirty.all || last_full.elapsed() >= full_period;
+                let started = Instant::now();
                 if full {
-                    last_full = Instant::now();
+                    last_full = started;
                     reconcile(client.clone()).await;
+                    full_took = started.elapsed();
                 } else {
                     let scope = Arc::new(std::mem::take(&mut dirty.namespaces));
                     reconcile(client.scoped(Some(scope))).await;
                 }
+                let pass_took = started.elapsed();
                 dirty = Dirty::default();
-                let deadline = tokio::time::sleep(FULL_PASS.saturating_sub(last_full.elapsed()));
+                let full_period = FULL_PASS.max(full_took * BUSY_FACTOR);
+                let deadline = tokio::time::sleep(full_period.saturating_sub(last_full.elapsed()));
                 tokio::pin!(deadline);
                 loop {
                     tokio::select! {
@@ -165,8 +184,10 @@ pub fn start(state: Arc<State>) {
                             }
                             if relevant(&r) {
                                 dirty.note(&r);
-                                // Coalesce a burst of changes into one pass.
-                                tokio::time::sleep(Duration::from_millis(10)).await;
+                                // Coalesce a burst of changes into one pass (over a longer
+                                // window when passes are costly, so a controller busy with a
+                                // large cluster leaves time to the rest).
+                                tokio::time::sleep(COALESCE.max(pass_took * BUSY_FACTOR)).await;
                                 loop {
                                     match changes.try_recv() {
                                         Ok(c) => {

@@ -17,18 +17,23 @@ use crate::state::State;
 use crate::store::Change;
 
 /// Every controller makes a pass over everything at least this often (unless passes are
-/// costly, see [`BUSY_FACTOR`]).
+/// costly, see [`FULL_BUSY_FACTOR`]).
 const FULL_PASS: Duration = Duration::from_secs(1);
 
 /// A burst of changes within this window makes one pass.
 const COALESCE: Duration = Duration::from_millis(10);
 
-/// A controller whose passes take long waits this many times as long before the next one
-/// (before the next full pass after a full pass, before a pass after changes after any pass):
-/// on a large cluster one controller then takes at most about a fifth of a core, and the API
-/// and the others keep up. Small clusters' passes take well under a millisecond, so the waits
-/// stay [`COALESCE`] and [`FULL_PASS`].
+/// A controller whose passes take long waits this many times as long before a pass after
+/// changes: on a large cluster one busy controller then takes at most about a fifth of a core,
+/// and the API and the others keep up. Small clusters' passes take well under a millisecond,
+/// so the wait stays [`COALESCE`].
 const BUSY_FACTOR: u32 = 4;
+
+/// A controller whose full passes take long makes them at most every this many times their
+/// duration: on a large cluster at rest, each controller's periodic pass then costs at most
+/// about a twentieth of a core (time-based conditions are then noticed within a few seconds
+/// rather than one). Small clusters' full passes stay once a second.
+const FULL_BUSY_FACTOR: u32 = 20;
 
 pub mod daemonset;
 pub mod deployment;
@@ -140,7 +145,7 @@ impl Dirty {
 /// A pass of a [`NAMESPACE_LOCAL`] controller after changes of namespaced objects only looks at
 /// those namespaces; every controller still makes a full pass at least once a second (for
 /// time-based conditions and retries), however busy the store is, unless its passes are costly
-/// ([`BUSY_FACTOR`]).
+/// ([`BUSY_FACTOR`], [`FULL_BUSY_FACTOR`]).
 pub fn start(state: Arc<State>) {
     if state.config.kubelet {
         tokio::spawn(scheduler::run(state.clone()));
@@ -160,7 +165,7 @@ pub fn start(state: Arc<State>) {
             // How long the last full pass took.
             let mut full_took = Duration::ZERO;
             loop {
-                let full_period = FULL_PASS.max(full_took * BUSY_FACTOR);
+                let full_period = FULL_PASS.max(full_took * FULL_BUSY_FACTOR);
                 let full = !local || dirty.all || last_full.elapsed() >= full_period;
                 let started = Instant::now();
                 if full {
@@ -173,7 +178,7 @@ pub fn start(state: Arc<State>) {
                 }
                 let pass_took = started.elapsed();
                 dirty = Dirty::default();
-                let full_period = FULL_PASS.max(full_took * BUSY_FACTOR);
+                let full_period = FULL_PASS.max(full_took * FULL_BUSY_FACTOR);
                 let deadline = tokio::time::sleep(full_period.saturating_sub(last_full.elapsed()));
                 tokio::pin!(deadline);
                 loop {

@@ -357,30 +357,30 @@ fn list(state: &Arc<State>, req: &Req, t: &Target) -> Result<Output, ApiError> {
             (rv, None)
         }
     };
-    let objects = if snapshot_rv >= current {
-        // The current state: filter in place and copy only what matches.
-        let mut m = crate::store::Objects::new();
-        for o in txn.all(&t.rt.key()) {
-            if matches(&opts, &t.namespace, &admission::presented(state, &t.rt, o)) {
-                let id = (
-                    o["metadata"]["namespace"].as_str().unwrap_or_default().to_string(),
-                    o["metadata"]["name"].as_str().unwrap_or_default().to_string(),
-                );
-                m.insert(id, o.clone());
-            }
-        }
-        Some(m)
+    // The current state is read in place (one namespace's range when namespaced), an older one
+    // reconstructed from history; either way only what is returned is copied.
+    let snapshot = if snapshot_rv >= current {
+        None
     } else {
-        txn.snapshot(&t.rt.key(), snapshot_rv)
+        Some(txn.snapshot(&t.rt.key(), snapshot_rv).ok_or_else(|| ApiError::status(410, "Expired", String::from("The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list."), None))?)
     };
-    let objects = objects
-        .ok_or_else(|| ApiError::status(410, "Expired", String::from("The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list."), None))?;
-    drop(txn);
+    let objects: Box<dyn Iterator<Item = &Value>> = match &snapshot {
+        Some(objects) => Box::new(objects.values()),
+        None => txn.in_namespace(&t.rt.key(), &t.namespace),
+    };
     let mut items = Vec::new();
     let mut next = None;
     let mut remaining = 0usize;
-    let mut ordered: Vec<(String, &Value)> =
-        objects.iter().map(|((ns, name), o)| (format!("{ns}/{name}"), o)).collect();
+    let mut ordered: Vec<(String, &Value)> = objects
+        .map(|o| {
+            let key = format!(
+                "{}/{}",
+                o["metadata"]["namespace"].as_str().unwrap_or_default(),
+                o["metadata"]["name"].as_str().unwrap_or_default()
+            );
+            (key, o)
+        })
+        .collect();
     ordered.sort_by(|a, b| a.0.cmp(&b.0));
     for (key, obj) in ordered {
         if let Some(s) = &start
@@ -400,6 +400,7 @@ fn list(state: &Arc<State>, req: &Req, t: &Target) -> Result<Output, ApiError> {
         }
         items.push((key, obj.clone()));
     }
+    drop(txn);
     let mut meta = json!({"resourceVersion": snapshot_rv.to_string()});
     if let Some(c) = next {
         meta["continue"] = json!(c);

@@ -3,6 +3,7 @@
 //! so defaulting, validation, managedFields, resourceVersions and watch events are those of any
 //! client request.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use http::{HeaderMap, HeaderValue, Method};
@@ -17,6 +18,8 @@ use crate::state::State;
 pub struct Client {
     state: Arc<State>,
     manager: String,
+    /// The namespaces a controller pass is about (`None`: all); see [`Client::scoped`].
+    scope: Option<Arc<BTreeSet<String>>>,
 }
 
 /// The path of a resource collection or object: `/api/v1/namespaces/ns/pods/name/status`.
@@ -38,7 +41,25 @@ pub fn path(api_version: &str, resource: &str, namespace: &str, name: &str, sub:
 impl Client {
     /// A client writing as `manager` (e.g. `kube-controller-manager`).
     pub fn new(state: Arc<State>, manager: &str) -> Client {
-        Client { state, manager: manager.to_string() }
+        Client { state, manager: manager.to_string(), scope: None }
+    }
+
+    /// This client for a controller pass about the objects of some namespaces only (`None`:
+    /// all): its lists across all namespaces of a namespaced resource return only the objects
+    /// of those namespaces. The controllers whose objects relate only to objects of their own
+    /// namespace use it to look at just the namespaces that changed since their last pass.
+    pub fn scoped(&self, namespaces: Option<Arc<BTreeSet<String>>>) -> Client {
+        Client { scope: namespaces, ..self.clone() }
+    }
+
+    /// Whether this client's lists see only some namespaces (see [`Client::scoped`]).
+    pub fn is_scoped(&self) -> bool {
+        self.scope.is_some()
+    }
+
+    /// Whether objects of `namespace` are in this client's scope (see [`Client::scoped`]).
+    pub fn in_scope(&self, namespace: &str) -> bool {
+        self.scope.as_ref().is_none_or(|s| s.contains(namespace))
     }
 
     /// The server state (for reads that need no API semantics).
@@ -98,7 +119,26 @@ impl Client {
     }
 
     /// List a collection (optionally label-selected); the items carry kind and apiVersion.
+    ///
+    /// A list of the current state is read straight from the store, with the same items, order
+    /// and conversions as the API's list (no encoding to JSON and back); anything else takes the
+    /// API path.
     pub async fn list(&self, path: &str, label_selector: &str) -> Result<Vec<Value>, ApiError> {
+        self.list_where(path, label_selector, |_| true).await
+    }
+
+    /// [`Client::list`], keeping only the items `keep` accepts (looked at before they are
+    /// copied out of the store, so a controller interested in few objects of a large collection
+    /// copies only those).
+    pub async fn list_where(
+        &self,
+        path: &str,
+        label_selector: &str,
+        keep: impl Fn(&Value) -> bool,
+    ) -> Result<Vec<Value>, ApiError> {
+        if let Some(items) = self.list_current(path, label_selector, &keep) {
+            return Ok(items);
+        }
         let q: Vec<(&str, &str)> =
             if label_selector.is_empty() { vec![] } else { vec![("labelSelector", label_selector)] };
         let list = self.request(Method::GET, path, &q, None, "application/json").await?;
@@ -116,7 +156,82 @@ impl Client {
                 }
                 i
             })
+            .filter(|i| keep(i))
             .collect())
+    }
+
+    /// The first core/v1 Event in `namespace` about the object with `uid` that `pred` accepts
+    /// (as the API lists it), looking only at that object's Events.
+    fn find_event(&self, namespace: &str, uid: &Value, pred: impl Fn(&Value) -> bool) -> Option<Value> {
+        let rt = self.state.registry.find("", "v1", "events")?;
+        let txn = self.state.store.lock();
+        txn.in_namespace(&rt.key(), namespace)
+            // Stored in either API's shape: a cheap look at the uid before the conversion.
+            .filter(|o| o["involvedObject"]["uid"] == *uid || o["regarding"]["uid"] == *uid)
+            .map(|o| crate::admission::presented(&self.state, &rt, o))
+            .find(|e| pred(e))
+            .map(|e| {
+                let mut e = e.into_owned();
+                e["kind"] = json!("Event");
+                e["apiVersion"] = json!("v1");
+                e
+            })
+    }
+
+    /// The fast path of [`Client::list`]: `None` when the path or selector needs the API.
+    fn list_current(&self, path: &str, label_selector: &str, keep: &dyn Fn(&Value) -> bool) -> Option<Vec<Value>> {
+        let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+        let (group, version, rest) = match segs.as_slice() {
+            ["api", v, rest @ ..] => ("", *v, rest),
+            ["apis", g, v, rest @ ..] => (*g, *v, rest),
+            _ => return None,
+        };
+        let (namespace, resource) = match rest {
+            ["namespaces", ns, res] => (*ns, *res),
+            [res] => ("", *res),
+            _ => return None,
+        };
+        if [namespace, resource].iter().any(|s| s.contains('%')) {
+            return None;
+        }
+        let rt = self.state.registry.find(group, version, resource)?;
+        if !rt.has_verb("list") || (!namespace.is_empty() && !rt.namespaced) {
+            return None;
+        }
+        let labels = crate::selectors::LabelSelector::parse(label_selector).ok()?;
+        let kind = json!(rt.kind);
+        let api_version = json!(rt.api_version());
+        let txn = self.state.store.lock();
+        let key = rt.key();
+        let objects: Box<dyn Iterator<Item = &Value>> = match &self.scope {
+            Some(scope) if namespace.is_empty() && rt.namespaced => {
+                Box::new(scope.iter().flat_map(|ns| txn.in_namespace(&key, ns)))
+            }
+            _ => txn.in_namespace(&key, namespace),
+        };
+        let mut items: Vec<(String, Value)> = objects
+            .filter_map(|o| {
+                let o = crate::admission::presented(&self.state, &rt, o);
+                if !labels.matches_object(&o) || !keep(&o) {
+                    return None;
+                }
+                let mut o = o.into_owned();
+                let key = format!(
+                    "{}/{}",
+                    o["metadata"]["namespace"].as_str().unwrap_or_default(),
+                    o["metadata"]["name"].as_str().unwrap_or_default()
+                );
+                if let Some(m) = o.as_object_mut() {
+                    m.insert("kind".into(), kind.clone());
+                    m.insert("apiVersion".into(), api_version.clone());
+                }
+                Some((key, o))
+            })
+            .collect();
+        drop(txn);
+        // The API orders items by "namespace/name" (the storage key).
+        items.sort_by(|a, b| a.0.cmp(&b.0));
+        Some(items.into_iter().map(|(_, o)| o).collect())
     }
 
     /// POST a new object.
@@ -165,16 +280,13 @@ impl Client {
         });
         let events_path = path("v1", "events", &ns, "", "");
         let now = crate::api::now();
-        if let Ok(existing) = self.list(&events_path, "").await
-            && let Some(e) = existing.iter().find(|e| {
-                e["involvedObject"]["uid"] == involved["uid"]
-                    && e["reason"] == reason
-                    && e["message"] == message
-                    && e["type"] == type_
-                    && e["source"]["component"] == component
-            })
-        {
-            let mut e = e.clone();
+        if let Some(mut e) = self.find_event(&ns, &involved["uid"], |e| {
+            e["involvedObject"]["uid"] == involved["uid"]
+                && e["reason"] == reason
+                && e["message"] == message
+                && e["type"] == type_
+                && e["source"]["component"] == component
+        }) {
             e["count"] = json!(e["count"].as_i64().unwrap_or(1) + 1);
             e["lastTimestamp"] = json!(now);
             let ename = e["metadata"]["name"].as_str().unwrap_or_default().to_string();

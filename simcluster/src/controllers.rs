@@ -33,16 +33,21 @@ pub fn notify_removed(state: &Arc<State>) {
 /// Run the controllers until the runtime stops.
 pub fn start(state: Arc<State>) {
     tokio::spawn(async move {
+        let mut took = Duration::ZERO;
         loop {
             tokio::select! {
                 _ = state.kick.notified() => {}
                 _ = tokio::time::sleep(Duration::from_secs(2)) => {}
             }
-            // Let a burst of writes settle into one pass.
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            // Let a burst of writes settle into one pass; on a large store (a pass visits every
+            // object) wait ten times as long as the last pass took, so that at most about a
+            // tenth of a core goes to it however often owned objects are written.
+            tokio::time::sleep(Duration::from_millis(20).max(took * 10)).await;
+            let started = std::time::Instant::now();
             gc_pass(&state);
             namespace_pass(&state);
             crd_cleanup_pass(&state);
+            took = started.elapsed();
         }
     });
 }
@@ -73,35 +78,51 @@ fn everything(state: &State) -> Vec<(Arc<ResourceType>, Value)> {
 }
 
 fn gc_pass(state: &Arc<State>) {
-    // Only objects with owners, and owners being deleted, matter: copy just those.
-    let (uids, all) = {
+    // One look at the store, copying only what will be acted on: dependents whose owners are
+    // all gone, owners being deleted in the foreground or with orphaning, and their dependents.
+    // (The pass runs after every write of an owned object: it must not copy them all.)
+    let (dangling, all) = {
         let txn = state.store.lock();
-        let mut uids = HashSet::new();
-        let mut interesting = Vec::new();
-        for key in txn.keys() {
-            let Some(rt) = resource_of(state, &key) else { continue };
-            for o in txn.all(&key) {
-                if let Some(u) = o["metadata"]["uid"].as_str() {
-                    uids.insert(u.to_string());
-                }
-                let owned = o["metadata"]["ownerReferences"].as_array().is_some_and(|a| !a.is_empty());
-                if owned || o["metadata"]["deletionTimestamp"].is_string() {
-                    interesting.push((rt.clone(), o.clone()));
+        let keys: Vec<(String, Arc<ResourceType>)> =
+            txn.keys().into_iter().filter_map(|k| Some((k.clone(), resource_of(state, &k)?))).collect();
+        let objects: Vec<(&Arc<ResourceType>, Vec<&Value>)> = keys.iter().map(|(k, rt)| (rt, txn.all(k))).collect();
+        let mut uids: HashSet<&str> = HashSet::new();
+        let mut finalizing: HashSet<&str> = HashSet::new();
+        for (_, os) in &objects {
+            for o in os {
+                let Some(u) = o["metadata"]["uid"].as_str() else { continue };
+                uids.insert(u);
+                if o["metadata"]["deletionTimestamp"].is_string()
+                    && strings(&o["metadata"]["finalizers"]).iter().any(|f| f == "orphan" || f == "foregroundDeletion")
+                {
+                    finalizing.insert(u);
                 }
             }
         }
-        (uids, interesting)
+        let mut dangling = Vec::new();
+        let mut interesting = Vec::new();
+        for (rt, os) in &objects {
+            for o in os {
+                let refs = o["metadata"]["ownerReferences"].as_array().map(Vec::as_slice).unwrap_or_default();
+                let deleting = o["metadata"]["deletionTimestamp"].is_string();
+                let uid = o["metadata"]["uid"].as_str().unwrap_or_default();
+                if !refs.is_empty()
+                    && !deleting
+                    && !refs.iter().any(|r| r["uid"].as_str().is_some_and(|u| uids.contains(u)))
+                {
+                    dangling.push(((*rt).clone(), (*o).clone()));
+                }
+                let dependent = refs.iter().any(|r| r["uid"].as_str().is_some_and(|u| finalizing.contains(u)));
+                if dependent || (deleting && finalizing.contains(uid)) {
+                    interesting.push(((*rt).clone(), (*o).clone()));
+                }
+            }
+        }
+        (dangling, interesting)
     };
     // Dependents whose owners are all gone are deleted (background).
-    for (rt, o) in &all {
-        let refs = o["metadata"]["ownerReferences"].as_array().cloned().unwrap_or_default();
-        if refs.is_empty() || o["metadata"]["deletionTimestamp"].is_string() {
-            continue;
-        }
-        let alive = refs.iter().any(|r| r["uid"].as_str().is_some_and(|u| uids.contains(u)));
-        if !alive {
-            controller_delete(state, rt, o, Some("Background"));
-        }
+    for (rt, o) in &dangling {
+        controller_delete(state, rt, o, Some("Background"));
     }
     // Owners being deleted in the foreground or with orphaning.
     for (rt, owner) in &all {

@@ -120,6 +120,17 @@ impl Txn<'_> {
         self.inner.objects.get(key).map(|m| m.values().collect()).unwrap_or_default()
     }
 
+    /// The objects of a key in one namespace (every namespace when `namespace` is empty),
+    /// ordered by namespace and name, without visiting the other namespaces.
+    pub fn in_namespace<'s>(&'s self, key: &str, namespace: &str) -> Box<dyn Iterator<Item = &'s Value> + 's> {
+        let Some(m) = self.inner.objects.get(key) else { return Box::new(std::iter::empty()) };
+        if namespace.is_empty() {
+            return Box::new(m.values());
+        }
+        let ns = namespace.to_string();
+        Box::new(m.range((ns.clone(), String::new())..).take_while(move |((n, _), _)| *n == ns).map(|(_, v)| v))
+    }
+
     /// Every object of a key as of `rv` (reconstructed from history), or `None` when history does
     /// not reach back that far.
     pub fn snapshot(&self, key: &str, rv: u64) -> Option<Objects> {

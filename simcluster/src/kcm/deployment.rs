@@ -45,7 +45,10 @@ pub async fn reconcile(client: Client) {
     }
     let Ok(rss) = client.list(&path("apps/v1", "replicasets", "", "", ""), "").await else { return };
     // List items carry no kind/apiVersion; Events and ownerReferences need them.
-    let rss: Vec<Value> = rss.into_iter().map(with_kind).collect();
+    let mut rss_by_ns: std::collections::HashMap<String, Vec<Value>> = std::collections::HashMap::new();
+    for rs in rss.into_iter().map(with_kind) {
+        rss_by_ns.entry(namespace(&rs).to_string()).or_default().push(rs);
+    }
     for d in deployments {
         let d = with_kind_d(d);
         let key = d["metadata"]["uid"].as_str().unwrap_or_default().to_string();
@@ -53,7 +56,7 @@ pub async fn reconcile(client: Client) {
             continue;
         }
         let ns = namespace(&d).to_string();
-        let in_ns: Vec<Value> = rss.iter().filter(|r| namespace(r) == ns).cloned().collect();
+        let in_ns: Vec<Value> = rss_by_ns.get(&ns).cloned().unwrap_or_default();
         let mut dc = Dc { client: &client, d, rss: vec![], new: None };
         match dc.sync(in_ns).await {
             Ok(()) => BACKOFF.succeeded(&key),

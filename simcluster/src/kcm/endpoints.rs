@@ -47,7 +47,7 @@ pub fn deprecation_warning(rt: &ResourceType) -> Option<&'static str> {
 
 /// One pass: EndpointSlices, then v1 Endpoints.
 pub async fn reconcile(client: Client) {
-    let snap = Snapshot::read(client.state());
+    let snap = Snapshot::read(&client);
     slices::reconcile(&client, &snap).await;
     reconcile_endpoints(&client, &snap).await;
 }
@@ -190,7 +190,11 @@ async fn reconcile_endpoints(client: &Client, snap: &Snapshot) {
         live.insert(svc["metadata"]["uid"].as_str().unwrap_or_default().to_string());
         sync_service(client, snap, svc).await;
     }
-    TRACKER.retain(scope(client), &live);
+    // A pass over some namespaces only knows their Services: forget the others' only in a
+    // full pass.
+    if !client.is_scoped() {
+        TRACKER.retain(scope(client), &live);
+    }
     // Endpoints this controller manages whose Service is gone.
     for ep in &snap.endpoints {
         if ep["metadata"]["labels"][LABEL_MANAGED_BY] != MANAGED_BY || ep["metadata"]["deletionTimestamp"].is_string() {

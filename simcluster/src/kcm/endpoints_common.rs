@@ -29,10 +29,12 @@ pub struct Snapshot {
 
 impl Snapshot {
     /// Read the store.
-    pub fn read(state: &crate::state::State) -> Snapshot {
-        let txn = state.store.lock();
+    /// Only the namespaces in `client`'s scope are read (see [`crate::client::Client::scoped`]).
+    pub fn read(client: &crate::client::Client) -> Snapshot {
+        let txn = client.state().store.lock();
+        let in_scope = |o: &&Value| client.in_scope(o["metadata"]["namespace"].as_str().unwrap_or_default());
         let mut pods: BTreeMap<String, Vec<Value>> = BTreeMap::new();
-        for p in txn.all("/pods") {
+        for p in txn.all("/pods").into_iter().filter(in_scope) {
             let ns = p["metadata"]["namespace"].as_str().unwrap_or_default().to_string();
             pods.entry(ns).or_default().push(p.clone());
         }
@@ -48,11 +50,11 @@ impl Snapshot {
             })
             .collect();
         Snapshot {
-            services: txn.all("/services").into_iter().cloned().collect(),
+            services: txn.all("/services").into_iter().filter(in_scope).cloned().collect(),
             pods,
             zones,
-            slices: txn.all("discovery.k8s.io/endpointslices").into_iter().cloned().collect(),
-            endpoints: txn.all("/endpoints").into_iter().cloned().collect(),
+            slices: txn.all("discovery.k8s.io/endpointslices").into_iter().filter(in_scope).cloned().collect(),
+            endpoints: txn.all("/endpoints").into_iter().filter(in_scope).cloned().collect(),
         }
     }
 

@@ -229,5 +229,9 @@ pub async fn reconcile(client: &Client, snap: &Snapshot) {
         live.insert(svc["metadata"]["uid"].as_str().unwrap_or_default().to_string());
         sync_service(client, snap, svc).await;
     }
-    TRACKER.retain(scope(client), &live);
+    // A pass over some namespaces only knows their Services: forget the others' only in a
+    // full pass.
+    if !client.is_scoped() {
+        TRACKER.retain(scope(client), &live);
+    }
 }

@@ -34,7 +34,11 @@ const MAX_BACKOFF_SECS: i64 = 360;
 /// One reconcile pass over every object this controller owns.
 pub async fn reconcile(client: Client) {
     let Ok(jobs) = client.list("/apis/batch/v1/jobs", "").await else { return };
-    let Ok(pods) = client.list("/api/v1/pods", "").await else { return };
+    // Only Pods a Job controls or that carry the tracking finalizer matter here.
+    let job_pod = |p: &Value| {
+        has_finalizer(p) || controller_ref(p).is_some_and(|r| r["kind"] == "Job" && r["apiVersion"] == "batch/v1")
+    };
+    let Ok(pods) = client.list_where("/api/v1/pods", "", job_pod).await else { return };
     let jobs: Vec<Value> = jobs.into_iter().map(|j| typed(j, "batch/v1", "Job")).collect();
     let by_uid: HashMap<String, &Value> =
         jobs.iter().filter_map(|j| Some((j["metadata"]["uid"].as_str()?.to_string(), j))).collect();

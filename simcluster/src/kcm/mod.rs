@@ -4,13 +4,36 @@
 //! time-based conditions. They run with the scheduler and kubelet simulation on or off
 //! (`simcluster --no-kubelet`), as the conformance cases that play scheduler and kubelet need.
 
+use std::collections::BTreeSet;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 
 use crate::client::Client;
 use crate::state::State;
+use crate::store::Change;
+
+/// Every controller makes a pass over everything at least this often (unless passes are
+/// costly, see [`FULL_BUSY_FACTOR`]).
+const FULL_PASS: Duration = Duration::from_secs(1);
+
+/// A burst of changes within this window makes one pass.
+const COALESCE: Duration = Duration::from_millis(10);
+
+/// A controller whose passes take long waits this many times as long before a pass after
+/// changes: on a large cluster one busy controller then takes at most about a fifth of a core,
+/// and the API and the others keep up. Small clusters' passes take well under a millisecond,
+/// so the wait stays [`COALESCE`].
+const BUSY_FACTOR: u32 = 4;
+
+/// A controller whose full passes take long makes them at most every this many times their
+/// duration: on a large cluster at rest, each controller's periodic pass then costs at most
+/// about a twentieth of a core (time-based conditions are then noticed within a few seconds
+/// rather than one). Small clusters' full passes stay once a second.
+const FULL_BUSY_FACTOR: u32 = 20;
 
 pub mod daemonset;
 pub mod deployment;
@@ -81,42 +104,115 @@ fn controllers() -> Vec<(&'static str, &'static [&'static str], Reconcile)> {
     ]
 }
 
+/// The controllers whose objects relate only to objects of their own namespace (and to
+/// cluster-scoped ones): a pass after changes in some namespaces only looks at those (see
+/// [`Client::scoped`]).
+const NAMESPACE_LOCAL: &[&str] = &[
+    "deployment-controller",
+    "replicaset-controller",
+    "statefulset-controller",
+    "daemonset-controller",
+    "job-controller",
+    "endpoint-controller",
+];
+
+/// What the next pass of a controller must look at: everything, or the namespaces of the
+/// changes it has seen since its last pass.
+#[derive(Default)]
+struct Dirty {
+    all: bool,
+    namespaces: BTreeSet<String>,
+}
+
+impl Dirty {
+    fn note(&mut self, r: &Result<Arc<Change>, RecvError>) {
+        match r {
+            // A cluster-scoped object may matter to any namespace.
+            Ok(c) if !c.namespace.is_empty() => {
+                self.namespaces.insert(c.namespace.clone());
+            }
+            // Missed changes (lagging): look at everything.
+            _ => self.all = true,
+        }
+    }
+}
+
 /// Start every controller. Each runs after any change to the store (coalesced) and at least
 /// once a second. With the kubelet simulation on, the scheduler and the kubelets run in loops
 /// of their own ([`scheduler::run`], [`kubelet::run`]): the kubelets wake at their Pods' next
 /// deadlines rather than on a tick.
+///
+/// A pass of a [`NAMESPACE_LOCAL`] controller after changes of namespaced objects only looks at
+/// those namespaces; every controller still makes a full pass at least once a second (for
+/// time-based conditions and retries), however busy the store is, unless its passes are costly
+/// ([`BUSY_FACTOR`], [`FULL_BUSY_FACTOR`]).
 pub fn start(state: Arc<State>) {
     if state.config.kubelet {
         tokio::spawn(scheduler::run(state.clone()));
         tokio::spawn(kubelet::run(state.clone()));
     }
-    for (_name, keys, reconcile) in controllers() {
+    for (name, keys, reconcile) in controllers() {
         let client = Client::new(state.clone(), MANAGER);
         let mut changes = state.store.subscribe();
+        let local = NAMESPACE_LOCAL.contains(&name);
         tokio::spawn(async move {
-            let relevant = |r: &Result<Arc<crate::store::Change>, tokio::sync::broadcast::error::RecvError>| match r {
+            let relevant = |r: &Result<Arc<Change>, RecvError>| match r {
                 Ok(c) => keys.contains(&c.key.as_str()),
-                // Missed changes (lagging): look again.
                 Err(_) => true,
             };
+            let mut dirty = Dirty { all: true, ..Default::default() };
+            let mut last_full = Instant::now();
+            // How long the last full pass took.
+            let mut full_took = Duration::ZERO;
             loop {
-                reconcile(client.clone()).await;
-                let deadline = tokio::time::sleep(Duration::from_secs(1));
+                let full_period = FULL_PASS.max(full_took * FULL_BUSY_FACTOR);
+                let full = !local || dirty.all || last_full.elapsed() >= full_period;
+                let started = Instant::now();
+                if full {
+                    last_full = started;
+                    reconcile(client.clone()).await;
+                    full_took = started.elapsed();
+                } else {
+                    let scope = Arc::new(std::mem::take(&mut dirty.namespaces));
+                    reconcile(client.scoped(Some(scope))).await;
+                }
+                let pass_took = started.elapsed();
+                dirty = Dirty::default();
+                let full_period = FULL_PASS.max(full_took * FULL_BUSY_FACTOR);
+                let deadline = tokio::time::sleep(full_period.saturating_sub(last_full.elapsed()));
                 tokio::pin!(deadline);
                 loop {
                     tokio::select! {
                         r = changes.recv() => {
-                            if matches!(r, Err(tokio::sync::broadcast::error::RecvError::Closed)) {
+                            if matches!(r, Err(RecvError::Closed)) {
                                 return;
                             }
                             if relevant(&r) {
-                                // Coalesce a burst of changes into one pass.
-                                tokio::time::sleep(Duration::from_millis(10)).await;
-                                while changes.try_recv().is_ok() {}
+                                dirty.note(&r);
+                                // Coalesce a burst of changes into one pass (over a longer
+                                // window when passes are costly, so a controller busy with a
+                                // large cluster leaves time to the rest).
+                                tokio::time::sleep(COALESCE.max(pass_took * BUSY_FACTOR)).await;
+                                loop {
+                                    match changes.try_recv() {
+                                        Ok(c) => {
+                                            let r = Ok(c);
+                                            if relevant(&r) {
+                                                dirty.note(&r);
+                                            }
+                                        }
+                                        Err(TryRecvError::Empty) => break,
+                                        Err(TryRecvError::Closed) => return,
+                                        Err(TryRecvError::Lagged(_)) => dirty.all = true,
+                                    }
+                                }
                                 break;
                             }
                         }
-                        _ = &mut deadline => break,
+                        _ = &mut deadline => {
+                            dirty.all = true;
+                            break;
+                        }
                     }
                 }
             }

@@ -340,7 +340,7 @@ fn node_patch(node: &Value, ttl: u64, no_execute: bool, now: &str) -> Option<Val
 /// the disruption mode, and the labels/annotation/taints patch.
 pub async fn reconcile(client: Client) {
     let state = client.state().clone();
-    let (mut nodes, leases, pods): (Vec<Value>, HashMap<String, Timestamp>, Vec<Value>) = {
+    let (mut nodes, leases): (Vec<Value>, HashMap<String, Timestamp>) = {
         let txn = state.store.lock();
         let leases = txn
             .all("coordination.k8s.io/leases")
@@ -348,8 +348,7 @@ pub async fn reconcile(client: Client) {
             .filter(|l| l["metadata"]["namespace"] == "kube-node-lease")
             .filter_map(|l| Some((l["metadata"]["name"].as_str()?.to_string(), ts(&l["spec"]["renewTime"])?)))
             .collect();
-        let pods = txn.all("/pods").into_iter().filter(|p| p["spec"]["nodeName"].is_string()).cloned().collect();
-        (txn.all("/nodes").into_iter().cloned().collect(), leases, pods)
+        (txn.all("/nodes").into_iter().cloned().collect(), leases)
     };
     nodes.retain(|n| !n["metadata"]["deletionTimestamp"].is_string());
     let ttl = ttl_for(nodes.len());
@@ -383,7 +382,7 @@ pub async fn reconcile(client: Client) {
             let reference = json!({"kind": "Node", "apiVersion": "v1", "metadata": {"name": name, "uid": name}});
             let msg = format!("Node {name} status is now: NodeNotReady");
             client.event(&reference, "Normal", "NodeNotReady", &msg, COMPONENT).await;
-            mark_pods_not_ready(&client, &pods, &name).await;
+            mark_pods_not_ready(&client, &name).await;
         }
     }
 
@@ -414,11 +413,25 @@ pub async fn reconcile(client: Client) {
 
 /// `MarkPodsNotReady`: the Ready condition of every Pod on the Node becomes False (through
 /// `pods/status`, read afresh and retried on a conflict), with a Warning `NodeNotReady` Event.
-async fn mark_pods_not_ready(client: &Client, pods: &[Value], node: &str) {
+/// The Pods are those bound to the Node now (only their names are read here).
+async fn mark_pods_not_ready(client: &Client, node: &str) {
     let now = client.state().clock.rfc3339();
-    for pod in pods.iter().filter(|p| p["spec"]["nodeName"] == node) {
-        let ns = pod["metadata"]["namespace"].as_str().unwrap_or_default();
-        let name = pod["metadata"]["name"].as_str().unwrap_or_default();
+    let pods: Vec<(String, String)> = {
+        let txn = client.state().store.lock();
+        txn.all("/pods")
+            .into_iter()
+            .filter(|p| p["spec"]["nodeName"] == node)
+            .map(|p| {
+                let m = &p["metadata"];
+                (
+                    m["namespace"].as_str().unwrap_or_default().to_string(),
+                    m["name"].as_str().unwrap_or_default().to_string(),
+                )
+            })
+            .collect()
+    };
+    for (ns, name) in &pods {
+        let (ns, name) = (ns.as_str(), name.as_str());
         let status_path = path("v1", "pods", ns, name, "status");
         for _attempt in 0..3 {
             let Ok(mut updated) = client.get(&path("v1", "pods", ns, name, "")).await else { break };

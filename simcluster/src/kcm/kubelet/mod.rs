@@ -331,8 +331,21 @@ impl Kubelet {
                 }
                 let newly_deleting = pod["metadata"]["deletionTimestamp"].is_string()
                     && !t.pod["metadata"]["deletionTimestamp"].is_string();
+                // Someone else changed the Pod's readiness (the node controller marks the Pods
+                // of an unreachable Node not ready): as the kubelet's status manager, write
+                // the status again, with its own view, at the next sync.
+                let ready = |status: &Value| {
+                    status["conditions"]
+                        .as_array()
+                        .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"))
+                        .map(|c| c["status"].clone())
+                };
+                let overwritten = t.written.as_ref().is_some_and(|w| ready(w) != ready(&pod["status"]));
+                if overwritten {
+                    t.written = None;
+                }
                 t.pod = pod.clone();
-                if newly_deleting {
+                if newly_deleting || overwritten {
                     self.schedule(&key, Some(now));
                 }
             }

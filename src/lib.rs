@@ -11,4 +11,5 @@ pub mod plan;
 pub mod render;
 pub mod source;
 pub mod telemetry;
+pub mod watch;
 pub mod yaml;

@@ -12,6 +12,7 @@ pub mod helm;
 pub mod kustomize;
 pub mod plain;
 pub mod process;
+pub mod values;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

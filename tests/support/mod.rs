@@ -429,6 +429,12 @@ impl Cluster {
         true
     }
 
+    /// The kube-rs configuration of this cluster's admin (call inside a Tokio runtime).
+    pub async fn config(&self) -> kube::Config {
+        let kubeconfig = kube::config::Kubeconfig::read_from(self.kubeconfig()).expect("kubeconfig");
+        kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await.expect("config")
+    }
+
     /// A kube-rs client for this cluster (call inside a Tokio runtime).
     pub async fn client(&self) -> kube::Client {
         let kubeconfig = kube::config::Kubeconfig::read_from(self.kubeconfig()).expect("kubeconfig");

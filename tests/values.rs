@@ -1,0 +1,74 @@
+//! Helm `valuesFrom` read as the Application's service account: what its RBAC allows, nothing
+//! more; Secret values are returned for redaction.
+
+mod support;
+
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::discovery::ApiResource;
+use kuvryn_sync::api::application::{ValuesKind, ValuesReference};
+use kuvryn_sync::render::values;
+use serde_json::json;
+use support::Cluster;
+
+fn r(kind: ValuesKind, name: &str, optional: bool) -> ValuesReference {
+    ValuesReference { kind, name: name.into(), key: "values.yaml".into(), optional }
+}
+
+#[test]
+fn values_are_read_as_the_service_account() {
+    let cluster = Cluster::start();
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    runtime.block_on(async {
+        let admin = cluster.client().await;
+        let ns = "values-test";
+        let apply = |obj: serde_json::Value| {
+            let admin = admin.clone();
+            async move {
+                let (group, version) = match obj["apiVersion"].as_str().unwrap().split_once('/') {
+                    Some((g, v)) => (g.to_string(), v.to_string()),
+                    None => (String::new(), obj["apiVersion"].as_str().unwrap().to_string()),
+                };
+                let kind = obj["kind"].as_str().unwrap().to_string();
+                let plural = format!("{}s", kind.to_lowercase());
+                let ar = ApiResource { group: group.clone(), version: version.clone(), api_version: obj["apiVersion"].as_str().unwrap().into(), kind, plural };
+                let api: Api<DynamicObject> = match obj["metadata"]["namespace"].as_str() {
+                    Some(n) => Api::namespaced_with(admin, n, &ar),
+                    None => Api::all_with(admin, &ar),
+                };
+                let name = obj["metadata"]["name"].as_str().unwrap().to_string();
+                api.patch(&name, &PatchParams::apply("test").force(), &Patch::Apply(&obj)).await.unwrap();
+            }
+        };
+        apply(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})).await;
+        apply(json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "deployer", "namespace": ns}})).await;
+        apply(json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "helm-values", "namespace": ns},
+                     "stringData": {"values.yaml": "password: hunter2-secret\nreplicas: 3\n"}})).await;
+        apply(json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "someone-elses", "namespace": ns},
+                     "stringData": {"values.yaml": "token: not-for-you\n"}})).await;
+        apply(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "public", "namespace": ns},
+                     "data": {"values.yaml": "greeting: hi\n"}})).await;
+        apply(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "values-reader", "namespace": ns},
+                     "rules": [{"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["helm-values"], "verbs": ["get"]},
+                               {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}]})).await;
+        apply(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "values-reader", "namespace": ns},
+                     "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "values-reader"},
+                     "subjects": [{"kind": "ServiceAccount", "name": "deployer", "namespace": ns}]})).await;
+
+        let sa = values::impersonating(&cluster.config().await, ns, "deployer").unwrap();
+        let (docs, secrets) = values::read(
+            &sa,
+            ns,
+            &[r(ValuesKind::Secret, "helm-values", false), r(ValuesKind::ConfigMap, "public", false), r(ValuesKind::ConfigMap, "absent", true)],
+        )
+        .await
+        .unwrap();
+        assert_eq!(docs, [json!({"password": "hunter2-secret", "replicas": 3}), json!({"greeting": "hi"})]);
+        assert!(secrets.iter().any(|s| s == "hunter2-secret"), "{secrets:?}");
+
+        let e = values::read(&sa, ns, &[r(ValuesKind::Secret, "someone-elses", false)]).await.unwrap_err();
+        assert!(e.to_string().contains("may not read it"), "{e}");
+        assert!(!e.to_string().contains("not-for-you"), "{e}");
+        let e = values::read(&sa, ns, &[r(ValuesKind::ConfigMap, "absent", false)]).await.unwrap_err();
+        assert!(e.to_string().contains("not found (set optional: true"), "{e}");
+    });
+}

@@ -10,7 +10,7 @@ use support::{Cluster, install_crds};
 #[test]
 fn discovery_knows_built_in_and_custom_kinds_and_their_scope() {
     let cluster = Cluster::start();
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let runtime = support::runtime();
     runtime.block_on(async {
         let client = cluster.client().await;
         let before = ClusterScopes::discover(&client).await.unwrap();

@@ -17,7 +17,7 @@ fn r(kind: ValuesKind, name: &str, optional: bool) -> ValuesReference {
 #[test]
 fn values_are_read_as_the_service_account() {
     let cluster = Cluster::start();
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let runtime = support::runtime();
     runtime.block_on(async {
         let admin = cluster.client().await;
         let ns = "values-test";

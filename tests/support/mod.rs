@@ -499,3 +499,9 @@ where
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// A two-thread Tokio runtime for a test that also uses [`Cluster::start`] (which must be called
+/// outside any runtime).
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime")
+}

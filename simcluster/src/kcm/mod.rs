@@ -46,6 +46,7 @@ pub mod namespace_defaults;
 pub mod node;
 pub mod provisioner;
 pub mod pv;
+pub mod quantity;
 pub mod replicaset;
 pub mod scheduler;
 pub mod statefulset;

@@ -45,35 +45,7 @@ pub(crate) fn controller_ref(owner: &Value, api_version: &str, kind: &str) -> Va
     })
 }
 
-/// Whether `labels` (a JSON object) satisfy a `metav1.LabelSelector`. A missing or null
-/// selector matches nothing; an empty one matches everything.
-pub(crate) fn selector_matches(selector: &Value, labels: &Value) -> bool {
-    if !selector.is_object() {
-        return false;
-    }
-    let get = |k: &str| labels.get(k).and_then(Value::as_str);
-    if let Some(ml) = selector["matchLabels"].as_object()
-        && !ml.iter().all(|(k, v)| v.as_str().is_some() && get(k) == v.as_str())
-    {
-        return false;
-    }
-    for e in selector["matchExpressions"].as_array().into_iter().flatten() {
-        let key = e["key"].as_str().unwrap_or_default();
-        let values: Vec<&str> = e["values"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
-        let v = get(key);
-        let ok = match e["operator"].as_str().unwrap_or_default() {
-            "In" => v.is_some_and(|v| values.contains(&v)),
-            "NotIn" => v.is_none_or(|v| !values.contains(&v)),
-            "Exists" => v.is_some(),
-            "DoesNotExist" => v.is_none(),
-            _ => false,
-        };
-        if !ok {
-            return false;
-        }
-    }
-    true
-}
+use crate::kcm::replicaset::util::selector_matches;
 
 /// Whether the Pod is being deleted.
 pub(crate) fn is_terminating(pod: &Value) -> bool {

@@ -22,5 +22,9 @@ fn discovery_knows_built_in_and_custom_kinds_and_their_scope() {
         install_crds(&client).await;
         let after = ClusterScopes::discover(&client).await.unwrap();
         assert_eq!(after.namespaced("sync.kuvryn.io", "Application"), Some(true));
+        let apps = after.resource("sync.kuvryn.io", "v1alpha1", "Application").expect("served");
+        assert_eq!(apps.plural, "applications");
+        assert_eq!(before.resource("apps", "v1", "Deployment").map(|r| r.plural.as_str()), Some("deployments"));
+        assert!(before.resource("apps", "v1beta1", "Deployment").is_none());
     });
 }

@@ -3,8 +3,6 @@
 
 mod support;
 
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
-use kube::discovery::ApiResource;
 use kuvryn_sync::api::application::{ValuesKind, ValuesReference};
 use kuvryn_sync::render::values;
 use serde_json::json;
@@ -24,19 +22,7 @@ fn values_are_read_as_the_service_account() {
         let apply = |obj: serde_json::Value| {
             let admin = admin.clone();
             async move {
-                let (group, version) = match obj["apiVersion"].as_str().unwrap().split_once('/') {
-                    Some((g, v)) => (g.to_string(), v.to_string()),
-                    None => (String::new(), obj["apiVersion"].as_str().unwrap().to_string()),
-                };
-                let kind = obj["kind"].as_str().unwrap().to_string();
-                let plural = format!("{}s", kind.to_lowercase());
-                let ar = ApiResource { group: group.clone(), version: version.clone(), api_version: obj["apiVersion"].as_str().unwrap().into(), kind, plural };
-                let api: Api<DynamicObject> = match obj["metadata"]["namespace"].as_str() {
-                    Some(n) => Api::namespaced_with(admin, n, &ar),
-                    None => Api::all_with(admin, &ar),
-                };
-                let name = obj["metadata"]["name"].as_str().unwrap().to_string();
-                api.patch(&name, &PatchParams::apply("test").force(), &Patch::Apply(&obj)).await.unwrap();
+                support::apply_as(&admin, "test", &obj).await;
             }
         };
         apply(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})).await;

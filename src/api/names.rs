@@ -50,6 +50,8 @@ pub mod annotations {
     /// Ask for an immediate reconcile: any new value (conventionally a timestamp) triggers one;
     /// the value handled last is echoed in `status.lastHandledReconcileAt`.
     pub const RECONCILE_REQUESTED_AT: &str = "sync.kuvryn.io/reconcile-requested-at";
+    /// On Revisions: when the controller created it, to the nanosecond (history order).
+    pub const CREATED_AT: &str = "sync.kuvryn.io/created-at";
 
     /// Manual approval (`ksync sync`): the plan digest approved.
     pub const APPROVED_PLAN: &str = "sync.kuvryn.io/approved-plan";

@@ -59,6 +59,39 @@ pub struct RunArgs {
     /// This replica's name in Events (the Pod name).
     #[arg(long, env = "POD_NAME")]
     pub instance: Option<String>,
+
+    /// The `helm` (v4) binary rendering Helm charts.
+    #[arg(long, env = "KSYNC_HELM", default_value = "helm")]
+    pub helm: PathBuf,
+
+    /// The `kubectl` binary rendering Kustomize overlays (`kubectl kustomize`).
+    #[arg(long, env = "KSYNC_KUBECTL", default_value = "kubectl")]
+    pub kubectl: PathBuf,
+
+    /// Kill a renderer after this long.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    pub render_timeout: std::time::Duration,
+
+    /// Most bytes a renderer may output.
+    #[arg(long, default_value_t = 64 * 1024 * 1024)]
+    pub render_max_output_bytes: u64,
+
+    /// Rendered desired states kept in memory (an Application whose path did not change is not
+    /// rendered again).
+    #[arg(long, default_value_t = 1024)]
+    pub render_cache_entries: u64,
+
+    /// How often an Application is reconciled again without a trigger.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub drift_resync_interval: std::time::Duration,
+
+    /// Applications reconciled at once.
+    #[arg(long, default_value_t = 8)]
+    pub concurrent_applications: u16,
+}
+
+fn parse_duration(s: &str) -> std::result::Result<std::time::Duration, String> {
+    crate::api::duration::parse(s)
 }
 
 /// Parse the process arguments and run.
@@ -97,8 +130,10 @@ fn run_controllers(args: RunArgs) -> Result<()> {
                 .install()
                 .map_err(|e| Error::Startup(format!("serving metrics on {addr}: {e}")))?;
         }
-        let client = kube::Client::try_default()
+        let kube_config = kube::Config::infer()
             .await
+            .map_err(|e| Error::Startup(format!("loading the Kubernetes client configuration: {e}")))?;
+        let client = kube::Client::try_from(kube_config.clone())
             .map_err(|e| Error::Startup(format!("connecting to the Kubernetes API: {e}")))?;
         let config = crate::source::CacheConfig {
             dir: args.git_cache_dir.clone(),
@@ -106,18 +141,44 @@ fn run_controllers(args: RunArgs) -> Result<()> {
             limits: crate::source::Limits { max_files: args.git_max_files, max_bytes: args.git_max_bytes },
         };
         let cache = crate::source::GitCache::new(config).map_err(|e| Error::Startup(e.to_string()))?;
-        let ctx = std::sync::Arc::new(crate::controller::repository::Context::new(client, cache, args.instance));
-        tracing::info!(git_cache_dir = %args.git_cache_dir.display(), "starting the Repository controller");
+        let renderer = crate::render::Renderer::new(
+            crate::render::Tools { helm: args.helm.clone(), kubectl: args.kubectl.clone() },
+            crate::render::Limits { timeout: args.render_timeout, max_output_bytes: args.render_max_output_bytes },
+            args.render_cache_entries,
+        );
+        let repositories = std::sync::Arc::new(crate::controller::repository::Context::new(
+            client,
+            cache.clone(),
+            args.instance.clone(),
+        ));
+        let settings = crate::controller::application::Settings {
+            resync: args.drift_resync_interval,
+            concurrency: args.concurrent_applications.max(1),
+            ..Default::default()
+        };
+        let applications = std::sync::Arc::new(
+            crate::controller::application::Context::new(kube_config, cache, renderer, args.instance, settings)
+                .map_err(|e| Error::Startup(format!("connecting to the Kubernetes API: {e}")))?,
+        );
+        tracing::info!(git_cache_dir = %args.git_cache_dir.display(), "starting the Repository and Application controllers");
         let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
             .map_err(|e| Error::Startup(format!("installing the SIGTERM handler: {e}")))?;
-        crate::controller::repository::run(ctx, async move {
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
             tokio::select! {
                 _ = tokio::signal::ctrl_c() => {}
                 _ = terminate.recv() => {}
             }
             tracing::info!("shutting down");
-        })
-        .await;
+            let _ = stop.send(true);
+        });
+        let on_stop = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+            let _ = rx.wait_for(|s| *s).await;
+        };
+        tokio::join!(
+            crate::controller::repository::run(repositories, on_stop(stopped.clone())),
+            crate::controller::application::run(applications, on_stop(stopped)),
+        );
         Ok(())
     })
 }

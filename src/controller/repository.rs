@@ -211,24 +211,9 @@ async fn sync(
             retryable: false,
         }));
     };
-    let credentials = match &repo.spec.secret_ref {
-        None => Credentials::default(),
-        Some(r) => {
-            let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(ctx.client.clone(), ns);
-            match secrets.get_opt(&r.name).await {
-                Ok(Some(s)) => Credentials::from_secret_data(
-                    &s.data.unwrap_or_default().into_iter().map(|(k, v)| (k, v.0)).collect(),
-                ),
-                Ok(None) => {
-                    return Ok(Err(Failure {
-                        reason: names::reasons::SOURCE_FAILURE,
-                        message: format!("the credentials Secret {:?} (spec.secretRef) does not exist", r.name),
-                        retryable: true,
-                    }));
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
+    let credentials = match credentials(&ctx.client, ns, repo.spec.secret_ref.as_ref()).await? {
+        Ok(c) => c,
+        Err(message) => return Ok(Err(Failure { reason: names::reasons::SOURCE_FAILURE, message, retryable: true })),
     };
     let timeout = crate::api::duration::parse(&repo.spec.timeout).unwrap_or(Duration::from_secs(60));
     let url = &repo.spec.url;
@@ -425,6 +410,23 @@ async fn sync(
         if declared.len() == 1 { "" } else { "s" },
         paths.join(", ")
     )))
+}
+
+/// The credentials of a Repository (`spec.secretRef`), read as the controller; a missing Secret
+/// is the inner error, with a message to report.
+pub async fn credentials(
+    client: &Client,
+    ns: &str,
+    secret_ref: Option<&crate::api::common::LocalObjectReference>,
+) -> Result<Result<Credentials, String>, kube::Error> {
+    let Some(r) = secret_ref else { return Ok(Ok(Credentials::default())) };
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), ns);
+    Ok(match secrets.get_opt(&r.name).await? {
+        Some(s) => {
+            Ok(Credentials::from_secret_data(&s.data.unwrap_or_default().into_iter().map(|(k, v)| (k, v.0)).collect()))
+        }
+        None => Err(format!("the credentials Secret {:?} (spec.secretRef) does not exist", r.name)),
+    })
 }
 
 fn bounded_list(names: &[String]) -> String {

@@ -4,10 +4,12 @@
 //! - [`diff`]: normalized comparison of desired and live objects (only managed fields);
 //! - [`order`]: the static apply order;
 //! - [`build`]: the deterministic plan and its digest;
+//! - [`inventory`]: the labels of managed objects and history retention;
 //! - [`revision`]: Revision identity, the desired-state hash and the bounded plan stored on a
 //!   Revision.
 
 pub mod diff;
+pub mod inventory;
 pub mod order;
 pub mod revision;
 pub mod validate;

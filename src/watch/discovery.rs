@@ -1,16 +1,29 @@
-//! API discovery: which kinds the cluster serves and whether each is namespaced, for validation
-//! ([`crate::plan::validate::Scopes`]). A kind missing from a snapshot (for example a CRD
-//! installed a moment ago) is looked up again once by refreshing.
+//! API discovery: which kinds the cluster serves, whether each is namespaced (for validation,
+//! [`crate::plan::validate::Scopes`]) and the resource to address each served version by (for
+//! reading live objects and applying). A kind missing from a snapshot (for example a CRD
+//! installed a moment ago) is looked up again by the caller refreshing the snapshot.
 
 use std::collections::BTreeMap;
 
 use kube::Client;
+use kube::core::ApiResource;
 use kube::discovery::{Discovery, Scope};
 
-/// A snapshot of the served kinds: (group, kind) → namespaced.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// A snapshot of the served kinds.
+#[derive(Clone, Debug, Default)]
 pub struct ClusterScopes {
+    /// (group, kind) → namespaced.
     kinds: BTreeMap<(String, String), bool>,
+    /// (group, version, kind) → the resource.
+    resources: BTreeMap<(String, String, String), ApiResource>,
+}
+
+impl PartialEq for ClusterScopes {
+    fn eq(&self, other: &Self) -> bool {
+        self.kinds == other.kinds
+            && self.resources.len() == other.resources.len()
+            && self.resources.iter().zip(other.resources.iter()).all(|(a, b)| a.0 == b.0 && a.1.plural == b.1.plural)
+    }
 }
 
 impl ClusterScopes {
@@ -18,6 +31,7 @@ impl ClusterScopes {
     pub async fn discover(client: &Client) -> Result<ClusterScopes, kube::Error> {
         let discovery = Discovery::new(client.clone()).run().await?;
         let mut kinds = BTreeMap::new();
+        let mut resources = BTreeMap::new();
         for group in discovery.groups() {
             for (resource, caps) in group.recommended_resources() {
                 kinds.insert((resource.group.clone(), resource.kind.clone()), caps.scope == Scope::Namespaced);
@@ -27,10 +41,14 @@ impl ClusterScopes {
                     kinds
                         .entry((resource.group.clone(), resource.kind.clone()))
                         .or_insert(caps.scope == Scope::Namespaced);
+                    resources.insert(
+                        (resource.group.clone(), resource.version.clone(), resource.kind.clone()),
+                        resource.clone(),
+                    );
                 }
             }
         }
-        Ok(ClusterScopes { kinds })
+        Ok(ClusterScopes { kinds, resources })
     }
 
     /// How many kinds are known.
@@ -41,6 +59,11 @@ impl ClusterScopes {
     /// Whether no kind is known.
     pub fn is_empty(&self) -> bool {
         self.kinds.is_empty()
+    }
+
+    /// The resource serving `group/version` `kind`, when the cluster serves it.
+    pub fn resource(&self, group: &str, version: &str, kind: &str) -> Option<&ApiResource> {
+        self.resources.get(&(group.to_string(), version.to_string(), kind.to_string()))
     }
 }
 

@@ -505,3 +505,24 @@ where
 pub fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime")
 }
+
+/// Server-side apply `obj` (any kind; the plural is the lower-cased kind plus `s`) as `manager`,
+/// forcing conflicts; returns the applied object.
+pub async fn apply_as(client: &kube::Client, manager: &str, obj: &serde_json::Value) -> serde_json::Value {
+    use kube::api::{Api, DynamicObject, Patch, PatchParams};
+    let api_version = obj["apiVersion"].as_str().expect("apiVersion");
+    let (group, version) = match api_version.split_once('/') {
+        Some((g, v)) => (g.to_string(), v.to_string()),
+        None => (String::new(), api_version.to_string()),
+    };
+    let kind = obj["kind"].as_str().expect("kind").to_string();
+    let plural = format!("{}s", kind.to_lowercase());
+    let ar = kube::discovery::ApiResource { group, version, api_version: api_version.into(), kind, plural };
+    let api: Api<DynamicObject> = match obj["metadata"]["namespace"].as_str() {
+        Some(n) => Api::namespaced_with(client.clone(), n, &ar),
+        None => Api::all_with(client.clone(), &ar),
+    };
+    let name = obj["metadata"]["name"].as_str().expect("name").to_string();
+    let applied = api.patch(&name, &PatchParams::apply(manager).force(), &Patch::Apply(obj)).await.expect("apply");
+    serde_json::to_value(applied).expect("json")
+}

@@ -1,0 +1,384 @@
+//! Reading the live state a plan compares against, as the Application's service account:
+//!
+//! - the live object of every desired object (a `GET`; absent means Create);
+//! - a server-side dry-run apply of every desired object that exists, with our field manager,
+//!   so defaults and normalization come from the API server itself (as fluxcd/pkg `ssa` does);
+//!   a `409` lists the conflicting fields and their managers; under conflict policy `adopt` a
+//!   forced dry run gives the candidate;
+//! - every object labelled as managed by the Application, across every kind in
+//!   `status.managedKinds` and every desired kind (metadata only: prune candidates).
+//!
+//! Nothing here writes: every request is a read or a dry run.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use futures_util::StreamExt;
+use kube::Client;
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
+use kube::core::ApiResource;
+use serde_json::{Value, json};
+
+use crate::api::common::GroupVersionKind;
+use crate::api::names;
+use crate::plan::{Conflict, validate};
+use crate::watch::discovery::ClusterScopes;
+
+/// Requests in flight at once per Application.
+const CONCURRENCY: usize = 8;
+/// Page size of managed-object lists.
+const PAGE: u32 = 500;
+
+/// What was read.
+#[derive(Debug, Default)]
+pub struct Live {
+    /// Live objects matching desired ones, by identity.
+    pub live: BTreeMap<String, Value>,
+    /// Dry-run results, by identity.
+    pub dry_run: BTreeMap<String, Value>,
+    /// Conflicting fields, by identity.
+    pub conflicts: BTreeMap<String, Vec<Conflict>>,
+    /// Objects labelled as managed (metadata only, with apiVersion and kind).
+    pub managed: Vec<Value>,
+}
+
+/// Why the live state could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The service account may not do something the plan needs (the API's own message).
+    #[error("{0}")]
+    Forbidden(String),
+    /// The API server refused desired objects (invalid): every one listed.
+    #[error("{}", .0.join("; "))]
+    Invalid(Vec<String>),
+    /// Another API failure (retried with back-off).
+    #[error("{0}")]
+    Api(#[from] kube::Error),
+}
+
+fn what(obj: &Value) -> String {
+    let kind = obj["kind"].as_str().unwrap_or_default();
+    let name = obj["metadata"]["name"].as_str().unwrap_or_default();
+    match obj["metadata"]["namespace"].as_str() {
+        Some(ns) if !ns.is_empty() => format!("{kind} {ns}/{name}"),
+        _ => format!("{kind} {name}"),
+    }
+}
+
+fn api_for(client: &Client, resource: &ApiResource, namespace: Option<&str>) -> Api<DynamicObject> {
+    match namespace {
+        Some(ns) if !ns.is_empty() => Api::namespaced_with(client.clone(), ns, resource),
+        _ => Api::all_with(client.clone(), resource),
+    }
+}
+
+fn resource_of<'a>(scopes: &'a ClusterScopes, obj: &Value) -> Option<&'a ApiResource> {
+    let av = obj["apiVersion"].as_str()?;
+    let version = av.rsplit('/').next()?;
+    scopes.resource(validate::group_of(av), version, obj["kind"].as_str()?)
+}
+
+/// The conflicts of a `409` apply: each cause's field and the manager its message names
+/// (`conflict with "kubectl" using v1`).
+pub fn conflicts_of(status: &kube::core::Status) -> Vec<Conflict> {
+    let mut out: Vec<Conflict> = status
+        .details
+        .iter()
+        .flat_map(|d| d.causes.iter())
+        .filter(|c| c.reason == "FieldManagerConflict" || c.message.starts_with("conflict with"))
+        .map(|c| Conflict { field: c.field.clone(), manager: manager_of(&c.message) })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+fn manager_of(message: &str) -> String {
+    let rest = message.trim_start_matches("conflict with").trim_start();
+    if let Some(quoted) = rest.strip_prefix('"') {
+        let mut out = String::new();
+        let mut chars = quoted.chars();
+        while let Some(c) = chars.next() {
+            match c {
+                '\\' => out.extend(chars.next()),
+                '"' => return out,
+                c => out.push(c),
+            }
+        }
+        out
+    } else {
+        rest.split_whitespace().next().unwrap_or_default().to_string()
+    }
+}
+
+fn api_message(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => s.message.clone(),
+        other => other.to_string(),
+    }
+}
+
+enum One {
+    Absent,
+    Present { live: Value, dry_run: Option<Value>, conflicts: Vec<Conflict> },
+}
+
+async fn one(client: &Client, resource: &ApiResource, desired: &Value, adopt: bool) -> Result<One, Error> {
+    let ns = desired["metadata"]["namespace"].as_str();
+    let name = desired["metadata"]["name"].as_str().unwrap_or_default();
+    let api = api_for(client, resource, ns);
+    let live = match api.get_opt(name).await {
+        Ok(None) => return Ok(One::Absent),
+        Ok(Some(o)) => serde_json::to_value(o).unwrap_or_default(),
+        Err(kube::Error::Api(s)) if s.code == 403 => {
+            return Err(Error::Forbidden(format!("reading {}: {}", what(desired), s.message)));
+        }
+        // A namespace that does not exist yet holds nothing.
+        Err(kube::Error::Api(s)) if s.code == 404 => return Ok(One::Absent),
+        Err(e) => return Err(e.into()),
+    };
+    let params = PatchParams::apply(names::FIELD_MANAGER).dry_run();
+    let (dry_run, conflicts) = match api.patch(name, &params, &Patch::Apply(desired)).await {
+        Ok(o) => (Some(serde_json::to_value(o).unwrap_or_default()), Vec::new()),
+        Err(kube::Error::Api(s)) if s.code == 409 => {
+            let conflicts = conflicts_of(&s);
+            let forced = if adopt {
+                match api.patch(name, &params.clone().force(), &Patch::Apply(desired)).await {
+                    Ok(o) => Some(serde_json::to_value(o).unwrap_or_default()),
+                    Err(e) => return Err(refused(desired, e)),
+                }
+            } else {
+                None
+            };
+            (forced, conflicts)
+        }
+        Err(e) => return Err(refused(desired, e)),
+    };
+    Ok(One::Present { live, dry_run, conflicts })
+}
+
+fn refused(desired: &Value, e: kube::Error) -> Error {
+    match e {
+        kube::Error::Api(s) if s.code == 403 => {
+            Error::Forbidden(format!("dry-run apply of {}: {}", what(desired), s.message))
+        }
+        kube::Error::Api(s) if matches!(s.code, 400 | 422) => {
+            Error::Invalid(vec![format!("{}: the API server refused it: {}", what(desired), s.message)])
+        }
+        e => Error::Api(e),
+    }
+}
+
+/// Read the live objects and dry-run results of `desired`. Objects of kinds the cluster does
+/// not serve yet (a CRD in the same plan) are absent.
+pub async fn read_desired(
+    client: &Client,
+    scopes: &ClusterScopes,
+    desired: &[Value],
+    adopt: bool,
+    out: &mut Live,
+) -> Result<(), Error> {
+    let requests: Vec<_> = desired
+        .iter()
+        .map(|d| async move {
+            let id = validate::identity(d);
+            match resource_of(scopes, d) {
+                None => (id, Ok(One::Absent)),
+                Some(r) => (id, one(client, r, d, adopt).await),
+            }
+        })
+        .collect();
+    let results: Vec<(String, Result<One, Error>)> =
+        futures_util::stream::iter(requests).buffer_unordered(CONCURRENCY).collect().await;
+    let mut invalid = Vec::new();
+    let mut first_error = None;
+    for (id, r) in results {
+        match r {
+            Ok(One::Absent) => {}
+            Ok(One::Present { live, dry_run, conflicts }) => {
+                out.live.insert(id.clone(), live);
+                if let Some(d) = dry_run {
+                    out.dry_run.insert(id.clone(), d);
+                }
+                if !conflicts.is_empty() {
+                    out.conflicts.insert(id, conflicts);
+                }
+            }
+            Err(Error::Invalid(v)) => invalid.extend(v),
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    if let Some(e) = first_error {
+        return Err(e);
+    }
+    if !invalid.is_empty() {
+        invalid.sort();
+        return Err(Error::Invalid(invalid));
+    }
+    Ok(())
+}
+
+/// The kinds to search for managed objects: `status.managedKinds` and the desired kinds, one
+/// version per group and kind (the recorded one first).
+pub fn kinds_to_search(managed_kinds: &[GroupVersionKind], desired: &[Value]) -> Vec<GroupVersionKind> {
+    let mut seen = BTreeSet::new();
+    let mut out = Vec::new();
+    let desired_kinds = desired.iter().filter_map(|o| {
+        let av = o["apiVersion"].as_str()?;
+        Some(GroupVersionKind {
+            group: validate::group_of(av).to_string(),
+            version: av.rsplit('/').next()?.to_string(),
+            kind: o["kind"].as_str()?.to_string(),
+        })
+    });
+    for k in managed_kinds.iter().cloned().chain(desired_kinds) {
+        if seen.insert((k.group.clone(), k.kind.clone())) {
+            out.push(k);
+        }
+    }
+    out.sort_by(|a, b| (&a.group, &a.kind).cmp(&(&b.group, &b.kind)));
+    out
+}
+
+async fn list_meta(
+    api: &Api<DynamicObject>,
+    selector: &str,
+    out: &mut Vec<Value>,
+    r: &ApiResource,
+) -> kube::Result<()> {
+    let mut params = ListParams::default().labels(selector).limit(PAGE);
+    loop {
+        let page = api.list_metadata(&params).await?;
+        for item in page.items {
+            out.push(json!({"apiVersion": r.api_version, "kind": r.kind, "metadata": item.metadata}));
+        }
+        match page.metadata.continue_ {
+            Some(c) if !c.is_empty() => params = params.continue_token(&c),
+            _ => return Ok(()),
+        }
+    }
+}
+
+/// Every object labelled with `selector` across `kinds`. Namespaced kinds are listed across
+/// the cluster, or, when the service account may not, in each of `namespaces`.
+pub async fn read_managed(
+    client: &Client,
+    scopes: &ClusterScopes,
+    kinds: &[GroupVersionKind],
+    selector: &str,
+    namespaces: &BTreeSet<String>,
+    out: &mut Live,
+) -> Result<(), Error> {
+    let requests: Vec<_> = kinds
+        .iter()
+        .map(|k| async move {
+            let mut found = Vec::new();
+            let Some(r) = scopes.resource(&k.group, &k.version, &k.kind) else { return Ok(found) };
+            let namespaced = crate::plan::validate::Scopes::namespaced(scopes, &k.group, &k.kind).unwrap_or(true);
+            let all = Api::<DynamicObject>::all_with(client.clone(), r);
+            match list_meta(&all, selector, &mut found, r).await {
+                Ok(()) => return Ok(found),
+                Err(kube::Error::Api(s)) if s.code == 403 && namespaced => {}
+                Err(kube::Error::Api(s)) if s.code == 403 => {
+                    return Err(Error::Forbidden(format!("listing {} managed objects: {}", k.kind, s.message)));
+                }
+                // A kind that is no longer served holds nothing.
+                Err(kube::Error::Api(s)) if s.code == 404 => return Ok(found),
+                Err(e) => return Err(e.into()),
+            }
+            for ns in namespaces {
+                let api = Api::<DynamicObject>::namespaced_with(client.clone(), ns, r);
+                match list_meta(&api, selector, &mut found, r).await {
+                    Ok(()) => {}
+                    Err(e @ kube::Error::Api(_)) if matches!(&e, kube::Error::Api(s) if s.code == 403) => {
+                        return Err(Error::Forbidden(format!(
+                            "listing {} managed objects in {ns}: {}",
+                            k.kind,
+                            api_message(&e)
+                        )));
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            Ok(found)
+        })
+        .collect();
+    let lists: Vec<Result<Vec<Value>, Error>> =
+        futures_util::stream::iter(requests).buffer_unordered(CONCURRENCY).collect().await;
+    for l in lists {
+        out.managed.extend(l?);
+    }
+    Ok(())
+}
+
+/// Read everything the plan needs.
+pub async fn read(
+    client: &Client,
+    scopes: &ClusterScopes,
+    desired: &[Value],
+    managed_kinds: &[GroupVersionKind],
+    selector: &str,
+    namespaces: &BTreeSet<String>,
+    adopt: bool,
+) -> Result<Live, Error> {
+    let mut out = Live::default();
+    read_desired(client, scopes, desired, adopt, &mut out).await?;
+    let kinds = kinds_to_search(managed_kinds, desired);
+    read_managed(client, scopes, &kinds, selector, namespaces, &mut out).await?;
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::core::response::{StatusCause, StatusDetails};
+
+    #[test]
+    fn conflicts_name_each_field_and_its_manager() {
+        let status = kube::core::Status {
+            code: 409,
+            message: "Apply failed with 2 conflicts".into(),
+            details: Some(StatusDetails {
+                causes: vec![
+                    StatusCause {
+                        reason: "FieldManagerConflict".into(),
+                        message: "conflict with \"kubectl-edit\" using v1".into(),
+                        field: ".data.b".into(),
+                    },
+                    StatusCause {
+                        reason: "FieldManagerConflict".into(),
+                        message: "conflict with \"helm\"".into(),
+                        field: ".data.a".into(),
+                    },
+                ],
+                name: "a".into(),
+                group: String::new(),
+                kind: "configmaps".into(),
+                uid: String::new(),
+                retry_after_seconds: 0,
+            }),
+            ..Default::default()
+        };
+        assert_eq!(
+            conflicts_of(&status),
+            vec![
+                Conflict { field: ".data.a".into(), manager: "helm".into() },
+                Conflict { field: ".data.b".into(), manager: "kubectl-edit".into() },
+            ]
+        );
+        assert_eq!(manager_of(r#"conflict with "a \"b\"" with subresource "status""#), r#"a "b""#);
+    }
+
+    #[test]
+    fn searched_kinds_are_the_inventory_and_the_desired_kinds() {
+        let inv = vec![GroupVersionKind { group: "apps".into(), version: "v1".into(), kind: "Deployment".into() }];
+        let desired = vec![
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}}),
+            json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"}}),
+        ];
+        let kinds = kinds_to_search(&inv, &desired);
+        let names: Vec<_> = kinds.iter().map(|k| format!("{}/{}/{}", k.group, k.version, k.kind)).collect();
+        assert_eq!(names, vec!["/v1/ConfigMap", "apps/v1/Deployment"]);
+    }
+}

@@ -1,0 +1,771 @@
+//! The Application controller: from Git to a deterministic plan stored on a Revision.
+//!
+//! # Expected flow
+//! 1. `spec.suspend`: `Ready=False` (`Suspended`), nothing else.
+//! 2. Resolve the source: the Repository's `status.revision.commit`, or `spec.source.revision`
+//!    (a commit, branch or tag of the same repository, resolved at most once per the
+//!    Repository's interval). The commit is made present in the shared [`GitCache`] (no
+//!    network when it already is).
+//! 3. The Revision of the identity (Application, commit, path, render settings, service
+//!    account) is created when missing, owned by the Application, labelled with its name.
+//! 4. Materialize the source path, read Helm `valuesFrom` and render, both as the
+//!    Application's service account (impersonation).
+//! 5. Validate against API discovery; label every object as managed by the Application.
+//! 6. Read the live objects, server-side dry-run applies of those that exist (conflicts), and
+//!    the managed objects across `status.managedKinds` and the desired kinds, as the service
+//!    account ([`live`]).
+//! 7. Build the plan ([`crate::plan::build`]), store it bounded on the Revision with
+//!    `spec.desiredStateHash`, delete Revisions beyond `spec.history.limit` (oldest first,
+//!    never the desired one nor held ones).
+//! 8. Application status: `desiredRevision`, `sync` (OutOfSync when the plan changes
+//!    something), conditions; a Warning Event whenever the failure message changes.
+//!
+//! # Guarantees
+//! - Nothing here writes to managed resources: every request against them is a read or a dry
+//!   run. Applying comes with the rollout.
+//! - A render, validation or API failure is reported on the Revision (`status.failure`, phase
+//!   `Failed`) and on the Application (`Ready=False` with the reason: `SourceFailure`,
+//!   `RenderFailure`, `ValidationFailure`, `ApplyFailure` for what the service account may
+//!   not read), with every problem listed; retrying failures are retried, others wait for a
+//!   change.
+//! - The controller never uses its own permissions for the Application's objects or values.
+//! - Secret values (from `valuesFrom` Secrets and desired Secrets) never reach status, Events
+//!   or logs: messages are redacted, and plans show only which keys changed.
+
+pub mod live;
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::{self, Action, Controller};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Client, Resource, ResourceExt};
+use serde_json::{Value, json};
+
+use crate::api::application::{Application, ApplicationStatus, RenderType, SyncState, SyncStatus};
+use crate::api::conditions::{self, Status};
+use crate::api::names;
+use crate::api::repository::Repository;
+use crate::api::revision::{self as rev, Revision, RevisionPhase, RevisionSource, RevisionSpec};
+use crate::plan::{self, inventory, revision, validate};
+use crate::render::{self, Renderer};
+use crate::source::{GitCache, Reference};
+use crate::watch::discovery::ClusterScopes;
+
+/// The shard label value until sharding assigns one.
+pub const DEFAULT_SHARD: &str = "0";
+
+/// Tunables.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// How often a planned Application is reconciled again without a trigger.
+    pub resync: Duration,
+    /// Applications reconciled at once.
+    pub concurrency: u16,
+    /// Validation limits.
+    pub validate: validate::Limits,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings { resync: Duration::from_secs(300), concurrency: 8, validate: validate::Limits::default() }
+    }
+}
+
+/// What the controller needs.
+pub struct Context {
+    /// The API client (the controller's own identity: Applications, Revisions, Repositories).
+    pub client: Client,
+    /// The configuration impersonating clients are derived from.
+    config: kube::Config,
+    /// The shared Git cache.
+    pub cache: GitCache,
+    /// Renders, with its cache.
+    pub renderer: Renderer,
+    /// Publishes Events.
+    pub recorder: Recorder,
+    /// Tunables.
+    pub settings: Settings,
+    scopes: tokio::sync::Mutex<Option<(Instant, Arc<ClusterScopes>)>>,
+    clients: Mutex<HashMap<(String, String), Client>>,
+    resolved: Mutex<HashMap<(String, String), (Instant, String)>>,
+}
+
+impl Context {
+    /// A context acting as `config`'s identity, reporting Events from `instance`.
+    pub fn new(
+        config: kube::Config,
+        cache: GitCache,
+        renderer: Renderer,
+        instance: Option<String>,
+        settings: Settings,
+    ) -> Result<Context, kube::Error> {
+        let client = Client::try_from(config.clone())?;
+        let reporter = Reporter { controller: names::FIELD_MANAGER.to_string(), instance };
+        Ok(Context {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            config,
+            cache,
+            renderer,
+            settings,
+            scopes: Default::default(),
+            clients: Default::default(),
+            resolved: Default::default(),
+        })
+    }
+
+    /// A client acting as `system:serviceaccount:<ns>:<sa>` (kept per service account).
+    fn client_for(&self, ns: &str, sa: &str) -> Result<Client, kube::Error> {
+        let key = (ns.to_string(), sa.to_string());
+        if let Some(c) = self.clients.lock().expect("clients lock").get(&key) {
+            return Ok(c.clone());
+        }
+        let c = render::values::impersonating(&self.config, ns, sa)?;
+        self.clients.lock().expect("clients lock").insert(key, c.clone());
+        Ok(c)
+    }
+
+    /// The discovery snapshot; `refresh` runs discovery again unless it ran in the last
+    /// two seconds (a CRD installed a moment ago).
+    async fn scopes(&self, refresh: bool) -> Result<Arc<ClusterScopes>, kube::Error> {
+        let mut guard = self.scopes.lock().await;
+        match &*guard {
+            Some((at, s)) if !refresh || at.elapsed() < Duration::from_secs(2) => Ok(s.clone()),
+            _ => {
+                let s = Arc::new(ClusterScopes::discover(&self.client).await?);
+                *guard = Some((Instant::now(), s.clone()));
+                Ok(s)
+            }
+        }
+    }
+}
+
+/// Errors that make the controller retry with back-off (API failures of the controller's own
+/// requests; everything about the Application is reported on it instead).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// An API request failed.
+    #[error("API request failed: {0}")]
+    Kube(#[from] kube::Error),
+    /// The object has no namespace.
+    #[error("the Application has no namespace")]
+    NoNamespace,
+}
+
+/// Run the controller until `shutdown` completes.
+pub async fn run(ctx: Arc<Context>, shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static) {
+    let client = ctx.client.clone();
+    let apps: Api<Application> = Api::all(client.clone());
+    let repos: Api<Repository> = Api::all(client);
+    let controller = Controller::new(apps, watcher::Config::default())
+        .with_config(controller::Config::default().concurrency(ctx.settings.concurrency));
+    let store = controller.store();
+    controller
+        .watches(repos, watcher::Config::default(), move |repo: Repository| {
+            let ns = repo.namespace();
+            let name = repo.name_any();
+            store
+                .state()
+                .into_iter()
+                .filter(|a| a.namespace() == ns && a.spec.source.repository == name)
+                .map(|a| ObjectRef::from_obj(&*a))
+                .collect::<Vec<_>>()
+        })
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|r| async move {
+            if let Err(e) = r {
+                tracing::debug!(error = %e, "application reconcile");
+            }
+        })
+        .await;
+}
+
+fn error_policy(app: Arc<Application>, error: &Error, _ctx: Arc<Context>) -> Action {
+    tracing::warn!(application = %app.name_any(), namespace = ?app.namespace(), error = %error, "reconcile failed");
+    Action::requeue(Duration::from_secs(5))
+}
+
+/// How a failed step is reported.
+#[derive(Clone, Debug, PartialEq)]
+struct Failure {
+    reason: &'static str,
+    message: String,
+    retryable: bool,
+}
+
+impl Failure {
+    fn new(reason: &'static str, message: impl Into<String>, retryable: bool) -> Failure {
+        Failure { reason, message: message.into(), retryable }
+    }
+}
+
+/// The resolved source of an Application.
+struct Source {
+    repository: String,
+    url: String,
+    reference: Option<String>,
+    commit: String,
+}
+
+/// What planning produced.
+enum Outcome {
+    Planned { revision: String, commit: String, plan: rev::Plan },
+    Failed { revision: Option<String>, commit: Option<String>, failure: Failure },
+}
+
+/// Reconcile one Application (see the module documentation).
+pub async fn reconcile(app: Arc<Application>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let ns = app.namespace().ok_or(Error::NoNamespace)?;
+    let name = app.name_any();
+    let old = app.status.clone().unwrap_or_default();
+    let mut status = old.clone();
+    status.observed_generation = app.metadata.generation;
+    if let Some(at) = app.annotations().get(names::annotations::RECONCILE_REQUESTED_AT) {
+        status.last_handled_reconcile_at = Some(at.clone());
+    }
+    let generation = app.metadata.generation;
+    let now = Timestamp::now();
+
+    if app.spec.suspend {
+        conditions::remove(&mut status.conditions, names::conditions::RECONCILING);
+        conditions::remove(&mut status.conditions, names::conditions::STALLED);
+        conditions::set(
+            &mut status.conditions,
+            names::conditions::READY,
+            Status::False,
+            names::reasons::SUSPENDED,
+            "reconciliation is suspended (spec.suspend)",
+            generation,
+            now,
+        );
+        write_status(&ctx, &app, &old, &status).await?;
+        return Ok(Action::await_change());
+    }
+
+    let requeue = match plan_app(&app, &ctx, &ns, &name).await? {
+        Outcome::Planned { revision, commit, plan } => {
+            let s = &plan.summary;
+            let changes = s.create + s.update + s.delete;
+            let message = format!(
+                "Revision {revision} planned: {} to create, {} to update, {} to delete, {} unchanged",
+                s.create, s.update, s.delete, s.unchanged
+            );
+            status.sync = Some(SyncStatus {
+                status: if changes > 0 { SyncState::OutOfSync } else { SyncState::Synced },
+                revision: Some(revision.clone()),
+                commit: Some(commit),
+                drifted: Vec::new(),
+            });
+            status.desired_revision = Some(revision);
+            conditions::mark_reconciling(
+                &mut status.conditions,
+                names::reasons::PROGRESSING,
+                &message,
+                generation,
+                now,
+            );
+            Action::requeue(with_jitter(ctx.settings.resync, &name))
+        }
+        Outcome::Failed { revision, commit, failure } => {
+            if let Some(r) = revision {
+                status.desired_revision = Some(r.clone());
+                let sync = status.sync.get_or_insert_with(SyncStatus::default);
+                if sync.revision.as_deref() != Some(r.as_str()) {
+                    *sync = SyncStatus { status: SyncState::Unknown, revision: Some(r), commit, drifted: Vec::new() };
+                }
+            }
+            let previous = conditions::get(&old.conditions, names::conditions::READY).map(|c| c.message.clone());
+            if failure.retryable {
+                conditions::mark_failed(&mut status.conditions, failure.reason, &failure.message, generation, now);
+            } else {
+                conditions::mark_stalled(&mut status.conditions, failure.reason, &failure.message, generation, now);
+            }
+            if previous.as_deref() != Some(failure.message.as_str()) {
+                let related = status.desired_revision.as_deref().map(|r| revision_ref(&ns, r));
+                event(&ctx, &app, related.as_ref(), EventType::Warning, failure.reason, &failure.message).await;
+            }
+            tracing::info!(application = %name, namespace = %ns, reason = failure.reason, message = %failure.message, "application not planned");
+            if failure.retryable {
+                Action::requeue(with_jitter(Duration::from_secs(30), &name))
+            } else {
+                Action::requeue(with_jitter(ctx.settings.resync, &name))
+            }
+        }
+    };
+    write_status(&ctx, &app, &old, &status).await?;
+    Ok(requeue)
+}
+
+fn with_jitter(d: Duration, seed: &str) -> Duration {
+    let nanos =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|t| t.subsec_nanos()).unwrap_or(0);
+    let h = seed.bytes().fold(u64::from(nanos), |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)));
+    d.mul_f64(0.9 + (h % 1000) as f64 / 5000.0)
+}
+
+/// Steps 2 to 7.
+async fn plan_app(app: &Application, ctx: &Context, ns: &str, name: &str) -> Result<Outcome, Error> {
+    let source = match resolve_source(app, ctx, ns).await? {
+        Ok(s) => s,
+        Err(failure) => return Ok(Outcome::Failed { revision: None, commit: None, failure }),
+    };
+    let spec = &app.spec;
+    let identity = revision::Identity {
+        application: name,
+        commit: &source.commit,
+        path: &spec.source.path,
+        render: &spec.source.render,
+        service_account: &spec.service_account_name,
+    };
+    let rev_name = revision::name(&identity);
+    let rev = ensure_revision(ctx, app, ns, &rev_name, &source).await?;
+    let planned = desired_and_plan(app, ctx, ns, name, &source).await?;
+    let api: Api<Revision> = Api::namespaced(ctx.client.clone(), ns);
+    let old_status = rev.status.clone().unwrap_or_default();
+    let mut new_status = old_status.clone();
+    new_status.observed_generation = rev.metadata.generation;
+    let outcome = match planned {
+        Ok((hash, plan)) => {
+            if rev.spec.desired_state_hash.as_deref() != Some(hash.as_str()) {
+                api.patch(
+                    &rev_name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"spec": {"desiredStateHash": hash}})),
+                )
+                .await?;
+            }
+            if matches!(new_status.phase, RevisionPhase::Failed) {
+                new_status.phase = RevisionPhase::Planning;
+            }
+            new_status.failure = None;
+            new_status.plan = Some(plan.clone());
+            Outcome::Planned { revision: rev_name.clone(), commit: source.commit.clone(), plan }
+        }
+        Err(failure) => {
+            new_status.phase = RevisionPhase::Failed;
+            new_status.plan = None;
+            new_status.failure = Some(rev::Failure {
+                reason: failure.reason.to_string(),
+                message: bounded(&failure.message, 4096),
+                retryable: failure.retryable,
+            });
+            Outcome::Failed { revision: Some(rev_name.clone()), commit: Some(source.commit.clone()), failure }
+        }
+    };
+    if new_status != old_status {
+        api.patch_status(
+            &rev_name,
+            &PatchParams::apply(names::STATUS_FIELD_MANAGER).force(),
+            &Patch::Apply(json!({"apiVersion": names::API_VERSION, "kind": "Revision", "status": new_status})),
+        )
+        .await?;
+    }
+    retain_history(ctx, ns, name, &rev_name, spec.history.limit).await?;
+    Ok(outcome)
+}
+
+fn bounded(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max.saturating_sub(3);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &s[..end])
+}
+
+/// `spec.source.revision` as a reference: hex of 7 to 40 digits is a commit, anything else a
+/// branch (then a tag when no branch has that name).
+fn references_of(revision: &str) -> Vec<Reference> {
+    let r = revision.trim();
+    if (7..=40).contains(&r.len()) && r.bytes().all(|b| b.is_ascii_hexdigit()) {
+        vec![Reference::Commit(r.to_ascii_lowercase())]
+    } else if let Some(tag) = r.strip_prefix("refs/tags/") {
+        vec![Reference::Tag(tag.to_string())]
+    } else {
+        let branch = r.strip_prefix("refs/heads/").unwrap_or(r);
+        vec![Reference::Branch(branch.to_string()), Reference::Tag(branch.to_string())]
+    }
+}
+
+/// Step 2. The outer error is an API failure to retry; the inner one is reported.
+async fn resolve_source(app: &Application, ctx: &Context, ns: &str) -> Result<Result<Source, Failure>, Error> {
+    let fail =
+        |message: String, retryable: bool| Ok(Err(Failure::new(names::reasons::SOURCE_FAILURE, message, retryable)));
+    let repos: Api<Repository> = Api::namespaced(ctx.client.clone(), ns);
+    let repo_name = &app.spec.source.repository;
+    let Some(repo) = repos.get_opt(repo_name).await? else {
+        return fail(format!("Repository {repo_name:?} does not exist in namespace {ns}"), true);
+    };
+    let credentials = match super::repository::credentials(&ctx.client, ns, repo.spec.secret_ref.as_ref()).await? {
+        Ok(c) => c,
+        Err(message) => return fail(format!("Repository {repo_name}: {message}"), true),
+    };
+    let url = repo.spec.url.clone();
+    let timeout = crate::api::duration::parse(&repo.spec.timeout).unwrap_or(Duration::from_secs(60));
+    let (reference, commit) = match &app.spec.source.revision {
+        None => match repo.status.as_ref().and_then(|s| s.revision.as_ref()) {
+            Some(r) => (Some(r.reference.clone()), r.commit.clone()),
+            None => {
+                return fail(
+                    format!("Repository {repo_name} has not resolved {} yet", repo.spec.reference.display()),
+                    true,
+                );
+            }
+        },
+        Some(revision) => {
+            let interval = crate::api::duration::parse(&repo.spec.interval).unwrap_or(Duration::from_secs(60));
+            let key = (url.clone(), revision.clone());
+            let recent = ctx.resolved.lock().expect("resolved lock").get(&key).cloned();
+            match recent {
+                Some((at, commit)) if at.elapsed() < interval.mul_f64(0.9) => (Some(revision.clone()), commit),
+                _ => {
+                    let mut last = None;
+                    let mut found = None;
+                    for reference in references_of(revision) {
+                        match ctx.cache.resolve(&url, &reference, &credentials, timeout).await {
+                            Ok(r) => {
+                                found = Some(r.commit);
+                                break;
+                            }
+                            Err(e) => last = Some(e),
+                        }
+                    }
+                    match (found, last) {
+                        (Some(commit), _) => {
+                            ctx.resolved.lock().expect("resolved lock").insert(key, (Instant::now(), commit.clone()));
+                            (Some(revision.clone()), commit)
+                        }
+                        (None, Some(e)) => {
+                            let message = credentials.redact(&format!("spec.source.revision {revision:?}: {e}"));
+                            return fail(message, e.retryable());
+                        }
+                        (None, None) => return fail(format!("spec.source.revision {revision:?} is empty"), false),
+                    }
+                }
+            }
+        }
+    };
+    // Present in this replica's cache (no network when it already is).
+    if let Err(e) = ctx.cache.resolve(&url, &Reference::Commit(commit.clone()), &credentials, timeout).await {
+        return fail(credentials.redact(&format!("fetching commit {commit}: {e}")), e.retryable());
+    }
+    Ok(Ok(Source { repository: repo_name.clone(), url, reference, commit }))
+}
+
+/// Step 3: the Revision of this identity, created when missing.
+async fn ensure_revision(
+    ctx: &Context,
+    app: &Application,
+    ns: &str,
+    rev_name: &str,
+    source: &Source,
+) -> Result<Revision, Error> {
+    let api: Api<Revision> = Api::namespaced(ctx.client.clone(), ns);
+    if let Some(r) = api.get_opt(rev_name).await? {
+        return Ok(r);
+    }
+    let name = app.name_any();
+    let rev = Revision {
+        metadata: ObjectMeta {
+            name: Some(rev_name.to_string()),
+            namespace: Some(ns.to_string()),
+            labels: Some(
+                [
+                    (names::labels::APPLICATION.to_string(), name.clone()),
+                    (names::labels::MANAGED_BY.to_string(), names::labels::MANAGED_BY_VALUE.to_string()),
+                ]
+                .into(),
+            ),
+            annotations: Some([(names::annotations::CREATED_AT.to_string(), Timestamp::now().to_string())].into()),
+            owner_references: Some(vec![OwnerReference {
+                api_version: names::API_VERSION.to_string(),
+                kind: "Application".to_string(),
+                name: name.clone(),
+                uid: app.uid().unwrap_or_default(),
+                controller: Some(true),
+                block_owner_deletion: None,
+            }]),
+            ..Default::default()
+        },
+        spec: RevisionSpec {
+            application: name,
+            source: RevisionSource {
+                repository: source.repository.clone(),
+                url: source.url.clone(),
+                reference: source.reference.clone(),
+                commit: source.commit.clone(),
+                path: app.spec.source.path.clone(),
+            },
+            render: app.spec.source.render.clone(),
+            service_account_name: app.spec.service_account_name.clone(),
+            desired_state_hash: None,
+        },
+        status: None,
+    };
+    match api.create(&PostParams::default(), &rev).await {
+        Ok(created) => {
+            let short = &source.commit[..source.commit.len().min(12)];
+            let subject = ctx.cache.commit_subject(&source.url, &source.commit).await.unwrap_or_default();
+            let note = if subject.is_empty() {
+                format!("Revision {rev_name} for commit {short}")
+            } else {
+                format!("Revision {rev_name} for commit {short}: {subject}")
+            };
+            event(ctx, app, Some(&revision_ref(ns, rev_name)), EventType::Normal, names::events::NEW_REVISION, &note)
+                .await;
+            Ok(created)
+        }
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(api.get(rev_name).await?),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Every string a message must not show: desired Secrets' values.
+fn secret_strings(objects: &[Value]) -> Vec<String> {
+    use base64::Engine;
+    let mut out = Vec::new();
+    for o in objects.iter().filter(|o| o["kind"] == "Secret" && o["apiVersion"] == "v1") {
+        if let Some(data) = o["data"].as_object() {
+            for v in data.values().filter_map(Value::as_str) {
+                if let Ok(bytes) = base64::engine::general_purpose::STANDARD.decode(v) {
+                    out.push(String::from_utf8_lossy(&bytes).to_string());
+                }
+                out.push(v.to_string());
+            }
+        }
+        if let Some(data) = o["stringData"].as_object() {
+            out.extend(data.values().filter_map(Value::as_str).map(str::to_string));
+        }
+    }
+    out
+}
+
+fn redact(message: &str, secrets: &[String]) -> String {
+    let mut secrets: Vec<&String> = secrets.iter().filter(|s| s.len() >= 4).collect();
+    // Longest first, so a value containing another is removed whole.
+    secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    secrets.iter().fold(message.to_string(), |m, s| m.replace(s.as_str(), "<redacted>"))
+}
+
+/// Steps 4 to 7 up to the stored plan: `(desired-state hash, plan)` or what failed.
+async fn desired_and_plan(
+    app: &Application,
+    ctx: &Context,
+    ns: &str,
+    name: &str,
+    source: &Source,
+) -> Result<Result<(String, rev::Plan), Failure>, Error> {
+    let spec = &app.spec;
+    let checkout = match ctx.cache.checkout(&source.url, &source.commit, &spec.source.path).await {
+        Ok(c) => c,
+        Err(e) => return Ok(Err(Failure::new(names::reasons::SOURCE_FAILURE, e.to_string(), e.retryable()))),
+    };
+    let sa_client = ctx.client_for(ns, &spec.service_account_name)?;
+    let render_failure = |e: render::Error| match e {
+        render::Error::Failed { message, retryable } => {
+            Failure::new(names::reasons::RENDER_FAILURE, message, retryable)
+        }
+        render::Error::Internal(m) => Failure::new(names::reasons::RENDER_FAILURE, m, true),
+    };
+    let (values_from, mut secrets) = match (&spec.source.render.type_, &spec.source.render.helm) {
+        (RenderType::Helm, Some(h)) if !h.values_from.is_empty() => {
+            match render::values::read(&sa_client, ns, &h.values_from).await {
+                Ok(v) => v,
+                Err(e) => return Ok(Err(render_failure(e))),
+            }
+        }
+        _ => (Vec::new(), Vec::new()),
+    };
+    let request = render::Request {
+        dir: checkout.path(),
+        tree: Some(checkout.tree.to_string()),
+        render: &spec.source.render,
+        application: name,
+        namespace: &spec.destination.namespace,
+        values_from,
+        secrets: secrets.clone(),
+    };
+    let objects = match ctx.renderer.render(&request).await {
+        Ok(o) => o,
+        Err(e) => return Ok(Err(render_failure(e))),
+    };
+    secrets.extend(secret_strings(&objects));
+    let fail = |reason: &'static str, message: String, retryable: bool| {
+        Ok(Err(Failure::new(reason, redact(&message, &secrets), retryable)))
+    };
+    let mut scopes = ctx.scopes(false).await?;
+    let mut validated = validate::validate(&objects, &spec.destination, &*scopes, ctx.settings.validate);
+    if validated.is_err() {
+        // A kind served since the last discovery (a CRD installed a moment ago).
+        scopes = ctx.scopes(true).await?;
+        validated = validate::validate(&objects, &spec.destination, &*scopes, ctx.settings.validate);
+    }
+    let mut desired = match validated {
+        Ok(v) => v,
+        Err(problems) => {
+            let n = problems.len();
+            let message =
+                format!("{n} problem{} in the desired state: {}", if n == 1 { "" } else { "s" }, problems.join("; "));
+            return fail(names::reasons::VALIDATION_FAILURE, message, false);
+        }
+    };
+    for o in &mut desired {
+        inventory::stamp(o, ns, name, DEFAULT_SHARD);
+    }
+    let hash = revision::desired_state_hash(&desired);
+    let mut namespaces = BTreeSet::from([spec.destination.namespace.clone()]);
+    namespaces.extend(desired.iter().filter_map(|o| o["metadata"]["namespace"].as_str()).map(str::to_string));
+    let managed_kinds = app.status.as_ref().map(|s| s.managed_kinds.clone()).unwrap_or_default();
+    let adopt = spec.sync.conflict_policy == crate::api::application::ConflictPolicy::Adopt;
+    let selector = inventory::selector(ns, name);
+    let read = live::read(&sa_client, &scopes, &desired, &managed_kinds, &selector, &namespaces, adopt).await;
+    let live = match read {
+        Ok(l) => l,
+        Err(live::Error::Forbidden(m)) => {
+            return fail(names::reasons::APPLY_FAILURE, format!("the Application's service account: {m}"), true);
+        }
+        Err(live::Error::Invalid(problems)) => {
+            let n = problems.len();
+            let message = format!(
+                "{n} object{} refused by the API server: {}",
+                if n == 1 { " was" } else { "s were" },
+                problems.join("; ")
+            );
+            return fail(names::reasons::VALIDATION_FAILURE, message, false);
+        }
+        Err(live::Error::Api(e)) => return Err(e.into()),
+    };
+    let inputs = plan::Inputs {
+        live: live.live,
+        dry_run: live.dry_run,
+        managed: live.managed,
+        prune: spec.sync.prune,
+        conflicts: live.conflicts,
+    };
+    let plan = plan::build(&desired, &inputs);
+    Ok(Ok((hash, revision::stored(&plan, adopt))))
+}
+
+/// Delete Revisions beyond the history limit, oldest first (never `current`, never held ones).
+async fn retain_history(ctx: &Context, ns: &str, app: &str, current: &str, limit: i32) -> Result<(), Error> {
+    let api: Api<Revision> = Api::namespaced(ctx.client.clone(), ns);
+    let list = api.list(&ListParams::default().labels(&format!("{}={app}", names::labels::APPLICATION))).await?;
+    let kept: Vec<inventory::Kept> = list
+        .items
+        .iter()
+        .filter(|r| r.spec.application == app)
+        .map(|r| inventory::Kept {
+            name: r.name_any(),
+            created: r
+                .annotations()
+                .get(names::annotations::CREATED_AT)
+                .and_then(|a| a.parse().ok())
+                .or_else(|| r.metadata.creation_timestamp.as_ref().map(|t| t.0))
+                .unwrap_or_default(),
+            held: r.status.as_ref().is_some_and(|s| conditions::is_true(&s.conditions, names::conditions::ROLLED_BACK)),
+        })
+        .collect();
+    for name in inventory::expired(&kept, current, usize::try_from(limit).unwrap_or(1)) {
+        match api.delete(&name, &DeleteParams::default()).await {
+            Ok(_) => tracing::info!(revision = %name, namespace = %ns, "history limit: deleted Revision"),
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// A reference to the Revision `name` in `ns` (no uid or resourceVersion, so it is stable).
+fn revision_ref(ns: &str, name: &str) -> ObjectReference {
+    ObjectReference {
+        api_version: Some(names::API_VERSION.to_string()),
+        kind: Some("Revision".to_string()),
+        name: Some(name.to_string()),
+        namespace: Some(ns.to_string()),
+        ..Default::default()
+    }
+}
+
+/// Publish an Event about `app`. `related` (the Revision concerned) is part of the recorder's
+/// aggregation key, so Events about different Revisions are never merged into one series.
+async fn event(
+    ctx: &Context,
+    app: &Application,
+    related: Option<&ObjectReference>,
+    type_: EventType,
+    reason: &str,
+    note: &str,
+) {
+    let ev = Event {
+        type_,
+        reason: reason.to_string(),
+        note: Some(note.chars().take(1024).collect()),
+        action: "Plan".to_string(),
+        secondary: related.cloned(),
+    };
+    if let Err(e) = ctx.recorder.publish(&ev, &app.object_ref(&())).await {
+        tracing::debug!(error = %e, "publishing an Event");
+    }
+}
+
+async fn write_status(
+    ctx: &Context,
+    app: &Application,
+    old: &ApplicationStatus,
+    new: &ApplicationStatus,
+) -> Result<(), Error> {
+    if old == new {
+        return Ok(());
+    }
+    let api: Api<Application> = Api::namespaced(ctx.client.clone(), &app.namespace().unwrap_or_default());
+    api.patch_status(
+        &app.name_any(),
+        &PatchParams::apply(names::STATUS_FIELD_MANAGER).force(),
+        &Patch::Apply(json!({"apiVersion": names::API_VERSION, "kind": "Application", "status": new})),
+    )
+    .await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn source_revisions_are_commits_branches_or_tags() {
+        assert_eq!(references_of("0123abc"), vec![Reference::Commit("0123abc".into())]);
+        assert_eq!(references_of("ABCDEF0123"), vec![Reference::Commit("abcdef0123".into())]);
+        assert_eq!(references_of("main"), vec![Reference::Branch("main".into()), Reference::Tag("main".into())]);
+        assert_eq!(references_of("refs/tags/v1.2.0"), vec![Reference::Tag("v1.2.0".into())]);
+        assert_eq!(
+            references_of("refs/heads/release"),
+            vec![Reference::Branch("release".into()), Reference::Tag("release".into())]
+        );
+        // Too short to be a commit.
+        assert_eq!(references_of("cafe"), vec![Reference::Branch("cafe".into()), Reference::Tag("cafe".into())]);
+    }
+
+    #[test]
+    fn secret_values_are_redacted_from_messages() {
+        let objs = vec![
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"},
+                   "data": {"password": "aHVudGVyMg=="}, "stringData": {"token": "tok-123456"}}),
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"x": "visible"}}),
+        ];
+        let secrets = secret_strings(&objs);
+        let m = redact("password hunter2 and tok-123456 (aHVudGVyMg==) visible", &secrets);
+        assert_eq!(m, "password <redacted> and <redacted> (<redacted>) visible");
+    }
+}

@@ -1,0 +1,134 @@
+//! How managed objects are marked as belonging to an Application, and which Revisions history
+//! retention removes. Pure.
+
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+use crate::api::names::{annotations, labels};
+
+/// The value of `sync.kuvryn.io/application-id` for the Application `namespace/name`: 20 hex
+/// digits of sha256, so it fits a label value (63 characters) whatever the names' lengths.
+pub fn application_id(namespace: &str, name: &str) -> String {
+    let digest = Sha256::digest(format!("{namespace}/{name}").as_bytes());
+    digest.iter().take(10).map(|b| format!("{b:02x}")).collect()
+}
+
+/// The label selector that finds every object the Application manages.
+pub fn selector(namespace: &str, name: &str) -> String {
+    format!("{}={}", labels::APPLICATION_ID, application_id(namespace, name))
+}
+
+/// Add the labels and annotation every managed object carries: `app.kubernetes.io/managed-by`,
+/// the Application id, the shard, and `sync.kuvryn.io/application: namespace/name`.
+pub fn stamp(obj: &mut Value, namespace: &str, name: &str, shard: &str) {
+    let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) else { return };
+    let labels_v = meta.entry("labels").or_insert_with(|| json!({}));
+    if !labels_v.is_object() {
+        *labels_v = json!({});
+    }
+    let l = labels_v.as_object_mut().expect("labels object");
+    l.insert(labels::MANAGED_BY.into(), json!(labels::MANAGED_BY_VALUE));
+    l.insert(labels::APPLICATION_ID.into(), json!(application_id(namespace, name)));
+    l.insert(labels::SHARD.into(), json!(shard));
+    let ann_v = meta.entry("annotations").or_insert_with(|| json!({}));
+    if !ann_v.is_object() {
+        *ann_v = json!({});
+    }
+    ann_v
+        .as_object_mut()
+        .expect("annotations object")
+        .insert(annotations::APPLICATION.into(), json!(format!("{namespace}/{name}")));
+}
+
+/// One Revision as history retention sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Kept {
+    /// Its name.
+    pub name: String,
+    /// When it was created (sub-second: `sync.kuvryn.io/created-at`, else
+    /// `metadata.creationTimestamp`).
+    pub created: jiff::Timestamp,
+    /// Held by a rollback (never deleted, not counted).
+    pub held: bool,
+}
+
+/// The Revisions to delete so that at most `limit` remain besides held ones and `current`
+/// (the desired Revision, never deleted): oldest first.
+pub fn expired(revisions: &[Kept], current: &str, limit: usize) -> Vec<String> {
+    let mut counted: Vec<&Kept> = revisions.iter().filter(|r| !r.held).collect();
+    counted.sort_by(|a, b| (&a.created, &a.name).cmp(&(&b.created, &b.name)));
+    let mut excess = counted.len().saturating_sub(limit.max(1));
+    let mut out = Vec::new();
+    for r in counted {
+        if excess == 0 {
+            break;
+        }
+        if r.name == current {
+            continue;
+        }
+        out.push(r.name.clone());
+        excess -= 1;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kept(name: &str, created: &str, held: bool) -> Kept {
+        Kept { name: name.into(), created: created.parse().unwrap(), held }
+    }
+
+    #[test]
+    fn application_id_is_a_short_stable_label_value() {
+        let id = application_id("team-a", "web");
+        assert_eq!(id.len(), 20);
+        assert_eq!(id, application_id("team-a", "web"));
+        assert_ne!(id, application_id("team-a", "web2"));
+        assert_ne!(application_id("a-b", "c"), application_id("a", "b-c"));
+        let long = "x".repeat(253);
+        assert_eq!(application_id(&long, &long).len(), 20);
+    }
+
+    #[test]
+    fn stamp_adds_labels_and_annotation_and_keeps_the_rest() {
+        let mut o = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "a", "labels": {"team": "x"}, "annotations": null}});
+        stamp(&mut o, "ns", "app", "3");
+        assert_eq!(o["metadata"]["labels"]["team"], "x");
+        assert_eq!(o["metadata"]["labels"][labels::MANAGED_BY], "kuvryn-sync");
+        assert_eq!(o["metadata"]["labels"][labels::SHARD], "3");
+        assert_eq!(o["metadata"]["labels"][labels::APPLICATION_ID], application_id("ns", "app"));
+        assert_eq!(o["metadata"]["annotations"][annotations::APPLICATION], "ns/app");
+        assert_eq!(selector("ns", "app"), format!("sync.kuvryn.io/application-id={}", application_id("ns", "app")));
+    }
+
+    #[test]
+    fn retention_deletes_the_oldest_beyond_the_limit() {
+        let revs = vec![
+            kept("r3", "2026-01-03T00:00:00Z", false),
+            kept("r1", "2026-01-01T00:00:00Z", false),
+            kept("r2", "2026-01-02T00:00:00Z", false),
+            kept("r4", "2026-01-04T00:00:00Z", false),
+        ];
+        assert_eq!(expired(&revs, "r4", 2), vec!["r1", "r2"]);
+        assert_eq!(expired(&revs, "r4", 10), Vec::<String>::new());
+        // The desired Revision is never deleted, even when it is the oldest.
+        assert_eq!(expired(&revs, "r1", 2), vec!["r2", "r3"]);
+        // Sub-second order wins over names.
+        let same_second = vec![kept("b", "2026-01-01T00:00:00.2Z", false), kept("a", "2026-01-01T00:00:00.9Z", false)];
+        assert_eq!(expired(&same_second, "a", 1), vec!["b"]);
+    }
+
+    #[test]
+    fn held_revisions_are_neither_deleted_nor_counted() {
+        let revs = vec![
+            kept("old-held", "2026-01-01T00:00:00Z", true),
+            kept("r2", "2026-01-02T00:00:00Z", false),
+            kept("r3", "2026-01-03T00:00:00Z", false),
+        ];
+        assert_eq!(expired(&revs, "r3", 2), Vec::<String>::new());
+        assert_eq!(expired(&revs, "r3", 1), vec!["r2"]);
+    }
+}

@@ -1,0 +1,453 @@
+//! The Application controller end to end against the cluster (simcluster, or the one in
+//! `KSYNC_E2E_KUBECONFIG`): a real `git daemon`, the Repository and Application controllers
+//! running in-process, plans stored on Revisions as Git and the cluster change. Nothing is
+//! applied by the controller at this stage; the test plays the part of the rollout by
+//! server-side applying the desired objects itself.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use kuvryn_sync::api::Repository;
+use kuvryn_sync::api::application::Application;
+use kuvryn_sync::api::conditions;
+use kuvryn_sync::api::names;
+use kuvryn_sync::api::revision::{PlanAction, PlanEntry, Revision, RevisionPhase};
+use kuvryn_sync::controller::{application, repository};
+use kuvryn_sync::plan::inventory;
+use kuvryn_sync::render::{Limits, Renderer, Tools};
+use kuvryn_sync::source::{CacheConfig, GitCache};
+use serde_json::{Value, json};
+use support::{Cluster, GitServer, WorkTree, apply_as, eventually, install_crds, temp_dir};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+struct Env {
+    client: Client,
+    ns: String,
+    git: GitServer,
+    _cache_dir: tempfile::TempDir,
+    stop: Option<tokio::sync::watch::Sender<bool>>,
+}
+
+impl Env {
+    /// CRDs, the namespace `ns` with a service account `deployer` that may do anything in it,
+    /// a Git server, and both controllers running.
+    async fn start(cluster: &Cluster, ns: &str) -> Env {
+        let client = cluster.client().await;
+        install_crds(&client).await;
+        apply_as(&client, "test", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})).await;
+        apply_as(
+            &client,
+            "test",
+            &json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "deployer", "namespace": ns}}),
+        )
+        .await;
+        apply_as(
+            &client,
+            "test",
+            &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": "deployer", "namespace": ns},
+            "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]}),
+        )
+        .await;
+        apply_as(
+            &client,
+            "test",
+            &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": "deployer", "namespace": ns},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "deployer"},
+            "subjects": [{"kind": "ServiceAccount", "name": "deployer", "namespace": ns}]}),
+        )
+        .await;
+        let cache_dir = temp_dir("git-cache");
+        let cache = GitCache::new(CacheConfig::new(cache_dir.path())).unwrap();
+        let tools = support::Tools::get();
+        let renderer = Renderer::new(
+            Tools { helm: tools.bin.join("helm"), kubectl: tools.bin.join("kubectl") },
+            Limits::default(),
+            100,
+        );
+        let repos = Arc::new(repository::Context::new(client.clone(), cache.clone(), Some("test".into())));
+        let apps = Arc::new(
+            application::Context::new(cluster.config().await, cache, renderer, Some("test".into()), Default::default())
+                .unwrap(),
+        );
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        let on_stop = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+            let _ = rx.wait_for(|s| *s).await;
+        };
+        tokio::spawn(repository::run(repos, on_stop(rx.clone())));
+        tokio::spawn(application::run(apps, on_stop(rx)));
+        Env { client, ns: ns.into(), git: GitServer::start(), _cache_dir: cache_dir, stop: Some(tx) }
+    }
+
+    fn apps(&self) -> Api<Application> {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    fn revisions(&self) -> Api<Revision> {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    /// A Git repository `name` and a Repository object following its `main`.
+    async fn repository(&self, name: &str) -> WorkTree {
+        let url = self.git.create_repo(name);
+        let wt = WorkTree::clone(&url);
+        wt.write("README.md", "example\n").write(".ksync.yaml", "applications: []\n");
+        wt.commit_and_push("initial");
+        let repo: Repository = serde_json::from_value(json!({
+            "apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "Repository",
+            "metadata": {"name": name, "namespace": self.ns},
+            "spec": {"url": url, "ref": {"branch": "main"}, "interval": "1h"},
+        }))
+        .unwrap();
+        Api::<Repository>::namespaced(self.client.clone(), &self.ns)
+            .create(&PostParams::default(), &repo)
+            .await
+            .unwrap();
+        wt
+    }
+
+    /// Make the Repository fetch now (a new commit was pushed).
+    async fn refresh(&self, repo: &str, commit: &str) {
+        let repos: Api<Repository> = Api::namespaced(self.client.clone(), &self.ns);
+        let patch = json!({"metadata": {"annotations": {names::annotations::RECONCILE_REQUESTED_AT: commit}}});
+        repos.patch(repo, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+        eventually("the Repository to resolve the new commit", WAIT, || async {
+            let r = repos.get(repo).await.ok()?;
+            (r.status?.revision?.commit == commit).then_some(())
+        })
+        .await;
+    }
+
+    async fn create_app(&self, name: &str, spec: Value) {
+        let app: Application = serde_json::from_value(json!({
+            "apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "Application",
+            "metadata": {"name": name, "namespace": self.ns}, "spec": spec,
+        }))
+        .unwrap();
+        self.apps().create(&PostParams::default(), &app).await.unwrap();
+    }
+
+    /// Ask for a reconcile of the Application.
+    async fn poke(&self, app: &str, token: &str) {
+        let patch = json!({"metadata": {"annotations": {names::annotations::RECONCILE_REQUESTED_AT: token}}});
+        self.apps().patch(app, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    }
+
+    /// The desired Revision of `app` once `check` holds for it.
+    async fn revision_where(&self, app: &str, what: &str, check: impl Fn(&Revision) -> bool) -> Revision {
+        eventually(what, WAIT, || async {
+            let a = self.apps().get(app).await.ok()?;
+            let name = a.status?.desired_revision?;
+            let r = self.revisions().get(&name).await.ok()?;
+            check(&r).then_some(r)
+        })
+        .await
+    }
+
+    async fn events(&self, regarding: &str) -> Vec<(String, String, String)> {
+        let events: Api<Event> = Api::namespaced(self.client.clone(), &self.ns);
+        events
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(regarding))
+            .map(|e| (e.type_.unwrap_or_default(), e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
+            .collect()
+    }
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(true);
+        }
+    }
+}
+
+fn entries(r: &Revision) -> Vec<PlanEntry> {
+    r.status.as_ref().and_then(|s| s.plan.as_ref()).map(|p| p.entries.clone()).unwrap_or_default()
+}
+
+fn entry<'a>(entries: &'a [PlanEntry], kind: &str, name: &str) -> &'a PlanEntry {
+    entries
+        .iter()
+        .find(|e| e.resource.kind == kind && e.resource.name == name)
+        .unwrap_or_else(|| panic!("no plan entry for {kind} {name} in {entries:#?}"))
+}
+
+fn planned(r: &Revision) -> bool {
+    r.status.as_ref().is_some_and(|s| s.plan.is_some() && s.failure.is_none())
+}
+
+fn action_of(r: &Revision, kind: &str, name: &str) -> Option<PlanAction> {
+    entries(r).iter().find(|e| e.resource.kind == kind && e.resource.name == name).map(|e| e.action)
+}
+
+const CM_A: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\ndata:\n  color: blue\n  size: large\n";
+const CM_B: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: b\ndata:\n  k: v\n";
+const SECRET: &str =
+    "apiVersion: v1\nkind: Secret\nmetadata:\n  name: creds\nstringData:\n  password: s3cr3t-in-git\n  user: admin\n";
+const DEPLOY: &str = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  replicas: 2\n  selector:\n    matchLabels: {app: web}\n  template:\n    metadata:\n      labels: {app: web}\n    spec:\n      containers:\n      - name: web\n        image: nginx:1.27\n        resources:\n          requests: {cpu: \"1\"}\n";
+
+/// What the rollout will do, done by the test: apply the desired object as our field manager,
+/// labelled as managed by the Application.
+async fn apply_desired(env: &Env, app: &str, yaml: &str) {
+    let mut obj: Value = kuvryn_sync::yaml::from_str(yaml).unwrap();
+    obj["metadata"]["namespace"] = json!(env.ns);
+    inventory::stamp(&mut obj, &env.ns, app, application::DEFAULT_SHARD);
+    apply_as(&env.client, names::FIELD_MANAGER, &obj).await;
+}
+
+#[test]
+fn plans_follow_git_and_the_cluster() {
+    let cluster = Cluster::start();
+    let runtime = support::runtime();
+    runtime.block_on(async {
+        let env = Env::start(&cluster, "plan-test").await;
+        let wt = env.repository("platform").await;
+        wt.write("web/a.yaml", CM_A)
+            .write("web/b.yaml", CM_B)
+            .write("web/secret.yaml", SECRET)
+            .write("web/deploy.yaml", DEPLOY);
+        let first = wt.commit_and_push("web: a, b, creds, deployment");
+        env.refresh("platform", &first).await;
+        env.create_app(
+            "web",
+            json!({"source": {"repository": "platform", "path": "web"}, "serviceAccountName": "deployer",
+                   "destination": {"namespace": "plan-test"}, "sync": {"prune": true}, "history": {"limit": 2}}),
+        )
+        .await;
+
+        // A fresh namespace: everything is created.
+        let rev = env.revision_where("web", "a plan for a fresh namespace", planned).await;
+        let e = entries(&rev);
+        assert_eq!(e.len(), 4, "{e:#?}");
+        assert!(e.iter().all(|e| e.action == PlanAction::Create), "{e:#?}");
+        // Apply order: Secret and ConfigMaps before the Deployment.
+        assert_eq!(e.last().unwrap().resource.kind, "Deployment");
+        let summary = &rev.status.as_ref().unwrap().plan.as_ref().unwrap().summary;
+        assert_eq!((summary.create, summary.update, summary.delete, summary.unchanged), (4, 0, 0, 0));
+        assert_eq!(rev.spec.source.commit, first);
+        assert_eq!(rev.spec.source.path, "web");
+        assert!(rev.spec.desired_state_hash.as_deref().is_some_and(|h| h.starts_with("sha256:")));
+        assert_eq!(rev.labels().get(names::labels::APPLICATION).map(String::as_str), Some("web"));
+        let app = env.apps().get("web").await.unwrap();
+        assert_eq!(rev.owner_references()[0].uid, app.uid().unwrap());
+        let status = app.status.unwrap();
+        assert_eq!(status.desired_revision.as_deref(), Some(rev.name_any().as_str()));
+        let sync = status.sync.unwrap();
+        assert_eq!(format!("{:?}", sync.status), "OutOfSync");
+        assert_eq!(sync.commit.as_deref(), Some(first.as_str()));
+        let ready = conditions::get(&status.conditions, names::conditions::READY).unwrap();
+        assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("Unknown", "Progressing"));
+        assert!(ready.message.contains("4 to create"), "{}", ready.message);
+        // Planning wrote nothing to the namespace.
+        let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), "plan-test");
+        assert!(cms.get_opt("a").await.unwrap().is_none());
+
+        // The rollout's part, played by the test: now everything is in place and unchanged.
+        for y in [CM_A, CM_B, SECRET, DEPLOY] {
+            apply_desired(&env, "web", y).await;
+        }
+        env.poke("web", "applied").await;
+        let rev = env
+            .revision_where("web", "an all-Unchanged plan", |r| {
+                planned(r) && !entries(r).is_empty() && entries(r).iter().all(|e| e.action == PlanAction::Unchanged)
+            })
+            .await;
+        assert_eq!(entries(&rev).len(), 4);
+        eventually("the Application to be Synced", WAIT, || async {
+            let sync = env.apps().get("web").await.ok()?.status?.sync?;
+            (format!("{:?}", sync.status) == "Synced").then_some(())
+        })
+        .await;
+
+        // Manual edits by another manager: Update with the changed paths and the conflicts;
+        // a changed Secret shows only which key changed.
+        let edit = json!({"data": {"color": "red"}});
+        cms.patch(
+            "a",
+            &PatchParams { field_manager: Some("kubectl-edit".into()), ..Default::default() },
+            &Patch::Merge(&edit),
+        )
+        .await
+        .unwrap();
+        let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(env.client.clone(), "plan-test");
+        let edit = json!({"stringData": {"password": "changed-by-hand"}});
+        secrets
+            .patch(
+                "creds",
+                &PatchParams { field_manager: Some("kubectl-edit".into()), ..Default::default() },
+                &Patch::Merge(&edit),
+            )
+            .await
+            .unwrap();
+        env.poke("web", "edited").await;
+        let rev = env
+            .revision_where("web", "Update entries after the manual edits", |r| {
+                action_of(r, "ConfigMap", "a") == Some(PlanAction::Update)
+                    && action_of(r, "Secret", "creds") == Some(PlanAction::Update)
+            })
+            .await;
+        let e = entries(&rev);
+        let a = entry(&e, "ConfigMap", "a");
+        assert_eq!(a.fields, vec!["data.color"]);
+        assert_eq!(a.conflicts.len(), 1, "{a:#?}");
+        assert_eq!((a.conflicts[0].field.as_str(), a.conflicts[0].manager.as_str()), (".data.color", "kubectl-edit"));
+        let creds = entry(&e, "Secret", "creds");
+        assert_eq!(creds.fields, vec!["data.password"]);
+        assert_eq!(entry(&e, "ConfigMap", "b").action, PlanAction::Unchanged);
+        let stored = serde_json::to_string(&rev).unwrap();
+        for secret in ["s3cr3t-in-git", "changed-by-hand", "czNjcjN0LWluLWdpdA==", "Y2hhbmdlZC1ieS1oYW5k"] {
+            assert!(!stored.contains(secret), "a Secret value leaked into the Revision: {stored}");
+        }
+
+        // Conflict policy adopt: the same conflict is listed as adopted, with its manager.
+        let patch = json!({"spec": {"sync": {"conflictPolicy": "adopt"}}});
+        env.apps().patch("web", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+        let rev = env
+            .revision_where("web", "adopted fields", |r| {
+                entries(r).iter().any(|e| e.resource.name == "a" && !e.adopted.is_empty())
+            })
+            .await;
+        let e = entries(&rev);
+        let a = entry(&e, "ConfigMap", "a");
+        assert_eq!(a.action, PlanAction::Update);
+        assert!(a.conflicts.is_empty());
+        assert_eq!((a.adopted[0].field.as_str(), a.adopted[0].manager.as_str()), (".data.color", "kubectl-edit"));
+
+        // A file removed from Git: a new Revision, and the object it declared is deleted.
+        wt.git(&["rm", "--quiet", "web/b.yaml"]);
+        let second = wt.commit_and_push("web: drop b");
+        env.refresh("platform", &second).await;
+        let rev2 = env
+            .revision_where("web", "a Delete entry on the new commit's Revision", |r| {
+                r.spec.source.commit == second && action_of(r, "ConfigMap", "b") == Some(PlanAction::Delete)
+            })
+            .await;
+        assert_ne!(rev2.name_any(), rev.name_any());
+        assert_eq!(entries(&rev2).last().unwrap().resource.name, "b", "deletes come last");
+        // Both Revisions are kept (limit 2).
+        let revs = env.revisions().list(&ListParams::default().labels("sync.kuvryn.io/application=web")).await.unwrap();
+        assert_eq!(revs.items.len(), 2);
+
+        // A third commit: the oldest Revision goes (history limit 2), the new one is desired.
+        wt.write("web/c.yaml", &CM_B.replace("name: b", "name: c"));
+        let third = wt.commit_and_push("web: add c");
+        env.refresh("platform", &third).await;
+        let rev3 =
+            env.revision_where("web", "the third commit's plan", |r| r.spec.source.commit == third && planned(r)).await;
+        assert_eq!(action_of(&rev3, "ConfigMap", "c"), Some(PlanAction::Create));
+        let remaining = eventually("the oldest Revision to be deleted", WAIT, || async {
+            let revs =
+                env.revisions().list(&ListParams::default().labels("sync.kuvryn.io/application=web")).await.ok()?;
+            let mut names: Vec<String> = revs.items.iter().map(|r| r.name_any()).collect();
+            names.sort();
+            (names.len() == 2).then_some(names)
+        })
+        .await;
+        let mut want = vec![rev2.name_any(), rev3.name_any()];
+        want.sort();
+        assert_eq!(remaining, want);
+
+        // A NewRevision Event for each Revision.
+        let events = env.events("web").await;
+        let new_revisions = events.iter().filter(|e| e.1 == names::events::NEW_REVISION).count();
+        assert!(new_revisions >= 3, "{events:#?}");
+        assert!(events.iter().any(|e| e.2.contains("web: add c")), "{events:#?}");
+    });
+}
+
+#[test]
+fn failures_are_reported_and_nothing_is_touched() {
+    let cluster = Cluster::start();
+    let runtime = support::runtime();
+    runtime.block_on(async {
+        let env = Env::start(&cluster, "fail-test").await;
+        let wt = env.repository("platform").await;
+        wt.write("outside/a.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n  namespace: kube-system\n---\napiVersion: v1\nkind: Namespace\nmetadata:\n  name: mine\n");
+        wt.write("broken/a.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: [\n");
+        wt.write("ok/a.yaml", CM_B);
+        let commit = wt.commit_and_push("three paths");
+        wt.git(&["tag", "v1"]);
+        wt.git(&["push", "--quiet", "origin", "v1"]);
+        env.refresh("platform", &commit).await;
+        let app = |path: &str, sa: &str| {
+            json!({"source": {"repository": "platform", "path": path}, "serviceAccountName": sa,
+                   "destination": {"namespace": "fail-test"}})
+        };
+        env.create_app("outside", app("outside", "deployer")).await;
+        env.create_app("broken", app("broken", "deployer")).await;
+        env.create_app("nobody", app("ok", "nobody")).await;
+        let mut pinned = app("ok", "deployer");
+        pinned["source"]["revision"] = json!("v1");
+        env.create_app("pinned", pinned).await;
+
+        // Validation: every problem listed, Stalled, on the Revision and the Application.
+        let rev = env
+            .revision_where("outside", "a ValidationFailure", |r| {
+                r.status.as_ref().and_then(|s| s.failure.as_ref()).is_some_and(|f| f.reason == "ValidationFailure")
+            })
+            .await;
+        let status = rev.status.unwrap();
+        assert!(matches!(status.phase, RevisionPhase::Failed));
+        let failure = status.failure.unwrap();
+        assert!(!failure.retryable);
+        assert!(failure.message.contains("2 problems"), "{}", failure.message);
+        assert!(failure.message.contains("ConfigMap a: namespace \"kube-system\" is outside the destination"), "{}", failure.message);
+        assert!(failure.message.contains("Namespace mine: cluster-scoped Namespace"), "{}", failure.message);
+        let a = env.apps().get("outside").await.unwrap().status.unwrap();
+        let ready = conditions::get(&a.conditions, names::conditions::READY).unwrap();
+        assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("False", "ValidationFailure"));
+        assert!(conditions::is_true(&a.conditions, names::conditions::STALLED));
+        let events = eventually("a ValidationFailure Event", WAIT, || async {
+            let ev = env.events("outside").await;
+            ev.iter().any(|e| e.0 == "Warning" && e.1 == "ValidationFailure").then_some(ev)
+        })
+        .await;
+        assert!(events.iter().any(|e| e.2.contains("kube-system")), "{events:#?}");
+
+        // A render failure.
+        let rev = env
+            .revision_where("broken", "a RenderFailure", |r| {
+                r.status.as_ref().and_then(|s| s.failure.as_ref()).is_some_and(|f| f.reason == "RenderFailure")
+            })
+            .await;
+        assert!(rev.status.unwrap().failure.unwrap().message.contains("a.yaml"));
+
+        // A service account without permissions: the API's own message, retried.
+        let rev = env
+            .revision_where("nobody", "an ApplyFailure", |r| {
+                r.status.as_ref().and_then(|s| s.failure.as_ref()).is_some_and(|f| f.reason == "ApplyFailure")
+            })
+            .await;
+        let failure = rev.status.unwrap().failure.unwrap();
+        assert!(failure.retryable);
+        assert!(failure.message.contains("forbidden"), "{}", failure.message);
+        assert!(failure.message.contains("system:serviceaccount:fail-test:nobody"), "{}", failure.message);
+
+        // spec.source.revision: a tag of the same repository.
+        let rev = env.revision_where("pinned", "a plan of the tag", planned).await;
+        assert_eq!(rev.spec.source.commit, commit);
+        assert_eq!(action_of(&rev, "ConfigMap", "b"), Some(PlanAction::Create));
+
+        // Nothing was created anywhere.
+        for ns in ["fail-test", "kube-system"] {
+            let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), ns);
+            assert!(cms.get_opt("a").await.unwrap().is_none());
+            assert!(cms.get_opt("b").await.unwrap().is_none());
+        }
+        let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(env.client.clone());
+        assert!(namespaces.get_opt("mine").await.unwrap().is_none());
+    });
+}

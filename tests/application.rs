@@ -451,3 +451,64 @@ fn failures_are_reported_and_nothing_is_touched() {
         assert!(namespaces.get_opt("mine").await.unwrap().is_none());
     });
 }
+
+/// Figures for `docs/performance.md` (ignored: run with `cargo test --release --test application
+/// -- --ignored --nocapture`): the whole reconcile of one Application of 1,000 objects (render,
+/// validate, 1,000 live reads and dry-run applies, plan, Revision) and of 200 Applications of 5
+/// objects, against simcluster.
+#[test]
+#[ignore]
+fn plan_load() {
+    let cluster = Cluster::start();
+    let runtime = support::runtime();
+    runtime.block_on(async {
+        let env = Env::start(&cluster, "plan-load").await;
+        let wt = env.repository("platform").await;
+        let cm = |name: &str| {
+            format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndata:\n  k: v\n  n: {name}\n")
+        };
+        let mut big = String::new();
+        for i in 0..1000 {
+            big.push_str(&cm(&format!("big-{i}")));
+            big.push_str("---\n");
+        }
+        wt.write("big/all.yaml", &big);
+        const SMALL: usize = 200;
+        for a in 0..SMALL {
+            for i in 0..5 {
+                wt.write(&format!("small/{a}/{i}.yaml"), &cm(&format!("s{a}-{i}")));
+            }
+        }
+        let commit = wt.commit_and_push("load");
+        env.refresh("platform", &commit).await;
+        let spec = |path: &str| {
+            json!({"source": {"repository": "platform", "path": path}, "serviceAccountName": "deployer",
+                   "destination": {"namespace": "plan-load"}})
+        };
+        let started = std::time::Instant::now();
+        env.create_app("big", spec("big")).await;
+        env.revision_where("big", "the big plan", planned).await;
+        let fresh = started.elapsed();
+        for i in 0..1000 {
+            apply_desired(&env, "big", &cm(&format!("big-{i}"))).await;
+        }
+        let started = std::time::Instant::now();
+        env.poke("big", "applied").await;
+        env.revision_where("big", "an all-Unchanged big plan", |r| {
+            r.status.as_ref().and_then(|s| s.plan.as_ref()).is_some_and(|p| p.summary.unchanged == 1000)
+        })
+        .await;
+        let existing = started.elapsed();
+        let started = std::time::Instant::now();
+        for a in 0..SMALL {
+            env.create_app(&format!("small-{a}"), spec(&format!("small/{a}"))).await;
+        }
+        for a in 0..SMALL {
+            env.revision_where(&format!("small-{a}"), "a small plan", planned).await;
+        }
+        let small = started.elapsed();
+        println!("1 Application of 1,000 ConfigMaps, fresh namespace (all Create): {fresh:.2?}");
+        println!("the same, all 1,000 existing (1,000 reads + 1,000 dry-run applies): {existing:.2?}");
+        println!("{SMALL} Applications of 5 ConfigMaps, created at once until all planned: {small:.2?}");
+    });
+}

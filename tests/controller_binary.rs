@@ -1,5 +1,6 @@
 //! The real `ksync-controller run` process: against the cluster of its kubeconfig, with a Git
-//! cache directory, serving Prometheus metrics; Applications appear from a Repository.
+//! cache directory, serving Prometheus metrics; Applications appear from a Repository and are
+//! planned on Revisions.
 
 mod support;
 
@@ -8,6 +9,7 @@ use std::time::Duration;
 
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, PostParams};
+use kuvryn_sync::api::revision::Revision;
 use kuvryn_sync::api::{Application, Repository};
 use serde_json::json;
 use support::{Cluster, GitServer, WorkTree, eventually, free_port, install_crds, temp_dir};
@@ -29,8 +31,9 @@ fn the_manager_process_discovers_applications_and_serves_metrics() {
     let work = WorkTree::clone(&url);
     work.write(
         ".ksync.yaml",
-        "metadata: {name: web}\nspec: {source: {repository: platform, path: apps/web}, serviceAccountName: deployer, destination: {namespace: web}}\n",
+        "metadata: {name: web}\nspec: {source: {repository: platform, path: apps/web}, serviceAccountName: deployer, destination: {namespace: default}}\n",
     );
+    work.write("apps/web/cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: web}\ndata: {greeting: hello}\n");
     work.commit_and_push("one app");
     let cache = temp_dir("bin-cache");
     let port = free_port();
@@ -38,12 +41,23 @@ fn the_manager_process_discovers_applications_and_serves_metrics() {
     runtime.block_on(async {
         let client = cluster.client().await;
         install_crds(&client).await;
+        support::apply_as(&client, "test", &json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "deployer", "namespace": "default"}})).await;
+        support::apply_as(&client, "test", &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": "deployer", "namespace": "default"},
+            "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]})).await;
+        support::apply_as(&client, "test", &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": "deployer", "namespace": "default"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "deployer"},
+            "subjects": [{"kind": "ServiceAccount", "name": "deployer", "namespace": "default"}]})).await;
+        let tools = support::Tools::get();
         let _process = Kill(
             Command::new(env!("CARGO_BIN_EXE_ksync-controller"))
                 .args(["run", "--metrics-bind-address", &format!("127.0.0.1:{port}")])
                 .arg("--git-cache-dir")
                 .arg(cache.path())
                 .env("KUBECONFIG", cluster.kubeconfig())
+                .env("KSYNC_HELM", tools.bin.join("helm"))
+                .env("KSYNC_KUBECTL", tools.bin.join("kubectl"))
                 .stdin(Stdio::null())
                 .spawn()
                 .expect("ksync-controller"),
@@ -62,6 +76,15 @@ fn the_manager_process_discovers_applications_and_serves_metrics() {
         })
         .await;
         assert_eq!(names, ["web"]);
+        // The Application controller plans it on a Revision.
+        let revisions: Api<Revision> = Api::namespaced(client.clone(), "default");
+        let plan = eventually("a plan for web", Duration::from_secs(60), || async {
+            let desired = apps.get("web").await.ok()?.status?.desired_revision?;
+            revisions.get(&desired).await.ok()?.status?.plan
+        })
+        .await;
+        assert_eq!(plan.summary.create, 1, "{plan:?}");
+        assert_eq!(plan.entries[0].resource.name, "web");
         // The cache is where the flag says.
         assert!(std::fs::read_dir(cache.path().join("repos")).unwrap().count() == 1);
         let metrics = eventually("metrics", Duration::from_secs(30), || async {
@@ -75,5 +98,6 @@ fn the_manager_process_discovers_applications_and_serves_metrics() {
         .await;
         assert!(metrics.contains("ksync_git_fetches_total{result=\"fetched\"}"), "{metrics}");
         assert!(metrics.contains("ksync_git_fetch_duration_seconds"), "{metrics}");
+        assert!(metrics.contains("ksync_render_duration_seconds"), "{metrics}");
     });
 }

@@ -7,6 +7,7 @@
 pub mod api;
 pub mod cli;
 pub mod controller;
+pub mod health;
 pub mod plan;
 pub mod render;
 pub mod source;

@@ -37,6 +37,8 @@
 //! - StatefulSets and DaemonSets with the `OnDelete` update strategy are Healthy as soon as their
 //!   controller has observed the current generation, as in Argo CD: Pods are replaced only when
 //!   someone deletes them, so no rollout can be waited for.
+//! - A StatefulSet with more Pods than `spec.replicas` (scaling down) is Progressing, as in
+//!   kstatus (the brief's rules did not say).
 //! - A StatefulSet partition of 0 (the value the API server defaults) is no partition: the
 //!   revision check applies.
 //! - A Job with a `FailureTarget=True` condition (the job controller's step before `Failed`) is
@@ -44,6 +46,10 @@
 //! - A Pod that cannot be scheduled (`PodScheduled=False`, reason `Unschedulable`) is Progressing,
 //!   not Degraded: it may be scheduled once the cluster scales or other Pods go away. Its message
 //!   starts with "unschedulable:" and carries the scheduler's explanation.
+//! - A Pod whose container was ever OOMKilled (`lastState.terminated.reason`, with restarts) is
+//!   Degraded even while that container is ready again: between two kills the Pod looks fine.
+//! - [`summarize`] picks the rules from each [`Observed`]'s group and kind, not from the live
+//!   object, whose `apiVersion` and `kind` are absent in list responses.
 //! - A value that is not a JSON object is [`HealthStatus::Unknown`]; [`summarize`] counts it as
 //!   Progressing (it cannot be called Healthy). No other input gives Unknown.
 //! - Messages are one line (line breaks become spaces) of at most [`MAX_MESSAGE`] bytes; a Healthy

@@ -5,6 +5,7 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod apply;
 pub mod cli;
 pub mod controller;
 pub mod health;

@@ -1,212 +1,27 @@
 //! The Application controller end to end against the cluster (simcluster, or the one in
 //! `KSYNC_E2E_KUBECONFIG`): a real `git daemon`, the Repository and Application controllers
-//! running in-process, plans stored on Revisions as Git and the cluster change. Nothing is
-//! applied by the controller at this stage; the test plays the part of the rollout by
-//! server-side applying the desired objects itself.
+//! running in-process, plans stored on Revisions as Git and the cluster change. The
+//! Applications here use manual sync (`spec.sync.automatic: false`), so the controller applies
+//! nothing; the test plays the part of the rollout by server-side applying the desired objects
+//! itself. Rollouts are tested in `tests/rollout.rs`.
 
 mod support;
 
-use std::sync::Arc;
-use std::time::Duration;
-
 use k8s_openapi::api::core::v1::ConfigMap;
-use k8s_openapi::api::events::v1::Event;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use kube::{Client, ResourceExt};
-use kuvryn_sync::api::Repository;
-use kuvryn_sync::api::application::Application;
+use kube::ResourceExt;
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use kuvryn_sync::api::conditions;
 use kuvryn_sync::api::names;
-use kuvryn_sync::api::revision::{PlanAction, PlanEntry, Revision, RevisionPhase};
-use kuvryn_sync::controller::{application, repository};
-use kuvryn_sync::plan::inventory;
-use kuvryn_sync::render::{Limits, Renderer, Tools};
-use kuvryn_sync::source::{CacheConfig, GitCache};
-use serde_json::{Value, json};
-use support::{Cluster, GitServer, WorkTree, apply_as, eventually, install_crds, temp_dir};
-
-const WAIT: Duration = Duration::from_secs(60);
-
-struct Env {
-    client: Client,
-    ns: String,
-    git: GitServer,
-    _cache_dir: tempfile::TempDir,
-    stop: Option<tokio::sync::watch::Sender<bool>>,
-}
-
-impl Env {
-    /// CRDs, the namespace `ns` with a service account `deployer` that may do anything in it,
-    /// a Git server, and both controllers running.
-    async fn start(cluster: &Cluster, ns: &str) -> Env {
-        let client = cluster.client().await;
-        install_crds(&client).await;
-        apply_as(&client, "test", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})).await;
-        apply_as(
-            &client,
-            "test",
-            &json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "deployer", "namespace": ns}}),
-        )
-        .await;
-        apply_as(
-            &client,
-            "test",
-            &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-            "metadata": {"name": "deployer", "namespace": ns},
-            "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]}),
-        )
-        .await;
-        apply_as(
-            &client,
-            "test",
-            &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-            "metadata": {"name": "deployer", "namespace": ns},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "deployer"},
-            "subjects": [{"kind": "ServiceAccount", "name": "deployer", "namespace": ns}]}),
-        )
-        .await;
-        let cache_dir = temp_dir("git-cache");
-        let cache = GitCache::new(CacheConfig::new(cache_dir.path())).unwrap();
-        let tools = support::Tools::get();
-        let renderer = Renderer::new(
-            Tools { helm: tools.bin.join("helm"), kubectl: tools.bin.join("kubectl") },
-            Limits::default(),
-            100,
-        );
-        let repos = Arc::new(repository::Context::new(client.clone(), cache.clone(), Some("test".into())));
-        let apps = Arc::new(
-            application::Context::new(cluster.config().await, cache, renderer, Some("test".into()), Default::default())
-                .unwrap(),
-        );
-        let (tx, rx) = tokio::sync::watch::channel(false);
-        let on_stop = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
-            let _ = rx.wait_for(|s| *s).await;
-        };
-        tokio::spawn(repository::run(repos, on_stop(rx.clone())));
-        tokio::spawn(application::run(apps, on_stop(rx)));
-        Env { client, ns: ns.into(), git: GitServer::start(), _cache_dir: cache_dir, stop: Some(tx) }
-    }
-
-    fn apps(&self) -> Api<Application> {
-        Api::namespaced(self.client.clone(), &self.ns)
-    }
-
-    fn revisions(&self) -> Api<Revision> {
-        Api::namespaced(self.client.clone(), &self.ns)
-    }
-
-    /// A Git repository `name` and a Repository object following its `main`.
-    async fn repository(&self, name: &str) -> WorkTree {
-        let url = self.git.create_repo(name);
-        let wt = WorkTree::clone(&url);
-        wt.write("README.md", "example\n").write(".ksync.yaml", "applications: []\n");
-        wt.commit_and_push("initial");
-        let repo: Repository = serde_json::from_value(json!({
-            "apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "Repository",
-            "metadata": {"name": name, "namespace": self.ns},
-            "spec": {"url": url, "ref": {"branch": "main"}, "interval": "1h"},
-        }))
-        .unwrap();
-        Api::<Repository>::namespaced(self.client.clone(), &self.ns)
-            .create(&PostParams::default(), &repo)
-            .await
-            .unwrap();
-        wt
-    }
-
-    /// Make the Repository fetch now (a new commit was pushed).
-    async fn refresh(&self, repo: &str, commit: &str) {
-        let repos: Api<Repository> = Api::namespaced(self.client.clone(), &self.ns);
-        let patch = json!({"metadata": {"annotations": {names::annotations::RECONCILE_REQUESTED_AT: commit}}});
-        repos.patch(repo, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
-        eventually("the Repository to resolve the new commit", WAIT, || async {
-            let r = repos.get(repo).await.ok()?;
-            (r.status?.revision?.commit == commit).then_some(())
-        })
-        .await;
-    }
-
-    async fn create_app(&self, name: &str, spec: Value) {
-        let app: Application = serde_json::from_value(json!({
-            "apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "Application",
-            "metadata": {"name": name, "namespace": self.ns}, "spec": spec,
-        }))
-        .unwrap();
-        self.apps().create(&PostParams::default(), &app).await.unwrap();
-    }
-
-    /// Ask for a reconcile of the Application.
-    async fn poke(&self, app: &str, token: &str) {
-        let patch = json!({"metadata": {"annotations": {names::annotations::RECONCILE_REQUESTED_AT: token}}});
-        self.apps().patch(app, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
-    }
-
-    /// The desired Revision of `app` once `check` holds for it.
-    async fn revision_where(&self, app: &str, what: &str, check: impl Fn(&Revision) -> bool) -> Revision {
-        eventually(what, WAIT, || async {
-            let a = self.apps().get(app).await.ok()?;
-            let name = a.status?.desired_revision?;
-            let r = self.revisions().get(&name).await.ok()?;
-            check(&r).then_some(r)
-        })
-        .await
-    }
-
-    async fn events(&self, regarding: &str) -> Vec<(String, String, String)> {
-        let events: Api<Event> = Api::namespaced(self.client.clone(), &self.ns);
-        events
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
-            .into_iter()
-            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(regarding))
-            .map(|e| (e.type_.unwrap_or_default(), e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
-            .collect()
-    }
-}
-
-impl Drop for Env {
-    fn drop(&mut self) {
-        if let Some(tx) = self.stop.take() {
-            let _ = tx.send(true);
-        }
-    }
-}
-
-fn entries(r: &Revision) -> Vec<PlanEntry> {
-    r.status.as_ref().and_then(|s| s.plan.as_ref()).map(|p| p.entries.clone()).unwrap_or_default()
-}
-
-fn entry<'a>(entries: &'a [PlanEntry], kind: &str, name: &str) -> &'a PlanEntry {
-    entries
-        .iter()
-        .find(|e| e.resource.kind == kind && e.resource.name == name)
-        .unwrap_or_else(|| panic!("no plan entry for {kind} {name} in {entries:#?}"))
-}
-
-fn planned(r: &Revision) -> bool {
-    r.status.as_ref().is_some_and(|s| s.plan.is_some() && s.failure.is_none())
-}
-
-fn action_of(r: &Revision, kind: &str, name: &str) -> Option<PlanAction> {
-    entries(r).iter().find(|e| e.resource.kind == kind && e.resource.name == name).map(|e| e.action)
-}
+use kuvryn_sync::api::revision::{PlanAction, RevisionPhase};
+use serde_json::json;
+use support::apps::{Env, WAIT, action_of, apply_desired, entries, entry, planned};
+use support::{Cluster, eventually};
 
 const CM_A: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\ndata:\n  color: blue\n  size: large\n";
 const CM_B: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: b\ndata:\n  k: v\n";
 const SECRET: &str =
     "apiVersion: v1\nkind: Secret\nmetadata:\n  name: creds\nstringData:\n  password: s3cr3t-in-git\n  user: admin\n";
 const DEPLOY: &str = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  replicas: 2\n  selector:\n    matchLabels: {app: web}\n  template:\n    metadata:\n      labels: {app: web}\n    spec:\n      containers:\n      - name: web\n        image: nginx:1.27\n        resources:\n          requests: {cpu: \"1\"}\n";
-
-/// What the rollout will do, done by the test: apply the desired object as our field manager,
-/// labelled as managed by the Application.
-async fn apply_desired(env: &Env, app: &str, yaml: &str) {
-    let mut obj: Value = kuvryn_sync::yaml::from_str(yaml).unwrap();
-    obj["metadata"]["namespace"] = json!(env.ns);
-    inventory::stamp(&mut obj, &env.ns, app, application::DEFAULT_SHARD);
-    apply_as(&env.client, names::FIELD_MANAGER, &obj).await;
-}
 
 #[test]
 fn plans_follow_git_and_the_cluster() {
@@ -224,7 +39,7 @@ fn plans_follow_git_and_the_cluster() {
         env.create_app(
             "web",
             json!({"source": {"repository": "platform", "path": "web"}, "serviceAccountName": "deployer",
-                   "destination": {"namespace": "plan-test"}, "sync": {"prune": true}, "history": {"limit": 2}}),
+                   "destination": {"namespace": "plan-test"}, "sync": {"prune": true, "automatic": false}, "history": {"limit": 2}}),
         )
         .await;
 
@@ -249,9 +64,10 @@ fn plans_follow_git_and_the_cluster() {
         assert_eq!(format!("{:?}", sync.status), "OutOfSync");
         assert_eq!(sync.commit.as_deref(), Some(first.as_str()));
         let ready = conditions::get(&status.conditions, names::conditions::READY).unwrap();
-        assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("Unknown", "Progressing"));
+        assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("False", "AwaitingApproval"));
         assert!(ready.message.contains("4 to create"), "{}", ready.message);
-        // Planning wrote nothing to the namespace.
+        assert!(matches!(rev.status.as_ref().unwrap().phase, RevisionPhase::AwaitingApproval));
+        // Manual sync: nothing was written to the namespace.
         let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), "plan-test");
         assert!(cms.get_opt("a").await.unwrap().is_none());
 
@@ -391,6 +207,7 @@ fn failures_are_reported_and_nothing_is_touched() {
         env.create_app("nobody", app("ok", "nobody")).await;
         let mut pinned = app("ok", "deployer");
         pinned["source"]["revision"] = json!("v1");
+        pinned["sync"] = json!({"automatic": false});
         env.create_app("pinned", pinned).await;
 
         // Validation: every problem listed, Stalled, on the Revision and the Application.

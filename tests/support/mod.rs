@@ -13,6 +13,7 @@
 //! that hope.
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
+pub mod apps;
 pub mod ssh;
 
 use std::net::{SocketAddr, TcpListener, TcpStream};

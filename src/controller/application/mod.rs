@@ -32,7 +32,11 @@
 //! - Secret values (from `valuesFrom` Secrets and desired Secrets) never reach status, Events
 //!   or logs: messages are redacted, and plans show only which keys changed.
 
+mod attempt;
 pub mod live;
+pub mod rollout;
+
+use attempt::Rollout;
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -40,6 +44,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use jiff::Timestamp;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -50,7 +55,7 @@ use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 use serde_json::{Value, json};
 
-use crate::api::application::{Application, ApplicationStatus, RenderType, SyncState, SyncStatus};
+use crate::api::application::{Application, ApplicationStatus, DeletionPolicy, RenderType, SyncState, SyncStatus};
 use crate::api::conditions::{self, Status};
 use crate::api::names;
 use crate::api::repository::Repository;
@@ -180,6 +185,9 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl std::future::Future<Output = 
                 .map(|a| ObjectRef::from_obj(&*a))
                 .collect::<Vec<_>>()
         })
+        .watches(Api::<Deployment>::all(ctx.client.clone()), managed(), |o: Deployment| owner_app(&o))
+        .watches(Api::<StatefulSet>::all(ctx.client.clone()), managed(), |o: StatefulSet| owner_app(&o))
+        .watches(Api::<DaemonSet>::all(ctx.client.clone()), managed(), |o: DaemonSet| owner_app(&o))
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
         .for_each(|r| async move {
@@ -188,6 +196,17 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl std::future::Future<Output = 
             }
         })
         .await;
+}
+
+/// Objects Kuvryn Sync manages (server-side label selection).
+fn managed() -> watcher::Config {
+    watcher::Config::default().labels(&format!("{}={}", names::labels::MANAGED_BY, names::labels::MANAGED_BY_VALUE))
+}
+
+/// The Application a managed object belongs to (`sync.kuvryn.io/application: namespace/name`).
+fn owner_app(obj: &impl ResourceExt) -> Option<ObjectRef<Application>> {
+    let (ns, name) = obj.annotations().get(names::annotations::APPLICATION)?.split_once('/')?;
+    Some(ObjectRef::new(name).within(ns))
 }
 
 fn error_policy(app: Arc<Application>, error: &Error, _ctx: Arc<Context>) -> Action {
@@ -217,10 +236,19 @@ struct Source {
     commit: String,
 }
 
-/// What planning produced.
-enum Outcome {
-    Planned { revision: String, commit: String, plan: rev::Plan },
-    Failed { revision: Option<String>, commit: Option<String>, failure: Failure },
+/// What planning produced, for the rollout.
+struct Planned {
+    hash: String,
+    desired: Vec<Value>,
+    plan: plan::Plan,
+    stored: rev::Plan,
+    scopes: Arc<ClusterScopes>,
+    sa: Client,
+    /// Live objects of the desired ones, by identity.
+    live: std::collections::BTreeMap<String, Value>,
+    /// Objects labelled as managed (metadata only).
+    managed: Vec<Value>,
+    adopt: bool,
 }
 
 /// Reconcile one Application (see the module documentation).
@@ -236,6 +264,11 @@ pub async fn reconcile(app: Arc<Application>, ctx: Arc<Context>) -> Result<Actio
     let generation = app.metadata.generation;
     let now = Timestamp::now();
 
+    if app.metadata.deletion_timestamp.is_some() {
+        return finalize(&app, &ctx, &ns, &name, &old, status).await;
+    }
+    keep_finalizer(&app, &ctx, &ns).await?;
+
     if app.spec.suspend {
         conditions::remove(&mut status.conditions, names::conditions::RECONCILING);
         conditions::remove(&mut status.conditions, names::conditions::STALLED);
@@ -244,7 +277,7 @@ pub async fn reconcile(app: Arc<Application>, ctx: Arc<Context>) -> Result<Actio
             names::conditions::READY,
             Status::False,
             names::reasons::SUSPENDED,
-            "reconciliation is suspended (spec.suspend)",
+            "reconciliation is suspended (spec.suspend): nothing is applied or pruned",
             generation,
             now,
         );
@@ -252,58 +285,9 @@ pub async fn reconcile(app: Arc<Application>, ctx: Arc<Context>) -> Result<Actio
         return Ok(Action::await_change());
     }
 
-    let requeue = match plan_app(&app, &ctx, &ns, &name).await? {
-        Outcome::Planned { revision, commit, plan } => {
-            let s = &plan.summary;
-            let changes = s.create + s.update + s.delete;
-            let message = format!(
-                "Revision {revision} planned: {} to create, {} to update, {} to delete, {} unchanged",
-                s.create, s.update, s.delete, s.unchanged
-            );
-            status.sync = Some(SyncStatus {
-                status: if changes > 0 { SyncState::OutOfSync } else { SyncState::Synced },
-                revision: Some(revision.clone()),
-                commit: Some(commit),
-                drifted: Vec::new(),
-            });
-            status.desired_revision = Some(revision);
-            conditions::mark_reconciling(
-                &mut status.conditions,
-                names::reasons::PROGRESSING,
-                &message,
-                generation,
-                now,
-            );
-            Action::requeue(with_jitter(ctx.settings.resync, &name))
-        }
-        Outcome::Failed { revision, commit, failure } => {
-            if let Some(r) = revision {
-                status.desired_revision = Some(r.clone());
-                let sync = status.sync.get_or_insert_with(SyncStatus::default);
-                if sync.revision.as_deref() != Some(r.as_str()) {
-                    *sync = SyncStatus { status: SyncState::Unknown, revision: Some(r), commit, drifted: Vec::new() };
-                }
-            }
-            let previous = conditions::get(&old.conditions, names::conditions::READY).map(|c| c.message.clone());
-            if failure.retryable {
-                conditions::mark_failed(&mut status.conditions, failure.reason, &failure.message, generation, now);
-            } else {
-                conditions::mark_stalled(&mut status.conditions, failure.reason, &failure.message, generation, now);
-            }
-            if previous.as_deref() != Some(failure.message.as_str()) {
-                let related = status.desired_revision.as_deref().map(|r| revision_ref(&ns, r));
-                event(&ctx, &app, related.as_ref(), EventType::Warning, failure.reason, &failure.message).await;
-            }
-            tracing::info!(application = %name, namespace = %ns, reason = failure.reason, message = %failure.message, "application not planned");
-            if failure.retryable {
-                Action::requeue(with_jitter(Duration::from_secs(30), &name))
-            } else {
-                Action::requeue(with_jitter(ctx.settings.resync, &name))
-            }
-        }
-    };
+    let action = plan_app(&app, &ctx, &ns, &name, &old, &mut status, now).await?;
     write_status(&ctx, &app, &old, &status).await?;
-    Ok(requeue)
+    Ok(action)
 }
 
 fn with_jitter(d: Duration, seed: &str) -> Duration {
@@ -313,11 +297,50 @@ fn with_jitter(d: Duration, seed: &str) -> Duration {
     d.mul_f64(0.9 + (h % 1000) as f64 / 5000.0)
 }
 
-/// Steps 2 to 7.
-async fn plan_app(app: &Application, ctx: &Context, ns: &str, name: &str) -> Result<Outcome, Error> {
+/// Report `failure` on the Application: `Ready=False` (and `Stalled` when `stalled`), a Warning
+/// Event when the message changed, a log line.
+#[allow(clippy::too_many_arguments)]
+async fn report_failure(
+    ctx: &Context,
+    app: &Application,
+    old: &ApplicationStatus,
+    status: &mut ApplicationStatus,
+    failure: &Failure,
+    stalled: bool,
+    now: Timestamp,
+) {
+    let generation = app.metadata.generation;
+    let previous = conditions::get(&old.conditions, names::conditions::READY).map(|c| c.message.clone());
+    if stalled {
+        conditions::mark_stalled(&mut status.conditions, failure.reason, &failure.message, generation, now);
+    } else {
+        conditions::mark_failed(&mut status.conditions, failure.reason, &failure.message, generation, now);
+    }
+    if previous.as_deref() != Some(failure.message.as_str()) {
+        let ns = app.namespace().unwrap_or_default();
+        let related = status.desired_revision.as_deref().map(|r| revision_ref(&ns, r));
+        event(ctx, app, related.as_ref(), EventType::Warning, failure.reason, &failure.message).await;
+    }
+    tracing::info!(application = %app.name_any(), namespace = ?app.namespace(), reason = failure.reason, message = %failure.message, "application not ready");
+}
+
+/// Steps 2 to 8, and the rollout.
+async fn plan_app(
+    app: &Application,
+    ctx: &Context,
+    ns: &str,
+    name: &str,
+    old: &ApplicationStatus,
+    status: &mut ApplicationStatus,
+    now: Timestamp,
+) -> Result<Action, Error> {
+    let retry_soon = Action::requeue(with_jitter(Duration::from_secs(30), name));
     let source = match resolve_source(app, ctx, ns).await? {
         Ok(s) => s,
-        Err(failure) => return Ok(Outcome::Failed { revision: None, commit: None, failure }),
+        Err(failure) => {
+            report_failure(ctx, app, old, status, &failure, !failure.retryable, now).await;
+            return Ok(if failure.retryable { retry_soon } else { Action::requeue(ctx.settings.resync) });
+        }
     };
     let spec = &app.spec;
     let identity = revision::Identity {
@@ -329,49 +352,61 @@ async fn plan_app(app: &Application, ctx: &Context, ns: &str, name: &str) -> Res
     };
     let rev_name = revision::name(&identity);
     let rev = ensure_revision(ctx, app, ns, &rev_name, &source).await?;
-    let planned = desired_and_plan(app, ctx, ns, name, &source).await?;
+    if status.desired_revision.as_deref() != Some(rev_name.as_str()) {
+        status.sync = Some(SyncStatus {
+            status: SyncState::Unknown,
+            revision: Some(rev_name.clone()),
+            commit: Some(source.commit.clone()),
+            drifted: Vec::new(),
+        });
+    }
+    status.desired_revision = Some(rev_name.clone());
     let api: Api<Revision> = Api::namespaced(ctx.client.clone(), ns);
-    let old_status = rev.status.clone().unwrap_or_default();
-    let mut new_status = old_status.clone();
-    new_status.observed_generation = rev.metadata.generation;
-    let outcome = match planned {
-        Ok((hash, plan)) => {
-            if rev.spec.desired_state_hash.as_deref() != Some(hash.as_str()) {
-                api.patch(
-                    &rev_name,
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({"spec": {"desiredStateHash": hash}})),
-                )
-                .await?;
-            }
-            if matches!(new_status.phase, RevisionPhase::Failed) {
-                new_status.phase = RevisionPhase::Planning;
-            }
-            new_status.failure = None;
-            new_status.plan = Some(plan.clone());
-            Outcome::Planned { revision: rev_name.clone(), commit: source.commit.clone(), plan }
-        }
+    let old_rs = rev.status.clone().unwrap_or_default();
+    let mut rs = old_rs.clone();
+    rs.observed_generation = rev.metadata.generation;
+    let action = match desired_and_plan(app, ctx, ns, name, &source).await? {
         Err(failure) => {
-            new_status.phase = RevisionPhase::Failed;
-            new_status.plan = None;
-            new_status.failure = Some(rev::Failure {
+            // A deployed Revision stays what it is: the live state is untouched.
+            if rs.deployed_desired_state_hash.is_none() {
+                rs.phase = RevisionPhase::Failed;
+            }
+            rs.failure = Some(rev::Failure {
                 reason: failure.reason.to_string(),
                 message: bounded(&failure.message, 4096),
                 retryable: failure.retryable,
             });
-            Outcome::Failed { revision: Some(rev_name.clone()), commit: Some(source.commit.clone()), failure }
+            report_failure(ctx, app, old, status, &failure, !failure.retryable, now).await;
+            if failure.retryable { retry_soon } else { Action::requeue(with_jitter(ctx.settings.resync, name)) }
+        }
+        Ok(planned) => {
+            if rev.spec.desired_state_hash.as_deref() != Some(planned.hash.as_str()) {
+                api.patch(
+                    &rev_name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"spec": {"desiredStateHash": planned.hash}})),
+                )
+                .await?;
+            }
+            rs.plan = Some(planned.stored.clone());
+            let mut sync = status.sync.clone().unwrap_or_default();
+            sync.revision = Some(rev_name.clone());
+            sync.commit = Some(source.commit.clone());
+            status.sync = Some(sync);
+            let mut run = Rollout { ctx, app, ns, name, rev: &rev_name, old, status, rs: &mut rs, now };
+            run.run(planned).await?
         }
     };
-    if new_status != old_status {
+    if rs != old_rs {
         api.patch_status(
             &rev_name,
             &PatchParams::apply(names::STATUS_FIELD_MANAGER).force(),
-            &Patch::Apply(json!({"apiVersion": names::API_VERSION, "kind": "Revision", "status": new_status})),
+            &Patch::Apply(json!({"apiVersion": names::API_VERSION, "kind": "Revision", "status": rs})),
         )
         .await?;
     }
     retain_history(ctx, ns, name, &rev_name, spec.history.limit).await?;
-    Ok(outcome)
+    Ok(action)
 }
 
 fn bounded(s: &str, max: usize) -> String {
@@ -559,14 +594,14 @@ fn redact(message: &str, secrets: &[String]) -> String {
     secrets.iter().fold(message.to_string(), |m, s| m.replace(s.as_str(), "<redacted>"))
 }
 
-/// Steps 4 to 7 up to the stored plan: `(desired-state hash, plan)` or what failed.
+/// Steps 4 to 7 up to the plan, or what failed.
 async fn desired_and_plan(
     app: &Application,
     ctx: &Context,
     ns: &str,
     name: &str,
     source: &Source,
-) -> Result<Result<(String, rev::Plan), Failure>, Error> {
+) -> Result<Result<Planned, Failure>, Error> {
     let spec = &app.spec;
     let checkout = match ctx.cache.checkout(&source.url, &source.commit, &spec.source.path).await {
         Ok(c) => c,
@@ -655,7 +690,18 @@ async fn desired_and_plan(
         conflicts: live.conflicts,
     };
     let plan = plan::build(&desired, &inputs);
-    Ok(Ok((hash, revision::stored(&plan, adopt))))
+    let stored = revision::stored(&plan, adopt);
+    Ok(Ok(Planned {
+        hash,
+        desired,
+        plan,
+        stored,
+        scopes,
+        sa: sa_client,
+        live: inputs.live,
+        managed: inputs.managed,
+        adopt,
+    }))
 }
 
 /// Delete Revisions beyond the history limit, oldest first (never `current`, never held ones).
@@ -768,4 +814,118 @@ mod tests {
         let m = redact("password hunter2 and tok-123456 (aHVudGVyMg==) visible", &secrets);
         assert_eq!(m, "password <redacted> and <redacted> (<redacted>) visible");
     }
+}
+
+fn has_finalizer(app: &Application) -> bool {
+    app.finalizers().iter().any(|f| f == names::finalizers::APPLICATION)
+}
+
+async fn set_finalizers(ctx: &Context, app: &Application, ns: &str, finalizers: Vec<String>) -> Result<(), Error> {
+    let api: Api<Application> = Api::namespaced(ctx.client.clone(), ns);
+    // The resourceVersion makes this a compare-and-swap: a concurrent change is retried.
+    let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": app.resource_version()}});
+    api.patch(&app.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await?;
+    Ok(())
+}
+
+/// `deletionPolicy: DeleteManagedResources` holds the Application with a finalizer until its
+/// resources are deleted; `Orphan` needs none.
+async fn keep_finalizer(app: &Application, ctx: &Context, ns: &str) -> Result<(), Error> {
+    let wants = app.spec.deletion_policy == DeletionPolicy::DeleteManagedResources;
+    let has = has_finalizer(app);
+    if wants && !has {
+        let mut f = app.finalizers().to_vec();
+        f.push(names::finalizers::APPLICATION.to_string());
+        set_finalizers(ctx, app, ns, f).await?;
+    } else if !wants && has {
+        let f = app.finalizers().iter().filter(|f| *f != names::finalizers::APPLICATION).cloned().collect();
+        set_finalizers(ctx, app, ns, f).await?;
+    }
+    Ok(())
+}
+
+/// The Application is being deleted: with `DeleteManagedResources`, delete every managed
+/// object (high-risk kinds included, opted-out ones kept) as the service account, in reverse
+/// apply order, then let the Application go. A failure is reported and retried; it never
+/// removes the finalizer early.
+async fn finalize(
+    app: &Application,
+    ctx: &Context,
+    ns: &str,
+    name: &str,
+    old: &ApplicationStatus,
+    mut status: ApplicationStatus,
+) -> Result<Action, Error> {
+    if !has_finalizer(app) {
+        return Ok(Action::await_change());
+    }
+    if app.spec.deletion_policy == DeletionPolicy::DeleteManagedResources {
+        let now = Timestamp::now();
+        match delete_managed(app, ctx, ns, name).await {
+            Ok(()) => {}
+            Err(message) => {
+                let failure = Failure::new(
+                    names::reasons::PRUNE_FAILURE,
+                    format!("deleting the managed resources (deletionPolicy DeleteManagedResources): {message}"),
+                    true,
+                );
+                report_failure(ctx, app, old, &mut status, &failure, false, now).await;
+                write_status(ctx, app, old, &status).await?;
+                return Ok(Action::requeue(Duration::from_secs(10)));
+            }
+        }
+    }
+    let f = app.finalizers().iter().filter(|f| *f != names::finalizers::APPLICATION).cloned().collect();
+    set_finalizers(ctx, app, ns, f).await?;
+    Ok(Action::await_change())
+}
+
+async fn delete_managed(app: &Application, ctx: &Context, ns: &str, name: &str) -> Result<(), String> {
+    let sa = ctx.client_for(ns, &app.spec.service_account_name).map_err(|e| e.to_string())?;
+    let scopes = ctx.scopes(false).await.map_err(|e| e.to_string())?;
+    let kinds = app.status.as_ref().map(|s| s.managed_kinds.clone()).unwrap_or_default();
+    let namespaces = BTreeSet::from([app.spec.destination.namespace.clone()]);
+    let mut found = live::Live::default();
+    live::read_managed(&sa, &scopes, &kinds, &inventory::selector(ns, name), &namespaces, &mut found)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut targets: Vec<Value> = found
+        .managed
+        .into_iter()
+        .filter(|o| o["metadata"]["annotations"][names::annotations::PRUNE] != names::annotations::PRUNE_DISABLED)
+        .collect();
+    let rank = |o: &Value| {
+        let av = o["apiVersion"].as_str().unwrap_or_default();
+        let namespaced = o["metadata"]["namespace"].as_str().is_some_and(|n| !n.is_empty());
+        (
+            plan::order::rank(validate::group_of(av), o["kind"].as_str().unwrap_or_default(), namespaced),
+            validate::identity(o),
+        )
+    };
+    targets.sort_by_key(|o| std::cmp::Reverse(rank(o)));
+    let entries: Vec<plan::Entry> = targets
+        .iter()
+        .map(|o| {
+            let av = o["apiVersion"].as_str().unwrap_or_default();
+            plan::Entry {
+                group: validate::group_of(av).to_string(),
+                kind: o["kind"].as_str().unwrap_or_default().to_string(),
+                version: av.rsplit('/').next().unwrap_or_default().to_string(),
+                namespace: o["metadata"]["namespace"].as_str().unwrap_or_default().to_string(),
+                name: o["metadata"]["name"].as_str().unwrap_or_default().to_string(),
+                action: plan::Action::Delete,
+                changed: Vec::new(),
+                more_changed: 0,
+                warnings: Vec::new(),
+                conflicts: Vec::new(),
+            }
+        })
+        .collect();
+    let doomed = plan::Plan { entries, digest: String::new() };
+    let mut done = crate::apply::Applied::default();
+    crate::apply::prune(&sa, &scopes, &doomed, &mut done).await.map_err(|e| e.to_string())?;
+    if !done.deleted.is_empty() {
+        tracing::info!(application = %name, namespace = %ns, deleted = done.deleted.len(), "deleted managed resources");
+    }
+    Ok(())
 }

@@ -1,0 +1,185 @@
+//! Writing a plan to the cluster, as the Application's service account: Server-Side Apply of the
+//! objects to create or update, in plan order, and deletes of the objects to prune, in reverse
+//! apply order.
+//!
+//! - One field manager for objects ([`names::FIELD_MANAGER`]); conflicts are forced only under
+//!   conflict policy `adopt` (the plan lists what was taken and from whom).
+//! - CustomResourceDefinitions are applied first and waited for until `Established`; kinds
+//!   they define are resolved again through discovery before their objects are applied.
+//! - The first refusal stops the apply and is returned with the API server's own message; the
+//!   controller never retries a write with its own permissions.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Client;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PropagationPolicy};
+use serde_json::Value;
+
+use crate::api::names;
+use crate::plan::{Action, Plan, validate};
+use crate::watch::discovery::ClusterScopes;
+
+/// How long applied CustomResourceDefinitions may take to become Established.
+pub const ESTABLISH_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Why a write failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The API server refused a write (forbidden, invalid, conflict): its message, naming the
+    /// object.
+    #[error("{0}")]
+    Refused(String),
+    /// Another field manager owns a field the apply would set (conflict policy `fail`).
+    #[error("{0}")]
+    Conflict(String),
+    /// The kind of an object is not served (its CRD did not become Established).
+    #[error("{0}")]
+    Unserved(String),
+    /// Any other API failure (retried).
+    #[error("{0}")]
+    Api(#[from] kube::Error),
+}
+
+/// What a write did.
+#[derive(Debug, Default)]
+pub struct Applied {
+    /// The objects as the API server returned them after the apply, by identity.
+    pub objects: BTreeMap<String, Value>,
+    /// Identities of the objects deleted.
+    pub deleted: Vec<String>,
+}
+
+fn what(obj: &Value) -> String {
+    let kind = obj["kind"].as_str().unwrap_or_default();
+    let name = obj["metadata"]["name"].as_str().unwrap_or_default();
+    match obj["metadata"]["namespace"].as_str() {
+        Some(ns) if !ns.is_empty() => format!("{kind} {ns}/{name}"),
+        _ => format!("{kind} {name}"),
+    }
+}
+
+fn api_for(client: &Client, scopes: &ClusterScopes, obj: &Value) -> Option<Api<DynamicObject>> {
+    let av = obj["apiVersion"].as_str()?;
+    let version = av.rsplit('/').next()?;
+    let resource = scopes.resource(validate::group_of(av), version, obj["kind"].as_str()?)?;
+    Some(match obj["metadata"]["namespace"].as_str() {
+        Some(ns) if !ns.is_empty() => Api::namespaced_with(client.clone(), ns, resource),
+        _ => Api::all_with(client.clone(), resource),
+    })
+}
+
+fn refused(action: &str, obj: &Value, e: kube::Error) -> Error {
+    match e {
+        kube::Error::Api(s) if s.code == 409 => Error::Conflict(format!("{action} {}: {}", what(obj), s.message)),
+        kube::Error::Api(s) if (400..500).contains(&s.code) && s.code != 429 => {
+            Error::Refused(format!("{action} {}: {}", what(obj), s.message))
+        }
+        e => Error::Api(e),
+    }
+}
+
+fn is_crd(obj: &Value) -> bool {
+    obj["kind"] == "CustomResourceDefinition"
+        && obj["apiVersion"].as_str().is_some_and(|av| av.starts_with("apiextensions.k8s.io/"))
+}
+
+/// Wait until the CRD `name` is Established, with `client` (the controller's own identity:
+/// reading a CRD's status is not a write).
+async fn established(client: &Client, name: &str, deadline: Instant) -> Result<(), Error> {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    loop {
+        let crd = crds.get_opt(name).await?;
+        let ok = crd
+            .and_then(|c| c.status)
+            .and_then(|s| s.conditions)
+            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Established" && c.status == "True"));
+        if ok {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(Error::Unserved(format!(
+                "CustomResourceDefinition {name} did not become Established within {ESTABLISH_TIMEOUT:?}"
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Apply the Create and Update entries of `plan` (objects from `desired`, by identity) with
+/// `sa`, in plan order; `force` takes conflicting fields (conflict policy `adopt`). `observer`
+/// reads CRD status; `rediscover` refreshes discovery after CRDs are Established.
+pub async fn apply<F, Fut>(
+    sa: &Client,
+    observer: &Client,
+    scopes: &ClusterScopes,
+    rediscover: F,
+    plan: &Plan,
+    desired: &[Value],
+    force: bool,
+) -> Result<Applied, Error>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<std::sync::Arc<ClusterScopes>, kube::Error>>,
+{
+    let by_id: BTreeMap<String, &Value> = desired.iter().map(|o| (validate::identity(o), o)).collect();
+    let mut params = PatchParams::apply(names::FIELD_MANAGER);
+    if force {
+        params = params.force();
+    }
+    let mut out = Applied::default();
+    let mut current: Option<std::sync::Arc<ClusterScopes>> = None;
+    let mut crds_pending: Vec<String> = Vec::new();
+    for e in plan.entries.iter().filter(|e| matches!(e.action, Action::Create | Action::Update)) {
+        let id = format!("{}/{}/{}/{}", e.group, e.kind, e.namespace, e.name);
+        let Some(obj) = by_id.get(&id).copied() else { continue };
+        if !is_crd(obj) && !crds_pending.is_empty() {
+            // Objects after the CRDs may be of kinds they define.
+            let deadline = Instant::now() + ESTABLISH_TIMEOUT;
+            for name in std::mem::take(&mut crds_pending) {
+                established(observer, &name, deadline).await?;
+            }
+            current = Some(rediscover().await?);
+        }
+        let s = current.as_deref().unwrap_or(scopes);
+        let Some(api) = api_for(sa, s, obj) else {
+            return Err(Error::Unserved(format!(
+                "{}: the cluster does not serve {} {}",
+                what(obj),
+                obj["apiVersion"].as_str().unwrap_or_default(),
+                e.kind
+            )));
+        };
+        let applied =
+            api.patch(&e.name, &params, &Patch::Apply(obj)).await.map_err(|err| refused("applying", obj, err))?;
+        if is_crd(obj) {
+            crds_pending.push(e.name.clone());
+        }
+        out.objects.insert(id, serde_json::to_value(applied).unwrap_or_default());
+    }
+    let deadline = Instant::now() + ESTABLISH_TIMEOUT;
+    for name in crds_pending {
+        established(observer, &name, deadline).await?;
+    }
+    Ok(out)
+}
+
+/// Delete the Delete entries of `plan` (in plan order: reverse apply order) with `sa`; objects
+/// already gone are fine.
+pub async fn prune(sa: &Client, scopes: &ClusterScopes, plan: &Plan, out: &mut Applied) -> Result<(), Error> {
+    let params = DeleteParams { propagation_policy: Some(PropagationPolicy::Background), ..Default::default() };
+    for e in plan.entries.iter().filter(|e| e.action == Action::Delete) {
+        let api_version = if e.group.is_empty() { e.version.clone() } else { format!("{}/{}", e.group, e.version) };
+        let obj = serde_json::json!({"apiVersion": api_version, "kind": e.kind,
+            "metadata": {"name": e.name, "namespace": e.namespace}});
+        let Some(api) = api_for(sa, scopes, &obj) else { continue };
+        match api.delete(&e.name, &params).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(err) => return Err(refused("deleting", &obj, err)),
+        }
+        out.deleted.push(format!("{}/{}/{}/{}", e.group, e.kind, e.namespace, e.name));
+    }
+    Ok(())
+}

@@ -1,0 +1,596 @@
+//! One reconcile's rollout work on a planned Revision: start an attempt (apply, prune), watch
+//! its health until the timeout, retry or pause after failures, and once deployed observe
+//! health and drift. Decisions come from [`super::rollout::decide`]; this file does the I/O and
+//! keeps the Revision and Application status.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use serde_json::Value;
+
+use super::rollout::{self, Policy, Step};
+use super::{Context, Error, Failure, Planned, bounded, event, report_failure, revision_ref, with_jitter};
+use crate::api::application::{Application, ApplicationStatus, HealthSummary, ResourceRef, SyncState};
+use crate::api::common::{GroupVersionKind, HealthStatus};
+use crate::api::conditions;
+use crate::api::names;
+use crate::api::revision::{self as rev, Attempt, AttemptResult, RevisionHealth, RevisionPhase, RevisionStatus};
+use crate::apply;
+use crate::health;
+use crate::plan::{Action as PlanAction, validate};
+
+/// How often a rollout waiting for health looks again.
+const HEALTH_POLL: Duration = Duration::from_secs(2);
+/// Most drifted resources listed on the Application.
+const MAX_DRIFTED: usize = 50;
+
+/// The rollout work of one reconcile.
+pub(super) struct Rollout<'a> {
+    pub ctx: &'a Context,
+    pub app: &'a Application,
+    pub ns: &'a str,
+    pub name: &'a str,
+    pub rev: &'a str,
+    pub old: &'a ApplicationStatus,
+    pub status: &'a mut ApplicationStatus,
+    pub rs: &'a mut RevisionStatus,
+    pub now: Timestamp,
+}
+
+fn policy_of(app: &Application) -> Policy {
+    let spec = &app.spec;
+    let parse = |s: &str, d: u64| crate::api::duration::parse(s).unwrap_or(Duration::from_secs(d));
+    Policy {
+        automatic: spec.sync.automatic,
+        self_heal: spec.sync.self_heal,
+        max_attempts: u32::try_from(spec.failure_policy.max_attempts).unwrap_or(1).max(1),
+        backoff: parse(&spec.failure_policy.backoff.duration, 10),
+        factor: u32::try_from(spec.failure_policy.backoff.factor).unwrap_or(2).max(1),
+        max_backoff: parse(&spec.failure_policy.backoff.max_duration, 300),
+        health_timeout: parse(&spec.health.timeout, 300),
+    }
+}
+
+fn reference(e: &crate::plan::Entry) -> ResourceRef {
+    ResourceRef {
+        group: e.group.clone(),
+        kind: e.kind.clone(),
+        namespace: (!e.namespace.is_empty()).then(|| e.namespace.clone()),
+        name: e.name.clone(),
+    }
+}
+
+fn describe(r: &ResourceRef) -> String {
+    match &r.namespace {
+        Some(ns) => format!("{} {ns}/{}", r.kind, r.name),
+        None => format!("{} {}", r.kind, r.name),
+    }
+}
+
+fn gvk_of(obj: &Value) -> Option<GroupVersionKind> {
+    let av = obj["apiVersion"].as_str()?;
+    Some(GroupVersionKind {
+        group: validate::group_of(av).to_string(),
+        version: av.rsplit('/').next()?.to_string(),
+        kind: obj["kind"].as_str()?.to_string(),
+    })
+}
+
+impl Rollout<'_> {
+    /// Run the step the Revision is at.
+    pub async fn run(&mut self, planned: Planned) -> Result<Action, Error> {
+        let policy = policy_of(self.app);
+        let deployed = self.rs.deployed_desired_state_hash.as_deref() == Some(planned.hash.as_str());
+        let changes = planned.plan.entries.iter().any(|e| e.action != PlanAction::Unchanged);
+        self.rs.failure = self.rs.failure.take().filter(|_| rollout::consecutive_failures(&self.rs.attempts) > 0);
+        let step = rollout::decide(self.rs, deployed, changes, &policy, self.now);
+        let mut live = planned.live.clone();
+        let mut managed_left: Vec<Value> = planned.managed.clone();
+        let deadline = match step {
+            Step::AwaitApproval => {
+                self.rs.phase = RevisionPhase::AwaitingApproval;
+                self.set_sync(pending(&planned), &planned);
+                let message = format!(
+                    "Revision {} waits for approval (spec.sync.automatic is false): {}",
+                    self.rev,
+                    counts(&planned.stored)
+                );
+                conditions::set(
+                    &mut self.status.conditions,
+                    names::conditions::READY,
+                    conditions::Status::False,
+                    names::reasons::AWAITING_APPROVAL,
+                    &message,
+                    self.app.metadata.generation,
+                    self.now,
+                );
+                conditions::remove(&mut self.status.conditions, names::conditions::RECONCILING);
+                conditions::remove(&mut self.status.conditions, names::conditions::STALLED);
+                self.observe_health(&planned, &live, false).await;
+                return Ok(Action::requeue(with_jitter(self.ctx.settings.resync, self.name)));
+            }
+            Step::Retry { at } => {
+                self.rs.phase = RevisionPhase::Failed;
+                self.set_sync(pending(&planned), &planned);
+                let failure = self.last_failure(&policy, Some(at));
+                report_failure(self.ctx, self.app, self.old, self.status, &failure, false, self.now).await;
+                let wait = self.now.duration_until(at).unsigned_abs();
+                return Ok(Action::requeue(wait.max(Duration::from_millis(200))));
+            }
+            Step::Paused => {
+                self.rs.phase = RevisionPhase::Failed;
+                self.set_sync(pending(&planned), &planned);
+                let failure = self.last_failure(&policy, None);
+                report_failure(self.ctx, self.app, self.old, self.status, &failure, true, self.now).await;
+                self.observe_health(&planned, &live, false).await;
+                return Ok(Action::requeue(with_jitter(self.ctx.settings.resync, self.name)));
+            }
+            Step::Observe => {
+                return self.observe(&planned, &live, changes).await;
+            }
+            Step::Watch { deadline, .. } => deadline,
+            Step::Start { number } => {
+                match self.start(number, &planned, &policy, &mut live, &mut managed_left).await? {
+                    Some(deadline) => deadline,
+                    None => {
+                        // The attempt failed at once.
+                        let at = rollout::decide(self.rs, false, true, &policy, self.now);
+                        let failure = self.last_failure(&policy, None);
+                        let stalled = matches!(at, Step::Paused);
+                        report_failure(self.ctx, self.app, self.old, self.status, &failure, stalled, self.now).await;
+                        self.set_sync(pending(&planned), &planned);
+                        return Ok(match at {
+                            Step::Retry { at } => Action::requeue(
+                                self.now.duration_until(at).unsigned_abs().max(Duration::from_millis(200)),
+                            ),
+                            _ => Action::requeue(with_jitter(self.ctx.settings.resync, self.name)),
+                        });
+                    }
+                }
+            }
+        };
+        self.watch(&planned, &live, deadline, &policy).await
+    }
+
+    /// Counts the Application's managed kinds from what exists.
+    fn record_kinds(&mut self, planned: &Planned, live: &BTreeMap<String, Value>, managed_left: &[Value]) {
+        let mut kinds: BTreeSet<(String, String, String)> = BTreeSet::new();
+        for o in live.values().chain(managed_left.iter()) {
+            if let Some(k) = gvk_of(o) {
+                kinds.insert((k.group, k.kind, k.version));
+            }
+        }
+        // Desired objects just applied are in `live`; keep recorded kinds that the lists could
+        // not see (a kind no longer served) out.
+        let _ = planned;
+        let mut seen = BTreeSet::new();
+        self.status.managed_kinds = kinds
+            .into_iter()
+            .filter(|(g, k, _)| seen.insert((g.clone(), k.clone())))
+            .map(|(group, kind, version)| GroupVersionKind { group, version, kind })
+            .collect();
+    }
+
+    /// Start attempt `number`: apply and prune. `Some(deadline)` when the attempt is running,
+    /// `None` when it failed (recorded).
+    async fn start(
+        &mut self,
+        number: i32,
+        planned: &Planned,
+        policy: &Policy,
+        live: &mut BTreeMap<String, Value>,
+        managed_left: &mut Vec<Value>,
+    ) -> Result<Option<Timestamp>, Error> {
+        let previous = self.status.last_healthy_revision.clone().filter(|r| r != self.rev);
+        if previous.is_some() {
+            self.rs.previous_healthy_revision = previous;
+        }
+        rollout::push(
+            &mut self.rs.attempts,
+            Attempt {
+                number,
+                started_at: Time(self.now),
+                finished_at: None,
+                result: AttemptResult::Running,
+                reason: None,
+                plan_digest: Some(planned.plan.digest.clone()),
+            },
+        );
+        self.rs.phase = RevisionPhase::Applying;
+        let related = revision_ref(self.ns, self.rev);
+        event(
+            self.ctx,
+            self.app,
+            Some(&related),
+            EventType::Normal,
+            names::reasons::PROGRESSING,
+            &format!("Revision {} attempt {number}: applying {}", self.rev, counts(&planned.stored)),
+        )
+        .await;
+        // Conflict policy fail: conflicts block the rollout; nothing is forced.
+        let blocking: Vec<String> = planned
+            .plan
+            .entries
+            .iter()
+            .filter(|e| !e.conflicts.is_empty() && !planned.adopt)
+            .flat_map(|e| {
+                let what = describe(&reference(e));
+                e.conflicts.iter().map(move |c| format!("{what}: {} is owned by {:?}", c.field, c.manager))
+            })
+            .collect();
+        if !blocking.is_empty() {
+            let message = format!(
+                "conflict policy fail: {} field{} owned by other managers; resolve them or set spec.sync.conflictPolicy: adopt: {}",
+                blocking.len(),
+                if blocking.len() == 1 { " is" } else { "s are" },
+                blocking.join("; ")
+            );
+            self.fail_attempt(names::reasons::APPLY_CONFLICT, message, true);
+            return Ok(None);
+        }
+        let rediscover = || self.ctx.scopes(true);
+        let result = apply::apply(
+            &planned.sa,
+            &self.ctx.client,
+            &planned.scopes,
+            rediscover,
+            &planned.plan,
+            &planned.desired,
+            planned.adopt,
+        )
+        .await;
+        let mut applied = match result {
+            Ok(a) => a,
+            Err(apply::Error::Api(e)) => return Err(e.into()),
+            Err(apply::Error::Conflict(m)) => {
+                self.fail_attempt(names::reasons::APPLY_CONFLICT, m, true);
+                return Ok(None);
+            }
+            Err(apply::Error::Refused(m) | apply::Error::Unserved(m)) => {
+                self.fail_attempt(
+                    names::reasons::APPLY_FAILURE,
+                    format!("the Application's service account: {m}"),
+                    true,
+                );
+                return Ok(None);
+            }
+        };
+        for (id, obj) in std::mem::take(&mut applied.objects) {
+            live.insert(id, obj);
+        }
+        // Record what we now manage before pruning, so a failed prune loses nothing.
+        self.record_kinds(planned, live, managed_left);
+        let scopes = self.ctx.scopes(false).await?;
+        if let Err(e) = apply::prune(&planned.sa, &scopes, &planned.plan, &mut applied).await {
+            match e {
+                apply::Error::Api(e) => return Err(e.into()),
+                apply::Error::Refused(m) | apply::Error::Conflict(m) | apply::Error::Unserved(m) => {
+                    self.fail_attempt(
+                        names::reasons::PRUNE_FAILURE,
+                        format!("the Application's service account: {m}"),
+                        true,
+                    );
+                    return Ok(None);
+                }
+            }
+        }
+        let deleted: BTreeSet<&String> = applied.deleted.iter().collect();
+        managed_left.retain(|o| !deleted.contains(&validate::identity(o)));
+        self.record_kinds(planned, live, managed_left);
+        let skipped: Vec<String> = planned
+            .plan
+            .entries
+            .iter()
+            .filter(|e| e.warnings.iter().any(|w| w.starts_with("prune skipped")))
+            .map(|e| format!("{} ({})", describe(&reference(e)), e.warnings.join("; ")))
+            .collect();
+        if !skipped.is_empty() {
+            event(
+                self.ctx,
+                self.app,
+                Some(&related),
+                EventType::Warning,
+                names::events::PRUNE_SKIPPED,
+                &format!("not pruned: {}", skipped.join(", ")),
+            )
+            .await;
+        }
+        self.rs.phase = RevisionPhase::Progressing;
+        let timeout = jiff::SignedDuration::try_from(policy.health_timeout).unwrap_or(jiff::SignedDuration::MAX);
+        Ok(Some(self.now.checked_add(timeout).unwrap_or(Timestamp::MAX)))
+    }
+
+    /// Mark the running attempt failed.
+    fn fail_attempt(&mut self, reason: &str, message: String, retryable: bool) {
+        if let Some(a) = self.rs.attempts.last_mut()
+            && a.result == AttemptResult::Running
+        {
+            a.result = AttemptResult::Failed;
+            a.finished_at = Some(Time(self.now));
+            a.reason = Some(reason.to_string());
+        }
+        self.rs.phase = RevisionPhase::Failed;
+        self.rs.failure =
+            Some(rev::Failure { reason: reason.to_string(), message: bounded(&message, 4096), retryable });
+    }
+
+    /// The Revision's failure as reported on the Application, with the attempt count and the
+    /// next retry.
+    fn last_failure(&self, policy: &Policy, next: Option<Timestamp>) -> Failure {
+        let f = self.rs.failure.clone().unwrap_or_else(|| rev::Failure {
+            reason: names::reasons::APPLY_FAILURE.to_string(),
+            message: "the last attempt failed".to_string(),
+            retryable: true,
+        });
+        let failures = rollout::consecutive_failures(&self.rs.attempts);
+        let suffix = match next {
+            Some(at) => format!(" (attempt {failures} of {}; next attempt at {at})", policy.max_attempts),
+            None if failures >= policy.max_attempts => {
+                format!(
+                    " ({failures} of {} attempts failed: paused until the desired state changes)",
+                    policy.max_attempts
+                )
+            }
+            None => format!(" (attempt {failures} of {})", policy.max_attempts),
+        };
+        Failure {
+            reason: reason_const(&f.reason),
+            message: bounded(&format!("{}{suffix}", f.message), 4096),
+            retryable: f.retryable,
+        }
+    }
+
+    /// A running attempt: Healthy completes it, Degraded fails it, Progressing waits until
+    /// `deadline`.
+    async fn watch(
+        &mut self,
+        planned: &Planned,
+        live: &BTreeMap<String, Value>,
+        deadline: Timestamp,
+        policy: &Policy,
+    ) -> Result<Action, Error> {
+        let summary = self.summarize(planned, live);
+        self.record_health(&summary);
+        match summary.status {
+            HealthStatus::Healthy => {
+                if let Some(a) = self.rs.attempts.last_mut() {
+                    a.result = AttemptResult::Succeeded;
+                    a.finished_at = Some(Time(self.now));
+                }
+                self.rs.phase = RevisionPhase::Healthy;
+                self.rs.failure = None;
+                self.rs.deployed_desired_state_hash = Some(planned.hash.clone());
+                self.status.last_healthy_revision = Some(self.rev.to_string());
+                self.set_sync(SyncState::Synced, planned);
+                let message = format!("Revision {} is Healthy", self.rev);
+                conditions::mark_ready(
+                    &mut self.status.conditions,
+                    names::reasons::SUCCEEDED,
+                    &message,
+                    self.app.metadata.generation,
+                    self.now,
+                );
+                let related = revision_ref(self.ns, self.rev);
+                event(self.ctx, self.app, Some(&related), EventType::Normal, names::reasons::SUCCEEDED, &message).await;
+                Ok(Action::requeue(with_jitter(self.ctx.settings.resync, self.name)))
+            }
+            HealthStatus::Degraded | HealthStatus::Progressing | HealthStatus::Unknown
+                if summary.status == HealthStatus::Degraded || self.now >= deadline =>
+            {
+                let (reason, message) = if summary.status == HealthStatus::Degraded {
+                    (names::reasons::DEGRADED, format!("the rollout degraded: {}", summary.message))
+                } else {
+                    (
+                        names::reasons::HEALTH_TIMEOUT,
+                        format!(
+                            "not Healthy within spec.health.timeout ({}): {}",
+                            self.app.spec.health.timeout, summary.message
+                        ),
+                    )
+                };
+                self.fail_attempt(reason, message, true);
+                self.set_sync(pending(planned), planned);
+                let next = rollout::decide(self.rs, false, true, policy, self.now);
+                let at = match next {
+                    Step::Retry { at } => Some(at),
+                    _ => None,
+                };
+                let failure = self.last_failure(policy, at);
+                report_failure(self.ctx, self.app, self.old, self.status, &failure, at.is_none(), self.now).await;
+                Ok(match at {
+                    Some(at) => {
+                        Action::requeue(self.now.duration_until(at).unsigned_abs().max(Duration::from_millis(200)))
+                    }
+                    None => Action::requeue(with_jitter(self.ctx.settings.resync, self.name)),
+                })
+            }
+            _ => {
+                self.rs.phase = RevisionPhase::Progressing;
+                self.set_sync(SyncState::Synced, planned);
+                let message = format!("Revision {}: waiting for {}", self.rev, summary.message);
+                conditions::mark_reconciling(
+                    &mut self.status.conditions,
+                    names::reasons::PROGRESSING,
+                    &bounded(&message, 1024),
+                    self.app.metadata.generation,
+                    self.now,
+                );
+                Ok(Action::requeue(HEALTH_POLL))
+            }
+        }
+    }
+
+    /// The desired state is deployed: health and drift.
+    async fn observe(
+        &mut self,
+        planned: &Planned,
+        live: &BTreeMap<String, Value>,
+        changes: bool,
+    ) -> Result<Action, Error> {
+        self.rs.phase = RevisionPhase::Healthy;
+        self.rs.failure = None;
+        if changes {
+            self.set_sync(SyncState::Drifted, planned);
+        } else {
+            self.set_sync(SyncState::Synced, planned);
+        }
+        let summary = self.observe_health(planned, live, true).await;
+        let drift = if changes {
+            let drifted = &self.status.sync.as_ref().map(|s| s.drifted.clone()).unwrap_or_default();
+            format!("; drifted: {}", drifted.iter().map(describe).collect::<Vec<_>>().join(", "))
+        } else {
+            String::new()
+        };
+        match summary.status {
+            HealthStatus::Degraded => {
+                let failure = Failure::new(names::reasons::DEGRADED, summary.message.clone(), true);
+                report_failure(self.ctx, self.app, self.old, self.status, &failure, false, self.now).await;
+            }
+            HealthStatus::Healthy => {
+                let message = bounded(&format!("Revision {} is Healthy{drift}", self.rev), 1024);
+                conditions::mark_ready(
+                    &mut self.status.conditions,
+                    names::reasons::SUCCEEDED,
+                    &message,
+                    self.app.metadata.generation,
+                    self.now,
+                );
+            }
+            _ => {
+                let message = bounded(&format!("Revision {}: {}{drift}", self.rev, summary.message), 1024);
+                conditions::mark_reconciling(
+                    &mut self.status.conditions,
+                    names::reasons::PROGRESSING,
+                    &message,
+                    self.app.metadata.generation,
+                    self.now,
+                );
+            }
+        }
+        let again = if summary.status == HealthStatus::Healthy {
+            self.ctx.settings.resync
+        } else {
+            self.ctx.settings.resync.min(Duration::from_secs(30))
+        };
+        Ok(Action::requeue(with_jitter(again, self.name)))
+    }
+
+    /// Health of the managed resources onto the Application (and the Revision when `deployed`),
+    /// with a `HealthDegraded` Event when it turns Degraded.
+    async fn observe_health(
+        &mut self,
+        planned: &Planned,
+        live: &BTreeMap<String, Value>,
+        deployed: bool,
+    ) -> health::Summary {
+        let summary = self.summarize(planned, live);
+        if deployed {
+            self.record_health(&summary);
+        }
+        let was = self.old.health.as_ref().map(|h| h.status);
+        self.status.health = Some(HealthSummary {
+            status: summary.status,
+            message: (!summary.message.is_empty()).then(|| bounded(&summary.message, 1024)),
+        });
+        if summary.status == HealthStatus::Degraded && was != Some(HealthStatus::Degraded) && deployed {
+            let related = revision_ref(self.ns, self.rev);
+            event(
+                self.ctx,
+                self.app,
+                Some(&related),
+                EventType::Warning,
+                names::events::HEALTH_DEGRADED,
+                &summary.message,
+            )
+            .await;
+        }
+        summary
+    }
+
+    fn summarize(&self, planned: &Planned, live: &BTreeMap<String, Value>) -> health::Summary {
+        let observed: Vec<health::Observed<'_>> = planned
+            .plan
+            .entries
+            .iter()
+            .filter(|e| e.action != PlanAction::Delete && e.warnings.is_empty())
+            .map(|e| {
+                let id = format!("{}/{}/{}/{}", e.group, e.kind, e.namespace, e.name);
+                health::Observed {
+                    group: &e.group,
+                    kind: &e.kind,
+                    namespace: &e.namespace,
+                    name: &e.name,
+                    live: live.get(&id),
+                }
+            })
+            .collect();
+        health::summarize(&observed)
+    }
+
+    fn record_health(&mut self, summary: &health::Summary) {
+        self.rs.health = Some(RevisionHealth {
+            status: summary.status,
+            healthy: summary.healthy,
+            progressing: summary.progressing,
+            degraded: summary.degraded,
+            message: (!summary.message.is_empty()).then(|| bounded(&summary.message, 1024)),
+        });
+        self.status.health = Some(HealthSummary {
+            status: summary.status,
+            message: (!summary.message.is_empty()).then(|| bounded(&summary.message, 1024)),
+        });
+    }
+
+    fn set_sync(&mut self, state: SyncState, planned: &Planned) {
+        let sync = self.status.sync.get_or_insert_with(Default::default);
+        sync.status = state;
+        sync.drifted = if state == SyncState::Drifted {
+            planned
+                .plan
+                .entries
+                .iter()
+                .filter(|e| e.action != PlanAction::Unchanged)
+                .take(MAX_DRIFTED)
+                .map(reference)
+                .collect()
+        } else {
+            Vec::new()
+        };
+    }
+}
+
+/// The sync state before the plan is applied: OutOfSync when it would change something.
+fn pending(planned: &Planned) -> SyncState {
+    if planned.plan.entries.iter().any(|e| e.action != PlanAction::Unchanged) {
+        SyncState::OutOfSync
+    } else {
+        SyncState::Synced
+    }
+}
+
+fn counts(p: &rev::Plan) -> String {
+    let s = &p.summary;
+    format!("{} to create, {} to update, {} to delete, {} unchanged", s.create, s.update, s.delete, s.unchanged)
+}
+
+/// The reason constant for a stored reason string.
+fn reason_const(reason: &str) -> &'static str {
+    use names::reasons::*;
+    [
+        SOURCE_FAILURE,
+        RENDER_FAILURE,
+        VALIDATION_FAILURE,
+        APPLY_CONFLICT,
+        APPLY_FAILURE,
+        PRUNE_FAILURE,
+        HEALTH_TIMEOUT,
+        DEGRADED,
+    ]
+    .into_iter()
+    .find(|r| *r == reason)
+    .unwrap_or(APPLY_FAILURE)
+}

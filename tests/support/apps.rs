@@ -1,0 +1,199 @@
+//! Applications end to end: the Repository and Application controllers running in-process
+//! against the cluster, a real Git server, and helpers to read plans off Revisions.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::events::v1::Event;
+use kube::Client;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kuvryn_sync::api::Repository;
+use kuvryn_sync::api::application::Application;
+use kuvryn_sync::api::names;
+use kuvryn_sync::api::revision::{PlanAction, PlanEntry, Revision};
+use kuvryn_sync::controller::{application, repository};
+use kuvryn_sync::plan::inventory;
+use kuvryn_sync::render::{Limits, Renderer, Tools};
+use kuvryn_sync::source::{CacheConfig, GitCache};
+use serde_json::{Value, json};
+
+use super::{Cluster, GitServer, WorkTree, apply_as, eventually, install_crds, temp_dir};
+
+/// How long a test waits for a controller.
+pub const WAIT: Duration = Duration::from_secs(60);
+
+/// A namespace with a `deployer` service account, a Git server and both controllers.
+pub struct Env {
+    pub client: Client,
+    pub ns: String,
+    pub git: GitServer,
+    _cache_dir: tempfile::TempDir,
+    stop: Option<tokio::sync::watch::Sender<bool>>,
+}
+
+impl Env {
+    /// CRDs, the namespace `ns` with a service account `deployer` that may do anything in it,
+    /// a Git server, and both controllers running.
+    pub async fn start(cluster: &Cluster, ns: &str) -> Env {
+        let client = cluster.client().await;
+        install_crds(&client).await;
+        apply_as(&client, "test", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})).await;
+        apply_as(
+            &client,
+            "test",
+            &json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "deployer", "namespace": ns}}),
+        )
+        .await;
+        apply_as(
+            &client,
+            "test",
+            &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": "deployer", "namespace": ns},
+            "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]}),
+        )
+        .await;
+        apply_as(
+            &client,
+            "test",
+            &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": "deployer", "namespace": ns},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "deployer"},
+            "subjects": [{"kind": "ServiceAccount", "name": "deployer", "namespace": ns}]}),
+        )
+        .await;
+        let cache_dir = temp_dir("git-cache");
+        let cache = GitCache::new(CacheConfig::new(cache_dir.path())).unwrap();
+        let tools = super::Tools::get();
+        let renderer = Renderer::new(
+            Tools { helm: tools.bin.join("helm"), kubectl: tools.bin.join("kubectl") },
+            Limits::default(),
+            100,
+        );
+        let repos = Arc::new(repository::Context::new(client.clone(), cache.clone(), Some("test".into())));
+        let apps = Arc::new(
+            application::Context::new(cluster.config().await, cache, renderer, Some("test".into()), Default::default())
+                .unwrap(),
+        );
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        let on_stop = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+            let _ = rx.wait_for(|s| *s).await;
+        };
+        tokio::spawn(repository::run(repos, on_stop(rx.clone())));
+        tokio::spawn(application::run(apps, on_stop(rx)));
+        Env { client, ns: ns.into(), git: GitServer::start(), _cache_dir: cache_dir, stop: Some(tx) }
+    }
+
+    pub fn apps(&self) -> Api<Application> {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    pub fn revisions(&self) -> Api<Revision> {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    /// A Git repository `name` and a Repository object following its `main`.
+    pub async fn repository(&self, name: &str) -> WorkTree {
+        let url = self.git.create_repo(name);
+        let wt = WorkTree::clone(&url);
+        wt.write("README.md", "example\n").write(".ksync.yaml", "applications: []\n");
+        wt.commit_and_push("initial");
+        let repo: Repository = serde_json::from_value(json!({
+            "apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "Repository",
+            "metadata": {"name": name, "namespace": self.ns},
+            "spec": {"url": url, "ref": {"branch": "main"}, "interval": "1h"},
+        }))
+        .unwrap();
+        Api::<Repository>::namespaced(self.client.clone(), &self.ns)
+            .create(&PostParams::default(), &repo)
+            .await
+            .unwrap();
+        wt
+    }
+
+    /// Make the Repository fetch now (a new commit was pushed).
+    pub async fn refresh(&self, repo: &str, commit: &str) {
+        let repos: Api<Repository> = Api::namespaced(self.client.clone(), &self.ns);
+        let patch = json!({"metadata": {"annotations": {names::annotations::RECONCILE_REQUESTED_AT: commit}}});
+        repos.patch(repo, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+        eventually("the Repository to resolve the new commit", WAIT, || async {
+            let r = repos.get(repo).await.ok()?;
+            (r.status?.revision?.commit == commit).then_some(())
+        })
+        .await;
+    }
+
+    pub async fn create_app(&self, name: &str, spec: Value) {
+        let app: Application = serde_json::from_value(json!({
+            "apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "Application",
+            "metadata": {"name": name, "namespace": self.ns}, "spec": spec,
+        }))
+        .unwrap();
+        self.apps().create(&PostParams::default(), &app).await.unwrap();
+    }
+
+    /// Ask for a reconcile of the Application.
+    pub async fn poke(&self, app: &str, token: &str) {
+        let patch = json!({"metadata": {"annotations": {names::annotations::RECONCILE_REQUESTED_AT: token}}});
+        self.apps().patch(app, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    }
+
+    /// The desired Revision of `app` once `check` holds for it.
+    pub async fn revision_where(&self, app: &str, what: &str, check: impl Fn(&Revision) -> bool) -> Revision {
+        eventually(what, WAIT, || async {
+            let a = self.apps().get(app).await.ok()?;
+            let name = a.status?.desired_revision?;
+            let r = self.revisions().get(&name).await.ok()?;
+            check(&r).then_some(r)
+        })
+        .await
+    }
+
+    pub async fn events(&self, regarding: &str) -> Vec<(String, String, String)> {
+        let events: Api<Event> = Api::namespaced(self.client.clone(), &self.ns);
+        events
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(regarding))
+            .map(|e| (e.type_.unwrap_or_default(), e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
+            .collect()
+    }
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(true);
+        }
+    }
+}
+
+pub fn entries(r: &Revision) -> Vec<PlanEntry> {
+    r.status.as_ref().and_then(|s| s.plan.as_ref()).map(|p| p.entries.clone()).unwrap_or_default()
+}
+
+pub fn entry<'a>(entries: &'a [PlanEntry], kind: &str, name: &str) -> &'a PlanEntry {
+    entries
+        .iter()
+        .find(|e| e.resource.kind == kind && e.resource.name == name)
+        .unwrap_or_else(|| panic!("no plan entry for {kind} {name} in {entries:#?}"))
+}
+
+pub fn planned(r: &Revision) -> bool {
+    r.status.as_ref().is_some_and(|s| s.plan.is_some() && s.failure.is_none())
+}
+
+pub fn action_of(r: &Revision, kind: &str, name: &str) -> Option<PlanAction> {
+    entries(r).iter().find(|e| e.resource.kind == kind && e.resource.name == name).map(|e| e.action)
+}
+
+/// What the rollout will do, done by the test: apply the desired object as our field manager,
+/// labelled as managed by the Application.
+pub async fn apply_desired(env: &Env, app: &str, yaml: &str) {
+    let mut obj: Value = kuvryn_sync::yaml::from_str(yaml).unwrap();
+    obj["metadata"]["namespace"] = json!(env.ns);
+    inventory::stamp(&mut obj, &env.ns, app, application::DEFAULT_SHARD);
+    apply_as(&env.client, names::FIELD_MANAGER, &obj).await;
+}

@@ -415,6 +415,14 @@ impl Cluster {
         }
     }
 
+    /// The emulator, when this run uses it (its audit log, faults and clock).
+    pub fn sim(&self) -> Option<&simcluster::SimCluster> {
+        match self {
+            Cluster::Sim { sim, .. } => Some(sim),
+            Cluster::External { .. } => None,
+        }
+    }
+
     /// Whether this is a real cluster.
     pub fn is_external(&self) -> bool {
         matches!(self, Cluster::External { .. })

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use serde_json::Value;
@@ -87,9 +88,19 @@ impl Rollout<'_> {
         let deployed = self.rs.deployed_desired_state_hash.as_deref() == Some(planned.hash.as_str());
         let changes = planned.plan.entries.iter().any(|e| e.action != PlanAction::Unchanged);
         self.rs.failure = self.rs.failure.take().filter(|_| rollout::consecutive_failures(&self.rs.attempts) > 0);
-        let step = rollout::decide(self.rs, deployed, changes, &policy, self.now);
+        let mut step = rollout::decide(self.rs, deployed, changes, &policy, self.now);
+        // A new `reconcile-requested-at` is an operator asking to try again now.
+        let requested = self.app.annotations().get(names::annotations::RECONCILE_REQUESTED_AT);
+        if matches!(step, Step::Paused | Step::Retry { .. })
+            && requested.is_some()
+            && requested != self.old.last_handled_reconcile_at.as_ref()
+        {
+            step = Step::Start { number: self.rs.attempts.last().map(|a| a.number + 1).unwrap_or(1) };
+        }
         let mut live = planned.live.clone();
         let mut managed_left: Vec<Value> = planned.managed.clone();
+        // The inventory is what exists: recomputed every time from the cluster.
+        self.record_kinds(&planned, &live, &managed_left);
         let deadline = match step {
             Step::AwaitApproval => {
                 self.rs.phase = RevisionPhase::AwaitingApproval;
@@ -232,7 +243,7 @@ impl Rollout<'_> {
             self.fail_attempt(names::reasons::APPLY_CONFLICT, message, true);
             return Ok(None);
         }
-        let rediscover = || self.ctx.scopes(true);
+        let rediscover = || self.ctx.rediscover();
         let result = apply::apply(
             &planned.sa,
             &self.ctx.client,

@@ -139,6 +139,13 @@ impl Context {
         Ok(c)
     }
 
+    /// Run discovery now (after applying CustomResourceDefinitions).
+    async fn rediscover(&self) -> Result<Arc<ClusterScopes>, kube::Error> {
+        let s = Arc::new(ClusterScopes::discover(&self.client).await?);
+        *self.scopes.lock().await = Some((Instant::now(), s.clone()));
+        Ok(s)
+    }
+
     /// The discovery snapshot; `refresh` runs discovery again unless it ran in the last
     /// two seconds (a CRD installed a moment ago).
     async fn scopes(&self, refresh: bool) -> Result<Arc<ClusterScopes>, kube::Error> {
@@ -776,43 +783,21 @@ async fn write_status(
         return Ok(());
     }
     let api: Api<Application> = Api::namespaced(ctx.client.clone(), &app.namespace().unwrap_or_default());
-    api.patch_status(
-        &app.name_any(),
-        &PatchParams::apply(names::STATUS_FIELD_MANAGER).force(),
-        &Patch::Apply(json!({"apiVersion": names::API_VERSION, "kind": "Application", "status": new})),
-    )
-    .await?;
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn source_revisions_are_commits_branches_or_tags() {
-        assert_eq!(references_of("0123abc"), vec![Reference::Commit("0123abc".into())]);
-        assert_eq!(references_of("ABCDEF0123"), vec![Reference::Commit("abcdef0123".into())]);
-        assert_eq!(references_of("main"), vec![Reference::Branch("main".into()), Reference::Tag("main".into())]);
-        assert_eq!(references_of("refs/tags/v1.2.0"), vec![Reference::Tag("v1.2.0".into())]);
-        assert_eq!(
-            references_of("refs/heads/release"),
-            vec![Reference::Branch("release".into()), Reference::Tag("release".into())]
-        );
-        // Too short to be a commit.
-        assert_eq!(references_of("cafe"), vec![Reference::Branch("cafe".into()), Reference::Tag("cafe".into())]);
-    }
-
-    #[test]
-    fn secret_values_are_redacted_from_messages() {
-        let objs = vec![
-            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"},
-                   "data": {"password": "aHVudGVyMg=="}, "stringData": {"token": "tok-123456"}}),
-            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"x": "visible"}}),
-        ];
-        let secrets = secret_strings(&objs);
-        let m = redact("password hunter2 and tok-123456 (aHVudGVyMg==) visible", &secrets);
-        assert_eq!(m, "password <redacted> and <redacted> (<redacted>) visible");
+    // The resourceVersion makes the write conditional: status computed from a stale copy of
+    // the Application is refused (409) instead of overwriting a newer one; the newer version
+    // triggers its own reconcile.
+    let patch = json!({"apiVersion": names::API_VERSION, "kind": "Application",
+        "metadata": {"name": app.name_any(), "resourceVersion": app.resource_version()}, "status": new});
+    match api
+        .patch_status(&app.name_any(), &PatchParams::apply(names::STATUS_FIELD_MANAGER).force(), &Patch::Apply(patch))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 409 => {
+            tracing::debug!(application = %app.name_any(), "status computed from a stale copy; reconciling the newer one");
+            Ok(())
+        }
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -928,4 +913,35 @@ async fn delete_managed(app: &Application, ctx: &Context, ns: &str, name: &str) 
         tracing::info!(application = %name, namespace = %ns, deleted = done.deleted.len(), "deleted managed resources");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn source_revisions_are_commits_branches_or_tags() {
+        assert_eq!(references_of("0123abc"), vec![Reference::Commit("0123abc".into())]);
+        assert_eq!(references_of("ABCDEF0123"), vec![Reference::Commit("abcdef0123".into())]);
+        assert_eq!(references_of("main"), vec![Reference::Branch("main".into()), Reference::Tag("main".into())]);
+        assert_eq!(references_of("refs/tags/v1.2.0"), vec![Reference::Tag("v1.2.0".into())]);
+        assert_eq!(
+            references_of("refs/heads/release"),
+            vec![Reference::Branch("release".into()), Reference::Tag("release".into())]
+        );
+        // Too short to be a commit.
+        assert_eq!(references_of("cafe"), vec![Reference::Branch("cafe".into()), Reference::Tag("cafe".into())]);
+    }
+
+    #[test]
+    fn secret_values_are_redacted_from_messages() {
+        let objs = vec![
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"},
+                   "data": {"password": "aHVudGVyMg=="}, "stringData": {"token": "tok-123456"}}),
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"x": "visible"}}),
+        ];
+        let secrets = secret_strings(&objs);
+        let m = redact("password hunter2 and tok-123456 (aHVudGVyMg==) visible", &secrets);
+        assert_eq!(m, "password <redacted> and <redacted> (<redacted>) visible");
+    }
 }

@@ -1,0 +1,502 @@
+//! Rollouts end to end against simcluster with its workload simulation (Pods scheduled, pulled,
+//! started and made ready by the simulated kubelet), a real `git daemon`, and the Repository and
+//! Application controllers in-process: apply as the service account, health, prune, conflicts,
+//! failures, drift and deletion policies.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
+use kube::discovery::ApiResource;
+use kuvryn_sync::api::Application;
+use kuvryn_sync::api::conditions;
+use kuvryn_sync::api::names;
+use kuvryn_sync::api::revision::{AttemptResult, PlanAction, Revision, RevisionPhase};
+use kuvryn_sync::plan::inventory;
+use serde_json::json;
+use support::apps::{Env, WAIT, entries};
+use support::{Cluster, apply_as, eventually};
+
+fn deployment(image: &str) -> String {
+    format!(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  replicas: 2\n  progressDeadlineSeconds: 600\n  selector:\n    matchLabels: {{app: web}}\n  template:\n    metadata:\n      labels: {{app: web}}\n      annotations: {{simcluster.kuvryn.io/ready-ms: \"2000\"}}\n    spec:\n      containers:\n      - name: web\n        image: {image}\n        ports: [{{containerPort: 80}}]\n"
+    )
+}
+const SERVICE: &str =
+    "apiVersion: v1\nkind: Service\nmetadata:\n  name: web\nspec:\n  selector: {app: web}\n  ports: [{port: 80}]\n";
+const CONFIG: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\ndata:\n  color: blue\n";
+const KEEP: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: keep\n  annotations: {sync.kuvryn.io/prune: disabled}\ndata:\n  k: v\n";
+const SECRET: &str = "apiVersion: v1\nkind: Secret\nmetadata:\n  name: token\nstringData:\n  token: not-a-real-token\n";
+const CRD: &str = "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: widgets.example.com\nspec:\n  group: example.com\n  scope: Namespaced\n  names: {plural: widgets, singular: widget, kind: Widget}\n  versions:\n  - name: v1\n    served: true\n    storage: true\n    schema:\n      openAPIV3Schema:\n        type: object\n        x-kubernetes-preserve-unknown-fields: true\n";
+const WIDGET: &str = "apiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: gizmo\nspec:\n  size: 3\n";
+
+/// Cluster-wide permissions the `deployer` needs for CustomResourceDefinitions.
+async fn allow_crds(env: &Env) {
+    apply_as(&env.client, "test", &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": format!("{}-crds", env.ns)},
+        "rules": [{"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": ["*"]}]}))
+    .await;
+    apply_as(
+        &env.client,
+        "test",
+        &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": format!("{}-crds", env.ns)},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": format!("{}-crds", env.ns)},
+        "subjects": [{"kind": "ServiceAccount", "name": "deployer", "namespace": env.ns}]}),
+    )
+    .await;
+}
+
+fn phase(r: &Revision) -> Option<RevisionPhase> {
+    r.status.as_ref().map(|s| s.phase)
+}
+
+/// Wait until the desired Revision is on `commit` and in `want`, remembering every phase seen.
+async fn until_phase(env: &Env, app: &str, commit: &str, want: RevisionPhase, seen: &mut BTreeSet<String>) -> Revision {
+    let phases = std::sync::Mutex::new(BTreeSet::new());
+    let rev = eventually(&format!("Revision of {commit} to be {want:?}"), WAIT, || async {
+        let a = env.apps().get(app).await.ok()?;
+        let r = env.revisions().get(a.status.as_ref()?.desired_revision.as_ref()?).await.ok()?;
+        if r.spec.source.commit != commit {
+            return None;
+        }
+        if std::env::var("DEBUG_ROLLOUT").is_ok() {
+            eprintln!(
+                "DEBUG {:?} {:?} {:?}",
+                phase(&r),
+                r.status.as_ref().and_then(|s| s.failure.clone()),
+                r.status.as_ref().and_then(|s| s.health.clone())
+            );
+            eprintln!("DEBUG app {:?}", a.status.as_ref().map(|s| &s.conditions));
+        }
+        if let Some(p) = phase(&r) {
+            phases.lock().unwrap().insert(format!("{p:?}"));
+        }
+        (phase(&r) == Some(want)).then_some(r)
+    })
+    .await;
+    seen.extend(phases.into_inner().unwrap());
+    rev
+}
+
+fn ready(app: &Application) -> (String, String, String) {
+    let c = app.status.as_ref().and_then(|s| conditions::get(&s.conditions, names::conditions::READY)).cloned();
+    c.map(|c| (c.status, c.reason, c.message)).unwrap_or_default()
+}
+
+#[test]
+fn a_rollout_applies_waits_for_health_and_prunes_safely() {
+    let cluster = Cluster::start();
+    let runtime = support::runtime();
+    runtime.block_on(async {
+        let env = Env::start(&cluster, "rollout").await;
+        allow_crds(&env).await;
+        let wt = env.repository("platform").await;
+        wt.write("web/deploy.yaml", &deployment("nginx:1.27"))
+            .write("web/svc.yaml", SERVICE)
+            .write("web/config.yaml", CONFIG)
+            .write("web/keep.yaml", KEEP)
+            .write("web/secret.yaml", SECRET)
+            .write("web/crd.yaml", CRD)
+            .write("web/widget.yaml", WIDGET);
+        let first = wt.commit_and_push("web");
+        env.refresh("platform", &first).await;
+        env.create_app(
+            "web",
+            json!({"source": {"repository": "platform", "path": "web"}, "serviceAccountName": "deployer",
+                   "destination": {"namespace": "rollout",
+                                   "clusterResources": [{"group": "apiextensions.k8s.io", "kind": "CustomResourceDefinition"}]},
+                   "sync": {"prune": true}, "health": {"timeout": "60s"}, "failurePolicy": {"maxAttempts": 1}}),
+        )
+        .await;
+
+        // First sync: applied (the CRD before its Widget), Progressing while the Pods start, Healthy.
+        let mut seen = BTreeSet::new();
+        let rev1 = until_phase(&env, "web", &first, RevisionPhase::Healthy, &mut seen).await;
+        assert!(seen.contains("Progressing"), "phases seen: {seen:?}");
+        let st = rev1.status.clone().unwrap();
+        assert_eq!(st.attempts.len(), 1);
+        assert_eq!(st.attempts[0].result, AttemptResult::Succeeded);
+        assert_eq!(st.deployed_desired_state_hash, rev1.spec.desired_state_hash);
+        assert_eq!(st.health.as_ref().map(|h| h.healthy), Some(7));
+        let app = eventually("the Application to be Ready", WAIT, || async {
+            let a = env.apps().get("web").await.ok()?;
+            (ready(&a).0 == "True").then_some(a)
+        })
+        .await;
+        let status = app.status.clone().unwrap();
+        assert_eq!(format!("{:?}", status.sync.as_ref().unwrap().status), "Synced");
+        assert_eq!(format!("{:?}", status.health.as_ref().unwrap().status), "Healthy");
+        assert_eq!(status.last_healthy_revision.as_deref(), Some(rev1.name_any().as_str()));
+        let kinds: BTreeSet<String> = status.managed_kinds.iter().map(|k| k.kind.clone()).collect();
+        for k in ["ConfigMap", "CustomResourceDefinition", "Deployment", "Secret", "Service", "Widget"] {
+            assert!(kinds.contains(k), "managedKinds {kinds:?} lacks {k}");
+        }
+        // Applied with our field manager and labels, as the service account.
+        let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), "rollout");
+        let cm = cms.get("settings").await.unwrap();
+        assert_eq!(cm.labels().get(names::labels::MANAGED_BY).map(String::as_str), Some("kuvryn-sync"));
+        assert_eq!(cm.labels().get(names::labels::APPLICATION_ID), Some(&inventory::application_id("rollout", "web")));
+        assert_eq!(cm.annotations().get(names::annotations::APPLICATION).map(String::as_str), Some("rollout/web"));
+        assert!(cm.managed_fields().iter().any(|m| m.manager.as_deref() == Some(names::FIELD_MANAGER)));
+        let widgets = ApiResource {
+            group: "example.com".into(),
+            version: "v1".into(),
+            api_version: "example.com/v1".into(),
+            kind: "Widget".into(),
+            plural: "widgets".into(),
+        };
+        let widget_api: Api<DynamicObject> = Api::namespaced_with(env.client.clone(), "rollout", &widgets);
+        assert!(widget_api.get_opt("gizmo").await.unwrap().is_some());
+        if let Some(sim) = cluster.sim() {
+            let writes: Vec<_> = sim
+                .audit_log()
+                .into_iter()
+                .filter(|e| e.field_manager == names::FIELD_MANAGER && e.verb == "patch")
+                .collect();
+            assert!(!writes.is_empty());
+            assert!(
+                writes.iter().all(|e| e.user == "system:serviceaccount:rollout:deployer"),
+                "every apply is made as the service account: {writes:#?}"
+            );
+        }
+
+        // A new image: a new Revision, Progressing, then Healthy; the first is its previous.
+        wt.write("web/deploy.yaml", &deployment("nginx:1.28"));
+        let second = wt.commit_and_push("web: nginx 1.28");
+        env.refresh("platform", &second).await;
+        let mut seen = BTreeSet::new();
+        let rev2 = until_phase(&env, "web", &second, RevisionPhase::Healthy, &mut seen).await;
+        assert!(seen.contains("Progressing"), "phases seen: {seen:?}");
+        assert_eq!(rev2.status.as_ref().unwrap().previous_healthy_revision.as_deref(), Some(rev1.name_any().as_str()));
+        let deployments: Api<Deployment> = Api::namespaced(env.client.clone(), "rollout");
+        let d = deployments.get("web").await.unwrap();
+        assert_eq!(d.spec.template.spec.as_ref().unwrap().containers[0].image.as_deref(), Some("nginx:1.28"));
+
+        // Files removed with prune on: the ConfigMap and the Widget go; the opted-out
+        // ConfigMap, the Secret and the CRD stay, labelled, with a warning and an Event.
+        for f in ["web/config.yaml", "web/keep.yaml", "web/secret.yaml", "web/crd.yaml", "web/widget.yaml"] {
+            wt.git(&["rm", "--quiet", f]);
+        }
+        let third = wt.commit_and_push("web: fewer objects");
+        env.refresh("platform", &third).await;
+        let rev3 = until_phase(&env, "web", &third, RevisionPhase::Healthy, &mut BTreeSet::new()).await;
+        assert!(cms.get_opt("settings").await.unwrap().is_none());
+        assert!(widget_api.get_opt("gizmo").await.unwrap().is_none());
+        let keep = cms.get("keep").await.unwrap();
+        assert_eq!(keep.labels().get(names::labels::MANAGED_BY).map(String::as_str), Some("kuvryn-sync"));
+        let secrets: Api<Secret> = Api::namespaced(env.client.clone(), "rollout");
+        assert!(secrets.get_opt("token").await.unwrap().is_some());
+        let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+            Api::all(env.client.clone());
+        assert!(crds.get_opt("widgets.example.com").await.unwrap().is_some());
+        for (kind, name) in [("ConfigMap", "keep"), ("Secret", "token"), ("CustomResourceDefinition", "widgets.example.com")] {
+            let e = entries(&rev3);
+            let entry = e.iter().find(|e| e.resource.kind == kind && e.resource.name == name).unwrap_or_else(|| panic!("{kind} {name} in {e:#?}"));
+            assert_eq!(entry.action, PlanAction::Unchanged);
+            assert!(entry.warning.as_deref().is_some_and(|w| w.starts_with("prune skipped")), "{entry:?}");
+        }
+        let events = env.events("web").await;
+        let skipped = events.iter().find(|e| e.1 == names::events::PRUNE_SKIPPED).expect("a PruneSkipped Event");
+        assert_eq!(skipped.0, "Warning");
+        for name in ["keep", "token", "widgets.example.com"] {
+            assert!(skipped.2.contains(name), "{skipped:?}");
+        }
+        let kinds: BTreeSet<String> =
+            env.apps().get("web").await.unwrap().status.unwrap().managed_kinds.iter().map(|k| k.kind.clone()).collect();
+        assert!(kinds.contains("Secret") && kinds.contains("CustomResourceDefinition"), "{kinds:?}");
+        assert!(!kinds.contains("Widget"), "{kinds:?}");
+
+        // An image that cannot be pulled: the rollout fails with a health timeout naming the
+        // Deployment, and with one attempt allowed it pauses (Stalled).
+        let patch = json!({"spec": {"health": {"timeout": "3s"}}});
+        env.apps().patch("web", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+        wt.write("web/deploy.yaml", &deployment("registry.invalid/nginx:1"));
+        let fourth = wt.commit_and_push("web: a broken image");
+        env.refresh("platform", &fourth).await;
+        let rev4 = until_phase(&env, "web", &fourth, RevisionPhase::Failed, &mut BTreeSet::new()).await;
+        let failure = rev4.status.as_ref().unwrap().failure.clone().unwrap();
+        assert_eq!(failure.reason, "HealthTimeout");
+        assert!(failure.message.contains("Deployment rollout/web"), "{}", failure.message);
+        assert_eq!(rev4.status.as_ref().unwrap().attempts[0].result, AttemptResult::Failed);
+        let app = eventually("the Application to stall", WAIT, || async {
+            let a = env.apps().get("web").await.ok()?;
+            conditions::is_true(&a.status.as_ref()?.conditions, names::conditions::STALLED).then_some(a)
+        })
+        .await;
+        let (status, reason, message) = ready(&app);
+        assert_eq!((status.as_str(), reason.as_str()), ("False", "HealthTimeout"));
+        assert!(message.contains("1 of 1 attempts failed"), "{message}");
+        // The last healthy Revision is still the one that deployed.
+        assert_eq!(app.status.unwrap().last_healthy_revision.as_deref(), Some(rev3.name_any().as_str()));
+        assert!(env.events("web").await.iter().any(|e| e.0 == "Warning" && e.1 == "HealthTimeout"));
+    });
+}
+
+#[test]
+fn conflicts_permissions_and_deletion_policies() {
+    let cluster = Cluster::start();
+    let runtime = support::runtime();
+    runtime.block_on(async {
+        let env = Env::start(&cluster, "owners").await;
+        let wt = env.repository("platform").await;
+        wt.write("conflict/cm.yaml", CONFIG)
+            .write("readonly/cm.yaml", &CONFIG.replace("settings", "ro"))
+            .write("orphan/cm.yaml", &CONFIG.replace("settings", "orphaned"))
+            .write("delete/cm.yaml", &CONFIG.replace("settings", "doomed"))
+            .write("delete/keep.yaml", KEEP)
+            .write("delete/secret.yaml", SECRET);
+        let commit = wt.commit_and_push("apps");
+        env.refresh("platform", &commit).await;
+        let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), "owners");
+
+        // Another manager owns data.color with another value: policy fail blocks the rollout,
+        // naming the field and the manager; nothing is forced.
+        apply_as(&env.client, "other-tool", &json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "settings", "namespace": "owners"}, "data": {"color": "green"}}))
+        .await;
+        let spec = |path: &str, sa: &str| {
+            json!({"source": {"repository": "platform", "path": path}, "serviceAccountName": sa,
+                   "destination": {"namespace": "owners"}, "failurePolicy": {"maxAttempts": 1}})
+        };
+        env.create_app("conflict", spec("conflict", "deployer")).await;
+        let rev = until_phase(&env, "conflict", &commit, RevisionPhase::Failed, &mut BTreeSet::new()).await;
+        let failure = rev.status.as_ref().unwrap().failure.clone().unwrap();
+        assert_eq!(failure.reason, "ApplyConflict");
+        assert!(failure.message.contains(".data.color is owned by \"other-tool\""), "{}", failure.message);
+        assert_eq!(cms.get("settings").await.unwrap().data.unwrap()["color"], "green");
+        let app = env.apps().get("conflict").await.unwrap();
+        assert_eq!(ready(&app).1, "ApplyConflict");
+
+        // Policy adopt: the field is taken and listed with its previous manager.
+        let patch = json!({"spec": {"sync": {"conflictPolicy": "adopt"}}});
+        env.apps().patch("conflict", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+        // Paused after one attempt: ask for another, as an operator would after fixing the cause.
+        env.poke("conflict", "adopt").await;
+        let rev = eventually("the adopted rollout", WAIT, || async {
+            let a = env.apps().get("conflict").await.ok()?;
+            let r = env.revisions().get(a.status?.desired_revision.as_ref()?).await.ok()?;
+            (phase(&r) == Some(RevisionPhase::Healthy)).then_some(r)
+        })
+        .await;
+        let _ = rev;
+        assert_eq!(cms.get("settings").await.unwrap().data.unwrap()["color"], "blue");
+
+        // A service account that may read but not write: the API's own message, and no write
+        // under the controller's identity.
+        for (kind, name) in [("Role", "reader"), ("RoleBinding", "reader")] {
+            let obj = if kind == "Role" {
+                json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": name, "namespace": "owners"},
+                       "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list"]}]})
+            } else {
+                json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": name, "namespace": "owners"},
+                       "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "reader"},
+                       "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": "owners"}]})
+            };
+            apply_as(&env.client, "test", &obj).await;
+        }
+        env.create_app("readonly", spec("readonly", "reader")).await;
+        let rev = until_phase(&env, "readonly", &commit, RevisionPhase::Failed, &mut BTreeSet::new()).await;
+        let failure = rev.status.as_ref().unwrap().failure.clone().unwrap();
+        assert_eq!(failure.reason, "ApplyFailure");
+        assert!(failure.message.contains("forbidden"), "{}", failure.message);
+        assert!(failure.message.contains("system:serviceaccount:owners:reader"), "{}", failure.message);
+        assert!(cms.get_opt("ro").await.unwrap().is_none());
+        if let Some(sim) = cluster.sim() {
+            let by_controller: Vec<_> = sim
+                .audit_log()
+                .into_iter()
+                .filter(|e| e.resource == "configmaps" && e.namespace == "owners" && e.name == "ro" && e.verb != "get")
+                .filter(|e| !e.user.starts_with("system:serviceaccount:owners:"))
+                .collect();
+            assert!(by_controller.is_empty(), "writes not made as the service account: {by_controller:#?}");
+        }
+
+        // deletionPolicy Orphan (the default): deleting the Application leaves its objects.
+        env.create_app("orphan", spec("orphan", "deployer")).await;
+        until_phase(&env, "orphan", &commit, RevisionPhase::Healthy, &mut BTreeSet::new()).await;
+        env.apps().delete("orphan", &DeleteParams::default()).await.unwrap();
+        eventually("the orphan Application to go", WAIT, || async {
+            env.apps().get_opt("orphan").await.ok()?.is_none().then_some(())
+        })
+        .await;
+        assert!(cms.get_opt("orphaned").await.unwrap().is_some());
+
+        // DeleteManagedResources: high-risk kinds are deleted too, opted-out objects stay. The
+        // finalizer holds the Application while its service account may not delete.
+        let mut s = spec("delete", "deployer");
+        s["deletionPolicy"] = json!("DeleteManagedResources");
+        env.create_app("delete", s).await;
+        until_phase(&env, "delete", &commit, RevisionPhase::Healthy, &mut BTreeSet::new()).await;
+        let app = env.apps().get("delete").await.unwrap();
+        assert!(app.finalizers().iter().any(|f| f == names::finalizers::APPLICATION));
+        // Take the delete permission away first.
+        apply_as(&env.client, "test", &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": "deployer", "namespace": "owners"},
+            "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["get", "list", "watch", "create", "update", "patch"]}]}))
+        .await;
+        env.apps().delete("delete", &DeleteParams::default()).await.unwrap();
+        let stuck = eventually("the finalizer to report why it waits", WAIT, || async {
+            let a = env.apps().get_opt("delete").await.ok()??;
+            (ready(&a).1 == "PruneFailure").then_some(a)
+        })
+        .await;
+        assert!(ready(&stuck).2.contains("forbidden"), "{:?}", ready(&stuck));
+        assert!(cms.get_opt("doomed").await.unwrap().is_some());
+        apply_as(&env.client, "test", &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": "deployer", "namespace": "owners"},
+            "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]}))
+        .await;
+        eventually("the Application to go once it may delete", WAIT, || async {
+            env.apps().get_opt("delete").await.ok()?.is_none().then_some(())
+        })
+        .await;
+        assert!(cms.get_opt("doomed").await.unwrap().is_none());
+        let secrets: Api<Secret> = Api::namespaced(env.client.clone(), "owners");
+        assert!(secrets.get_opt("token").await.unwrap().is_none(), "high-risk kinds are deleted too");
+        assert!(cms.get_opt("keep").await.unwrap().is_some(), "opted-out objects stay");
+    });
+}
+
+#[test]
+fn drift_is_reported_or_repaired_and_health_keeps_being_observed() {
+    let cluster = Cluster::start();
+    let runtime = support::runtime();
+    runtime.block_on(async {
+        let env = Env::start(&cluster, "drift").await;
+        let wt = env.repository("platform").await;
+        wt.write("web/deploy.yaml", &deployment("nginx:1.27")).write("web/config.yaml", CONFIG);
+        let commit = wt.commit_and_push("web");
+        env.refresh("platform", &commit).await;
+        env.create_app(
+            "web",
+            json!({"source": {"repository": "platform", "path": "web"}, "serviceAccountName": "deployer",
+                   "destination": {"namespace": "drift"}}),
+        )
+        .await;
+        let rev = until_phase(&env, "web", &commit, RevisionPhase::Healthy, &mut BTreeSet::new()).await;
+        let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), "drift");
+        let edit_as = |manager: &str, color: &str| {
+            let cms = cms.clone();
+            let (manager, color) = (manager.to_string(), color.to_string());
+            async move {
+                let patch = json!({"data": {"color": color}});
+                cms.patch(
+                    "settings",
+                    &PatchParams { field_manager: Some(manager), ..Default::default() },
+                    &Patch::Merge(&patch),
+                )
+                .await
+                .unwrap();
+            }
+        };
+        let sync_of =
+            |a: &Application| a.status.as_ref().and_then(|s| s.sync.as_ref()).map(|s| format!("{:?}", s.status));
+
+        // Without selfHeal: a hand edit is reported as Drifted and left in place; the Revision
+        // stays Healthy with one attempt.
+        edit_as("kubectl-edit", "red").await;
+        env.poke("web", "edit").await;
+        let app = eventually("Drifted", WAIT, || async {
+            let a = env.apps().get("web").await.ok()?;
+            (sync_of(&a).as_deref() == Some("Drifted")).then_some(a)
+        })
+        .await;
+        let drifted = app.status.as_ref().unwrap().sync.as_ref().unwrap().drifted.clone();
+        assert_eq!(drifted.len(), 1);
+        assert_eq!((drifted[0].kind.as_str(), drifted[0].name.as_str()), ("ConfigMap", "settings"));
+        assert_eq!(cms.get("settings").await.unwrap().data.unwrap()["color"], "red");
+        let r = env.revisions().get(&rev.name_any()).await.unwrap();
+        assert_eq!(phase(&r), Some(RevisionPhase::Healthy));
+        assert_eq!(r.status.as_ref().unwrap().attempts.len(), 1);
+
+        // Undoing the edit returns to Synced without a rollout.
+        edit_as("kubectl-edit", "blue").await;
+        env.poke("web", "undo").await;
+        eventually("Synced again", WAIT, || async {
+            let a = env.apps().get("web").await.ok()?;
+            (sync_of(&a).as_deref() == Some("Synced")).then_some(())
+        })
+        .await;
+        assert_eq!(env.revisions().get(&rev.name_any()).await.unwrap().status.unwrap().attempts.len(), 1);
+
+        // A managed resource deleted by hand: Degraded, naming it, with a HealthDegraded Event,
+        // and no new Revision.
+        cms.delete("settings", &DeleteParams::default()).await.unwrap();
+        env.poke("web", "deleted").await;
+        let app = eventually("Degraded", WAIT, || async {
+            let a = env.apps().get("web").await.ok()?;
+            let h = a.status.as_ref()?.health.as_ref()?;
+            (format!("{:?}", h.status) == "Degraded").then_some(a)
+        })
+        .await;
+        let health = app.status.as_ref().unwrap().health.clone().unwrap();
+        assert!(
+            health.message.as_deref().is_some_and(|m| m.contains("ConfigMap drift/settings is missing")),
+            "{health:?}"
+        );
+        assert_eq!(ready(&app).1, "Degraded");
+        assert_eq!(app.status.as_ref().unwrap().desired_revision.as_deref(), Some(rev.name_any().as_str()));
+        let events = eventually("a HealthDegraded Event", WAIT, || async {
+            let ev = env.events("web").await;
+            ev.iter().any(|e| e.1 == names::events::HEALTH_DEGRADED).then_some(ev)
+        })
+        .await;
+        assert!(events.iter().any(|e| e.1 == "HealthDegraded" && e.2.contains("settings")), "{events:#?}");
+
+        // With selfHeal the same drift is repaired through a rollout: recreated, Healthy, Synced.
+        let patch = json!({"spec": {"sync": {"selfHeal": true}}});
+        env.apps().patch("web", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+        eventually("the ConfigMap to be recreated", WAIT, || async { cms.get_opt("settings").await.ok()? }).await;
+        let app = eventually("Healthy and Synced again", WAIT, || async {
+            let a = env.apps().get("web").await.ok()?;
+            let healthy = format!("{:?}", a.status.as_ref()?.health.as_ref()?.status) == "Healthy";
+            (healthy && sync_of(&a).as_deref() == Some("Synced")).then_some(a)
+        })
+        .await;
+        assert_eq!(ready(&app).0, "True");
+        let r = env.revisions().get(&rev.name_any()).await.unwrap();
+        assert_eq!(r.status.as_ref().unwrap().attempts.len(), 2, "a drift repair is a rollout");
+
+        // A Deployment whose new Pods crash after a healthy rollout, with selfHeal off (so the
+        // hand edit that breaks it stays): Degraded once its progress deadline passes, naming
+        // it, and no new attempt or Revision.
+        let patch = json!({"spec": {"sync": {"selfHeal": false}}});
+        let patched = env.apps().patch("web", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+        eventually("the controller to see selfHeal off", WAIT, || async {
+            let a = env.apps().get("web").await.ok()?;
+            (a.status?.observed_generation == patched.metadata.generation).then_some(())
+        })
+        .await;
+        let deployments: Api<Deployment> = Api::namespaced(env.client.clone(), "drift");
+        let crash = json!({"spec": {"progressDeadlineSeconds": 2, "template": {"spec": {"containers": [
+            {"name": "web", "env": [{"name": "SIMCLUSTER_EXIT_CODE", "value": "3"}]}]}}}});
+        deployments
+            .patch(
+                "web",
+                &PatchParams { field_manager: Some("kubectl-edit".into()), ..Default::default() },
+                &Patch::Strategic(&crash),
+            )
+            .await
+            .unwrap();
+        if let Some(sim) = cluster.sim() {
+            // Past the progress deadline without waiting for it.
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            sim.advance_clock(Duration::from_secs(5));
+        }
+        let app = eventually("Degraded by the crash loop", WAIT, || async {
+            let a = env.apps().get("web").await.ok()?;
+            let h = a.status.as_ref()?.health.as_ref()?;
+            (format!("{:?}", h.status) == "Degraded" && h.message.as_deref()?.contains("Deployment drift/web"))
+                .then_some(a)
+        })
+        .await;
+        assert_eq!(app.status.as_ref().unwrap().desired_revision.as_deref(), Some(rev.name_any().as_str()));
+        assert_eq!(env.revisions().get(&rev.name_any()).await.unwrap().status.unwrap().attempts.len(), 2);
+    });
+}

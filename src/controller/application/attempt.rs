@@ -40,6 +40,8 @@ pub(super) struct Rollout<'a> {
     pub status: &'a mut ApplicationStatus,
     pub rs: &'a mut RevisionStatus,
     pub now: Timestamp,
+    /// Strings no message may show (Secret values).
+    pub secrets: Vec<String>,
 }
 
 fn policy_of(app: &Application) -> Policy {
@@ -325,6 +327,7 @@ impl Rollout<'_> {
             a.reason = Some(reason.to_string());
         }
         self.rs.phase = RevisionPhase::Failed;
+        let message = super::redact(&message, &self.secrets);
         self.rs.failure =
             Some(rev::Failure { reason: reason.to_string(), message: bounded(&message, 4096), retryable });
     }
@@ -482,12 +485,9 @@ impl Rollout<'_> {
                 );
             }
         }
-        let again = if summary.status == HealthStatus::Healthy {
-            self.ctx.settings.resync
-        } else {
-            self.ctx.settings.resync.min(Duration::from_secs(30))
-        };
-        Ok(Action::requeue(with_jitter(again, self.name)))
+        // Deployments, StatefulSets and DaemonSets trigger a reconcile as they change; everything
+        // else is looked at again at the resync interval.
+        Ok(Action::requeue(with_jitter(self.ctx.settings.resync, self.name)))
     }
 
     /// Health of the managed resources onto the Application (and the Revision when `deployed`),

@@ -256,6 +256,8 @@ struct Planned {
     /// Objects labelled as managed (metadata only).
     managed: Vec<Value>,
     adopt: bool,
+    /// Secret values (from `valuesFrom` and desired Secrets): never in a message.
+    secrets: Vec<String>,
 }
 
 /// Reconcile one Application (see the module documentation).
@@ -400,7 +402,8 @@ async fn plan_app(
             sync.revision = Some(rev_name.clone());
             sync.commit = Some(source.commit.clone());
             status.sync = Some(sync);
-            let mut run = Rollout { ctx, app, ns, name, rev: &rev_name, old, status, rs: &mut rs, now };
+            let secrets = planned.secrets.clone();
+            let mut run = Rollout { ctx, app, ns, name, rev: &rev_name, old, status, rs: &mut rs, now, secrets };
             run.run(planned).await?
         }
     };
@@ -708,6 +711,7 @@ async fn desired_and_plan(
         live: inputs.live,
         managed: inputs.managed,
         adopt,
+        secrets,
     }))
 }
 

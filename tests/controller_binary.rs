@@ -1,15 +1,16 @@
 //! The real `ksync-controller run` process: against the cluster of its kubeconfig, with a Git
 //! cache directory, serving Prometheus metrics; Applications appear from a Repository and are
-//! planned on Revisions.
+//! planned and rolled out.
 
 mod support;
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, PostParams};
-use kuvryn_sync::api::revision::Revision;
+use kuvryn_sync::api::revision::{Revision, RevisionPhase};
 use kuvryn_sync::api::{Application, Repository};
 use serde_json::json;
 use support::{Cluster, GitServer, WorkTree, eventually, free_port, install_crds, temp_dir};
@@ -76,15 +77,17 @@ fn the_manager_process_discovers_applications_and_serves_metrics() {
         })
         .await;
         assert_eq!(names, ["web"]);
-        // The Application controller plans it on a Revision.
+        // The Application controller plans it on a Revision and rolls it out.
         let revisions: Api<Revision> = Api::namespaced(client.clone(), "default");
-        let plan = eventually("a plan for web", Duration::from_secs(60), || async {
+        let rev = eventually("web to be deployed", Duration::from_secs(60), || async {
             let desired = apps.get("web").await.ok()?.status?.desired_revision?;
-            revisions.get(&desired).await.ok()?.status?.plan
+            let r = revisions.get(&desired).await.ok()?;
+            matches!(r.status.as_ref()?.phase, RevisionPhase::Healthy).then_some(r)
         })
         .await;
-        assert_eq!(plan.summary.create, 1, "{plan:?}");
-        assert_eq!(plan.entries[0].resource.name, "web");
+        assert_eq!(rev.status.unwrap().plan.unwrap().entries[0].resource.name, "web");
+        let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+        assert_eq!(cms.get("web").await.unwrap().data.unwrap()["greeting"], "hello");
         // The cache is where the flag says.
         assert!(std::fs::read_dir(cache.path().join("repos")).unwrap().count() == 1);
         let metrics = eventually("metrics", Duration::from_secs(30), || async {

@@ -19,7 +19,7 @@ use kuvryn_sync::api::names;
 use kuvryn_sync::api::revision::{AttemptResult, PlanAction, Revision, RevisionPhase};
 use kuvryn_sync::plan::inventory;
 use serde_json::json;
-use support::apps::{Env, WAIT, entries};
+use support::apps::{Env, WAIT, action_of, entries};
 use support::{Cluster, apply_as, eventually};
 
 fn deployment(image: &str) -> String {
@@ -235,6 +235,24 @@ fn a_rollout_applies_waits_for_health_and_prunes_safely() {
         // The last healthy Revision is still the one that deployed.
         assert_eq!(app.status.unwrap().last_healthy_revision.as_deref(), Some(rev3.name_any().as_str()));
         assert!(env.events("web").await.iter().any(|e| e.0 == "Warning" && e.1 == "HealthTimeout"));
+
+        // The next commit fixes the image and puts a skipped object back in Git: it is desired
+        // again and updated like any other.
+        let patch = json!({"spec": {"health": {"timeout": "60s"}}});
+        env.apps().patch("web", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+        wt.write("web/deploy.yaml", &deployment("nginx:1.29")).write("web/keep.yaml", &KEEP.replace("k: v", "k: v2"));
+        let fifth = wt.commit_and_push("web: fixed image, keep is back");
+        env.refresh("platform", &fifth).await;
+        let rev5 = until_phase(&env, "web", &fifth, RevisionPhase::Healthy, &mut BTreeSet::new()).await;
+        assert_eq!(cms.get("keep").await.unwrap().data.unwrap()["k"], "v2");
+        // The stored plan is the latest comparison: everything is in place now.
+        assert_eq!(action_of(&rev5, "ConfigMap", "keep"), Some(PlanAction::Unchanged));
+        let app = eventually("Ready again", WAIT, || async {
+            let a = env.apps().get("web").await.ok()?;
+            (ready(&a).0 == "True").then_some(a)
+        })
+        .await;
+        assert_eq!(app.status.unwrap().last_healthy_revision.as_deref(), Some(rev5.name_any().as_str()));
     });
 }
 
@@ -316,6 +334,19 @@ fn conflicts_permissions_and_deletion_policies() {
                 .collect();
             assert!(by_controller.is_empty(), "writes not made as the service account: {by_controller:#?}");
         }
+
+        // Suspended: nothing is applied.
+        let mut s = spec("readonly", "deployer");
+        s["suspend"] = json!(true);
+        env.create_app("suspended", s).await;
+        let app = eventually("Suspended", WAIT, || async {
+            let a = env.apps().get("suspended").await.ok()?;
+            (ready(&a).1 == "Suspended").then_some(a)
+        })
+        .await;
+        assert_eq!(ready(&app).0, "False");
+        assert!(cms.get_opt("ro").await.unwrap().is_none());
+        assert!(app.status.unwrap().desired_revision.is_none());
 
         // deletionPolicy Orphan (the default): deleting the Application leaves its objects.
         env.create_app("orphan", spec("orphan", "deployer")).await;

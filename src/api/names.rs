@@ -150,6 +150,8 @@ pub mod reasons {
     pub const ROLLBACK_COMPLETED: &str = "RollbackCompleted";
     /// The Application's shard has no live owner replica.
     pub const SHARD_ORPHANED: &str = "ShardOrphaned";
+    /// On a Revision: a newer Revision became desired while its rollout was running.
+    pub const SUPERSEDED: &str = "Superseded";
 }
 
 /// Event reasons.

@@ -361,6 +361,9 @@ async fn plan_app(
     };
     let rev_name = revision::name(&identity);
     let rev = ensure_revision(ctx, app, ns, &rev_name, &source).await?;
+    if let Some(previous) = status.desired_revision.clone().filter(|p| *p != rev_name) {
+        supersede(ctx, ns, &previous, &rev_name).await?;
+    }
     if status.desired_revision.as_deref() != Some(rev_name.as_str()) {
         status.sync = Some(SyncStatus {
             status: SyncState::Unknown,
@@ -803,6 +806,33 @@ async fn write_status(
         }
         Err(e) => Err(e.into()),
     }
+}
+
+/// A Revision no longer desired whose attempt is still running: the attempt ends, `Failed` with
+/// reason `Superseded`, so no Revision stays `Progressing` forever.
+async fn supersede(ctx: &Context, ns: &str, previous: &str, by: &str) -> Result<(), Error> {
+    let api: Api<Revision> = Api::namespaced(ctx.client.clone(), ns);
+    let Some(rev) = api.get_opt(previous).await? else { return Ok(()) };
+    let mut rs = rev.status.clone().unwrap_or_default();
+    let Some(last) = rs.attempts.last_mut().filter(|a| a.result == rev::AttemptResult::Running) else {
+        return Ok(());
+    };
+    last.result = rev::AttemptResult::Failed;
+    last.finished_at = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::now()));
+    last.reason = Some(names::reasons::SUPERSEDED.to_string());
+    rs.phase = RevisionPhase::Failed;
+    rs.failure = Some(rev::Failure {
+        reason: names::reasons::SUPERSEDED.to_string(),
+        message: format!("superseded by Revision {by} before its rollout completed"),
+        retryable: false,
+    });
+    api.patch_status(
+        previous,
+        &PatchParams::apply(names::STATUS_FIELD_MANAGER).force(),
+        &Patch::Apply(json!({"apiVersion": names::API_VERSION, "kind": "Revision", "status": rs})),
+    )
+    .await?;
+    Ok(())
 }
 
 fn has_finalizer(app: &Application) -> bool {

@@ -223,6 +223,12 @@ fn a_rollout_applies_waits_for_health_and_prunes_safely() {
         let failure = rev4.status.as_ref().unwrap().failure.clone().unwrap();
         assert_eq!(failure.reason, "HealthTimeout");
         assert!(failure.message.contains("Deployment rollout/web"), "{}", failure.message);
+        // The Pods say why: the image cannot be pulled.
+        assert!(
+            failure.message.contains("ImagePullBackOff") || failure.message.contains("ErrImagePull"),
+            "{}",
+            failure.message
+        );
         assert_eq!(rev4.status.as_ref().unwrap().attempts[0].result, AttemptResult::Failed);
         let app = eventually("the Application to stall", WAIT, || async {
             let a = env.apps().get("web").await.ok()?;
@@ -520,13 +526,37 @@ fn drift_is_reported_or_repaired_and_health_keeps_being_observed() {
             tokio::time::sleep(Duration::from_millis(500)).await;
             sim.advance_clock(Duration::from_secs(5));
         }
+        // Pods are not watched: once one is in CrashLoopBackOff, ask for a check (the resync
+        // interval would do the same, later).
+        let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(env.client.clone(), "drift");
+        eventually("a Pod in CrashLoopBackOff", WAIT, || async {
+            let list = pods.list(&Default::default()).await.ok()?;
+            list.items
+                .iter()
+                .any(|p| {
+                    p.status.as_ref().and_then(|s| s.container_statuses.as_ref()).is_some_and(|cs| {
+                        cs.iter().any(|c| {
+                            c.state.as_ref().and_then(|s| s.waiting.as_ref()).and_then(|w| w.reason.as_deref())
+                                == Some("CrashLoopBackOff")
+                        })
+                    })
+                })
+                .then_some(())
+        })
+        .await;
+        env.poke("web", "crash").await;
         let app = eventually("Degraded by the crash loop", WAIT, || async {
             let a = env.apps().get("web").await.ok()?;
             let h = a.status.as_ref()?.health.as_ref()?;
-            (format!("{:?}", h.status) == "Degraded" && h.message.as_deref()?.contains("Deployment drift/web"))
-                .then_some(a)
+            let m = h.message.as_deref()?;
+            (format!("{:?}", h.status) == "Degraded"
+                && m.contains("Deployment drift/web")
+                && m.contains("CrashLoopBackOff"))
+            .then_some(a)
         })
         .await;
+        let message = app.status.as_ref().unwrap().health.clone().unwrap().message.unwrap();
+        assert!(message.contains("CrashLoopBackOff (exit code 3)"), "{message}");
         assert_eq!(app.status.as_ref().unwrap().desired_revision.as_deref(), Some(rev.name_any().as_str()));
         assert_eq!(env.revisions().get(&rev.name_any()).await.unwrap().status.unwrap().attempts.len(), 2);
     });

@@ -146,6 +146,37 @@ pub struct Observed<'a> {
     pub name: &'a str,
     /// The live object, or None when it is missing.
     pub live: Option<&'a Value>,
+    /// For a workload that is not Healthy: the Pods it selects, as evidence ([`with_pods`]).
+    pub pods: &'a [Value],
+    /// Whether a failing Pod makes the workload Degraded (after a rollout), or only explains
+    /// why it is still Progressing (during one, which waits until its timeout).
+    pub pods_degrade: bool,
+}
+
+/// Whether `kind` of `group` is a workload whose Pods explain its health.
+pub fn is_workload(group: &str, kind: &str) -> bool {
+    group == "apps" && matches!(kind, "Deployment" | "StatefulSet" | "DaemonSet")
+}
+
+/// A workload's assessment with its Pods as evidence: when it is not Healthy and one of its
+/// Pods is Degraded (crash loop, OOMKilled, image pull failure, ...), the message names that
+/// Pod and why, and with `degrade` the workload is Degraded: a cause is evident. A workload
+/// only on its way (scaling up, no failing Pod) stays Progressing.
+pub fn with_pods(assessment: Assessment, pods: &[Value], degrade: bool) -> Assessment {
+    if assessment.status == HealthStatus::Healthy {
+        return assessment;
+    }
+    let mut failing: Vec<(String, Assessment)> = pods
+        .iter()
+        .map(|p| (p["metadata"]["name"].as_str().unwrap_or_default().to_string(), assess_as("", "Pod", p)))
+        .filter(|(_, a)| a.status == HealthStatus::Degraded)
+        .collect();
+    failing.sort_by(|a, b| a.0.cmp(&b.0));
+    let Some((name, pod)) = failing.first() else { return assessment };
+    let more = if failing.len() > 1 { format!(" (and {} more Pods)", failing.len() - 1) } else { String::new() };
+    let message = format!("{}; Pod {name}: {}{more}", assessment.message, pod.message);
+    let status = if degrade { HealthStatus::Degraded } else { assessment.status };
+    Assessment { status, message }.finish()
 }
 
 /// The aggregate health of a set of resources.
@@ -219,7 +250,9 @@ pub fn summarize(resources: &[Observed<'_>]) -> Summary {
     for observed in resources {
         let key = resource_key(observed.kind, observed.namespace, observed.name);
         let assessment = match observed.live {
-            Some(live) => assess_as(observed.group, observed.kind, live),
+            Some(live) => {
+                with_pods(assess_as(observed.group, observed.kind, live), observed.pods, observed.pods_degrade)
+            }
             None => Assessment::degraded(format!("{key} is missing")).finish(),
         };
         let count = match assessment.status {

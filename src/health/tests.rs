@@ -119,6 +119,14 @@ struct Resource {
     name: String,
     #[serde(default)]
     live: Option<Value>,
+    #[serde(default)]
+    pods: Vec<Value>,
+    #[serde(default = "yes")]
+    pods_degrade: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 impl Resource {
@@ -129,6 +137,8 @@ impl Resource {
             namespace: &self.namespace,
             name: &self.name,
             live: self.live.as_ref(),
+            pods: &self.pods,
+            pods_degrade: self.pods_degrade,
         }
     }
 }
@@ -162,7 +172,15 @@ fn summarize_table() {
 
 #[test]
 fn a_missing_resource_is_degraded_with_its_identity() {
-    let s = summarize(&[Observed { group: "", kind: "ConfigMap", namespace: "web", name: "x", live: None }]);
+    let s = summarize(&[Observed {
+        group: "",
+        kind: "ConfigMap",
+        namespace: "web",
+        name: "x",
+        live: None,
+        pods: &[],
+        pods_degrade: true,
+    }]);
     assert_eq!(s.status, HealthStatus::Degraded);
     assert_eq!(
         s.unhealthy,
@@ -187,7 +205,15 @@ fn the_summary_message_is_bounded_and_counts_the_rest() {
         let observed: Vec<Observed<'_>> = pods
             .iter()
             .zip(&names)
-            .map(|(p, name)| Observed { group: "", kind: "Pod", namespace: "web", name, live: Some(p) })
+            .map(|(p, name)| Observed {
+                group: "",
+                kind: "Pod",
+                namespace: "web",
+                name,
+                live: Some(p),
+                pods: &[],
+                pods_degrade: true,
+            })
             .collect();
         let s = summarize(&observed);
         assert_eq!((s.status, s.degraded, s.unhealthy.len()), (HealthStatus::Degraded, n as i32, n));

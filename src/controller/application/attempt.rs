@@ -367,7 +367,8 @@ impl Rollout<'_> {
         deadline: Timestamp,
         policy: &Policy,
     ) -> Result<Action, Error> {
-        let summary = self.summarize(planned, live);
+        let pods = self.pods_of(planned, live).await;
+        let summary = self.summarize(planned, live, &pods, false);
         self.record_health(&summary);
         match summary.status {
             HealthStatus::Healthy => {
@@ -498,7 +499,8 @@ impl Rollout<'_> {
         live: &BTreeMap<String, Value>,
         deployed: bool,
     ) -> health::Summary {
-        let summary = self.summarize(planned, live);
+        let pods = self.pods_of(planned, live).await;
+        let summary = self.summarize(planned, live, &pods, deployed);
         if deployed {
             self.record_health(&summary);
         }
@@ -522,7 +524,45 @@ impl Rollout<'_> {
         summary
     }
 
-    fn summarize(&self, planned: &Planned, live: &BTreeMap<String, Value>) -> health::Summary {
+    /// The Pods of every workload that is not Healthy, as the service account (evidence of why;
+    /// a failed list only means no evidence).
+    async fn pods_of(&self, planned: &Planned, live: &BTreeMap<String, Value>) -> BTreeMap<String, Vec<Value>> {
+        let mut out = BTreeMap::new();
+        for e in &planned.plan.entries {
+            if !health::is_workload(&e.group, &e.kind) {
+                continue;
+            }
+            let id = format!("{}/{}/{}/{}", e.group, e.kind, e.namespace, e.name);
+            let Some(obj) = live.get(&id) else { continue };
+            if health::assess(obj).status == HealthStatus::Healthy {
+                continue;
+            }
+            let Some(labels) = obj["spec"]["selector"]["matchLabels"].as_object().filter(|l| !l.is_empty()) else {
+                continue;
+            };
+            let selector: Vec<String> =
+                labels.iter().filter_map(|(k, v)| v.as_str().map(|v| format!("{k}={v}"))).collect();
+            let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+                kube::Api::namespaced(planned.sa.clone(), &e.namespace);
+            let params = kube::api::ListParams::default().labels(&selector.join(",")).limit(50);
+            match pods.list(&params).await {
+                Ok(list) => {
+                    let values = list.items.into_iter().filter_map(|p| serde_json::to_value(p).ok()).collect();
+                    out.insert(id, values);
+                }
+                Err(err) => tracing::debug!(error = %err, workload = %id, "listing Pods for health evidence"),
+            }
+        }
+        out
+    }
+
+    fn summarize(
+        &self,
+        planned: &Planned,
+        live: &BTreeMap<String, Value>,
+        pods: &BTreeMap<String, Vec<Value>>,
+        pods_degrade: bool,
+    ) -> health::Summary {
         let observed: Vec<health::Observed<'_>> = planned
             .plan
             .entries
@@ -536,6 +576,8 @@ impl Rollout<'_> {
                     namespace: &e.namespace,
                     name: &e.name,
                     live: live.get(&id),
+                    pods: pods.get(&id).map(Vec::as_slice).unwrap_or_default(),
+                    pods_degrade,
                 }
             })
             .collect();

@@ -1,6 +1,5 @@
-//! Sharding for Kuvryn Sync, the pure part: which shard an Application belongs to, and which
-//! controller replica owns each shard. No Kubernetes, no I/O; shard-Lease ownership, membership and
-//! fencing build on this.
+//! Sharding for Kuvryn Sync: which shard an Application belongs to and which replica owns each
+//! shard (pure), and the Leases that make that ownership real (kube I/O), with fencing.
 //!
 //! - [`shard_of`] ([`ring`]): an Application's `namespace/name` to one of a fixed number of shards,
 //!   by jump consistent hash over the first 8 bytes of SHA-256. Stable across platforms and Rust
@@ -8,6 +7,11 @@
 //! - [`assign()`] and [`owned_by`] ([`mod@assign`]): every shard to exactly one live replica, by
 //!   rendezvous hashing of (shard, replica) with bounded loads, so loads differ by at most one; a
 //!   replica joining or leaving moves its own share of the shards plus a measured, bounded extra.
+//! - [`lease`]: acquiring, renewing and releasing `coordination.k8s.io` Leases, with expiry judged
+//!   on the local monotonic clock (clock skew between replicas does not matter) and epochs.
+//! - [`coordinator`]: one replica's membership Lease, the shard Leases assigned to it, the work
+//!   started and drained with them, and the [`coordinator::Fence`] every write checks.
+//! - [`leader`]: leader election for singleton work.
 //!
 //! `docs/sharding.md` has the design, the measured balance and movement, and how to reproduce
 //! them (`cargo run --release -p sharding --example balance`).
@@ -15,6 +19,9 @@
 #![deny(missing_docs)]
 
 pub mod assign;
+pub mod coordinator;
+pub mod leader;
+pub mod lease;
 pub mod ring;
 
 pub use assign::{assign, owned_by, score};

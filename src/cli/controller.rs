@@ -34,7 +34,7 @@ pub enum Command {
         check: bool,
     },
     /// Run the controllers against the cluster of the in-cluster config or `KUBECONFIG`.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
 }
 
 /// Settings of `ksync-controller run`.
@@ -57,8 +57,28 @@ pub struct RunArgs {
     #[arg(long, default_value = "0.0.0.0:8080")]
     pub metrics_bind_address: String,
     /// This replica's name in Events (the Pod name).
-    #[arg(long, env = "POD_NAME")]
+    #[arg(long = "replica-id", visible_alias = "instance", env = "POD_NAME")]
     pub instance: Option<String>,
+
+    /// Shards the Applications are split into (fixed per installation).
+    #[arg(long, env = "KSYNC_SHARDS", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub shards: u32,
+
+    /// Namespace of the coordination Leases. Set (the Helm chart sets it to the release
+    /// namespace), the replicas split the shards between them with Leases; unset, this process
+    /// owns every shard and takes no Lease (one replica only).
+    #[arg(long, env = "KSYNC_LEASE_NAMESPACE")]
+    pub lease_namespace: Option<String>,
+
+    /// Prefix of the Lease names: `<prefix>-member-<replica>`, `<prefix>-shard-<k>`,
+    /// `<prefix>-leader`.
+    #[arg(long, default_value = "kuvryn-sync")]
+    pub lease_prefix: String,
+
+    /// Lease duration; renewed every third of it, and a holder stops writing a third of it
+    /// before it could expire.
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    pub lease_duration: std::time::Duration,
 
     /// The `helm` (v4) binary rendering Helm charts.
     #[arg(long, env = "KSYNC_HELM", default_value = "helm")]
@@ -110,7 +130,7 @@ pub fn run(args: Args) -> Result<()> {
         }
         Command::Crds { out: Some(dir), check: false } => write_crds(&dir),
         Command::Crds { out: Some(dir), check: true } => check_crds(&dir),
-        Command::Run(args) => run_controllers(args),
+        Command::Run(args) => run_controllers(*args),
     }
 }
 
@@ -147,20 +167,19 @@ fn run_controllers(args: RunArgs) -> Result<()> {
             args.render_cache_entries,
         );
         let repositories = std::sync::Arc::new(crate::controller::repository::Context::new(
-            client,
+            client.clone(),
             cache.clone(),
             args.instance.clone(),
         ));
         let settings = crate::controller::application::Settings {
             resync: args.drift_resync_interval,
             concurrency: args.concurrent_applications.max(1),
+            shards: args.shards,
             ..Default::default()
         };
-        let applications = std::sync::Arc::new(
-            crate::controller::application::Context::new(kube_config, cache, renderer, args.instance, settings)
-                .map_err(|e| Error::Startup(format!("connecting to the Kubernetes API: {e}")))?,
-        );
-        tracing::info!(git_cache_dir = %args.git_cache_dir.display(), "starting the Repository and Application controllers");
+        let mut applications =
+            crate::controller::application::Context::new(kube_config, cache, renderer, args.instance.clone(), settings)
+                .map_err(|e| Error::Startup(format!("connecting to the Kubernetes API: {e}")))?;
         let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
             .map_err(|e| Error::Startup(format!("installing the SIGTERM handler: {e}")))?;
         let (stop, stopped) = tokio::sync::watch::channel(false);
@@ -175,9 +194,44 @@ fn run_controllers(args: RunArgs) -> Result<()> {
         let on_stop = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
             let _ = rx.wait_for(|s| *s).await;
         };
+        let shards = args.shards;
+        let Some(lease_ns) = args.lease_namespace.clone() else {
+            tracing::info!(git_cache_dir = %args.git_cache_dir.display(), shards, "starting (one replica, every shard)");
+            let applications = std::sync::Arc::new(applications);
+            tokio::join!(
+                crate::controller::repository::run(repositories, on_stop(stopped.clone())),
+                crate::controller::labeller::run(client, shards, on_stop(stopped.clone())),
+                crate::controller::application::run(applications, on_stop(stopped)),
+            );
+            return Ok(());
+        };
+        let identity = args.instance.clone().unwrap_or_else(|| {
+            let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "ksync".into());
+            format!("{host}-{}", std::process::id())
+        });
+        let timing = sharding::lease::Timing::new(args.lease_duration);
+        let leases = |identity: &str| {
+            sharding::lease::Leases::new(kube::Api::namespaced(client.clone(), &lease_ns), identity, timing)
+        };
+        let (coordinator, ownership) =
+            sharding::coordinator::Coordinator::new(leases(&identity), args.lease_prefix.clone(), shards);
+        applications.fence = Some(sharding::coordinator::Fence::new(ownership, std::time::Duration::from_secs(1)));
+        let workers = crate::controller::shards::ShardWorkers::new(std::sync::Arc::new(applications));
+        tracing::info!(replica = %identity, shards, lease_namespace = %lease_ns, "starting (sharded)");
+        let leader_leases = leases(&identity);
+        let leader_name = format!("{}-leader", args.lease_prefix);
+        let singleton = |rx: tokio::sync::watch::Receiver<bool>| {
+            let (repositories, client) = (repositories.clone(), client.clone());
+            async move {
+                tokio::join!(
+                    crate::controller::repository::run(repositories, on_stop(rx.clone())),
+                    crate::controller::labeller::run(client, shards, on_stop(rx)),
+                );
+            }
+        };
         tokio::join!(
-            crate::controller::repository::run(repositories, on_stop(stopped.clone())),
-            crate::controller::application::run(applications, on_stop(stopped)),
+            coordinator.run(workers, on_stop(stopped.clone())),
+            sharding::leader::run_elected(&leader_leases, &leader_name, singleton, on_stop(stopped)),
         );
         Ok(())
     })

@@ -7,4 +7,6 @@
 
 pub mod application;
 pub mod discovery;
+pub mod labeller;
 pub mod repository;
+pub mod shards;

@@ -245,6 +245,8 @@ impl Rollout<'_> {
             self.fail_attempt(names::reasons::APPLY_CONFLICT, message, true);
             return Ok(None);
         }
+        // Fencing: ownership is checked again right before the writes.
+        super::fenced(self.ctx, self.app)?;
         let rediscover = || self.ctx.rediscover();
         let result = apply::apply(
             &planned.sa,

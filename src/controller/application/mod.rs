@@ -77,11 +77,13 @@ pub struct Settings {
     pub concurrency: u16,
     /// Validation limits.
     pub validate: validate::Limits,
+    /// How many shards Applications are spread over (`--shards`).
+    pub shards: u32,
 }
 
 impl Default for Settings {
     fn default() -> Self {
-        Settings { resync: Duration::from_secs(300), concurrency: 8, validate: validate::Limits::default() }
+        Settings { resync: Duration::from_secs(300), concurrency: 8, validate: validate::Limits::default(), shards: 1 }
     }
 }
 
@@ -99,6 +101,8 @@ pub struct Context {
     pub recorder: Recorder,
     /// Tunables.
     pub settings: Settings,
+    /// This replica's shard ownership; `None` when not sharded (one replica owns everything).
+    pub fence: Option<sharding::coordinator::Fence>,
     scopes: tokio::sync::Mutex<Option<(Instant, Arc<ClusterScopes>)>>,
     clients: Mutex<HashMap<(String, String), Client>>,
     resolved: Mutex<HashMap<(String, String), (Instant, String)>>,
@@ -122,6 +126,7 @@ impl Context {
             cache,
             renderer,
             settings,
+            fence: None,
             scopes: Default::default(),
             clients: Default::default(),
             resolved: Default::default(),
@@ -171,14 +176,60 @@ pub enum Error {
     /// The object has no namespace.
     #[error("the Application has no namespace")]
     NoNamespace,
+    /// This replica stopped owning the Application's shard: the reconcile stops, writing
+    /// nothing more.
+    #[error("this replica no longer owns the Application's shard")]
+    NotOwner,
 }
 
-/// Run the controller until `shutdown` completes.
+/// `Err(NotOwner)` unless this replica may write for `app` now (checked before every write
+/// batch).
+fn fenced(ctx: &Context, app: &Application) -> Result<(), Error> {
+    if may_write(ctx, app) { Ok(()) } else { Err(Error::NotOwner) }
+}
+
+/// The shard of the Application `namespace/name`.
+pub fn shard_of(ctx: &Context, namespace: &str, name: &str) -> u32 {
+    sharding::ring::shard_of(&sharding::ring::application_key(namespace, name), ctx.settings.shards.max(1))
+}
+
+/// Whether this replica may write for `app` now (it owns the Application's shard).
+fn may_write(ctx: &Context, app: &Application) -> bool {
+    match &ctx.fence {
+        None => true,
+        Some(f) => f.owns(shard_of(ctx, &app.namespace().unwrap_or_default(), &app.name_any())).is_some(),
+    }
+}
+
+/// Run the controller for every Application until `shutdown` completes.
 pub async fn run(ctx: Arc<Context>, shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static) {
+    run_shard(ctx, None, shutdown).await
+}
+
+/// Run the controller for the Applications of `shard` (watches label-selected to
+/// `sync.kuvryn.io/shard`), or of every shard, until `shutdown` completes.
+pub async fn run_shard(
+    ctx: Arc<Context>,
+    shard: Option<u32>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
     let client = ctx.client.clone();
     let apps: Api<Application> = Api::all(client.clone());
     let repos: Api<Repository> = Api::all(client);
-    let controller = Controller::new(apps, watcher::Config::default())
+    let selected = |c: watcher::Config| match shard {
+        Some(k) => c.labels(&format!("{}={}", names::labels::SHARD, k)),
+        None => c,
+    };
+    let managed = || match shard {
+        Some(k) => watcher::Config::default().labels(&format!(
+            "{}={},{}={k}",
+            names::labels::MANAGED_BY,
+            names::labels::MANAGED_BY_VALUE,
+            names::labels::SHARD
+        )),
+        None => managed(),
+    };
+    let controller = Controller::new(apps, selected(watcher::Config::default()))
         .with_config(controller::Config::default().concurrency(ctx.settings.concurrency));
     let store = controller.store();
     controller
@@ -217,6 +268,9 @@ fn owner_app(obj: &impl ResourceExt) -> Option<ObjectRef<Application>> {
 }
 
 fn error_policy(app: Arc<Application>, error: &Error, _ctx: Arc<Context>) -> Action {
+    if matches!(error, Error::NotOwner) {
+        return Action::await_change();
+    }
     tracing::warn!(application = %app.name_any(), namespace = ?app.namespace(), error = %error, "reconcile failed");
     Action::requeue(Duration::from_secs(5))
 }
@@ -272,6 +326,11 @@ pub async fn reconcile(app: Arc<Application>, ctx: Arc<Context>) -> Result<Actio
     }
     let generation = app.metadata.generation;
     let now = Timestamp::now();
+
+    // Fencing: a requeue may fire after the shard moved to another replica.
+    if !may_write(&ctx, &app) {
+        return Ok(Action::await_change());
+    }
 
     if app.metadata.deletion_timestamp.is_some() {
         return finalize(&app, &ctx, &ns, &name, &old, status).await;
@@ -360,6 +419,7 @@ async fn plan_app(
         service_account: &spec.service_account_name,
     };
     let rev_name = revision::name(&identity);
+    fenced(ctx, app)?;
     let rev = ensure_revision(ctx, app, ns, &rev_name, &source).await?;
     if let Some(previous) = status.desired_revision.clone().filter(|p| *p != rev_name) {
         supersede(ctx, ns, &previous, &rev_name).await?;
@@ -411,6 +471,7 @@ async fn plan_app(
         }
     };
     if rs != old_rs {
+        fenced(ctx, app)?;
         api.patch_status(
             &rev_name,
             &PatchParams::apply(names::STATUS_FIELD_MANAGER).force(),
@@ -669,8 +730,13 @@ async fn desired_and_plan(
             return fail(names::reasons::VALIDATION_FAILURE, message, false);
         }
     };
+    let shard = if ctx.fence.is_some() || ctx.settings.shards > 1 {
+        shard_of(ctx, ns, name).to_string()
+    } else {
+        DEFAULT_SHARD.to_string()
+    };
     for o in &mut desired {
-        inventory::stamp(o, ns, name, DEFAULT_SHARD);
+        inventory::stamp(o, ns, name, &shard);
     }
     let hash = revision::desired_state_hash(&desired);
     let mut namespaces = BTreeSet::from([spec.destination.namespace.clone()]);
@@ -789,6 +855,7 @@ async fn write_status(
     if old == new {
         return Ok(());
     }
+    fenced(ctx, app)?;
     let api: Api<Application> = Api::namespaced(ctx.client.clone(), &app.namespace().unwrap_or_default());
     // The resourceVersion makes the write conditional: status computed from a stale copy of
     // the Application is refused (409) instead of overwriting a newer one; the newer version
@@ -840,6 +907,7 @@ fn has_finalizer(app: &Application) -> bool {
 }
 
 async fn set_finalizers(ctx: &Context, app: &Application, ns: &str, finalizers: Vec<String>) -> Result<(), Error> {
+    fenced(ctx, app)?;
     let api: Api<Application> = Api::namespaced(ctx.client.clone(), ns);
     // The resourceVersion makes this a compare-and-swap: a concurrent change is retried.
     let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": app.resource_version()}});
@@ -941,6 +1009,9 @@ async fn delete_managed(app: &Application, ctx: &Context, ns: &str, name: &str) 
         })
         .collect();
     let doomed = plan::Plan { entries, digest: String::new() };
+    if !may_write(ctx, app) {
+        return Err("this replica no longer owns the Application's shard".into());
+    }
     let mut done = crate::apply::Applied::default();
     crate::apply::prune(&sa, &scopes, &doomed, &mut done).await.map_err(|e| e.to_string())?;
     if !done.deleted.is_empty() {

@@ -1,0 +1,51 @@
+//! Leader election for singleton work (labelling Applications with their shard, the Repository
+//! controller): whoever holds the Lease `<name>` runs the work; it stops the work as soon as it
+//! cannot renew in time, and releases the Lease on shutdown so another replica takes over at once.
+
+use std::future::Future;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::lease::{Held, Leases};
+
+/// Run `work` while this replica holds the Lease `name`, until `shutdown`. `work` receives a
+/// channel that turns `true` when it must stop; it is awaited before the Lease is released.
+pub async fn run_elected<F, Fut>(leases: &Leases, name: &str, mut work: F, shutdown: impl Future<Output = ()>)
+where
+    F: FnMut(watch::Receiver<bool>) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let every = leases.timing().renew_every();
+    let mut running: Option<(watch::Sender<bool>, tokio::task::JoinHandle<()>)> = None;
+    let mut held: Option<Held> = None;
+    tokio::pin!(shutdown);
+    loop {
+        match leases.acquire(name, "leader").await {
+            Ok(Some(h)) => held = Some(h),
+            Ok(None) => held = None,
+            Err(e) => tracing::warn!(lease = name, error = %e, "renewing the leader Lease"),
+        }
+        let leading = held.as_ref().is_some_and(|h| h.valid(Duration::ZERO));
+        if leading && running.is_none() {
+            tracing::info!(lease = name, "leading");
+            let (tx, rx) = watch::channel(false);
+            running = Some((tx, tokio::spawn(work(rx))));
+        } else if !leading && let Some((tx, task)) = running.take() {
+            tracing::warn!(lease = name, "lost the leader Lease; stopping");
+            let _ = tx.send(true);
+            let _ = task.await;
+        }
+        tokio::select! {
+            _ = &mut shutdown => break,
+            _ = tokio::time::sleep(every) => {}
+        }
+    }
+    if let Some((tx, task)) = running.take() {
+        let _ = tx.send(true);
+        let _ = task.await;
+    }
+    if let Err(e) = leases.release(name).await {
+        tracing::warn!(lease = name, error = %e, "releasing the leader Lease");
+    }
+}

@@ -1,0 +1,52 @@
+//! Labels every Application with its shard (`sync.kuvryn.io/shard`), so the replica owning the
+//! shard sees it through its label-selected watch. Singleton work: it runs on the elected leader.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::watcher;
+use kube::{Client, ResourceExt};
+use serde_json::json;
+
+use crate::api::application::Application;
+use crate::api::names;
+
+/// The field manager of the shard label.
+pub const MANAGER: &str = "kuvryn-sync-sharding";
+
+struct Ctx {
+    client: Client,
+    shards: u32,
+}
+
+/// Label Applications until `shutdown`.
+pub async fn run(client: Client, shards: u32, shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static) {
+    let apps: Api<Application> = Api::all(client.clone());
+    // Metadata is all it needs; the full objects come with the Controller's reflector.
+    Controller::new(apps, watcher::Config::default())
+        .graceful_shutdown_on(shutdown)
+        .run(
+            reconcile,
+            |_, _: &kube::Error, _| Action::requeue(Duration::from_secs(5)),
+            Arc::new(Ctx { client, shards }),
+        )
+        .for_each(|_| async {})
+        .await;
+}
+
+async fn reconcile(app: Arc<Application>, ctx: Arc<Ctx>) -> Result<Action, kube::Error> {
+    let ns = app.namespace().unwrap_or_default();
+    let name = app.name_any();
+    let want = sharding::ring::shard_of(&sharding::ring::application_key(&ns, &name), ctx.shards.max(1)).to_string();
+    if app.labels().get(names::labels::SHARD) == Some(&want) {
+        return Ok(Action::await_change());
+    }
+    let api: Api<Application> = Api::namespaced(ctx.client.clone(), &ns);
+    let patch = json!({"metadata": {"labels": {names::labels::SHARD: want}}});
+    api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+    tracing::debug!(application = %name, namespace = %ns, shard = %want, "labelled with its shard");
+    Ok(Action::await_change())
+}

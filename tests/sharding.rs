@@ -1,0 +1,289 @@
+//! Several real `ksync-controller` processes splitting the Applications by shard with Leases,
+//! against simcluster and a real `git daemon`: every Application converges and is written by
+//! one replica at a time; a SIGKILLed replica's shards are taken over after its Leases expire;
+//! a replica that joins takes only its share. Each replica runs as its own ServiceAccount, so
+//! the audit log says who wrote what and when.
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
+use kube::ResourceExt;
+use kube::api::{Api, ListParams, PostParams};
+use kuvryn_sync::api::conditions;
+use kuvryn_sync::api::names;
+use kuvryn_sync::api::{Application, Repository};
+use serde_json::json;
+use support::{Cluster, GitServer, WorkTree, apply_as, eventually, install_crds, temp_dir};
+
+const APPS: usize = 24;
+const SHARDS: u32 = 8;
+const SYSTEM: &str = "kuvryn-system";
+const FLEET: &str = "fleet";
+const WAIT: Duration = Duration::from_secs(120);
+
+struct Replica {
+    name: String,
+    child: Child,
+    _cache: tempfile::TempDir,
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A kubeconfig acting as the ServiceAccount `kuvryn-system/<name>` (cluster-admin), so the
+/// audit log attributes this replica's writes.
+async fn kubeconfig_for(
+    cluster: &Cluster,
+    client: &kube::Client,
+    dir: &std::path::Path,
+    name: &str,
+) -> std::path::PathBuf {
+    apply_as(
+        client,
+        "test",
+        &json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "namespace": SYSTEM}}),
+    )
+    .await;
+    apply_as(
+        client,
+        "test",
+        &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": format!("ksync-{name}")},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": SYSTEM}]}),
+    )
+    .await;
+    let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), SYSTEM);
+    let request = TokenRequest {
+        spec: Some(TokenRequestSpec { expiration_seconds: Some(3600), ..Default::default() }),
+        ..Default::default()
+    };
+    let token =
+        sas.create_token_request(name, &PostParams::default(), &request).await.unwrap().status.unwrap().token.unwrap();
+    let admin = std::fs::read_to_string(cluster.kubeconfig()).unwrap();
+    let path = dir.join(format!("{name}.kubeconfig"));
+    std::fs::write(&path, admin.replace("simcluster-admin-token", &token)).unwrap();
+    path
+}
+
+fn start(name: &str, kubeconfig: &std::path::Path) -> Replica {
+    let tools = support::Tools::get();
+    let cache = temp_dir("replica-cache");
+    let child = Command::new(env!("CARGO_BIN_EXE_ksync-controller"))
+        .args(["run", "--metrics-bind-address", "", "--replica-id", name, "--lease-namespace", SYSTEM])
+        .args(["--shards", &SHARDS.to_string(), "--lease-duration", "3s"])
+        .arg("--git-cache-dir")
+        .arg(cache.path())
+        .env("KUBECONFIG", kubeconfig)
+        .env("KSYNC_HELM", tools.bin.join("helm"))
+        .env("KSYNC_KUBECTL", tools.bin.join("kubectl"))
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("ksync-controller");
+    Replica { name: name.into(), child, _cache: cache }
+}
+
+fn ksync_yaml() -> String {
+    let mut out = String::from("applications:\n");
+    for i in 0..APPS {
+        out.push_str(&format!(
+            "- metadata: {{name: app-{i:02}}}\n  spec: {{source: {{repository: platform, path: apps/app-{i:02}}}, serviceAccountName: deployer, destination: {{namespace: {FLEET}}}}}\n"
+        ));
+    }
+    out
+}
+
+fn write_apps(wt: &WorkTree, version: &str) {
+    for i in 0..APPS {
+        wt.write(
+            &format!("apps/app-{i:02}/cm.yaml"),
+            &format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: app-{i:02}}}\ndata: {{version: {version}}}\n"),
+        );
+    }
+}
+
+/// The holders of the shard Leases.
+async fn holders(client: &kube::Client) -> BTreeMap<String, String> {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), SYSTEM);
+    leases
+        .list(&ListParams::default().labels("sync.kuvryn.io/lease-role=shard"))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|l| Some((l.name_any(), l.spec?.holder_identity.filter(|h| !h.is_empty())?)))
+        .collect()
+}
+
+async fn converged(client: &kube::Client, version: &str) -> bool {
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), FLEET);
+    let Ok(list) = cms.list(&ListParams::default().labels("app.kubernetes.io/managed-by=kuvryn-sync")).await else {
+        return false;
+    };
+    list.items.len() == APPS
+        && list
+            .items
+            .iter()
+            .all(|c| c.data.as_ref().and_then(|d| d.get("version")).map(String::as_str) == Some(version))
+}
+
+#[test]
+fn replicas_split_the_shards_take_over_and_rebalance() {
+    let cluster = Cluster::start();
+    if !cluster.require_simcluster("replicas_split_the_shards_take_over_and_rebalance", "the audit log") {
+        return;
+    }
+    let server = GitServer::start();
+    let url = server.create_repo("platform");
+    let wt = WorkTree::clone(&url);
+    wt.write(".ksync.yaml", &ksync_yaml());
+    write_apps(&wt, "v1");
+    wt.commit_and_push("24 apps");
+    let dir = temp_dir("replicas");
+    let runtime = support::runtime();
+    runtime.block_on(async {
+        let client = cluster.client().await;
+        install_crds(&client).await;
+        for ns in [SYSTEM, FLEET] {
+            apply_as(&client, "test", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})).await;
+        }
+        apply_as(&client, "test", &json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "deployer", "namespace": FLEET}})).await;
+        apply_as(&client, "test", &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": "deployer", "namespace": FLEET},
+            "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]})).await;
+        apply_as(&client, "test", &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": "deployer", "namespace": FLEET},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "deployer"},
+            "subjects": [{"kind": "ServiceAccount", "name": "deployer", "namespace": FLEET}]})).await;
+        let mut configs = BTreeMap::new();
+        for name in ["ksync-a", "ksync-b", "ksync-c"] {
+            configs.insert(name, kubeconfig_for(&cluster, &client, dir.path(), name).await);
+        }
+        // One replica first (it takes every shard), then a second one (they split).
+        let a = start("ksync-a", &configs["ksync-a"]);
+        eventually("the first replica to hold every shard", WAIT, || async {
+            let h = holders(&client).await;
+            (h.len() == SHARDS as usize && h.values().all(|x| x == "ksync-a")).then_some(())
+        })
+        .await;
+        let b = start("ksync-b", &configs["ksync-b"]);
+        let repos: Api<Repository> = Api::namespaced(client.clone(), FLEET);
+        let repo: Repository = serde_json::from_value(json!({
+            "apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "Repository",
+            "metadata": {"name": "platform"}, "spec": {"url": url, "ref": {"branch": "main"}, "interval": "2s"},
+        }))
+        .unwrap();
+        repos.create(&PostParams::default(), &repo).await.unwrap();
+
+        // Two replicas: every Application converges; the shards are split 4/4.
+        eventually("24 Applications Ready on two replicas", WAIT, || async { converged(&client, "v1").await.then_some(()) }).await;
+        let apps: Api<Application> = Api::namespaced(client.clone(), FLEET);
+        eventually("every Application Ready", WAIT, || async {
+            let list = apps.list(&ListParams::default()).await.ok()?;
+            (list.items.len() == APPS
+                && list.items.iter().all(|a| a.status.as_ref().is_some_and(|s| conditions::is_true(&s.conditions, names::conditions::READY))))
+            .then_some(())
+        })
+        .await;
+        let split = holders(&client).await;
+        assert_eq!(split.len(), SHARDS as usize, "{split:?}");
+        let per: BTreeMap<&String, usize> = split.values().fold(BTreeMap::new(), |mut m, h| {
+            *m.entry(h).or_default() += 1;
+            m
+        });
+        assert_eq!(per.values().copied().collect::<Vec<_>>(), vec![4, 4], "{split:?}");
+        // Every Application and every object it manages carries its shard.
+        for app in apps.list(&ListParams::default()).await.unwrap().items {
+            let want = sharding::ring::shard_of(&sharding::ring::application_key(FLEET, &app.name_any()), SHARDS).to_string();
+            assert_eq!(app.labels().get(names::labels::SHARD), Some(&want), "{}", app.name_any());
+            let cm = Api::<ConfigMap>::namespaced(client.clone(), FLEET).get(&app.name_any()).await.unwrap();
+            assert_eq!(cm.labels().get(names::labels::SHARD), Some(&want));
+        }
+
+        // SIGKILL one replica: its shards are taken over once its Leases expire, and a new
+        // commit reaches every Application.
+        let killed = a.name.clone();
+        drop(a);
+        write_apps(&wt, "v2");
+        let v2 = wt.commit_and_push("v2");
+        let _ = v2;
+        eventually("the survivor to hold every shard", WAIT, || async {
+            let h = holders(&client).await;
+            (h.len() == SHARDS as usize && h.values().all(|x| *x == b.name)).then_some(())
+        })
+        .await;
+        eventually("v2 everywhere after the takeover", WAIT, || async { converged(&client, "v2").await.then_some(()) }).await;
+
+        // A third replica joins: it takes only its share.
+        let before = holders(&client).await;
+        let c = start("ksync-c", &configs["ksync-c"]);
+        let after = eventually("the new replica to take its share", WAIT, || async {
+            let h = holders(&client).await;
+            let mine = h.values().filter(|x| **x == c.name).count();
+            (h.len() == SHARDS as usize && mine == 4).then_some(h)
+        })
+        .await;
+        let moved: BTreeSet<&String> = after.iter().filter(|(k, v)| before.get(*k) != Some(*v)).map(|(k, _)| k).collect();
+        assert_eq!(moved.len(), 4, "only the new replica's share moves: {before:?} → {after:?}");
+        write_apps(&wt, "v3");
+        wt.commit_and_push("v3");
+        eventually("v3 everywhere on the new split", WAIT, || async { converged(&client, "v3").await.then_some(()) }).await;
+
+        // The audit log: for each Application, the replicas that wrote for it, in time order,
+        // change only at the four ownership phases (a alone, a and b, b alone, b and c): two
+        // replicas writing at once would alternate many more times.
+        let sim = cluster.sim().unwrap();
+        let mut writes: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
+        for e in sim.audit_log() {
+            // Writes only the shard's owner makes: Application status, Revisions, and the
+            // managed ConfigMaps (named after their Application). Labelling Applications and
+            // creating them from Git is the leader's, not the owner's.
+            let owner_write = matches!(e.resource.as_str(), "applications/status" | "revisions" | "revisions/status" | "configmaps");
+            if e.namespace != FLEET || !owner_write || matches!(e.verb.as_str(), "get" | "list" | "watch") || e.code >= 300 {
+                continue;
+            }
+            if e.name.is_empty() {
+                // A create names its object in the body only.
+                continue;
+            }
+            let app = if e.resource.starts_with("revisions") {
+                e.name.rsplit_once('-').map(|(a, _)| a.to_string()).unwrap_or_default()
+            } else {
+                e.name.clone()
+            };
+            let replica = e.impersonated_by.clone().unwrap_or(e.user.clone());
+            let Some(replica) = replica.strip_prefix(&format!("system:serviceaccount:{SYSTEM}:")).map(str::to_string) else {
+                continue;
+            };
+            writes.entry(app).or_default().push((e.time.clone(), replica));
+        }
+        assert_eq!(writes.len(), APPS, "{:?}", writes.keys());
+        let now_owner = holders(&client).await;
+        for (app, mut w) in writes {
+            w.sort();
+            let mut runs: Vec<&str> = Vec::new();
+            for (_, r) in &w {
+                if runs.last() != Some(&r.as_str()) {
+                    runs.push(r);
+                }
+            }
+            assert!(runs.len() <= 4, "{app}: writers alternated {runs:?}");
+            assert!(!runs.contains(&killed.as_str()) || runs[0] == killed, "{app}: {runs:?}");
+            let shard = sharding::ring::shard_of(&sharding::ring::application_key(FLEET, &app), SHARDS);
+            let owner = &now_owner[&sharding::coordinator::Coordinator::shard_lease("kuvryn-sync", shard)];
+            assert_eq!(runs.last().copied(), Some(owner.as_str()), "{app}: {runs:?}");
+        }
+        let _ = (killed, b, c);
+    });
+}

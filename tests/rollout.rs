@@ -435,10 +435,9 @@ fn drift_is_reported_or_repaired_and_health_keeps_being_observed() {
         let sync_of =
             |a: &Application| a.status.as_ref().and_then(|s| s.sync.as_ref()).map(|s| format!("{:?}", s.status));
 
-        // Without selfHeal: a hand edit is reported as Drifted and left in place; the Revision
-        // stays Healthy with one attempt.
+        // Without selfHeal: a hand edit is noticed through the metadata watch (no poke), reported
+        // as Drifted and left in place; the Revision stays Healthy with one attempt.
         edit_as("kubectl-edit", "red").await;
-        env.poke("web", "edit").await;
         let app = eventually("Drifted", WAIT, || async {
             let a = env.apps().get("web").await.ok()?;
             (sync_of(&a).as_deref() == Some("Drifted")).then_some(a)
@@ -454,7 +453,6 @@ fn drift_is_reported_or_repaired_and_health_keeps_being_observed() {
 
         // Undoing the edit returns to Synced without a rollout.
         edit_as("kubectl-edit", "blue").await;
-        env.poke("web", "undo").await;
         eventually("Synced again", WAIT, || async {
             let a = env.apps().get("web").await.ok()?;
             (sync_of(&a).as_deref() == Some("Synced")).then_some(())
@@ -465,7 +463,6 @@ fn drift_is_reported_or_repaired_and_health_keeps_being_observed() {
         // A managed resource deleted by hand: Degraded, naming it, with a HealthDegraded Event,
         // and no new Revision.
         cms.delete("settings", &DeleteParams::default()).await.unwrap();
-        env.poke("web", "deleted").await;
         let app = eventually("Degraded", WAIT, || async {
             let a = env.apps().get("web").await.ok()?;
             let h = a.status.as_ref()?.health.as_ref()?;

@@ -45,13 +45,15 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
-use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, Secret, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::core::PartialObjectMeta;
+use kube::runtime::WatchStreamExt;
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
+use kube::runtime::watcher::{self, watcher};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::{Value, json};
 
@@ -229,8 +231,12 @@ pub async fn run_shard(
         )),
         None => managed(),
     };
-    let controller = Controller::new(apps, selected(watcher::Config::default()))
-        .with_config(controller::Config::default().concurrency(ctx.settings.concurrency));
+    let controller = Controller::new(apps, selected(watcher::Config::default())).with_config(
+        controller::Config::default()
+            .concurrency(ctx.settings.concurrency)
+            // A burst of changes (a rollout's status updates) is one reconcile.
+            .debounce(Duration::from_millis(200)),
+    );
     let store = controller.store();
     controller
         .watches(repos, watcher::Config::default(), move |repo: Repository| {
@@ -243,9 +249,12 @@ pub async fn run_shard(
                 .map(|a| ObjectRef::from_obj(&*a))
                 .collect::<Vec<_>>()
         })
-        .watches(Api::<Deployment>::all(ctx.client.clone()), managed(), |o: Deployment| owner_app(&o))
-        .watches(Api::<StatefulSet>::all(ctx.client.clone()), managed(), |o: StatefulSet| owner_app(&o))
-        .watches(Api::<DaemonSet>::all(ctx.client.clone()), managed(), |o: DaemonSet| owner_app(&o))
+        .watches_stream(touched::<Deployment>(&ctx.client, managed()), |m| owner_app(&m))
+        .watches_stream(touched::<StatefulSet>(&ctx.client, managed()), |m| owner_app(&m))
+        .watches_stream(touched::<DaemonSet>(&ctx.client, managed()), |m| owner_app(&m))
+        .watches_stream(touched::<ConfigMap>(&ctx.client, managed()), |m| owner_app(&m))
+        .watches_stream(touched::<Secret>(&ctx.client, managed()), |m| owner_app(&m))
+        .watches_stream(touched::<Service>(&ctx.client, managed()), |m| owner_app(&m))
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
         .for_each(|r| async move {
@@ -254,6 +263,19 @@ pub async fn run_shard(
             }
         })
         .await;
+}
+
+/// Metadata-only watch events of managed objects of kind `K` (a drift or health trigger: the
+/// object itself is read again by the reconcile).
+fn touched<K>(
+    client: &Client,
+    config: watcher::Config,
+) -> impl futures_util::Stream<Item = Result<PartialObjectMeta<K>, watcher::Error>> + Send + 'static
+where
+    K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+{
+    // `Api<PartialObjectMeta<K>>` makes metadata-only requests.
+    watcher(Api::<PartialObjectMeta<K>>::all(client.clone()), config).default_backoff().touched_objects()
 }
 
 /// Objects Kuvryn Sync manages (server-side label selection).

@@ -1,5 +1,5 @@
 //! The real `ksync-controller run` process: against the cluster of its kubeconfig, with a Git
-//! cache directory, serving Prometheus metrics; Applications appear from a Repository and are
+//! cache directory, serving Prometheus metrics, /healthz and /readyz; Applications appear from a Repository and are
 //! planned and rolled out.
 
 mod support;
@@ -102,5 +102,12 @@ fn the_manager_process_discovers_applications_and_serves_metrics() {
         assert!(metrics.contains("ksync_git_fetches_total{result=\"fetched\"}"), "{metrics}");
         assert!(metrics.contains("ksync_git_fetch_duration_seconds"), "{metrics}");
         assert!(metrics.contains("ksync_render_duration_seconds"), "{metrics}");
+        for path in ["healthz", "readyz"] {
+            let out = Command::new("python3")
+                .args(["-c", &format!("import urllib.request;r=urllib.request.urlopen('http://127.0.0.1:{port}/{path}');print(r.status, r.read().decode())")])
+                .output()
+                .unwrap();
+            assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "200 ok", "/{path}: {}", String::from_utf8_lossy(&out.stderr));
+        }
     });
 }

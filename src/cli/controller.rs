@@ -53,7 +53,7 @@ pub struct RunArgs {
     /// Most bytes in one checkout; a larger tree is refused.
     #[arg(long, default_value_t = 256 * 1024 * 1024)]
     pub git_max_bytes: u64,
-    /// Where to serve Prometheus metrics (`/metrics`); empty to disable.
+    /// Where to serve `/metrics` (Prometheus), `/healthz` and `/readyz`; empty to disable.
     #[arg(long, default_value = "0.0.0.0:8080")]
     pub metrics_bind_address: String,
     /// This replica's name in Events (the Pod name).
@@ -140,15 +140,27 @@ fn run_controllers(args: RunArgs) -> Result<()> {
         .build()
         .map_err(|e| Error::Startup(format!("starting the runtime: {e}")))?;
     runtime.block_on(async move {
+        let (ready_tx, ready_rx) = tokio::sync::watch::channel(false);
+        let (http_stop, http_stopped) = tokio::sync::oneshot::channel::<()>();
         if !args.metrics_bind_address.is_empty() {
             let addr: std::net::SocketAddr = args
                 .metrics_bind_address
                 .parse()
                 .map_err(|e| Error::Startup(format!("--metrics-bind-address {}: {e}", args.metrics_bind_address)))?;
-            metrics_exporter_prometheus::PrometheusBuilder::new()
-                .with_http_listener(addr)
-                .install()
-                .map_err(|e| Error::Startup(format!("serving metrics on {addr}: {e}")))?;
+            let handle = metrics_exporter_prometheus::PrometheusBuilder::new()
+                .install_recorder()
+                .map_err(|e| Error::Startup(format!("installing the metrics recorder: {e}")))?;
+            let listener = crate::telemetry::http::bind(addr)
+                .await
+                .map_err(|e| Error::Startup(format!("serving /metrics, /healthz and /readyz on {addr}: {e}")))?;
+            tokio::spawn(async move {
+                let stopped = async move {
+                    let _ = http_stopped.await;
+                };
+                if let Err(e) = crate::telemetry::http::serve(listener, handle, ready_rx, stopped).await {
+                    tracing::error!(error = %e, "the HTTP endpoints stopped");
+                }
+            });
         }
         let kube_config = kube::Config::infer()
             .await
@@ -198,11 +210,13 @@ fn run_controllers(args: RunArgs) -> Result<()> {
         let Some(lease_ns) = args.lease_namespace.clone() else {
             tracing::info!(git_cache_dir = %args.git_cache_dir.display(), shards, "starting (one replica, every shard)");
             let applications = std::sync::Arc::new(applications);
+            let _ = ready_tx.send(true);
             tokio::join!(
                 crate::controller::repository::run(repositories, on_stop(stopped.clone())),
                 crate::controller::labeller::run(client, shards, on_stop(stopped.clone())),
                 crate::controller::application::run(applications, on_stop(stopped)),
             );
+            let _ = http_stop.send(());
             return Ok(());
         };
         let identity = args.instance.clone().unwrap_or_else(|| {
@@ -229,10 +243,12 @@ fn run_controllers(args: RunArgs) -> Result<()> {
                 );
             }
         };
+        let _ = ready_tx.send(true);
         tokio::join!(
             coordinator.run(workers, on_stop(stopped.clone())),
             sharding::leader::run_elected(&leader_leases, &leader_name, singleton, on_stop(stopped)),
         );
+        let _ = http_stop.send(());
         Ok(())
     })
 }

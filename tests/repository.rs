@@ -211,6 +211,15 @@ fn applications_follow_git_and_bad_commits_change_nothing() {
         assert!(ready(&r).unwrap().message.contains("manual (applied directly, not from Git)"), "{:?}", ready(&r));
         assert_eq!(env.app_names().await, ["db", "manual", "web"]);
         assert_eq!(env.apps().get("manual").await.unwrap().resource_version(), manual.resource_version());
+        // Each commit and each new failure message got its own Event, with its own note (none
+        // merged into an earlier one's series).
+        let events = env.events("platform").await;
+        for commit in [&first, &second] {
+            assert!(events.iter().any(|(_, r, n)| r == "NewRevision" && n.contains(&commit[..12])), "{events:?}");
+        }
+        for commit in [&broken, &taking] {
+            assert!(events.iter().any(|(t, r, n)| t == "Warning" && r == "ConfigFailure" && n.contains(&commit[..12])), "{events:?}");
+        }
 
         // Fixed: Ready again, and the Applications follow.
         work.write(".ksync.yaml", &format!("applications:\n{}", app_yaml("web", "apps/web-v3")));

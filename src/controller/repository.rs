@@ -58,8 +58,8 @@ pub struct Context {
     pub client: Client,
     /// The shared Git cache.
     pub cache: GitCache,
-    /// Publishes Events.
-    pub recorder: Recorder,
+    /// Who Events are reported by.
+    pub reporter: Reporter,
     /// The last resolution per Repository, so a reconcile triggered by something other than
     /// the interval (a status write, a discovered Application changing) re-syncs the
     /// Applications from the cached commit without contacting the remote.
@@ -79,7 +79,7 @@ impl Context {
     /// A context reporting Events as `kuvryn-sync` from `instance`.
     pub fn new(client: Client, cache: GitCache, instance: Option<String>) -> Context {
         let reporter = Reporter { controller: names::FIELD_MANAGER.to_string(), instance };
-        Context { recorder: Recorder::new(client.clone(), reporter), client, cache, resolved: Default::default() }
+        Context { reporter, client, cache, resolved: Default::default() }
     }
 }
 
@@ -446,7 +446,11 @@ async fn event(ctx: &Context, repo: &Repository, type_: EventType, reason: &str,
         action: "Reconcile".to_string(),
         secondary: None,
     };
-    if let Err(e) = ctx.recorder.publish(&ev, &repo.object_ref(&())).await {
+    // A fresh Recorder per Event: kube's Recorder merges Events of the same reason into one
+    // series keeping the first note, and every Event published here says something new (a new
+    // commit, a changed failure message).
+    let recorder = Recorder::new(ctx.client.clone(), ctx.reporter.clone());
+    if let Err(e) = recorder.publish(&ev, &repo.object_ref(&())).await {
         tracing::debug!(error = %e, "publishing an Event");
     }
 }

@@ -99,8 +99,8 @@ pub struct Context {
     pub cache: GitCache,
     /// Renders, with its cache.
     pub renderer: Renderer,
-    /// Publishes Events.
-    pub recorder: Recorder,
+    /// Who Events are reported by.
+    pub reporter: Reporter,
     /// Tunables.
     pub settings: Settings,
     /// This replica's shard ownership; `None` when not sharded (one replica owns everything).
@@ -122,7 +122,7 @@ impl Context {
         let client = Client::try_from(config.clone())?;
         let reporter = Reporter { controller: names::FIELD_MANAGER.to_string(), instance };
         Ok(Context {
-            recorder: Recorder::new(client.clone(), reporter),
+            reporter,
             client,
             config,
             cache,
@@ -863,7 +863,11 @@ async fn event(
         action: "Plan".to_string(),
         secondary: related.cloned(),
     };
-    if let Err(e) = ctx.recorder.publish(&ev, &app.object_ref(&())).await {
+    // A fresh Recorder per Event: kube's Recorder merges Events of the same reason into one
+    // series keeping the first note, and every Event published here says something new (a new
+    // commit, a changed failure message).
+    let recorder = Recorder::new(ctx.client.clone(), ctx.reporter.clone());
+    if let Err(e) = recorder.publish(&ev, &app.object_ref(&())).await {
         tracing::debug!(error = %e, "publishing an Event");
     }
 }

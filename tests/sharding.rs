@@ -287,3 +287,91 @@ fn replicas_split_the_shards_take_over_and_rebalance() {
         let _ = (killed, b, c);
     });
 }
+
+#[test]
+fn an_orphaned_shard_is_reported_on_its_applications() {
+    let cluster = Cluster::start();
+    let dir = temp_dir("orphans");
+    let runtime = support::runtime();
+    runtime.block_on(async {
+        let client = cluster.client().await;
+        install_crds(&client).await;
+        for ns in [SYSTEM, FLEET] {
+            apply_as(&client, "test", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})).await;
+        }
+        // Shard 1's Lease is held by a replica that stopped renewing long ago, yet keeps
+        // changing (so no live replica may take it over): nobody reconciles shard 1.
+        let stale = jiff::Timestamp::now().checked_sub(jiff::SignedDuration::from_secs(3600)).unwrap();
+        let ghost = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": "kuvryn-sync-shard-1", "namespace": SYSTEM, "labels": {"sync.kuvryn.io/lease-role": "shard"}},
+            "spec": {"holderIdentity": "ghost", "leaseDurationSeconds": 3, "renewTime": stale.strftime("%Y-%m-%dT%H:%M:%S.%6fZ").to_string()}});
+        apply_as(&client, "ghost", &ghost).await;
+        let toucher = {
+            let client = client.clone();
+            tokio::spawn(async move {
+                for i in 0.. {
+                    let leases: Api<Lease> = Api::namespaced(client.clone(), SYSTEM);
+                    let patch = json!({"metadata": {"annotations": {"touched": i.to_string()}}});
+                    let _ = leases.patch("kuvryn-sync-shard-1", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch)).await;
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                }
+            })
+        };
+        let config = kubeconfig_for(&cluster, &client, dir.path(), "ksync-solo").await;
+        let tools = support::Tools::get();
+        let cache = temp_dir("solo-cache");
+        let port = support::free_port();
+        let _solo = Replica {
+            name: "ksync-solo".into(),
+            child: Command::new(env!("CARGO_BIN_EXE_ksync-controller"))
+                .args(["run", "--metrics-bind-address", &format!("127.0.0.1:{port}"), "--replica-id", "ksync-solo"])
+                .args(["--lease-namespace", SYSTEM, "--shards", "2", "--lease-duration", "3s"])
+                .arg("--git-cache-dir")
+                .arg(cache.path())
+                .env("KUBECONFIG", &config)
+                .env("KSYNC_HELM", tools.bin.join("helm"))
+                .env("KSYNC_KUBECTL", tools.bin.join("kubectl"))
+                .stdin(Stdio::null())
+                .spawn()
+                .expect("ksync-controller"),
+            _cache: cache,
+        };
+        // One Application in each shard (their Repository does not exist: an owned one says so).
+        let name_in = |shard: u32| {
+            (0..).map(|i| format!("app-{i}")).find(|n| sharding::ring::shard_of(&sharding::ring::application_key(FLEET, n), 2) == shard).unwrap()
+        };
+        let (owned, orphan) = (name_in(0), name_in(1));
+        let apps: Api<Application> = Api::namespaced(client.clone(), FLEET);
+        for name in [&owned, &orphan] {
+            let app: Application = serde_json::from_value(json!({"apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "Application",
+                "metadata": {"name": name, "namespace": FLEET},
+                "spec": {"source": {"repository": "missing"}, "serviceAccountName": "deployer", "destination": {"namespace": FLEET}}}))
+            .unwrap();
+            apps.create(&PostParams::default(), &app).await.unwrap();
+        }
+        let reason_of = |a: &Application| {
+            a.status.as_ref().and_then(|s| conditions::get(&s.conditions, names::conditions::READY)).map(|c| c.reason.clone())
+        };
+        eventually("the orphaned shard's Application to say so", WAIT, || async {
+            let a = apps.get(&orphan).await.ok()?;
+            (reason_of(&a).as_deref() == Some(names::reasons::SHARD_ORPHANED)).then_some(())
+        })
+        .await;
+        eventually("the owned shard's Application to be reconciled", WAIT, || async {
+            let a = apps.get(&owned).await.ok()?;
+            (reason_of(&a).as_deref() == Some(names::reasons::SOURCE_FAILURE)).then_some(())
+        })
+        .await;
+        let metrics = eventually("the orphan gauge", WAIT, || async {
+            let out = Command::new("python3")
+                .args(["-c", &format!("import urllib.request;print(urllib.request.urlopen('http://127.0.0.1:{port}/metrics').read().decode())")])
+                .output()
+                .ok()?;
+            let text = String::from_utf8_lossy(&out.stdout).to_string();
+            text.lines().any(|l| l == "ksync_shards_orphaned 1").then_some(text)
+        })
+        .await;
+        assert!(metrics.contains("ksync_shards_orphaned 1"));
+        toucher.abort();
+    });
+}

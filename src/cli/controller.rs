@@ -234,12 +234,15 @@ fn run_controllers(args: RunArgs) -> Result<()> {
         tracing::info!(replica = %identity, shards, lease_namespace = %lease_ns, "starting (sharded)");
         let leader_leases = leases(&identity);
         let leader_name = format!("{}-leader", args.lease_prefix);
+        let (prefix, duration) = (args.lease_prefix.clone(), args.lease_duration);
         let singleton = |rx: tokio::sync::watch::Receiver<bool>| {
             let (repositories, client) = (repositories.clone(), client.clone());
+            let (lease_ns, prefix) = (lease_ns.clone(), prefix.clone());
             async move {
                 tokio::join!(
                     crate::controller::repository::run(repositories, on_stop(rx.clone())),
-                    crate::controller::labeller::run(client, shards, on_stop(rx)),
+                    crate::controller::labeller::run(client.clone(), shards, on_stop(rx.clone())),
+                    crate::controller::orphans::run(client, lease_ns, prefix, shards, duration, on_stop(rx)),
                 );
             }
         };

@@ -8,5 +8,6 @@
 pub mod application;
 pub mod discovery;
 pub mod labeller;
+pub mod orphans;
 pub mod repository;
 pub mod shards;

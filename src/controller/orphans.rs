@@ -1,0 +1,124 @@
+//! Orphaned shards: a shard whose Lease has no live holder has no replica reconciling its
+//! Applications. The leader looks every Lease duration and reports it: the gauge
+//! `ksync_shards_orphaned`, and `Ready=Unknown` with reason `ShardOrphaned` on each of the
+//! shard's Applications (the next owner's first status write replaces it).
+
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+
+use crate::api::application::Application;
+use crate::api::conditions;
+use crate::api::names;
+
+/// The field manager of orphan reports.
+pub const MANAGER: &str = "kuvryn-sync-sharding";
+
+/// Which of `shards` shards have no live owner at `now`: no Lease, no holder, or a Lease not
+/// renewed for twice its duration (a normal hand-over takes less).
+pub fn orphaned(leases: &[Lease], prefix: &str, shards: u32, now: Timestamp) -> Vec<u32> {
+    (0..shards)
+        .filter(|k| {
+            let name = sharding::coordinator::Coordinator::shard_lease(prefix, *k);
+            let Some(spec) = leases.iter().find(|l| l.name_any() == name).and_then(|l| l.spec.as_ref()) else {
+                return true;
+            };
+            if spec.holder_identity.as_deref().is_none_or(str::is_empty) {
+                return true;
+            }
+            let duration = i64::from(spec.lease_duration_seconds.unwrap_or(15));
+            match &spec.renew_time {
+                Some(t) => {
+                    t.0.checked_add(jiff::SignedDuration::from_secs(2 * duration)).is_ok_and(|until| until < now)
+                }
+                None => true,
+            }
+        })
+        .collect()
+}
+
+/// Report orphaned shards until `shutdown`.
+pub async fn run(
+    client: Client,
+    lease_namespace: String,
+    prefix: String,
+    shards: u32,
+    every: Duration,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    tokio::pin!(shutdown);
+    loop {
+        if let Err(e) = round(&client, &lease_namespace, &prefix, shards).await {
+            tracing::warn!(error = %e, "checking for orphaned shards");
+        }
+        tokio::select! {
+            _ = &mut shutdown => return,
+            _ = tokio::time::sleep(every) => {}
+        }
+    }
+}
+
+async fn round(client: &Client, ns: &str, prefix: &str, shards: u32) -> Result<(), kube::Error> {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), ns);
+    let list = leases.list(&ListParams::default().labels(&format!("{}=shard", sharding::lease::ROLE_LABEL))).await?;
+    let now = Timestamp::now();
+    let orphans = orphaned(&list.items, prefix, shards, now);
+    metrics::gauge!("ksync_shards_orphaned").set(orphans.len() as f64);
+    let apps: Api<Application> = Api::all(client.clone());
+    for k in orphans {
+        let selected = apps.list(&ListParams::default().labels(&format!("{}={k}", names::labels::SHARD))).await?;
+        for app in selected.items {
+            let ready = app.status.as_ref().and_then(|s| conditions::get(&s.conditions, names::conditions::READY));
+            if ready.is_some_and(|c| c.reason == names::reasons::SHARD_ORPHANED) {
+                continue;
+            }
+            let message = format!(
+                "shard {k} has no live owner: no replica reconciles this Application until one takes the shard's Lease"
+            );
+            let condition = json!({"type": names::conditions::READY, "status": "Unknown",
+                "reason": names::reasons::SHARD_ORPHANED, "message": message,
+                "lastTransitionTime": now.to_string(), "observedGeneration": app.metadata.generation});
+            let api: Api<Application> = Api::namespaced(client.clone(), &app.namespace().unwrap_or_default());
+            let patch =
+                json!({"apiVersion": names::API_VERSION, "kind": "Application", "status": {"conditions": [condition]}});
+            api.patch_status(&app.name_any(), &PatchParams::apply(MANAGER).force(), &Patch::Apply(patch)).await?;
+            tracing::warn!(application = %app.name_any(), namespace = ?app.namespace(), shard = k, "shard orphaned");
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::coordination::v1::LeaseSpec;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+
+    fn lease(k: u32, holder: Option<&str>, renewed: &str) -> Lease {
+        Lease {
+            metadata: ObjectMeta { name: Some(format!("p-shard-{k}")), ..Default::default() },
+            spec: Some(LeaseSpec {
+                holder_identity: holder.map(str::to_string),
+                lease_duration_seconds: Some(10),
+                renew_time: Some(MicroTime(renewed.parse().unwrap())),
+                ..Default::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn missing_released_and_stale_leases_are_orphans() {
+        let now: Timestamp = "2026-01-01T00:01:00Z".parse().unwrap();
+        let leases = vec![
+            lease(0, Some("a"), "2026-01-01T00:00:55Z"), // live
+            lease(1, None, "2026-01-01T00:00:59Z"),      // released
+            lease(2, Some("b"), "2026-01-01T00:00:30Z"), // 30 s old, duration 10 s
+            lease(3, Some("b"), "2026-01-01T00:00:45Z"), // within twice its duration: a hand-over
+        ];
+        assert_eq!(orphaned(&leases, "p", 5, now), vec![1, 2, 4]);
+    }
+}

@@ -65,15 +65,6 @@ async fn until_phase(env: &Env, app: &str, commit: &str, want: RevisionPhase, se
         if r.spec.source.commit != commit {
             return None;
         }
-        if std::env::var("DEBUG_ROLLOUT").is_ok() {
-            eprintln!(
-                "DEBUG {:?} {:?} {:?}",
-                phase(&r),
-                r.status.as_ref().and_then(|s| s.failure.clone()),
-                r.status.as_ref().and_then(|s| s.health.clone())
-            );
-            eprintln!("DEBUG app {:?}", a.status.as_ref().map(|s| &s.conditions));
-        }
         if let Some(p) = phase(&r) {
             phases.lock().unwrap().insert(format!("{p:?}"));
         }

@@ -46,7 +46,8 @@ async fn reconcile(app: Arc<Application>, ctx: Arc<Ctx>) -> Result<Action, kube:
     }
     let api: Api<Application> = Api::namespaced(ctx.client.clone(), &ns);
     let patch = json!({"metadata": {"labels": {names::labels::SHARD: want}}});
-    api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+    let params = PatchParams { field_manager: Some(MANAGER.to_string()), ..Default::default() };
+    api.patch(&name, &params, &Patch::Merge(&patch)).await?;
     tracing::debug!(application = %name, namespace = %ns, shard = %want, "labelled with its shard");
     Ok(Action::await_change())
 }

@@ -357,7 +357,10 @@ pub async fn reconcile(app: Arc<Application>, ctx: Arc<Context>) -> Result<Actio
     if app.metadata.deletion_timestamp.is_some() {
         return finalize(&app, &ctx, &ns, &name, &old, status).await;
     }
-    keep_finalizer(&app, &ctx, &ns).await?;
+    if keep_finalizer(&app, &ctx, &ns).await? {
+        // The change triggers a reconcile of the updated Application.
+        return Ok(Action::await_change());
+    }
 
     if app.spec.suspend {
         conditions::remove(&mut status.conditions, names::conditions::RECONCILING);
@@ -942,19 +945,21 @@ async fn set_finalizers(ctx: &Context, app: &Application, ns: &str, finalizers: 
 }
 
 /// `deletionPolicy: DeleteManagedResources` holds the Application with a finalizer until its
-/// resources are deleted; `Orphan` needs none.
-async fn keep_finalizer(app: &Application, ctx: &Context, ns: &str) -> Result<(), Error> {
+/// resources are deleted; `Orphan` needs none. Returns whether it changed the Application.
+async fn keep_finalizer(app: &Application, ctx: &Context, ns: &str) -> Result<bool, Error> {
     let wants = app.spec.deletion_policy == DeletionPolicy::DeleteManagedResources;
     let has = has_finalizer(app);
     if wants && !has {
         let mut f = app.finalizers().to_vec();
         f.push(names::finalizers::APPLICATION.to_string());
         set_finalizers(ctx, app, ns, f).await?;
+        return Ok(true);
     } else if !wants && has {
         let f = app.finalizers().iter().filter(|f| *f != names::finalizers::APPLICATION).cloned().collect();
         set_finalizers(ctx, app, ns, f).await?;
+        return Ok(true);
     }
-    Ok(())
+    Ok(false)
 }
 
 /// The Application is being deleted: with `DeleteManagedResources`, delete every managed

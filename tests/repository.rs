@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Namespace, Secret};
-use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use kuvryn_sync::api::conditions;
@@ -87,16 +86,7 @@ impl Env {
     }
 
     async fn events(&self, regarding: &str) -> Vec<(String, String, String)> {
-        let events: Api<Event> = Api::namespaced(self.client.clone(), &self.ns);
-        events
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
-            .into_iter()
-            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(regarding))
-            .map(|e| (e.type_.unwrap_or_default(), e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
-            .collect()
+        support::events_about(&self.client, &self.ns, regarding).await
     }
 }
 

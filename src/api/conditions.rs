@@ -97,6 +97,14 @@ fn sort(conditions: &mut [Condition]) {
     conditions.sort_by(|a, b| (a.type_ != READY, &a.type_).cmp(&(b.type_ != READY, &b.type_)));
 }
 
+/// `spec.suspend`: `Ready=False` with reason `Suspended` and `message`; `Reconciling` and
+/// `Stalled` are removed.
+pub fn mark_suspended(conditions: &mut Vec<Condition>, message: &str, generation: Option<i64>, now: Timestamp) {
+    remove(conditions, RECONCILING);
+    remove(conditions, STALLED);
+    set(conditions, READY, Status::False, crate::api::names::reasons::SUSPENDED, message, generation, now);
+}
+
 /// kstatus success: `Ready=True`; `Reconciling` and `Stalled` are removed.
 pub fn mark_ready(
     conditions: &mut Vec<Condition>,

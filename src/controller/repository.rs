@@ -122,15 +122,6 @@ fn error_policy(repo: Arc<Repository>, error: &Error, _ctx: Arc<Context>) -> Act
     Action::requeue(Duration::from_secs(5))
 }
 
-fn with_jitter(d: Duration, seed: &str) -> Duration {
-    let nanos =
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|t| t.subsec_nanos()).unwrap_or(0);
-    let h = seed.bytes().fold(u64::from(nanos), |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)));
-    // 0.9 .. 1.1
-    let factor = 0.9 + (h % 1000) as f64 / 5000.0;
-    d.mul_f64(factor)
-}
-
 /// How a failed step is reported.
 struct Failure {
     reason: &'static str,
@@ -143,7 +134,7 @@ pub async fn reconcile(repo: Arc<Repository>, ctx: Arc<Context>) -> Result<Actio
     let ns = repo.namespace().ok_or(Error::NoNamespace)?;
     let name = repo.name_any();
     let interval = crate::api::duration::parse(&repo.spec.interval).unwrap_or(Duration::from_secs(60));
-    let requeue = Action::requeue(with_jitter(interval, &name));
+    let requeue = Action::requeue(super::with_jitter(interval, &name));
     let old = repo.status.clone().unwrap_or_default();
     let mut status = old.clone();
     status.observed_generation = repo.metadata.generation;
@@ -154,13 +145,8 @@ pub async fn reconcile(repo: Arc<Repository>, ctx: Arc<Context>) -> Result<Actio
     let now = Timestamp::now();
 
     if repo.spec.suspend {
-        conditions::remove(&mut status.conditions, names::conditions::RECONCILING);
-        conditions::remove(&mut status.conditions, names::conditions::STALLED);
-        conditions::set(
+        conditions::mark_suspended(
             &mut status.conditions,
-            names::conditions::READY,
-            Status::False,
-            names::reasons::SUSPENDED,
             "reconciliation is suspended (spec.suspend)",
             generation,
             now,

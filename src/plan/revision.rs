@@ -56,7 +56,8 @@ pub fn desired_state_hash(objects: &[Value]) -> String {
     format!("sha256:{}", hex(&h.finalize()))
 }
 
-fn bounded(s: &str, max: usize) -> String {
+/// `s` cut to at most `max` bytes on a character boundary, ending in `...` when cut.
+pub fn bounded(s: &str, max: usize) -> String {
     if s.len() <= max {
         return s.to_string();
     }

@@ -535,3 +535,19 @@ pub async fn apply_as(client: &kube::Client, manager: &str, obj: &serde_json::Va
     let applied = api.patch(&name, &PatchParams::apply(manager).force(), &Patch::Apply(obj)).await.expect("apply");
     serde_json::to_value(applied).expect("json")
 }
+
+/// The Events in `ns` about the object named `regarding`: (type, reason, note).
+pub async fn events_about(client: &kube::Client, ns: &str, regarding: &str) -> Vec<(String, String, String)> {
+    use k8s_openapi::api::events::v1::Event;
+    use kube::api::{Api, ListParams};
+    let events: Api<Event> = Api::namespaced(client.clone(), ns);
+    events
+        .list(&ListParams::default())
+        .await
+        .expect("list Events")
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(regarding))
+        .map(|e| (e.type_.unwrap_or_default(), e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
+        .collect()
+}

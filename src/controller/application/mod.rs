@@ -57,8 +57,9 @@ use kube::runtime::watcher::{self, watcher};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::{Value, json};
 
+use super::with_jitter;
 use crate::api::application::{Application, ApplicationStatus, DeletionPolicy, RenderType, SyncState, SyncStatus};
-use crate::api::conditions::{self, Status};
+use crate::api::conditions;
 use crate::api::names;
 use crate::api::repository::Repository;
 use crate::api::revision::{self as rev, Revision, RevisionPhase, RevisionSource, RevisionSpec};
@@ -363,13 +364,8 @@ pub async fn reconcile(app: Arc<Application>, ctx: Arc<Context>) -> Result<Actio
     }
 
     if app.spec.suspend {
-        conditions::remove(&mut status.conditions, names::conditions::RECONCILING);
-        conditions::remove(&mut status.conditions, names::conditions::STALLED);
-        conditions::set(
+        conditions::mark_suspended(
             &mut status.conditions,
-            names::conditions::READY,
-            Status::False,
-            names::reasons::SUSPENDED,
             "reconciliation is suspended (spec.suspend): nothing is applied or pruned",
             generation,
             now,
@@ -381,13 +377,6 @@ pub async fn reconcile(app: Arc<Application>, ctx: Arc<Context>) -> Result<Actio
     let action = plan_app(&app, &ctx, &ns, &name, &old, &mut status, now).await?;
     write_status(&ctx, &app, &old, &status).await?;
     Ok(action)
-}
-
-fn with_jitter(d: Duration, seed: &str) -> Duration {
-    let nanos =
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|t| t.subsec_nanos()).unwrap_or(0);
-    let h = seed.bytes().fold(u64::from(nanos), |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)));
-    d.mul_f64(0.9 + (h % 1000) as f64 / 5000.0)
 }
 
 /// Report `failure` on the Application: `Ready=False` (and `Stalled` when `stalled`), a Warning
@@ -508,16 +497,7 @@ async fn plan_app(
     Ok(action)
 }
 
-fn bounded(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_string();
-    }
-    let mut end = max.saturating_sub(3);
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}...", &s[..end])
-}
+use crate::plan::revision::bounded;
 
 /// `spec.source.revision` as a reference: hex of 7 to 40 digits is a commit, anything else a
 /// branch (then a tag when no branch has that name).

@@ -7,6 +7,7 @@
 pub mod api;
 pub mod apply;
 pub mod cli;
+pub mod client;
 pub mod controller;
 pub mod health;
 pub mod plan;

@@ -549,3 +549,162 @@ fn drift_is_reported_or_repaired_and_health_keeps_being_observed() {
         assert_eq!(env.revisions().get(&rev.name_any()).await.unwrap().status.unwrap().attempts.len(), 2);
     });
 }
+
+const ROBOT: &str =
+    "apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: robot\nautomountServiceAccountToken: false\n";
+
+fn sync_of(a: &Application) -> Option<String> {
+    a.status.as_ref().and_then(|s| s.sync.as_ref()).map(|s| format!("{:?}", s.status))
+}
+
+async fn until_sync(env: &Env, want: &str) -> Application {
+    eventually(&format!("the Application to be {want}"), WAIT, || async {
+        let a = env.apps().get("web").await.ok()?;
+        (sync_of(&a).as_deref() == Some(want)).then_some(a)
+    })
+    .await
+}
+
+async fn until_healthy_and_synced(env: &Env) -> Application {
+    eventually("the Application to be Healthy and Synced", WAIT, || async {
+        let a = env.apps().get("web").await.ok()?;
+        let healthy = format!("{:?}", a.status.as_ref()?.health.as_ref()?.status) == "Healthy";
+        (healthy && sync_of(&a).as_deref() == Some("Synced") && ready(&a).0 == "True").then_some(a)
+    })
+    .await
+}
+
+/// Writes since audit entry `from` that neither the test made (field managers `test` and
+/// `kubectl-edit`) nor were dry runs: what the controller wrote.
+fn controller_writes(sim: &simcluster::SimCluster, from: usize) -> Vec<simcluster::faults::AuditEvent> {
+    sim.audit_log()
+        .into_iter()
+        .skip(from)
+        .filter(|e| !e.dry_run && e.field_manager != "test" && e.field_manager != "kubectl-edit")
+        .collect()
+}
+
+#[test]
+fn a_deployment_edited_by_hand_other_watched_kinds_and_zero_writes_at_rest() {
+    let cluster = Cluster::start();
+    if !cluster.require_simcluster("zero writes at rest", "the audit log") {
+        return;
+    }
+    let sim = cluster.sim().unwrap();
+    let runtime = support::runtime();
+    runtime.block_on(async {
+        let env = Env::start(&cluster, "steady").await;
+        let wt = env.repository("platform").await;
+        wt.write("web/deploy.yaml", &deployment("nginx:1.27"))
+            .write("web/config.yaml", CONFIG)
+            .write("web/sa.yaml", ROBOT);
+        let commit = wt.commit_and_push("web");
+        env.refresh("platform", &commit).await;
+        env.create_app(
+            "web",
+            json!({"source": {"repository": "platform", "path": "web"}, "serviceAccountName": "deployer",
+                   "destination": {"namespace": "steady"}}),
+        )
+        .await;
+        let rev = until_phase(&env, "web", &commit, RevisionPhase::Healthy, &mut BTreeSet::new()).await;
+        until_healthy_and_synced(&env).await;
+
+        // At rest, a drift check costs reads and dry runs, never a write. Touching an
+        // annotation nobody manages triggers checks through the metadata watches: of a
+        // ConfigMap (watched by default) and of a ServiceAccount (watched because the
+        // controller may list and watch it, as a SelfSubjectAccessReview said).
+        let dry_runs_of = |name: &str, from: usize| {
+            sim.audit_log()
+                .into_iter()
+                .skip(from)
+                .filter(|e| e.dry_run && e.name == name && e.user == "system:serviceaccount:steady:deployer")
+                .count()
+        };
+        let mark = sim.audit_log().len();
+        let before = env.apps().get("web").await.unwrap().status;
+        let touch = json!({"metadata": {"annotations": {"example.com/touched": "1"}}});
+        let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), "steady");
+        let sas: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::namespaced(env.client.clone(), "steady");
+        let as_test = PatchParams { field_manager: Some("test".into()), ..Default::default() };
+        cms.patch("settings", &as_test, &Patch::Merge(&touch)).await.unwrap();
+        eventually("a drift check after the ConfigMap changed", WAIT, || async {
+            (dry_runs_of("settings", mark) > 0).then_some(())
+        })
+        .await;
+        let mark2 = sim.audit_log().len();
+        sas.patch("robot", &as_test, &Patch::Merge(&touch)).await.unwrap();
+        eventually("a drift check after the ServiceAccount changed", WAIT, || async {
+            (dry_runs_of("robot", mark2) > 0).then_some(())
+        })
+        .await;
+        let a = env.apps().get("web").await.unwrap();
+        assert_eq!(sync_of(&a).as_deref(), Some("Synced"));
+        let writes = controller_writes(sim, mark);
+        assert!(
+            writes.is_empty(),
+            "a drift check that found nothing wrote: {writes:#?}\nstatus before: {}\nafter: {}",
+            serde_json::to_string_pretty(&before).unwrap(),
+            serde_json::to_string_pretty(&a.status).unwrap()
+        );
+
+        // A hand edit of the ServiceAccount (not watched by default) is noticed without a poke
+        // (the resync interval is 5 minutes): Drifted, left in place; undoing it: Synced.
+        let edit = PatchParams { field_manager: Some("kubectl-edit".into()), ..Default::default() };
+        sas.patch("robot", &edit, &Patch::Merge(&json!({"automountServiceAccountToken": true}))).await.unwrap();
+        let app = until_sync(&env, "Drifted").await;
+        let drifted = app.status.unwrap().sync.unwrap().drifted;
+        assert_eq!(
+            drifted.iter().map(|d| (d.kind.as_str(), d.name.as_str())).collect::<Vec<_>>(),
+            [("ServiceAccount", "robot")]
+        );
+        assert_eq!(sas.get("robot").await.unwrap().automount_service_account_token, Some(true));
+        sas.patch("robot", &edit, &Patch::Merge(&json!({"automountServiceAccountToken": false}))).await.unwrap();
+        until_sync(&env, "Synced").await;
+
+        // `kubectl edit` of the Deployment without selfHeal: Drifted, the edit stays, the
+        // Revision stays Healthy with its one attempt; undoing it returns to Synced.
+        let deployments: Api<Deployment> = Api::namespaced(env.client.clone(), "steady");
+        let scale = |n: i32| json!({"spec": {"replicas": n}});
+        deployments.patch("web", &edit, &Patch::Strategic(&scale(3))).await.unwrap();
+        let app = until_sync(&env, "Drifted").await;
+        let drifted = app.status.unwrap().sync.unwrap().drifted;
+        assert_eq!(
+            drifted.iter().map(|d| (d.kind.as_str(), d.name.as_str())).collect::<Vec<_>>(),
+            [("Deployment", "web")]
+        );
+        assert_eq!(deployments.get("web").await.unwrap().spec.replicas, Some(3));
+        let r = env.revisions().get(&rev.name_any()).await.unwrap();
+        assert_eq!(phase(&r), Some(RevisionPhase::Healthy));
+        assert_eq!(r.status.as_ref().unwrap().attempts.len(), 1);
+        deployments.patch("web", &edit, &Patch::Strategic(&scale(2))).await.unwrap();
+        let app = until_sync(&env, "Synced").await;
+        assert_eq!(app.status.unwrap().desired_revision.as_deref(), Some(rev.name_any().as_str()));
+        assert_eq!(env.revisions().get(&rev.name_any()).await.unwrap().status.unwrap().attempts.len(), 1);
+
+        // With selfHeal the edit is repaired by a rollout of the same Revision. `kubectl edit`
+        // took the field over, so the repair needs the `adopt` conflict policy (under `fail`
+        // it is blocked as an ownership conflict, as the conflicts test shows).
+        let patch = json!({"spec": {"sync": {"selfHeal": true, "conflictPolicy": "adopt"}}});
+        let patched = env.apps().patch("web", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+        eventually("the controller to see selfHeal on", WAIT, || async {
+            let a = env.apps().get("web").await.ok()?;
+            (a.status?.observed_generation == patched.metadata.generation).then_some(())
+        })
+        .await;
+        deployments.patch("web", &edit, &Patch::Strategic(&scale(5))).await.unwrap();
+        eventually("the Deployment to be repaired", WAIT, || async {
+            (deployments.get("web").await.ok()?.spec.replicas == Some(2)).then_some(())
+        })
+        .await;
+        let app = until_healthy_and_synced(&env).await;
+        assert_eq!(app.status.unwrap().desired_revision.as_deref(), Some(rev.name_any().as_str()));
+        // A drift repair is a rollout: attempt 2 of the same Revision, recorded once it ends.
+        eventually("the repair recorded as attempt 2", WAIT, || async {
+            let r = env.revisions().get(&rev.name_any()).await.ok()?;
+            let a = r.status?.attempts;
+            (a.len() == 2 && a[1].result == AttemptResult::Succeeded).then_some(())
+        })
+        .await;
+        assert_eq!(env.revisions().list(&Default::default()).await.unwrap().items.len(), 1, "no new Revision");
+    });
+}

@@ -147,6 +147,7 @@ pub async fn dispatch(state: &Arc<State>, req: &Req, t: &Target) -> Result<Outpu
             field_manager: req.q("fieldManager").unwrap_or_default().to_string(),
             code,
             resource_version: rv,
+            dry_run: is_dry_run(req),
         });
     }
     out

@@ -122,6 +122,8 @@ pub struct AuditEvent {
     pub code: u16,
     /// The resourceVersion the write produced, if any.
     pub resource_version: String,
+    /// Whether it was a dry run (`dryRun=All`): nothing was stored.
+    pub dry_run: bool,
 }
 
 /// Most audit events kept (oldest dropped).

@@ -108,6 +108,21 @@ pub struct RunArgs {
     /// Applications reconciled at once.
     #[arg(long, default_value_t = 8)]
     pub concurrent_applications: u16,
+
+    /// Sustained Kubernetes API requests per second of this replica, for every client it makes
+    /// (its own and the Applications' service accounts); 0 for no limit. Lease renewals are
+    /// not counted.
+    #[arg(long, env = "KSYNC_KUBE_API_QPS", default_value_t = 50.0)]
+    pub kube_api_qps: f64,
+
+    /// Kubernetes API requests this replica may send at once after a quiet period.
+    #[arg(long, env = "KSYNC_KUBE_API_BURST", default_value_t = 100)]
+    pub kube_api_burst: u32,
+
+    /// An owned Application not reconciled for this long counts in
+    /// `ksync_applications_reconcile_stale` (default: twice --drift-resync-interval).
+    #[arg(long, value_parser = parse_duration)]
+    pub stale_reconcile_after: Option<std::time::Duration>,
 }
 
 fn parse_duration(s: &str) -> std::result::Result<std::time::Duration, String> {
@@ -165,7 +180,15 @@ fn run_controllers(args: RunArgs) -> Result<()> {
         let kube_config = kube::Config::infer()
             .await
             .map_err(|e| Error::Startup(format!("loading the Kubernetes client configuration: {e}")))?;
-        let client = kube::Client::try_from(kube_config.clone())
+        let limiter = crate::client::Limiter::new(crate::client::Budget {
+            qps: args.kube_api_qps,
+            burst: args.kube_api_burst,
+        });
+        let client = limiter
+            .client(kube_config.clone())
+            .map_err(|e| Error::Startup(format!("connecting to the Kubernetes API: {e}")))?;
+        // Leases are renewed outside the budget: a busy replica must not lose its shards.
+        let lease_client = kube::Client::try_from(kube_config.clone())
             .map_err(|e| Error::Startup(format!("connecting to the Kubernetes API: {e}")))?;
         let config = crate::source::CacheConfig {
             dir: args.git_cache_dir.clone(),
@@ -187,8 +210,10 @@ fn run_controllers(args: RunArgs) -> Result<()> {
             resync: args.drift_resync_interval,
             concurrency: args.concurrent_applications.max(1),
             shards: args.shards,
+            limiter,
             ..Default::default()
         };
+        let stale_after = args.stale_reconcile_after.unwrap_or(2 * args.drift_resync_interval);
         let mut applications =
             crate::controller::application::Context::new(kube_config, cache, renderer, args.instance.clone(), settings)
                 .map_err(|e| Error::Startup(format!("connecting to the Kubernetes API: {e}")))?;
@@ -214,7 +239,12 @@ fn run_controllers(args: RunArgs) -> Result<()> {
             tokio::join!(
                 crate::controller::repository::run(repositories, on_stop(stopped.clone())),
                 crate::controller::labeller::run(client, shards, on_stop(stopped.clone())),
-                crate::controller::application::run(applications, on_stop(stopped)),
+                crate::controller::application::progress::report(
+                    &applications.progress,
+                    stale_after,
+                    on_stop(stopped.clone())
+                ),
+                crate::controller::application::run(applications.clone(), on_stop(stopped)),
             );
             let _ = http_stop.send(());
             return Ok(());
@@ -225,12 +255,13 @@ fn run_controllers(args: RunArgs) -> Result<()> {
         });
         let timing = sharding::lease::Timing::new(args.lease_duration);
         let leases = |identity: &str| {
-            sharding::lease::Leases::new(kube::Api::namespaced(client.clone(), &lease_ns), identity, timing)
+            sharding::lease::Leases::new(kube::Api::namespaced(lease_client.clone(), &lease_ns), identity, timing)
         };
         let (coordinator, ownership) =
             sharding::coordinator::Coordinator::new(leases(&identity), args.lease_prefix.clone(), shards);
         applications.fence = Some(sharding::coordinator::Fence::new(ownership, std::time::Duration::from_secs(1)));
-        let workers = crate::controller::shards::ShardWorkers::new(std::sync::Arc::new(applications));
+        let applications = std::sync::Arc::new(applications);
+        let workers = crate::controller::shards::ShardWorkers::new(applications.clone());
         tracing::info!(replica = %identity, shards, lease_namespace = %lease_ns, "starting (sharded)");
         let leader_leases = leases(&identity);
         let leader_name = format!("{}-leader", args.lease_prefix);
@@ -248,6 +279,11 @@ fn run_controllers(args: RunArgs) -> Result<()> {
         };
         let _ = ready_tx.send(true);
         tokio::join!(
+            crate::controller::application::progress::report(
+                &applications.progress,
+                stale_after,
+                on_stop(stopped.clone())
+            ),
             coordinator.run(workers, on_stop(stopped.clone())),
             sharding::leader::run_elected(&leader_leases, &leader_name, singleton, on_stop(stopped)),
         );

@@ -15,6 +15,11 @@ pub fn impersonating(
     namespace: &str,
     service_account: &str,
 ) -> Result<kube::Client, kube::Error> {
+    kube::Client::try_from(impersonation(config, namespace, service_account))
+}
+
+/// `config` acting as `system:serviceaccount:<namespace>:<name>`.
+pub fn impersonation(config: &kube::Config, namespace: &str, service_account: &str) -> kube::Config {
     let mut config = config.clone();
     config.auth_info.impersonate = Some(format!("system:serviceaccount:{namespace}:{service_account}"));
     config.auth_info.impersonate_groups = Some(vec![
@@ -22,7 +27,7 @@ pub fn impersonating(
         format!("system:serviceaccounts:{namespace}"),
         "system:authenticated".to_string(),
     ]);
-    kube::Client::try_from(config)
+    config
 }
 
 /// The values documents, in order, and every string read from a Secret (for redaction).

@@ -1,4 +1,5 @@
-//! Reading the cluster's shape and changes: API discovery (which kinds exist, and their scope).
-//! Per-shard watches and drift triggers come with their issues.
+//! Reading the cluster's shape and changes: API discovery (which kinds exist, and their scope)
+//! and the per-shard, metadata-only watches of managed objects that trigger drift checks.
 
 pub mod discovery;
+pub mod managed;

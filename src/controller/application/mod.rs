@@ -34,6 +34,7 @@
 
 mod attempt;
 pub mod live;
+pub mod progress;
 pub mod rollout;
 
 use attempt::Rollout;
@@ -48,11 +49,10 @@ use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, Secret, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::core::PartialObjectMeta;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::watcher::{self, watcher};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::{Value, json};
@@ -67,6 +67,7 @@ use crate::plan::{self, inventory, revision, validate};
 use crate::render::{self, Renderer};
 use crate::source::{GitCache, Reference};
 use crate::watch::discovery::ClusterScopes;
+use crate::watch::managed::{self as watched, ExtraKinds};
 
 /// The shard label value until sharding assigns one.
 pub const DEFAULT_SHARD: &str = "0";
@@ -82,11 +83,19 @@ pub struct Settings {
     pub validate: validate::Limits,
     /// How many shards Applications are spread over (`--shards`).
     pub shards: u32,
+    /// The replica's API request budget (`--kube-api-qps`, `--kube-api-burst`).
+    pub limiter: crate::client::Limiter,
 }
 
 impl Default for Settings {
     fn default() -> Self {
-        Settings { resync: Duration::from_secs(300), concurrency: 8, validate: validate::Limits::default(), shards: 1 }
+        Settings {
+            resync: Duration::from_secs(300),
+            concurrency: 8,
+            validate: validate::Limits::default(),
+            shards: 1,
+            limiter: crate::client::Limiter::unlimited(),
+        }
     }
 }
 
@@ -106,6 +115,10 @@ pub struct Context {
     pub settings: Settings,
     /// This replica's shard ownership; `None` when not sharded (one replica owns everything).
     pub fence: Option<sharding::coordinator::Fence>,
+    /// Managed kinds watched beyond the defaults.
+    pub kinds: ExtraKinds,
+    /// The reconcile queue and when each Application was last reconciled.
+    pub progress: progress::Progress,
     scopes: tokio::sync::Mutex<Option<(Instant, Arc<ClusterScopes>)>>,
     clients: Mutex<HashMap<(String, String), Client>>,
     resolved: Mutex<HashMap<(String, String), (Instant, String)>>,
@@ -120,16 +133,18 @@ impl Context {
         instance: Option<String>,
         settings: Settings,
     ) -> Result<Context, kube::Error> {
-        let client = Client::try_from(config.clone())?;
+        let client = settings.limiter.client(config.clone())?;
         let reporter = Reporter { controller: names::FIELD_MANAGER.to_string(), instance };
         Ok(Context {
             reporter,
-            client,
+            client: client.clone(),
             config,
             cache,
             renderer,
             settings,
             fence: None,
+            kinds: ExtraKinds::new(client.clone()),
+            progress: Default::default(),
             scopes: Default::default(),
             clients: Default::default(),
             resolved: Default::default(),
@@ -142,7 +157,7 @@ impl Context {
         if let Some(c) = self.clients.lock().expect("clients lock").get(&key) {
             return Ok(c.clone());
         }
-        let c = render::values::impersonating(&self.config, ns, sa)?;
+        let c = self.settings.limiter.client(render::values::impersonation(&self.config, ns, sa))?;
         self.clients.lock().expect("clients lock").insert(key, c.clone());
         Ok(c)
     }
@@ -218,27 +233,32 @@ pub async fn run_shard(
 ) {
     let client = ctx.client.clone();
     let apps: Api<Application> = Api::all(client.clone());
-    let repos: Api<Repository> = Api::all(client);
-    let selected = |c: watcher::Config| match shard {
-        Some(k) => c.labels(&format!("{}={}", names::labels::SHARD, k)),
-        None => c,
+    let repos: Api<Repository> = Api::all(client.clone());
+    let config = match shard {
+        Some(k) => watcher::Config::default().labels(&format!("{}={}", names::labels::SHARD, k)),
+        None => watcher::Config::default(),
     };
-    let managed = || match shard {
-        Some(k) => watcher::Config::default().labels(&format!(
-            "{}={},{}={k}",
-            names::labels::MANAGED_BY,
-            names::labels::MANAGED_BY_VALUE,
-            names::labels::SHARD
-        )),
-        None => managed(),
+    let selector = watched::selector(shard);
+    let (store, writer) = reflector::store();
+    ctx.progress.shard_started(shard, store.clone());
+    let noted = |r: ObjectRef<Application>, ctx: &Context| {
+        ctx.progress.triggered(&r);
+        r
     };
-    let controller = Controller::new(apps, selected(watcher::Config::default())).with_config(
+    let c = ctx.clone();
+    let own = watcher(apps, config).default_backoff().reflect(writer).touched_objects().inspect(move |a| {
+        if let Ok(a) = a {
+            c.progress.triggered(&ObjectRef::from_obj(a));
+        }
+    });
+    let controller = Controller::for_stream(own, store.clone()).with_config(
         controller::Config::default()
             .concurrency(ctx.settings.concurrency)
             // A burst of changes (a rollout's status updates) is one reconcile.
             .debounce(Duration::from_millis(200)),
     );
-    let store = controller.store();
+    let (c1, c2) = (ctx.clone(), ctx.clone());
+    let extra = watched::extra_triggers(client, ctx.kinds.subscribe(), selector.clone()).map(move |r| noted(r, &c1));
     controller
         .watches(repos, watcher::Config::default(), move |repo: Repository| {
             let ns = repo.namespace();
@@ -247,47 +267,52 @@ pub async fn run_shard(
                 .state()
                 .into_iter()
                 .filter(|a| a.namespace() == ns && a.spec.source.repository == name)
-                .map(|a| ObjectRef::from_obj(&*a))
+                .map(|a| noted(ObjectRef::from_obj(&*a), &c2))
                 .collect::<Vec<_>>()
         })
-        .watches_stream(touched::<Deployment>(&ctx.client, managed()), |m| owner_app(&m))
-        .watches_stream(touched::<StatefulSet>(&ctx.client, managed()), |m| owner_app(&m))
-        .watches_stream(touched::<DaemonSet>(&ctx.client, managed()), |m| owner_app(&m))
-        .watches_stream(touched::<ConfigMap>(&ctx.client, managed()), |m| owner_app(&m))
-        .watches_stream(touched::<Secret>(&ctx.client, managed()), |m| owner_app(&m))
-        .watches_stream(touched::<Service>(&ctx.client, managed()), |m| owner_app(&m))
+        .watches_stream(watched::touched::<Deployment>(&ctx.client, &selector), tracked(&ctx))
+        .watches_stream(watched::touched::<StatefulSet>(&ctx.client, &selector), tracked(&ctx))
+        .watches_stream(watched::touched::<DaemonSet>(&ctx.client, &selector), tracked(&ctx))
+        .watches_stream(watched::touched::<ConfigMap>(&ctx.client, &selector), tracked(&ctx))
+        .watches_stream(watched::touched::<Secret>(&ctx.client, &selector), tracked(&ctx))
+        .watches_stream(watched::touched::<Service>(&ctx.client, &selector), tracked(&ctx))
+        .reconcile_on(extra)
         .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, ctx)
+        .run(reconcile_tracked, error_policy, ctx.clone())
         .for_each(|r| async move {
             if let Err(e) = r {
                 tracing::debug!(error = %e, "application reconcile");
             }
         })
         .await;
+    ctx.progress.shard_stopped(shard);
 }
 
-/// Metadata-only watch events of managed objects of kind `K` (a drift or health trigger: the
-/// object itself is read again by the reconcile).
-fn touched<K>(
-    client: &Client,
-    config: watcher::Config,
-) -> impl futures_util::Stream<Item = Result<PartialObjectMeta<K>, watcher::Error>> + Send + 'static
-where
-    K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
-{
-    // `Api<PartialObjectMeta<K>>` makes metadata-only requests.
-    watcher(Api::<PartialObjectMeta<K>>::all(client.clone()), config).default_backoff().touched_objects()
+/// Maps a managed object's watch event to its Application, counting the trigger.
+fn tracked<M: ResourceExt>(ctx: &Arc<Context>) -> impl Fn(M) -> Option<ObjectRef<Application>> + Send + Sync + 'static {
+    let ctx = ctx.clone();
+    move |m: M| {
+        let r = watched::owner_app(&m)?;
+        ctx.progress.triggered(&r);
+        Some(r)
+    }
 }
 
-/// Objects Kuvryn Sync manages (server-side label selection).
-fn managed() -> watcher::Config {
-    watcher::Config::default().labels(&format!("{}={}", names::labels::MANAGED_BY, names::labels::MANAGED_BY_VALUE))
-}
-
-/// The Application a managed object belongs to (`sync.kuvryn.io/application: namespace/name`).
-fn owner_app(obj: &impl ResourceExt) -> Option<ObjectRef<Application>> {
-    let (ns, name) = obj.annotations().get(names::annotations::APPLICATION)?.split_once('/')?;
-    Some(ObjectRef::new(name).within(ns))
+/// [`reconcile`], recorded for the queue and staleness metrics.
+async fn reconcile_tracked(app: Arc<Application>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let r = ObjectRef::from_obj(&*app);
+    ctx.progress.started(&r);
+    let started = Instant::now();
+    let result = reconcile(app, ctx.clone()).await;
+    ctx.progress.finished(&r);
+    metrics::histogram!("ksync_reconcile_duration_seconds").record(started.elapsed().as_secs_f64());
+    let label = match &result {
+        Ok(_) => "ok",
+        Err(Error::NotOwner) => "not_owner",
+        Err(_) => "error",
+    };
+    metrics::counter!("ksync_reconciles_total", "result" => label).increment(1);
+    result
 }
 
 fn error_policy(app: Arc<Application>, error: &Error, _ctx: Arc<Context>) -> Action {
@@ -748,6 +773,12 @@ async fn desired_and_plan(
     namespaces.extend(desired.iter().filter_map(|o| o["metadata"]["namespace"].as_str()).map(str::to_string));
     let managed_kinds = app.status.as_ref().map(|s| s.managed_kinds.clone()).unwrap_or_default();
     let adopt = spec.sync.conflict_policy == crate::api::application::ConflictPolicy::Adopt;
+    for k in live::kinds_to_search(&managed_kinds, &desired) {
+        if let Some(resource) = scopes.resource(&k.group, &k.version, &k.kind) {
+            // Changes of a kind the controller may watch trigger drift checks at once.
+            ctx.kinds.note(resource).await;
+        }
+    }
     let selector = inventory::selector(ns, name);
     let read = live::read(&sa_client, &scopes, &desired, &managed_kinds, &selector, &namespaces, adopt).await;
     let live = match read {

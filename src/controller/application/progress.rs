@@ -1,0 +1,172 @@
+//! What a replica knows about its own reconcile queue: Applications triggered and not yet
+//! started (the queue depth), and when each owned Application was last reconciled (stale
+//! Applications: a stuck worker, a lost trigger, a shard nobody really serves).
+//!
+//! Metrics, set every few seconds by [`report`]:
+//! - `ksync_applications_owned`: Applications in the shards this replica runs;
+//! - `ksync_reconcile_queue_depth`: of those, triggered and waiting for a worker;
+//! - `ksync_applications_reconcile_stale`: of those, not reconciled for longer than
+//!   `--stale-reconcile-after` (counted from when this replica took the shard for one it has not
+//!   reconciled yet);
+//! - `ksync_reconcile_queue_seconds`: time from the first trigger to the reconcile's start;
+//! - `ksync_reconcile_duration_seconds` and `ksync_reconciles_total{result}`.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use kube::runtime::reflector::{ObjectRef, Store};
+
+use crate::api::application::Application;
+
+/// The figures [`Progress::snapshot`] computes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Snapshot {
+    /// Applications in the running shard controllers' caches.
+    pub owned: usize,
+    /// Triggered, not started.
+    pub queued: usize,
+    /// Not reconciled within the bound.
+    pub stale: usize,
+}
+
+#[derive(Default)]
+struct Inner {
+    /// Running shard controllers (`None`: every shard): the Application cache and start time.
+    shards: HashMap<Option<u32>, (Store<Application>, Instant)>,
+    /// First trigger not yet served.
+    pending: HashMap<ObjectRef<Application>, Instant>,
+    /// Last finished reconcile.
+    finished: HashMap<ObjectRef<Application>, Instant>,
+}
+
+/// Shared by the shard controllers of one replica.
+#[derive(Default)]
+pub struct Progress {
+    inner: Mutex<Inner>,
+}
+
+impl Progress {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().expect("progress lock")
+    }
+
+    /// A shard controller started with Application cache `store`.
+    pub fn shard_started(&self, shard: Option<u32>, store: Store<Application>) {
+        self.lock().shards.insert(shard, (store, Instant::now()));
+    }
+
+    /// A shard controller stopped.
+    pub fn shard_stopped(&self, shard: Option<u32>) {
+        self.lock().shards.remove(&shard);
+    }
+
+    /// Something asked for `app` to be reconciled.
+    pub fn triggered(&self, app: &ObjectRef<Application>) {
+        self.lock().pending.entry(app.clone()).or_insert_with(Instant::now);
+    }
+
+    /// A worker started reconciling `app`.
+    pub fn started(&self, app: &ObjectRef<Application>) {
+        if let Some(at) = self.lock().pending.remove(app) {
+            metrics::histogram!("ksync_reconcile_queue_seconds").record(at.elapsed().as_secs_f64());
+        }
+    }
+
+    /// A reconcile of `app` finished.
+    pub fn finished(&self, app: &ObjectRef<Application>) {
+        self.lock().finished.insert(app.clone(), Instant::now());
+    }
+
+    /// The figures now, forgetting Applications no running shard has any more.
+    pub fn snapshot(&self, stale_after: Duration) -> Snapshot {
+        let now = Instant::now();
+        let mut inner = self.lock();
+        let mut owned: HashMap<ObjectRef<Application>, Instant> = HashMap::new();
+        for (store, since) in inner.shards.values() {
+            for app in store.state() {
+                owned.insert(ObjectRef::from_obj(&*app), *since);
+            }
+        }
+        inner.pending.retain(|r, _| owned.contains_key(r));
+        inner.finished.retain(|r, _| owned.contains_key(r));
+        let stale = owned
+            .iter()
+            .filter(|(r, since)| {
+                let last = inner.finished.get(*r).copied().unwrap_or(**since).max(**since);
+                now.duration_since(last) > stale_after
+            })
+            .count();
+        Snapshot { owned: owned.len(), queued: inner.pending.len(), stale }
+    }
+}
+
+/// Publish the gauges every few seconds until `shutdown` completes.
+pub async fn report(progress: &Progress, stale_after: Duration, shutdown: impl std::future::Future<Output = ()>) {
+    let mut shutdown = std::pin::pin!(shutdown);
+    let mut tick = tokio::time::interval(Duration::from_secs(5));
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => return,
+            _ = tick.tick() => {
+                let s = progress.snapshot(stale_after);
+                metrics::gauge!("ksync_applications_owned").set(s.owned as f64);
+                metrics::gauge!("ksync_reconcile_queue_depth").set(s.queued as f64);
+                metrics::gauge!("ksync_applications_reconcile_stale").set(s.stale as f64);
+                if s.stale > 0 {
+                    tracing::warn!(stale = s.stale, owned = s.owned, bound = ?stale_after,
+                        "Applications not reconciled within the bound");
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::runtime::reflector;
+    use kube::runtime::watcher::Event;
+
+    use super::*;
+
+    fn app(name: &str) -> Application {
+        let mut a = Application::new(
+            name,
+            serde_json::from_value(serde_json::json!({
+                "source": {"repository": "r", "path": "p"},
+                "destination": {"namespace": "d"},
+                "serviceAccountName": "sa"
+            }))
+            .unwrap(),
+        );
+        a.metadata.namespace = Some("team".into());
+        a
+    }
+
+    #[test]
+    fn queue_and_staleness_follow_triggers_and_reconciles() {
+        let (store, mut writer) = reflector::store::<Application>();
+        for n in ["a", "b", "c"] {
+            writer.apply_watcher_event(&Event::Apply(app(n)));
+        }
+        let progress = Progress::default();
+        progress.shard_started(Some(1), store);
+        let a = ObjectRef::from_obj(&app("a"));
+        let b = ObjectRef::from_obj(&app("b"));
+        let gone = ObjectRef::from_obj(&app("gone"));
+        progress.triggered(&a);
+        progress.triggered(&a);
+        progress.triggered(&b);
+        progress.triggered(&gone);
+        assert_eq!(progress.snapshot(Duration::from_secs(60)), Snapshot { owned: 3, queued: 2, stale: 0 });
+        progress.started(&a);
+        progress.finished(&a);
+        assert_eq!(progress.snapshot(Duration::from_secs(60)).queued, 1);
+        // With a zero bound, everything not reconciled this instant is stale.
+        std::thread::sleep(Duration::from_millis(5));
+        assert_eq!(progress.snapshot(Duration::ZERO).stale, 3);
+        assert_eq!(progress.snapshot(Duration::from_secs(60)).stale, 0);
+        progress.shard_stopped(Some(1));
+        assert_eq!(progress.snapshot(Duration::ZERO), Snapshot::default());
+    }
+}

@@ -3,6 +3,7 @@
 
 pub mod controller;
 pub mod ksync;
+pub mod view;
 
 /// An error a command reports to the user (exit status 1).
 #[derive(Debug, thiserror::Error)]

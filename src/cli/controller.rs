@@ -131,7 +131,7 @@ fn parse_duration(s: &str) -> std::result::Result<std::time::Duration, String> {
 
 /// Parse the process arguments and run.
 pub fn main() -> std::process::ExitCode {
-    super::main(|a: &Args| a.log_format, run)
+    super::main(|a: &Args| a.log_format, "info", run)
 }
 
 /// Run parsed arguments.

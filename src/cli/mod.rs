@@ -3,6 +3,7 @@
 
 pub mod controller;
 pub mod ksync;
+pub mod view;
 
 /// An error a command reports to the user (exit status 1).
 #[derive(Debug, thiserror::Error)]
@@ -22,23 +23,90 @@ pub enum Error {
     /// The manager could not start.
     #[error("{0}")]
     Startup(String),
+    /// `ksync`: the named object does not exist.
+    #[error("{kind} \"{name}\" not found in namespace \"{namespace}\"")]
+    NotFound {
+        /// Its kind (`Application`, `Revision`).
+        kind: String,
+        /// Its name.
+        name: String,
+        /// The namespace looked in.
+        namespace: String,
+    },
+    /// `ksync`: the API server refused the request (RBAC); its message says who may not do what.
+    #[error("{message}")]
+    Forbidden {
+        /// The API server's message.
+        message: String,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+    /// `ksync`: the API server did not accept the credentials.
+    #[error("unauthorized: {message}")]
+    Unauthorized {
+        /// The API server's message.
+        message: String,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+    /// `ksync`: no connection to the API server.
+    #[error("cannot reach the API server at {url}: {reason}")]
+    Unreachable {
+        /// The API server's URL.
+        url: String,
+        /// The innermost cause (connection refused, timeout, certificate).
+        reason: String,
+        /// The client error.
+        #[source]
+        source: kube::Error,
+    },
+    /// `ksync`: no kubeconfig and no in-cluster configuration.
+    #[error("no cluster configured: {0}")]
+    NoCluster(String),
+    /// `ksync`: the kubeconfig could not be read or used.
+    #[error("kubeconfig: {0}")]
+    Kubeconfig(String),
+    /// `ksync`: the API server does not serve a kind (the CRDs are not installed).
+    #[error("the API server does not serve {0} (are the Kuvryn Sync CRDs installed?)")]
+    NotServed(String),
+    /// `ksync`: any other API error, with the API server's message.
+    #[error("{message}")]
+    Api {
+        /// What failed and the API server's message.
+        message: String,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+    /// `ksync`: the object exists but has nothing to show yet, or is not the one asked for.
+    #[error("{0}")]
+    Unavailable(String),
+    /// `ksync`: the output could not be produced or written.
+    #[error("writing output: {0}")]
+    Output(String),
 }
 
 /// Result of a command.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// The common `main` of both binaries: parse, set up logging, run, report an error on stderr.
+/// The common `main` of both binaries: parse, set up logging (`default_filter` when `RUST_LOG`
+/// is unset), run, report an error on stderr in one line.
 pub fn main<A: clap::Parser>(
     log_format: fn(&A) -> crate::telemetry::logging::LogFormat,
+    default_filter: &str,
     run: fn(A) -> Result<()>,
 ) -> std::process::ExitCode {
     let args = A::parse();
-    crate::telemetry::logging::init(log_format(&args));
+    crate::telemetry::logging::init_with_default(log_format(&args), default_filter);
     match run(args) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            tracing::debug!("{e}");
-            eprintln!("error: {e}");
+            tracing::debug!(error = ?e, "command failed");
+            // One line, whatever the cause's message holds.
+            let message = view::one_line(&e.to_string());
+            eprintln!("error: {message}");
             std::process::ExitCode::FAILURE
         }
     }

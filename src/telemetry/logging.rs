@@ -15,7 +15,13 @@ pub enum LogFormat {
 
 /// Install the global subscriber. Later calls are ignored (tests may call it repeatedly).
 pub fn init(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    init_with_default(format, "info");
+}
+
+/// [`init`] with another filter when `RUST_LOG` is unset (`ksync` logs nothing by default, so
+/// its stderr holds the one-line error and nothing else).
+pub fn init_with_default(format: LogFormat, default_filter: &str) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Text => builder.try_init(),

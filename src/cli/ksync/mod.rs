@@ -1,0 +1,240 @@
+//! `ksync`: the command-line client.
+//!
+//! Read commands: `apps` (same as `app list`), `app NAME` (same as `app get NAME`), `plan NAME`,
+//! `history NAME`, `repos`; plus `completion SHELL` and `version`. Each command reads with
+//! kube-rs ([`connect`] finds the cluster like kubectl), hands the objects to the pure views in
+//! [`crate::cli::view`], and prints what they return ([`output`]). Errors come back as
+//! [`crate::cli::Error`] and are printed in one line by [`crate::cli::main`] (exit status 1).
+
+pub mod app;
+pub mod apps;
+pub mod connect;
+pub mod history;
+pub mod output;
+pub mod plan;
+pub mod read;
+pub mod repos;
+
+use std::io::IsTerminal;
+
+use clap::{CommandFactory, Parser, Subcommand};
+use jiff::Timestamp;
+
+use super::view::Palette;
+use super::{Error, Result};
+use crate::api::names;
+use crate::telemetry::logging::LogFormat;
+use connect::ClusterArgs;
+use output::{Format, ListFormat};
+
+/// Kuvryn Sync command-line client.
+#[derive(Parser, Debug)]
+#[command(name = "ksync", version, about = "Kuvryn Sync command-line client")]
+pub struct Args {
+    /// Log line format.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true, env = "KSYNC_LOG_FORMAT")]
+    pub log_format: LogFormat,
+    /// Where to connect.
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    /// When to colour the output: on a terminal unless NO_COLOR is set (auto), always, never.
+    #[arg(long, value_enum, default_value_t = ColorChoice::Auto, global = true)]
+    pub color: ColorChoice,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// `--color`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum ColorChoice {
+    /// Colour when stdout is a terminal, `NO_COLOR` is unset or empty, and `TERM` is not `dumb`.
+    #[default]
+    Auto,
+    /// Always colour.
+    Always,
+    /// Never colour.
+    Never,
+}
+
+/// Environment variable fixing the time AGE columns count from (RFC 3339), for tests that need
+/// stable output. Deliberately not a flag, so it is in neither `--help` nor the completions.
+pub const NOW_ENV: &str = "KSYNC_NOW";
+
+/// The fixed "now" of [`NOW_ENV`], if set.
+fn fixed_now() -> Result<Option<Timestamp>> {
+    match std::env::var(NOW_ENV) {
+        Ok(v) if !v.is_empty() => v
+            .parse::<Timestamp>()
+            .map(Some)
+            .map_err(|e| Error::Unavailable(format!("{NOW_ENV}={v:?} is not an RFC 3339 time: {e}"))),
+        _ => Ok(None),
+    }
+}
+
+/// Subcommands.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// List Applications: sync, health, Revision, commit, age, message (same as `ksync app list`).
+    Apps(apps::ListArgs),
+    /// Show one Application (`ksync app NAME`, or `ksync app get NAME`) or list them (`ksync app list`).
+    App(app::AppArgs),
+    /// Show the stored plan of an Application's desired Revision.
+    Plan(plan::PlanArgs),
+    /// List an Application's Revisions, newest first.
+    History(history::HistoryArgs),
+    /// List Repositories: URL, ref, observed commit, Ready.
+    Repos(repos::ListArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completion {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the client version and the API version it speaks.
+    Version,
+}
+
+/// What every read command needs besides the cluster: the time ages count from and the colours.
+#[derive(Clone, Copy, Debug)]
+pub struct Context {
+    /// A fixed "now" for AGE (`KSYNC_NOW`); None: the current time whenever a view is drawn.
+    pub fixed_now: Option<Timestamp>,
+    /// Colours for the tables (never used for JSON or YAML).
+    pub palette: Palette,
+    /// Whether stdout is a terminal (`--watch` then redraws in place).
+    pub terminal: bool,
+}
+
+impl Context {
+    /// The time AGE counts from.
+    pub fn now(&self) -> Timestamp {
+        self.fixed_now.unwrap_or_else(Timestamp::now)
+    }
+}
+
+/// Whether to colour, from `--color` and the environment.
+pub fn palette(choice: ColorChoice, stdout_is_terminal: bool, env: impl Fn(&str) -> Option<String>) -> Palette {
+    let enabled = match choice {
+        ColorChoice::Always => true,
+        ColorChoice::Never => false,
+        ColorChoice::Auto => {
+            stdout_is_terminal
+                && env("NO_COLOR").is_none_or(|v| v.is_empty())
+                && env("TERM").is_none_or(|t| t != "dumb")
+        }
+    };
+    Palette { enabled }
+}
+
+/// Parse the process arguments and run.
+pub fn main() -> std::process::ExitCode {
+    // No logs unless RUST_LOG asks: kube-rs logs failed requests as errors, and stderr is for
+    // the one-line reason.
+    super::main(|a: &Args| a.log_format, "off", run)
+}
+
+/// Run parsed arguments.
+pub fn run(args: Args) -> Result<()> {
+    let terminal = std::io::stdout().is_terminal();
+    let context = Context {
+        fixed_now: fixed_now()?,
+        palette: palette(args.color, terminal, |k| std::env::var(k).ok()),
+        terminal,
+    };
+    match args.command {
+        Command::Version => {
+            output::print(&format!("ksync {} (API {})\n", env!("CARGO_PKG_VERSION"), names::API_VERSION))
+        }
+        Command::Completion { shell } => {
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Args::command(), "ksync", &mut script);
+            output::print(&String::from_utf8_lossy(&script))
+        }
+        command => {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| Error::Startup(format!("starting the runtime: {e}")))?;
+            runtime.block_on(async move {
+                let cluster = connect::connect(&args.cluster).await?;
+                match command {
+                    Command::Apps(list) => apps::run(&cluster, &list, context).await,
+                    Command::App(a) => app::run(&cluster, a, context).await,
+                    Command::Plan(p) => plan::run(&cluster, &p, context).await,
+                    Command::History(h) => history::run(&cluster, &h, context).await,
+                    Command::Repos(list) => repos::run(&cluster, &list, context).await,
+                    Command::Version | Command::Completion { .. } => unreachable!("handled above"),
+                }
+            })
+        }
+    }
+}
+
+/// Print `table`, or, when it is empty, kubectl's "No ... found" on stderr.
+pub fn print_table(table: &str, kind_plural: &str, namespace: Option<&str>) -> Result<()> {
+    if table.is_empty() {
+        eprint!("{}", super::view::nothing_found(kind_plural, namespace));
+        return Ok(());
+    }
+    output::print(table)
+}
+
+/// `-o` of a list command, as the formats the views and [`output`] know.
+pub fn list_output(o: Option<ListFormat>) -> (bool, Option<Format>) {
+    match o {
+        None => (false, None),
+        Some(ListFormat::Wide) => (true, None),
+        Some(ListFormat::Json) => (false, Some(Format::Json)),
+        Some(ListFormat::Yaml) => (false, Some(Format::Yaml)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Args, clap::Error> {
+        Args::try_parse_from(std::iter::once("ksync").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn the_clap_definitions_are_consistent() {
+        Args::command().debug_assert();
+    }
+
+    #[test]
+    fn app_takes_a_name_or_a_subcommand() {
+        let name_of = |args: &[&str]| match parse(args).unwrap().command {
+            Command::App(a) => a.target(),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(name_of(&["app", "web"]), app::Target::Get("web".into(), None));
+        assert_eq!(name_of(&["app", "web", "-o", "json"]), app::Target::Get("web".into(), Some(Format::Json)));
+        assert_eq!(name_of(&["app", "get", "web", "-o", "yaml"]), app::Target::Get("web".into(), Some(Format::Yaml)));
+        assert!(matches!(name_of(&["app", "list", "-A", "-o", "wide"]), app::Target::List(l) if l.all_namespaces));
+        // `ksync apps` is `ksync app list`, flags included.
+        assert!(
+            matches!(parse(&["apps", "-A", "--watch"]).unwrap().command, Command::Apps(l) if l.all_namespaces && l.watch)
+        );
+        assert!(parse(&["app"]).is_err(), "a bare `ksync app` asks for a name or subcommand");
+        // Global flags go anywhere.
+        let a = parse(&["-n", "team-a", "plan", "web", "--kubeconfig", "/tmp/k", "--context", "c"]).unwrap();
+        assert_eq!(a.cluster.namespace.as_deref(), Some("team-a"));
+        assert_eq!(a.cluster.context.as_deref(), Some("c"));
+    }
+
+    #[test]
+    fn colour_only_on_a_terminal_without_no_color() {
+        let env = |vars: &'static [(&'static str, &'static str)]| {
+            move |k: &str| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
+        };
+        assert!(palette(ColorChoice::Auto, true, env(&[])).enabled);
+        assert!(!palette(ColorChoice::Auto, false, env(&[])).enabled);
+        assert!(!palette(ColorChoice::Auto, true, env(&[("NO_COLOR", "1")])).enabled);
+        assert!(palette(ColorChoice::Auto, true, env(&[("NO_COLOR", "")])).enabled);
+        assert!(!palette(ColorChoice::Auto, true, env(&[("TERM", "dumb")])).enabled);
+        assert!(palette(ColorChoice::Always, false, env(&[("NO_COLOR", "1")])).enabled);
+        assert!(!palette(ColorChoice::Never, true, env(&[])).enabled);
+    }
+}

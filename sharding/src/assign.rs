@@ -103,6 +103,85 @@ pub fn assign(shards: u32, replicas: &[impl AsRef<str>]) -> BTreeMap<u32, String
     owners
 }
 
+/// The owner of every shard, as [`assign`], but keeping shards where they are: `current` maps
+/// shards to their present holders (as the shard Leases say), and a live holder keeps up to its
+/// cap of them, its best-scored first. Only the rest are placed by score within the caps.
+///
+/// Loads are exactly as balanced as [`assign`]'s (`floor` or `ceil` of `shards/R`; the ceilings go
+/// to the replicas holding the most). Movement is the minimum: when a replica leaves, only its
+/// shards move; when one joins, only the shards it takes move, as long as every old replica
+/// holds at least its new cap (true whenever `floor(S/n) >= ceil(S/(n+1))`, for example 12
+/// shards up to 3 → 4 replicas). With no live holder in `current` this is [`assign`].
+///
+/// Unlike [`assign`] the result depends on history, so replicas may briefly disagree while the
+/// Leases change; they agree again once they read the same holders, and the Leases, not this
+/// function, keep two replicas from owning one shard.
+///
+/// ```
+/// let three = ["ksync-0", "ksync-1", "ksync-2"];
+/// let before = sharding::assign(12, &three);
+/// let four = ["ksync-0", "ksync-1", "ksync-2", "ksync-3"];
+/// let after = sharding::assign::assign_sticky(12, &four, &before);
+/// let moved = before.iter().filter(|(k, v)| after[*k] != **v).count();
+/// assert_eq!(moved, 3); // exactly the newcomer's share
+/// ```
+pub fn assign_sticky(
+    shards: u32,
+    replicas: &[impl AsRef<str>],
+    current: &BTreeMap<u32, String>,
+) -> BTreeMap<u32, String> {
+    let members: Vec<&str> = replicas.iter().map(AsRef::as_ref).collect::<BTreeSet<_>>().into_iter().collect();
+    if members.is_empty() || shards == 0 {
+        return BTreeMap::new();
+    }
+    let mut held: Vec<Vec<u32>> = vec![Vec::new(); members.len()];
+    for (shard, owner) in current {
+        if *shard < shards
+            && let Ok(index) = members.binary_search(&owner.as_str())
+        {
+            held[index].push(*shard);
+        }
+    }
+    if held.iter().all(Vec::is_empty) {
+        return assign(shards, replicas);
+    }
+    let count = members.len() as u64;
+    let floor = u64::from(shards) / count;
+    let with_extra = (u64::from(shards) % count) as usize;
+    let mut order: Vec<usize> = (0..members.len()).collect();
+    order.sort_by_key(|i| (std::cmp::Reverse(held[*i].len()), *i));
+    let mut caps = vec![floor; members.len()];
+    for i in order.into_iter().take(with_extra) {
+        caps[i] += 1;
+    }
+    let mut owners = BTreeMap::new();
+    let mut loads = vec![0u64; members.len()];
+    for (index, shards_held) in held.iter_mut().enumerate() {
+        shards_held.sort_by_key(|s| (std::cmp::Reverse(score(*s, members[index])), *s));
+        for shard in shards_held.iter().take(caps[index] as usize) {
+            owners.insert(*shard, members[index].to_owned());
+            loads[index] += 1;
+        }
+    }
+    let mut pairs: Vec<(u64, u32, usize)> = Vec::new();
+    for shard in (0..shards).filter(|s| !owners.contains_key(s)) {
+        for (index, replica) in members.iter().enumerate() {
+            if loads[index] < caps[index] {
+                pairs.push((score(shard, replica), shard, index));
+            }
+        }
+    }
+    pairs.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+    for (_, shard, index) in pairs {
+        if owners.contains_key(&shard) || loads[index] >= caps[index] {
+            continue;
+        }
+        loads[index] += 1;
+        owners.insert(shard, members[index].to_owned());
+    }
+    owners
+}
+
 /// The shards [`assign`] gives to `replica` among the live `replicas` (empty if `replica` is not
 /// one of them).
 ///

@@ -78,6 +78,11 @@ impl Coordinator {
         format!("{prefix}-shard-{k}")
     }
 
+    /// The shard a Lease named by [`Coordinator::shard_lease`] is for.
+    fn shard_of_lease(&self, lease: &str) -> Option<u32> {
+        lease.strip_prefix(&format!("{}-shard-", self.prefix))?.parse().ok().filter(|k| *k < self.shards)
+    }
+
     fn member_lease(&self) -> String {
         format!("{}-member-{}", self.prefix, self.leases.identity())
     }
@@ -110,7 +115,25 @@ impl Coordinator {
                 None
             }
         };
-        let mine: Option<BTreeSet<u32>> = members.map(|m| crate::assign::owned_by(&me, self.shards, &m));
+        // Where the shards are now, so only what must move moves (`assign_sticky`).
+        let current = match self.leases.holders(&format!("{ROLE_LABEL}=shard")).await {
+            Ok(h) => Some(
+                h.into_iter()
+                    .filter_map(|(lease, holder)| Some((self.shard_of_lease(&lease)?, holder)))
+                    .collect::<BTreeMap<u32, String>>(),
+            ),
+            Err(e) => {
+                tracing::warn!(error = %e, "listing shard Leases");
+                None
+            }
+        };
+        let mine: Option<BTreeSet<u32>> = members.zip(current).map(|(m, current)| {
+            crate::assign::assign_sticky(self.shards, &m, &current)
+                .into_iter()
+                .filter(|(_, owner)| *owner == me)
+                .map(|(shard, _)| shard)
+                .collect()
+        });
         // Hand over what is no longer ours: drain, then release.
         if let Some(mine) = &mine {
             let leaving: Vec<u32> = owned.keys().filter(|k| !mine.contains(k)).copied().collect();

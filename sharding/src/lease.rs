@@ -192,6 +192,20 @@ impl Leases {
         }
     }
 
+    /// The holder of each Lease selected by `labels` that has one: Lease name → holder (live or
+    /// not: the caller decides with the member Leases).
+    pub async fn holders(&self, labels: &str) -> Result<std::collections::BTreeMap<String, String>> {
+        let list = self.api.list(&kube::api::ListParams::default().labels(labels)).await?;
+        Ok(list
+            .items
+            .into_iter()
+            .filter_map(|l| {
+                let holder = l.spec?.holder_identity.filter(|h| !h.is_empty())?;
+                Some((l.metadata.name?, holder))
+            })
+            .collect())
+    }
+
     /// The holders of the Leases selected by `labels` that are live: renewed within their
     /// duration (wall clock: used only to pick members, never for fencing).
     pub async fn live_holders(&self, labels: &str) -> Result<Vec<String>> {

@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use proptest::prelude::*;
+use sharding::assign::assign_sticky;
 use sharding::{assign, owned_by, score};
 
 const THREE: [&str; 3] = ["ksync-controller-0", "ksync-controller-1", "ksync-controller-2"];
@@ -162,5 +163,40 @@ proptest! {
         prop_assert!(moved >= held);
         let ideal = shards.div_ceil(n);
         prop_assert!(moved <= movement_bound(ideal, n), "{shards} shards, {n} → {} replicas: {moved} moved, ideal {ideal}", n - 1);
+    }
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    /// `assign_sticky` from a balanced state: loads within one, and the minimum moves. A join
+    /// moves exactly the newcomer's share (when every old replica holds at least its new cap); a
+    /// leave moves exactly the leaver's shards; a state that is already balanced stays put.
+    #[test]
+    fn sticky_assignment_moves_the_minimum(replicas in replica_set(2..=17), pick in any::<prop::sample::Index>(), shards in 1..=256u32) {
+        let all: Vec<&String> = replicas.iter().collect();
+        let other = all[pick.index(all.len())];
+        let rest: Vec<&String> = all.iter().copied().filter(|r| *r != other).collect();
+        let n = rest.len() as u32;
+        let set: BTreeSet<String> = replicas.iter().cloned().collect();
+
+        // Join: `rest` balanced, then `other` joins.
+        let before = assign(shards, &rest);
+        let after = assign_sticky(shards, &all, &before);
+        loads(&after, &set);
+        prop_assert_eq!(after.len(), shards as usize);
+        let counts: Vec<usize> = all.iter().map(|r| after.values().filter(|o| o == r).count()).collect();
+        prop_assert!(counts.iter().max().unwrap() - counts.iter().min().unwrap() <= 1, "loads {:?}", counts);
+        let taken = after.values().filter(|o| *o == other).count() as u32;
+        if shards / n >= shards.div_ceil(n + 1) {
+            prop_assert_eq!(moved(&before, &after), taken, "join: only the newcomer's share moves");
+        }
+        prop_assert_eq!(assign_sticky(shards, &all, &after), after.clone(), "a balanced state stays put");
+
+        // Leave: from that state, `other` leaves.
+        let left = assign_sticky(shards, &rest, &after);
+        prop_assert_eq!(left.len(), shards as usize);
+        prop_assert!(left.values().all(|o| o != other));
+        prop_assert_eq!(moved(&after, &left), taken, "leave: only the leaver's shards move");
     }
 }

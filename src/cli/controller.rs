@@ -259,7 +259,10 @@ fn run_controllers(args: RunArgs) -> Result<()> {
         };
         let (coordinator, ownership) =
             sharding::coordinator::Coordinator::new(leases(&identity), args.lease_prefix.clone(), shards);
-        applications.fence = Some(sharding::coordinator::Fence::new(ownership, std::time::Duration::from_secs(1)));
+        // A write needs a tenth of the Lease duration to spare (1.5 s of the default 15 s) on top
+        // of the Lease's own margin: enough for a request in flight, while a renewal delayed by
+        // a busy machine does not stop the shard's work between two renewals.
+        applications.fence = Some(sharding::coordinator::Fence::new(ownership, args.lease_duration / 10));
         let applications = std::sync::Arc::new(applications);
         let workers = crate::controller::shards::ShardWorkers::new(applications.clone());
         tracing::info!(replica = %identity, shards, lease_namespace = %lease_ns, "starting (sharded)");

@@ -1,7 +1,9 @@
 //! Orphaned shards: a shard whose Lease has no live holder has no replica reconciling its
-//! Applications. The leader looks every Lease duration and reports it: the gauge
-//! `ksync_shards_orphaned`, and `Ready=Unknown` with reason `ShardOrphaned` on each of the
-//! shard's Applications (the next owner's first status write replaces it).
+//! Applications. The leader looks every Lease duration and reports a shard that has stayed
+//! without a live holder for twice the Lease duration (a hand-over, where one replica releases
+//! and another acquires, takes less): the gauge `ksync_shards_orphaned`, and `Ready=Unknown`
+//! with reason `ShardOrphaned` on each of the shard's Applications (the next owner's first
+//! status write replaces it).
 
 use std::time::Duration;
 
@@ -41,6 +43,26 @@ pub fn orphaned(leases: &[Lease], prefix: &str, shards: u32, now: Timestamp) -> 
         .collect()
 }
 
+/// Which shards have stayed without a live owner for at least `grace`, as seen by this process
+/// (its own monotonic clock: a hand-over or a fresh start, where Leases are missing or released
+/// for a moment, is not reported).
+#[derive(Debug, Default)]
+pub struct Grace {
+    since: std::collections::BTreeMap<u32, std::time::Instant>,
+}
+
+impl Grace {
+    /// `candidates` are without a live owner at `now`: those that have been for `grace`.
+    pub fn lasting(&mut self, candidates: &[u32], now: std::time::Instant, grace: Duration) -> Vec<u32> {
+        self.since.retain(|k, _| candidates.contains(k));
+        candidates
+            .iter()
+            .filter(|k| now.duration_since(*self.since.entry(**k).or_insert(now)) >= grace)
+            .copied()
+            .collect()
+    }
+}
+
 /// Report orphaned shards until `shutdown`.
 pub async fn run(
     client: Client,
@@ -51,8 +73,9 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()>,
 ) {
     tokio::pin!(shutdown);
+    let mut grace = Grace::default();
     loop {
-        if let Err(e) = round(&client, &lease_namespace, &prefix, shards).await {
+        if let Err(e) = round(&client, &lease_namespace, &prefix, shards, &mut grace, 2 * every).await {
             tracing::warn!(error = %e, "checking for orphaned shards");
         }
         tokio::select! {
@@ -62,11 +85,18 @@ pub async fn run(
     }
 }
 
-async fn round(client: &Client, ns: &str, prefix: &str, shards: u32) -> Result<(), kube::Error> {
+async fn round(
+    client: &Client,
+    ns: &str,
+    prefix: &str,
+    shards: u32,
+    grace: &mut Grace,
+    lasting: Duration,
+) -> Result<(), kube::Error> {
     let leases: Api<Lease> = Api::namespaced(client.clone(), ns);
     let list = leases.list(&ListParams::default().labels(&format!("{}=shard", sharding::lease::ROLE_LABEL))).await?;
     let now = Timestamp::now();
-    let orphans = orphaned(&list.items, prefix, shards, now);
+    let orphans = grace.lasting(&orphaned(&list.items, prefix, shards, now), std::time::Instant::now(), lasting);
     metrics::gauge!("ksync_shards_orphaned").set(orphans.len() as f64);
     let apps: Api<Application> = Api::all(client.clone());
     for k in orphans {
@@ -120,5 +150,18 @@ mod tests {
             lease(3, Some("b"), "2026-01-01T00:00:45Z"), // within twice its duration: a hand-over
         ];
         assert_eq!(orphaned(&leases, "p", 5, now), vec![1, 2, 4]);
+    }
+
+    #[test]
+    fn only_shards_unowned_for_the_whole_grace_are_reported() {
+        let t0 = std::time::Instant::now();
+        let s = Duration::from_secs(1);
+        let mut g = Grace::default();
+        assert!(g.lasting(&[1, 2], t0, 6 * s).is_empty());
+        assert_eq!(g.lasting(&[1, 2], t0 + 6 * s, 6 * s), vec![1, 2]);
+        // Shard 2 was taken (a hand-over), then released again: its wait starts over.
+        assert_eq!(g.lasting(&[1], t0 + 7 * s, 6 * s), vec![1]);
+        assert_eq!(g.lasting(&[1, 2], t0 + 8 * s, 6 * s), vec![1]);
+        assert_eq!(g.lasting(&[1, 2], t0 + 14 * s, 6 * s), vec![1, 2]);
     }
 }

@@ -69,6 +69,9 @@ use crate::source::{GitCache, Reference};
 use crate::watch::discovery::ClusterScopes;
 use crate::watch::managed::{self as watched, ExtraKinds};
 
+/// When an Application is looked at again after this replica could not write for its shard.
+const NOT_OWNER_RETRY: Duration = Duration::from_secs(1);
+
 /// The shard label value until sharding assigns one.
 pub const DEFAULT_SHARD: &str = "0";
 
@@ -317,7 +320,7 @@ async fn reconcile_tracked(app: Arc<Application>, ctx: Arc<Context>) -> Result<A
 
 fn error_policy(app: Arc<Application>, error: &Error, _ctx: Arc<Context>) -> Action {
     if matches!(error, Error::NotOwner) {
-        return Action::await_change();
+        return Action::requeue(NOT_OWNER_RETRY);
     }
     tracing::warn!(application = %app.name_any(), namespace = ?app.namespace(), error = %error, "reconcile failed");
     Action::requeue(Duration::from_secs(5))
@@ -375,9 +378,11 @@ pub async fn reconcile(app: Arc<Application>, ctx: Arc<Context>) -> Result<Actio
     let generation = app.metadata.generation;
     let now = Timestamp::now();
 
-    // Fencing: a requeue may fire after the shard moved to another replica.
+    // Fencing: a requeue may fire after the shard moved to another replica. If it did, this
+    // shard's controller is stopped soon and the requeue with it; if the Lease is only late
+    // to renew, the Application is looked at again in a moment, never dropped.
     if !may_write(&ctx, &app) {
-        return Ok(Action::await_change());
+        return Ok(Action::requeue(NOT_OWNER_RETRY));
     }
 
     if app.metadata.deletion_timestamp.is_some() {
@@ -518,7 +523,12 @@ async fn plan_app(
         )
         .await?;
     }
-    retain_history(ctx, ns, name, &rev_name, spec.history.limit).await?;
+    // History changes only with a new desired Revision or a new limit: a drift check lists no
+    // Revisions.
+    if old.desired_revision.as_deref() != Some(rev_name.as_str()) || old.observed_generation != app.metadata.generation
+    {
+        retain_history(ctx, ns, name, &rev_name, spec.history.limit).await?;
+    }
     Ok(action)
 }
 

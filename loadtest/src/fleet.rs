@@ -2,8 +2,10 @@
 //! a Deployment, which are edited) as pure functions, and the processes it runs on: simcluster
 //! and the `ksync-controller` replicas, each its own process.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -130,6 +132,21 @@ pub fn edit_sample(apps: &[AppDef], edits: usize) -> Vec<usize> {
     out
 }
 
+/// Every child process running now, so an interrupted load test can kill them.
+static CHILDREN: Mutex<BTreeSet<u32>> = Mutex::new(BTreeSet::new());
+
+/// Note `pid` as a child to kill when the load test is interrupted.
+pub fn adopt(pid: u32) {
+    CHILDREN.lock().unwrap_or_else(PoisonError::into_inner).insert(pid);
+}
+
+/// SIGKILL every child still running (on SIGINT or SIGTERM, when no destructor runs).
+pub fn kill_children() {
+    for pid in std::mem::take(&mut *CHILDREN.lock().unwrap_or_else(PoisonError::into_inner)) {
+        let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+    }
+}
+
 /// A child process of the load test, killed on drop.
 pub struct Process {
     /// Its name in the report.
@@ -148,6 +165,7 @@ impl Process {
             .stderr(file)
             .spawn()
             .map_err(|source| Error::Start { what: name.to_string(), source })?;
+        adopt(child.id());
         Ok(Process { name: name.to_string(), log, child })
     }
 
@@ -168,6 +186,7 @@ impl Process {
     pub fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        CHILDREN.lock().unwrap_or_else(PoisonError::into_inner).remove(&self.child.id());
     }
 
     /// Whether it is still running.

@@ -105,6 +105,10 @@ pub struct Args {
     /// Longest wait for one edit to be detected or repaired (a miss is counted, not fatal).
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     pub edit_timeout: Duration,
+    /// With no Application converging for this long, ask every waiting one for a reconcile
+    /// (`sync.kuvryn.io/reconcile-requested-at`) and go on; the report counts them. 0: never.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    pub nudge_after: Duration,
     /// Quiet period after convergence over which idle CPU is measured.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub settle: Duration,
@@ -118,7 +122,9 @@ pub struct Args {
     #[arg(long)]
     pub simcluster_bin: Option<PathBuf>,
     /// `RUST_LOG` of the replicas.
-    #[arg(long, default_value = "warn,sharding=info")]
+    /// (The default's `debug` for the Application controller logs each reconcile the shard
+    /// fence stopped, which the report counts.)
+    #[arg(long, default_value = "warn,sharding=info,kuvryn_sync::controller::application=debug")]
     pub controller_log: String,
     /// Keep the logs (replicas, simcluster) in this folder instead of a temporary one.
     #[arg(long)]

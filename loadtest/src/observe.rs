@@ -58,6 +58,12 @@ impl<T: Clone> Journal<T> {
         seen.iter().filter_map(|(k, v)| Some((k.clone(), v.back()?.clone()))).collect()
     }
 
+    /// Every kept observation of every object, oldest first.
+    pub fn history(&self) -> HashMap<String, Vec<(Instant, T)>> {
+        let seen = self.seen.lock().expect("journal lock");
+        seen.iter().map(|(k, v)| (k.clone(), v.iter().cloned().collect())).collect()
+    }
+
     /// The latest observation of `key`.
     pub fn current(&self, key: &str) -> Option<T> {
         self.seen.lock().expect("journal lock").get(key)?.back().map(|(_, v)| v.clone())

@@ -30,6 +30,8 @@ pub struct Report {
     pub usage: Vec<PhaseUsage>,
     /// SIGKILL of one replica.
     pub takeover: Option<Takeover>,
+    /// Shard ownership over the whole run.
+    pub ownership: Ownership,
 }
 
 /// The run's parameters.
@@ -71,6 +73,29 @@ pub struct Convergence {
     pub all_ready_s: f64,
     /// Per Application, from its create to its first Synced+Healthy+Ready status.
     pub per_app: Summary,
+    /// Applications converged when progress first stalled for `--nudge-after` (all of them
+    /// when it never did).
+    pub unaided: usize,
+    /// Applications asked for a reconcile because they stalled.
+    pub nudged: usize,
+}
+
+/// What the replicas' logs and Leases say about shard ownership.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Ownership {
+    /// Longest time between two renewals of one shard Lease by the same holder, seconds (a
+    /// replica's fence fails once it exceeds two thirds of the lease duration minus 1 s).
+    pub longest_renewal_gap_s: f64,
+    /// The fence's limit for that gap: 2/3 of the lease duration minus 1 s.
+    pub fence_limit_s: f64,
+    /// Renewal gaps over the limit.
+    pub gaps_over_limit: usize,
+    /// By replica: reconciles that stopped because the fence said the shard was not owned
+    /// (`this replica no longer owns the Application's shard` in its log, at debug level; a
+    /// reconcile refused at its start is not logged).
+    pub fence_stops: BTreeMap<String, usize>,
+    /// By replica: status writes refused as computed from a stale copy (409).
+    pub stale_status_writes: BTreeMap<String, usize>,
 }
 
 /// Drift detection and repair.
@@ -148,6 +173,13 @@ impl Report {
         let _ = writeln!(out, "| creating {} Applications (API calls) | {:.1} s |", s.apps, c.create_s);
         let _ = writeln!(out, "| first create until all Synced, Healthy, Ready | {:.1} s |", c.all_ready_s);
         let _ = writeln!(out, "| per Application, create to Ready (p50 / p90 / p99 / max) | {} |", c.per_app.cell_s());
+        if c.nudged > 0 {
+            let _ = writeln!(
+                out,
+                "| converged before progress stalled / stalled ones asked for a reconcile | {} / {} |",
+                c.unaided, c.nudged
+            );
+        }
         let d = &self.drift;
         let _ = writeln!(
             out,
@@ -197,6 +229,16 @@ impl Report {
                 let _ = writeln!(out, "| Applications not reconciled before the deadline | {} |", t.missed);
             }
         }
+        let o = &self.ownership;
+        let _ = writeln!(
+            out,
+            "| longest shard Lease renewal gap (fence limit {:.1} s; gaps over it) | {:.1} s ({}) |",
+            o.fence_limit_s, o.longest_renewal_gap_s, o.gaps_over_limit
+        );
+        let counts =
+            |m: &BTreeMap<String, usize>| m.iter().map(|(r, n)| format!("{r}: {n}")).collect::<Vec<_>>().join(", ");
+        let _ = writeln!(out, "| reconciles stopped by the shard fence (logged) | {} |", counts(&o.fence_stops));
+        let _ = writeln!(out, "| status writes refused as stale (409) | {} |", counts(&o.stale_status_writes));
         let loads: Vec<String> =
             self.load.iter().map(|(p, l)| format!("{p} {:.2}/{:.2}/{:.2}", l[0], l[1], l[2])).collect();
         let _ = writeln!(out, "| load average (1/5/15 min) at each phase | {} |", loads.join("; "));

@@ -89,6 +89,7 @@ pub fn run(args: &Args) -> Result<Report> {
 
     // The Git side is blocking work: before the runtime.
     let git = GitServer::start();
+    fleet::adopt(git.pid());
     let url = git.create_repo(REPOSITORY);
     let wt = WorkTree::clone(&url);
     // The Applications are created through the API, none from Git (a Repository without the
@@ -106,6 +107,22 @@ pub fn run(args: &Args) -> Result<Report> {
     say!("simcluster: pid {}, log {}", sim.pid(), sim.log.display());
     let cluster = Cluster::External { kubeconfig };
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    // Interrupted, no destructor runs: kill the children here.
+    let terminate = {
+        let _entered = runtime.enter();
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .map_err(|source| Error::Start { what: "the SIGTERM handler".into(), source })?
+    };
+    runtime.spawn(async move {
+        let mut terminate = terminate;
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = terminate.recv() => {}
+        }
+        say!("interrupted: stopping the replicas, simcluster and git daemon");
+        fleet::kill_children();
+        std::process::exit(130);
+    });
     let result = runtime.block_on(async {
         let client = cluster.client().await;
         let mut fleet = Fleet {
@@ -130,6 +147,7 @@ pub fn run(args: &Args) -> Result<Report> {
             fleet.takeover().await?;
             fleet.snapshot("at the end");
         }
+        fleet.ownership();
         Ok::<_, Error>(fleet.report)
     });
     // The replicas died with the fleet; the watches die with the runtime; then the servers.
@@ -303,29 +321,57 @@ impl Fleet {
         say!("{} Applications created in {create_s:.1} s", created.len());
         let keys: Vec<String> = self.apps.iter().map(|d| key(&d.namespace, &d.name)).collect();
         let deadline = first + self.args.timeout;
-        let mut last_said = Instant::now();
+        let nudge_after = self.args.nudge_after;
         let total = keys.len();
-        let done = self
-            .app_seen
-            .until(deadline, |j| {
-                let latest = j.latest();
-                let ready = keys.iter().filter(|k| latest.get(*k).is_some_and(|(_, s)| s.converged())).count();
-                if last_said.elapsed() > Duration::from_secs(10) {
-                    last_said = Instant::now();
-                    let waiting: Vec<String> = keys
-                        .iter()
-                        .filter(|k| !latest.get(*k).is_some_and(|(_, s)| s.converged()))
-                        .take(3)
-                        .map(|k| format!("{k} {:?}", latest.get(k).map(|(_, s)| s)))
-                        .collect();
+        let (mut unaided, mut nudged) = (None, BTreeSet::new());
+        let (mut best, mut progress_at, mut last_said) = (0, Instant::now(), Instant::now());
+        let done = loop {
+            let outcome = self
+                .app_seen
+                .until(deadline, |j| {
+                    let latest = j.latest();
+                    let waiting: Vec<&String> =
+                        keys.iter().filter(|k| !latest.get(*k).is_some_and(|(_, s)| s.converged())).collect();
+                    let ready = total - waiting.len();
+                    if ready > best {
+                        (best, progress_at) = (ready, Instant::now());
+                    }
+                    if last_said.elapsed() > Duration::from_secs(10) {
+                        last_said = Instant::now();
+                        let some: Vec<String> = waiting
+                            .iter()
+                            .take(3)
+                            .map(|k| format!("{k} {:?}", latest.get(*k).map(|(_, s)| s)))
+                            .collect();
+                        say!(
+                            "{ready}/{total} converged after {:.0} s; waiting for {some:?}",
+                            first.elapsed().as_secs_f64()
+                        );
+                    }
+                    if waiting.is_empty() {
+                        return Some(Ok(Instant::now()));
+                    }
+                    let stalled = !nudge_after.is_zero() && progress_at.elapsed() >= nudge_after;
+                    stalled.then(|| Err(waiting.into_iter().cloned().collect::<Vec<String>>()))
+                })
+                .await;
+            match outcome {
+                Some(Ok(at)) => break Some(at),
+                None => break None,
+                Some(Err(waiting)) => {
+                    unaided.get_or_insert(best);
                     say!(
-                        "{ready}/{total} converged after {:.0} s; waiting for {waiting:?}",
-                        first.elapsed().as_secs_f64()
+                        "no progress for {nudge_after:?} at {best}/{total}: asking the {} waiting for a reconcile",
+                        waiting.len()
                     );
+                    let token = format!("loadtest-nudge-{}", jiff::Timestamp::now());
+                    let defs = self.apps.iter().filter(|d| waiting.contains(&key(&d.namespace, &d.name)));
+                    self.request_reconcile(defs, &token).await?;
+                    nudged.extend(waiting);
+                    progress_at = Instant::now();
                 }
-                (ready == total).then(Instant::now)
-            })
-            .await;
+            }
+        };
         let Some(done) = done else {
             let latest = self.app_seen.latest();
             let stuck: Vec<String> = keys
@@ -347,6 +393,8 @@ impl Fleet {
             create_s,
             all_ready_s: done.duration_since(first).as_secs_f64(),
             per_app: Summary::of(&per_app),
+            unaided: unaided.unwrap_or(total),
+            nudged: nudged.len(),
         };
         say!("all {total} converged {:.1} s after the first create", self.report.convergence.all_ready_s);
         self.snapshot("after convergence");
@@ -363,6 +411,48 @@ impl Fleet {
         }
         say!("idle CPU: {:?}", self.report.idle_cpu);
         Ok(())
+    }
+
+    /// Set `sync.kuvryn.io/reconcile-requested-at: token` on every Application of `defs`.
+    async fn request_reconcile(&self, defs: impl Iterator<Item = &AppDef>, token: &str) -> Result<()> {
+        let patch = json!({"metadata": {"annotations": {names::annotations::RECONCILE_REQUESTED_AT: token}}});
+        futures_util::stream::iter(defs.cloned().collect::<Vec<_>>())
+            .map(|def| {
+                let api: Api<Application> = Api::namespaced(self.client.clone(), &def.namespace);
+                let patch = patch.clone();
+                async move { api.patch(&def.name, &PatchParams::default(), &Patch::Merge(patch)).await.map(|_| ()) }
+            })
+            .buffer_unordered(16)
+            .try_collect::<()>()
+            .await?;
+        Ok(())
+    }
+
+    /// Shard ownership over the run: Lease renewal gaps from the watch, fence stops and stale
+    /// status writes from the replicas' logs.
+    fn ownership(&mut self) {
+        let d = self.args.lease_duration;
+        let limit = (d * 2 / 3).saturating_sub(Duration::from_secs(1)).as_secs_f64();
+        let mut gaps = Vec::new();
+        for (lease, seen) in self.lease_seen.history() {
+            if !lease.contains("-shard-") {
+                continue;
+            }
+            for pair in seen.windows(2) {
+                if pair[0].1.is_some() && pair[0].1 == pair[1].1 {
+                    gaps.push(pair[1].0.duration_since(pair[0].0).as_secs_f64());
+                }
+            }
+        }
+        let o = &mut self.report.ownership;
+        o.fence_limit_s = limit;
+        o.longest_renewal_gap_s = gaps.iter().copied().fold(0.0, f64::max);
+        o.gaps_over_limit = gaps.iter().filter(|g| **g > limit).count();
+        for p in &self.replicas {
+            let log = std::fs::read_to_string(&p.log).unwrap_or_default();
+            o.fence_stops.insert(p.name.clone(), log.matches("no longer owns the Application's shard").count());
+            o.stale_status_writes.insert(p.name.clone(), log.matches("status computed from a stale copy").count());
+        }
     }
 
     /// Merge-patch the edited key of `def`'s ConfigMap to `value` as `kubectl-edit` would.
@@ -485,16 +575,7 @@ impl Fleet {
             p.kill();
         }
         let token = format!("takeover-{}", jiff::Timestamp::now());
-        let patch = json!({"metadata": {"annotations": {names::annotations::RECONCILE_REQUESTED_AT: token}}});
-        futures_util::stream::iter(apps.clone())
-            .map(|def| {
-                let api: Api<Application> = Api::namespaced(self.client.clone(), &def.namespace);
-                let patch = patch.clone();
-                async move { api.patch(&def.name, &PatchParams::default(), &Patch::Merge(patch)).await.map(|_| ()) }
-            })
-            .buffer_unordered(16)
-            .try_collect::<()>()
-            .await?;
+        self.request_reconcile(apps.iter(), &token).await?;
         say!("{} Applications annotated {:.1} s after the kill", apps.len(), killed.elapsed().as_secs_f64());
 
         let deadline = killed + Duration::from_secs(120).max(self.args.lease_duration * 8);

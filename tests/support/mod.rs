@@ -177,6 +177,11 @@ impl GitServer {
         self.base.path().join(format!("{name}.git"))
     }
 
+    /// The daemon's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Stop serving (the server is down from now on).
     pub fn stop(&mut self) {
         let _ = self.child.kill();

@@ -241,6 +241,8 @@ pub struct ReplicaOptions<'a> {
     pub concurrency: Option<u16>,
     /// `RUST_LOG`.
     pub log_filter: &'a str,
+    /// More arguments for `run`.
+    pub extra: &'a [String],
     /// The `tools/bin` folder with `helm` and `kubectl`, when installed.
     pub tools: Option<&'a Path>,
 }
@@ -266,6 +268,7 @@ pub fn start_replica(
     if let Some(n) = options.concurrency {
         cmd.args(["--concurrent-applications", &n.to_string()]);
     }
+    cmd.args(options.extra);
     if let Some(tools) = options.tools {
         cmd.env("KSYNC_HELM", tools.join("helm")).env("KSYNC_KUBECTL", tools.join("kubectl"));
     }

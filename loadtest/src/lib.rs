@@ -115,6 +115,10 @@ pub struct Args {
     /// Skip killing a replica.
     #[arg(long)]
     pub no_takeover: bool,
+    /// An extra argument for every replica's `ksync-controller run` (repeat for more), e.g.
+    /// `--controller-arg=--kube-api-qps=0`.
+    #[arg(long, allow_hyphen_values = true)]
+    pub controller_arg: Vec<String>,
     /// The `ksync-controller` binary (default: next to this one).
     #[arg(long)]
     pub controller_bin: Option<PathBuf>,

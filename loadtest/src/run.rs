@@ -269,6 +269,7 @@ impl Fleet {
             lease_duration: self.args.lease_duration,
             concurrency: self.args.concurrent_applications,
             log_filter: &self.args.controller_log,
+            extra: &self.args.controller_arg,
             tools: tools.as_deref(),
         };
         let names = self.replica_names();

@@ -18,8 +18,10 @@ pub struct Report {
     /// The load average (1, 5, 15 minutes) at the start of each phase: other work on the machine
     /// shows here.
     pub load: Vec<(String, [f64; 3])>,
-    /// From the start until the replicas held every shard, split evenly.
+    /// From the replicas' start until they held every shard, split evenly.
     pub setup_s: f64,
+    /// Then until every Repository had resolved the pushed commit.
+    pub repositories_s: f64,
     /// Creating the Applications and waiting until all are Synced, Healthy and Ready.
     pub convergence: Convergence,
     /// Share of one core each process used while nothing changed.
@@ -67,6 +69,8 @@ pub struct Machine {
 /// Convergence of the fleet.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Convergence {
+    /// When the first create was sent, seconds from the start of the run.
+    pub started_at_s: f64,
     /// Creating every Application (the API calls alone).
     pub create_s: f64,
     /// From the first create until every Application was Synced, Healthy and Ready.
@@ -113,6 +117,21 @@ pub struct Drift {
     pub missed: usize,
     /// Edits by the replica owning the Application's shard at the time.
     pub per_replica: BTreeMap<String, usize>,
+    /// Every edit seen: when, which, how long.
+    pub samples: Vec<EditSample>,
+}
+
+/// One timed edit.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct EditSample {
+    /// When the edit's response came, seconds from the start of the run.
+    pub at_s: f64,
+    /// `namespace/name`.
+    pub application: String,
+    /// Repaired (selfHeal) rather than reported.
+    pub self_heal: bool,
+    /// Edit to `Drifted` (reported) or to the ConfigMap restored (repaired), milliseconds.
+    pub latency_ms: f64,
 }
 
 /// Memory and CPU of every process at the end of a phase.
@@ -170,6 +189,7 @@ impl Report {
         let _ = writeln!(out, "| What | Figure |\n|---|---|");
         let c = &self.convergence;
         let _ = writeln!(out, "| replicas started until every shard held, split evenly | {:.1} s |", self.setup_s);
+        let _ = writeln!(out, "| then every Repository resolved the commit | {:.1} s |", self.repositories_s);
         let _ = writeln!(out, "| creating {} Applications (API calls) | {:.1} s |", s.apps, c.create_s);
         let _ = writeln!(out, "| first create until all Synced, Healthy, Ready | {:.1} s |", c.all_ready_s);
         let _ = writeln!(out, "| per Application, create to Ready (p50 / p90 / p99 / max) | {} |", c.per_app.cell_s());

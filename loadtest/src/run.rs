@@ -39,7 +39,7 @@ use serde_json::json;
 use crate::fleet::{self, AppDef, GIT_VALUE, LEASE_PREFIX, Process, REPOSITORY, SYSTEM};
 use crate::observe::{self, AppSeen, Journal, key};
 use crate::procfs;
-use crate::report::{Convergence, Drift, Machine, PhaseUsage, Report, Settings, Takeover};
+use crate::report::{Convergence, Drift, EditSample, Machine, PhaseUsage, Report, Settings, Takeover};
 use crate::stats::Summary;
 use crate::support::{self, Cluster, GitServer, WorkTree};
 use crate::{Args, Error, Result};
@@ -100,7 +100,7 @@ pub fn run(args: &Args) -> Result<Report> {
             wt.write(&path, &yaml);
         }
     }
-    wt.commit_and_push(&format!("{} applications", apps.len()));
+    let commit = wt.commit_and_push(&format!("{} applications", apps.len()));
     say!("git: {} directories pushed to {url}", apps.len());
 
     let (sim, kubeconfig) = fleet::start_simcluster(&sim_bin, &dir)?;
@@ -140,6 +140,7 @@ pub fn run(args: &Args) -> Result<Report> {
         };
         fleet.describe();
         fleet.set_up(&cluster, &url, &dir, &controller_bin).await?;
+        fleet.repositories_resolved(&commit).await?;
         fleet.converge().await?;
         fleet.drift().await?;
         fleet.snapshot("after the edits");
@@ -303,9 +304,37 @@ impl Fleet {
         Ok(())
     }
 
+    /// Wait until every namespace's Repository has resolved `commit` (the leader's Repository
+    /// controller fetches it), so convergence measures Applications, not the first fetch.
+    async fn repositories_resolved(&mut self, commit: &str) -> Result<()> {
+        let start = Instant::now();
+        let repos: Api<Repository> = Api::all(self.client.clone());
+        let want = fleet::namespaces(self.args.namespaces).len();
+        let wait = Duration::from_secs(120);
+        let resolved = |list: &[Repository]| {
+            list.iter()
+                .filter(|r| r.status.as_ref().and_then(|s| s.revision.as_ref()).is_some_and(|v| v.commit == commit))
+                .count()
+        };
+        loop {
+            let list = repos.list(&Default::default()).await?.items;
+            if resolved(&list) == want {
+                break;
+            }
+            if start.elapsed() > wait {
+                return Err(Error::Timeout(wait, format!("the Repositories to resolve {commit}")));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        self.report.repositories_s = start.elapsed().as_secs_f64();
+        say!("{want} Repositories resolved {commit} after {:.1} s", self.report.repositories_s);
+        Ok(())
+    }
+
     async fn converge(&mut self) -> Result<()> {
         self.phase("convergence");
         let first = Instant::now();
+        self.report.convergence.started_at_s = first.duration_since(self.started).as_secs_f64();
         let created: HashMap<String, Instant> = futures_util::stream::iter(self.apps.clone())
             .map(|def| {
                 let api: Api<Application> = Api::namespaced(self.client.clone(), &def.namespace);
@@ -391,6 +420,7 @@ impl Fleet {
             })
             .collect();
         self.report.convergence = Convergence {
+            started_at_s: self.report.convergence.started_at_s,
             create_s,
             all_ready_s: done.duration_since(first).as_secs_f64(),
             per_app: Summary::of(&per_app),
@@ -497,7 +527,7 @@ impl Fleet {
                     .until(deadline, |j| j.first_since(&k, before, |v| v.as_deref() == Some(GIT_VALUE)))
                     .await;
                 match at {
-                    Some(at) => repaired.push(at.saturating_duration_since(sent)),
+                    Some(at) => repaired.push(self.sample(&mut drift, &def, sent, at)),
                     None => {
                         say!("{k}: not repaired within {timeout:?}");
                         drift.missed += 1;
@@ -512,7 +542,7 @@ impl Fleet {
                     .until(deadline, |j| j.first_since(&k, before, |s| s.sync == Some(SyncState::Drifted)))
                     .await;
                 match at {
-                    Some(at) => detected.push(at.saturating_duration_since(sent)),
+                    Some(at) => detected.push(self.sample(&mut drift, &def, sent, at)),
                     None => {
                         say!("{k}: no Drifted within {timeout:?}");
                         drift.missed += 1;
@@ -549,6 +579,22 @@ impl Fleet {
         );
         self.report.drift = drift;
         Ok(())
+    }
+
+    /// Record one edit's latency (from `sent` to `at`) with when it happened.
+    fn sample(&self, drift: &mut Drift, def: &AppDef, sent: Instant, at: Instant) -> Duration {
+        let latency = at.saturating_duration_since(sent);
+        let at_s = sent.duration_since(self.started).as_secs_f64();
+        if latency > Duration::from_secs(1) {
+            say!("{}/{}: {:.0} ms (edit at {at_s:.0} s)", def.namespace, def.name, latency.as_secs_f64() * 1e3);
+        }
+        drift.samples.push(EditSample {
+            at_s,
+            application: key(&def.namespace, &def.name),
+            self_heal: def.self_heal,
+            latency_ms: latency.as_secs_f64() * 1e3,
+        });
+        latency
     }
 
     async fn takeover(&mut self) -> Result<()> {

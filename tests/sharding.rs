@@ -10,9 +10,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, PostParams};
 use kuvryn_sync::api::conditions;
@@ -38,42 +37,6 @@ impl Drop for Replica {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-/// A kubeconfig acting as the ServiceAccount `kuvryn-system/<name>` (cluster-admin), so the
-/// audit log attributes this replica's writes.
-async fn kubeconfig_for(
-    cluster: &Cluster,
-    client: &kube::Client,
-    dir: &std::path::Path,
-    name: &str,
-) -> std::path::PathBuf {
-    apply_as(
-        client,
-        "test",
-        &json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "namespace": SYSTEM}}),
-    )
-    .await;
-    apply_as(
-        client,
-        "test",
-        &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-        "metadata": {"name": format!("ksync-{name}")},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
-        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": SYSTEM}]}),
-    )
-    .await;
-    let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), SYSTEM);
-    let request = TokenRequest {
-        spec: Some(TokenRequestSpec { expiration_seconds: Some(3600), ..Default::default() }),
-        ..Default::default()
-    };
-    let token =
-        sas.create_token_request(name, &PostParams::default(), &request).await.unwrap().status.unwrap().token.unwrap();
-    let admin = std::fs::read_to_string(cluster.kubeconfig()).unwrap();
-    let path = dir.join(format!("{name}.kubeconfig"));
-    std::fs::write(&path, admin.replace("simcluster-admin-token", &token)).unwrap();
-    path
 }
 
 fn start(name: &str, kubeconfig: &std::path::Path) -> Replica {
@@ -159,20 +122,13 @@ fn replicas_split_the_shards_take_over_and_rebalance() {
     runtime.block_on(async {
         let client = cluster.client().await;
         install_crds(&client).await;
-        for ns in [SYSTEM, FLEET] {
-            apply_as(&client, "test", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})).await;
-        }
-        apply_as(&client, "test", &json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "deployer", "namespace": FLEET}})).await;
-        apply_as(&client, "test", &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-            "metadata": {"name": "deployer", "namespace": FLEET},
-            "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]})).await;
-        apply_as(&client, "test", &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-            "metadata": {"name": "deployer", "namespace": FLEET},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "deployer"},
-            "subjects": [{"kind": "ServiceAccount", "name": "deployer", "namespace": FLEET}]})).await;
+        apply_as(&client, "test", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM}}))
+            .await;
+        support::deployer_namespace(&client, FLEET).await;
         let mut configs = BTreeMap::new();
         for name in ["ksync-a", "ksync-b", "ksync-c", "ksync-d"] {
-            configs.insert(name, kubeconfig_for(&cluster, &client, dir.path(), name).await);
+            configs
+                .insert(name, support::service_account_kubeconfig(&cluster, &client, dir.path(), SYSTEM, name).await);
         }
         // One replica first (it takes every shard), then two more (they split 4/4/4); the
         // Repository (and so every Application) comes once the split has settled.
@@ -202,13 +158,18 @@ fn replicas_split_the_shards_take_over_and_rebalance() {
         repos.create(&PostParams::default(), &repo).await.unwrap();
 
         // Three replicas: every Application converges.
-        eventually("200 Applications converged on three replicas", WAIT, || async { converged(&client, "v1").await.then_some(()) }).await;
+        eventually("200 Applications converged on three replicas", WAIT, || async {
+            converged(&client, "v1").await.then_some(())
+        })
+        .await;
         phase("converged: 200 Applications converged on three replicas");
         let apps: Api<Application> = Api::namespaced(client.clone(), FLEET);
         eventually("every Application Ready", WAIT, || async {
             let list = apps.list(&ListParams::default()).await.ok()?;
             (list.items.len() == APPS
-                && list.items.iter().all(|a| a.status.as_ref().is_some_and(|s| conditions::is_true(&s.conditions, names::conditions::READY))))
+                && list.items.iter().all(|a| {
+                    a.status.as_ref().is_some_and(|s| conditions::is_true(&s.conditions, names::conditions::READY))
+                }))
             .then_some(())
         })
         .await;
@@ -221,7 +182,8 @@ fn replicas_split_the_shards_take_over_and_rebalance() {
         assert_eq!(per.values().copied().collect::<Vec<_>>(), vec![4, 4, 4], "{split:?}");
         // Every Application and every object it manages carries its shard.
         for app in apps.list(&ListParams::default()).await.unwrap().items {
-            let want = sharding::ring::shard_of(&sharding::ring::application_key(FLEET, &app.name_any()), SHARDS).to_string();
+            let want =
+                sharding::ring::shard_of(&sharding::ring::application_key(FLEET, &app.name_any()), SHARDS).to_string();
             assert_eq!(app.labels().get(names::labels::SHARD), Some(&want), "{}", app.name_any());
             let cm = Api::<ConfigMap>::namespaced(client.clone(), FLEET).get(&app.name_any()).await.unwrap();
             assert_eq!(cm.labels().get(names::labels::SHARD), Some(&want));
@@ -240,7 +202,8 @@ fn replicas_split_the_shards_take_over_and_rebalance() {
             (h.len() == SHARDS as usize && h.values().all(|x| *x == b.name || *x == c.name)).then_some(())
         })
         .await;
-        eventually("v2 everywhere after the takeover", WAIT, || async { converged(&client, "v2").await.then_some(()) }).await;
+        eventually("v2 everywhere after the takeover", WAIT, || async { converged(&client, "v2").await.then_some(()) })
+            .await;
         phase("converged: v2 everywhere after the takeover");
 
         // A fourth replica joins: it takes only its share.
@@ -253,11 +216,13 @@ fn replicas_split_the_shards_take_over_and_rebalance() {
             (h.len() == SHARDS as usize && mine == 4).then_some(h)
         })
         .await;
-        let moved: BTreeSet<&String> = after.iter().filter(|(k, v)| before.get(*k) != Some(*v)).map(|(k, _)| k).collect();
+        let moved: BTreeSet<&String> =
+            after.iter().filter(|(k, v)| before.get(*k) != Some(*v)).map(|(k, _)| k).collect();
         assert_eq!(moved.len(), 4, "only the new replica's share moves: {before:?} → {after:?}");
         write_apps(&wt, "v3");
         wt.commit_and_push("v3");
-        eventually("v3 everywhere on the new split", WAIT, || async { converged(&client, "v3").await.then_some(()) }).await;
+        eventually("v3 everywhere on the new split", WAIT, || async { converged(&client, "v3").await.then_some(()) })
+            .await;
         phase("converged: v3 everywhere on the new split");
 
         // The audit log: for each Application, the replicas that wrote for it, in time order,
@@ -270,9 +235,14 @@ fn replicas_split_the_shards_take_over_and_rebalance() {
             // managed ConfigMaps (named after their Application). Labelling Applications and
             // creating them from Git is the leader's, not the owner's.
             // Orphan reports (field manager `kuvryn-sync-sharding`) are the leader's too.
-            let owner_write = matches!(e.resource.as_str(), "applications/status" | "revisions" | "revisions/status" | "configmaps")
-                && e.field_manager != kuvryn_sync::controller::orphans::MANAGER;
-            if e.namespace != FLEET || !owner_write || matches!(e.verb.as_str(), "get" | "list" | "watch") || e.code >= 300 {
+            let owner_write =
+                matches!(e.resource.as_str(), "applications/status" | "revisions" | "revisions/status" | "configmaps")
+                    && e.field_manager != kuvryn_sync::controller::orphans::MANAGER;
+            if e.namespace != FLEET
+                || !owner_write
+                || matches!(e.verb.as_str(), "get" | "list" | "watch")
+                || e.code >= 300
+            {
                 continue;
             }
             if e.name.is_empty() {
@@ -285,7 +255,8 @@ fn replicas_split_the_shards_take_over_and_rebalance() {
                 e.name.clone()
             };
             let replica = e.impersonated_by.clone().unwrap_or(e.user.clone());
-            let Some(replica) = replica.strip_prefix(&format!("system:serviceaccount:{SYSTEM}:")).map(str::to_string) else {
+            let Some(replica) = replica.strip_prefix(&format!("system:serviceaccount:{SYSTEM}:")).map(str::to_string)
+            else {
                 continue;
             };
             writes.entry(app).or_default().push((e.time.clone(), replica));
@@ -339,7 +310,7 @@ fn an_orphaned_shard_is_reported_on_its_applications() {
                 }
             })
         };
-        let config = kubeconfig_for(&cluster, &client, dir.path(), "ksync-solo").await;
+        let config = support::service_account_kubeconfig(&cluster, &client, dir.path(), SYSTEM, "ksync-solo").await;
         let tools = support::Tools::get();
         let cache = temp_dir("solo-cache");
         let port = support::free_port();

@@ -1,3 +1,158 @@
-//! The load-test harness: thousands of Applications, several replicas, injected faults, and the
-//! reports in `docs/`. Filled in by the load-test issue.
+//! The load test: many Applications on several real `ksync-controller` replicas, against
+//! simcluster and a real `git daemon`, measuring what `docs/performance.md` reports:
+//! convergence, drift detection and self-heal latency, memory per replica, and how long the
+//! shards of a SIGKILLed replica take to be reconciled elsewhere.
+//!
+//! Every part is the real one, each in its own process: the `simcluster` binary as the API
+//! server, `git daemon` serving one repository with a directory per Application, and the
+//! replicas as in `tests/sharding.rs` (each its own ServiceAccount, sharded with Leases).
+//! Latencies are measured against watch events stamped on arrival, never by polling.
+//!
+//! `loadtest/README.md` says how to run it; [`run::run`] documents the phases.
 #![forbid(unsafe_code)]
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+
+pub mod fleet;
+pub mod observe;
+pub mod procfs;
+pub mod report;
+pub mod run;
+pub mod stats;
+
+/// The integration tests' harness (git server, work trees, CRDs, namespaces, ServiceAccount
+/// kubeconfigs), shared rather than copied.
+#[path = "../../tests/support/mod.rs"]
+mod support;
+
+/// Load-test failures (the harness's own set-up steps panic with their context instead).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A binary the load test runs is not built.
+    #[error("{} is missing: build it with `{build}`", path.display())]
+    MissingBinary {
+        /// Where it was looked for.
+        path: PathBuf,
+        /// The command that builds it.
+        build: String,
+    },
+    /// A child process could not be started.
+    #[error("starting {what}: {source}")]
+    Start {
+        /// Which process.
+        what: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Something did not happen in time.
+    #[error("timed out after {0:?} waiting for {1}")]
+    Timeout(Duration, String),
+    /// An API request failed.
+    #[error("API request failed: {0}")]
+    Kube(#[from] kube::Error),
+    /// A file or process operation failed.
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// `Result` with the load test's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+fn parse_duration(s: &str) -> std::result::Result<Duration, String> {
+    kuvryn_sync::api::duration::parse(s)
+}
+
+/// Kuvryn Sync load test.
+#[derive(Parser, Debug, Clone)]
+#[command(name = "loadtest", about = "Kuvryn Sync load test: Applications on sharded replicas against simcluster")]
+pub struct Args {
+    /// Applications.
+    #[arg(long, default_value_t = 1000)]
+    pub apps: usize,
+    /// `ksync-controller` replicas.
+    #[arg(long, default_value_t = 3)]
+    pub replicas: usize,
+    /// Shards (`--shards` of every replica).
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub shards: u32,
+    /// Hand edits of managed ConfigMaps to time, one at a time (half on self-healing
+    /// Applications).
+    #[arg(long, default_value_t = 200)]
+    pub edits: usize,
+    /// Namespaces the Applications are spread over (each with its Repository and deployer).
+    #[arg(long, default_value_t = 10)]
+    pub namespaces: usize,
+    /// Every n-th Application also runs a one-replica Deployment (0: none).
+    #[arg(long, default_value_t = 10)]
+    pub deployment_every: usize,
+    /// `--lease-duration` of every replica.
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    pub lease_duration: Duration,
+    /// `--concurrent-applications` of every replica (default: the controller's).
+    #[arg(long)]
+    pub concurrent_applications: Option<u16>,
+    /// Applications created at once.
+    #[arg(long, default_value_t = 16)]
+    pub create_concurrency: usize,
+    /// Longest wait for the fleet to converge.
+    #[arg(long, default_value = "15m", value_parser = parse_duration)]
+    pub timeout: Duration,
+    /// Longest wait for one edit to be detected or repaired (a miss is counted, not fatal).
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    pub edit_timeout: Duration,
+    /// With no Application converging for this long, ask every waiting one for a reconcile
+    /// (`sync.kuvryn.io/reconcile-requested-at`) and go on; the report counts them. 0: never.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    pub nudge_after: Duration,
+    /// Quiet period after convergence over which idle CPU is measured.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub settle: Duration,
+    /// Skip killing a replica.
+    #[arg(long)]
+    pub no_takeover: bool,
+    /// An extra argument for every replica's `ksync-controller run` (repeat for more), e.g.
+    /// `--controller-arg=--kube-api-qps=0`.
+    #[arg(long, allow_hyphen_values = true)]
+    pub controller_arg: Vec<String>,
+    /// The `ksync-controller` binary (default: next to this one).
+    #[arg(long)]
+    pub controller_bin: Option<PathBuf>,
+    /// The `simcluster` binary (default: next to this one).
+    #[arg(long)]
+    pub simcluster_bin: Option<PathBuf>,
+    /// `RUST_LOG` of the replicas.
+    /// (The default's `debug` for the Application controller logs each reconcile the shard
+    /// fence stopped, which the report counts.)
+    #[arg(long, default_value = "warn,sharding=info,kuvryn_sync::controller::application=debug")]
+    pub controller_log: String,
+    /// Keep the logs (replicas, simcluster) in this folder instead of a temporary one.
+    #[arg(long)]
+    pub logs: Option<PathBuf>,
+    /// Print the report as JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Parse the arguments, run the load test, print the report.
+pub fn main() -> ExitCode {
+    let args = Args::parse();
+    match run::run(&args) {
+        Ok(report) => {
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&report).expect("report JSON"));
+            } else {
+                print!("{}", report.table());
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("loadtest: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

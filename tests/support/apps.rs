@@ -36,30 +36,7 @@ impl Env {
     pub async fn start(cluster: &Cluster, ns: &str) -> Env {
         let client = cluster.client().await;
         install_crds(&client).await;
-        apply_as(&client, "test", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})).await;
-        apply_as(
-            &client,
-            "test",
-            &json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "deployer", "namespace": ns}}),
-        )
-        .await;
-        apply_as(
-            &client,
-            "test",
-            &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-            "metadata": {"name": "deployer", "namespace": ns},
-            "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]}),
-        )
-        .await;
-        apply_as(
-            &client,
-            "test",
-            &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-            "metadata": {"name": "deployer", "namespace": ns},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "deployer"},
-            "subjects": [{"kind": "ServiceAccount", "name": "deployer", "namespace": ns}]}),
-        )
-        .await;
+        super::deployer_namespace(&client, ns).await;
         let cache_dir = temp_dir("git-cache");
         let cache = GitCache::new(CacheConfig::new(cache_dir.path())).unwrap();
         let tools = super::Tools::get();

@@ -24,9 +24,12 @@ use std::time::{Duration, Instant};
 /// Environment variable naming a real cluster's kubeconfig for the end-to-end run.
 pub const E2E_KUBECONFIG: &str = "KSYNC_E2E_KUBECONFIG";
 
-/// The repository root.
+/// The repository root: the nearest folder at or above the compiling crate's manifest that
+/// holds `Cargo.lock` (the workspace root, also when a member crate such as `loadtest`
+/// includes this harness).
 pub fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest.ancestors().find(|d| d.join("Cargo.lock").is_file()).unwrap_or(manifest).to_path_buf()
 }
 
 /// A fresh temporary directory, deleted on drop.
@@ -172,6 +175,11 @@ impl GitServer {
     /// The folder of the bare repository `name` (for pushing without the daemon).
     pub fn repo_path(&self, name: &str) -> PathBuf {
         self.base.path().join(format!("{name}.git"))
+    }
+
+    /// The daemon's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// Stop serving (the server is down from now on).
@@ -550,4 +558,82 @@ pub async fn events_about(client: &kube::Client, ns: &str, regarding: &str) -> V
         .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(regarding))
         .map(|e| (e.type_.unwrap_or_default(), e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
         .collect()
+}
+
+/// A namespace `ns` with a ServiceAccount `deployer` that may do anything in it (what an
+/// Application's `serviceAccountName` names in the tests).
+pub async fn deployer_namespace(client: &kube::Client, ns: &str) {
+    use serde_json::json;
+    apply_as(client, "test", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})).await;
+    apply_as(
+        client,
+        "test",
+        &json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "deployer", "namespace": ns}}),
+    )
+    .await;
+    apply_as(
+        client,
+        "test",
+        &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "deployer", "namespace": ns},
+        "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]}),
+    )
+    .await;
+    apply_as(
+        client,
+        "test",
+        &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "deployer", "namespace": ns},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "deployer"},
+        "subjects": [{"kind": "ServiceAccount", "name": "deployer", "namespace": ns}]}),
+    )
+    .await;
+}
+
+/// A kubeconfig in `dir` acting as the ServiceAccount `<namespace>/<name>` (cluster-admin, with a
+/// token from a TokenRequest), so simcluster's audit log attributes this identity's writes. The
+/// namespace must exist. simcluster only: it swaps the admin token of [`Cluster::kubeconfig`].
+pub async fn service_account_kubeconfig(
+    cluster: &Cluster,
+    client: &kube::Client,
+    dir: &Path,
+    namespace: &str,
+    name: &str,
+) -> PathBuf {
+    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    use kube::api::{Api, PostParams};
+    use serde_json::json;
+    apply_as(
+        client,
+        "test",
+        &json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "namespace": namespace}}),
+    )
+    .await;
+    apply_as(
+        client,
+        "test",
+        &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": format!("ksync-{name}")},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}]}),
+    )
+    .await;
+    let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), namespace);
+    let request = TokenRequest {
+        spec: Some(TokenRequestSpec { expiration_seconds: Some(3600), ..Default::default() }),
+        ..Default::default()
+    };
+    let token = sas
+        .create_token_request(name, &PostParams::default(), &request)
+        .await
+        .expect("TokenRequest")
+        .status
+        .expect("TokenRequest status")
+        .token
+        .expect("token");
+    let admin = std::fs::read_to_string(cluster.kubeconfig()).expect("kubeconfig");
+    let path = dir.join(format!("{name}.kubeconfig"));
+    std::fs::write(&path, admin.replace("simcluster-admin-token", &token)).expect("write kubeconfig");
+    path
 }

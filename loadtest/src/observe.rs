@@ -1,0 +1,187 @@
+//! What the cluster says, as it says it: watches on Applications, managed ConfigMaps and the
+//! shard Leases, each event stamped with the instant it arrived. Latencies are measured against
+//! these stamps, never by polling.
+
+use std::collections::{HashMap, VecDeque};
+use std::fmt::Debug;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::Api;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event, watcher};
+use kube::{Resource, ResourceExt};
+use kuvryn_sync::api::application::{Application, SyncState};
+use kuvryn_sync::api::common::HealthStatus;
+use kuvryn_sync::api::conditions;
+use kuvryn_sync::api::names;
+use tokio::sync::watch;
+
+/// Observations kept per object (older ones are dropped).
+const KEPT: usize = 512;
+
+/// `namespace/name`.
+pub fn key(namespace: &str, name: &str) -> String {
+    format!("{namespace}/{name}")
+}
+
+/// Timestamped observations of objects, by `namespace/name`, with a signal on every change.
+pub struct Journal<T> {
+    seen: Mutex<HashMap<String, VecDeque<(Instant, T)>>>,
+    changed: watch::Sender<u64>,
+    synced: watch::Sender<bool>,
+}
+
+impl<T: Clone> Journal<T> {
+    /// A journal no watch writes to.
+    pub fn empty() -> Arc<Journal<T>> {
+        Arc::new(Journal { seen: Mutex::default(), changed: watch::channel(0).0, synced: watch::channel(false).0 })
+    }
+
+    fn record(&self, key: String, at: Instant, value: T) {
+        let mut seen = self.seen.lock().expect("journal lock");
+        let list = seen.entry(key).or_default();
+        list.push_back((at, value));
+        while list.len() > KEPT {
+            list.pop_front();
+        }
+        drop(seen);
+        self.changed.send_modify(|n| *n += 1);
+    }
+
+    /// The latest observation of every object.
+    pub fn latest(&self) -> HashMap<String, (Instant, T)> {
+        let seen = self.seen.lock().expect("journal lock");
+        seen.iter().filter_map(|(k, v)| Some((k.clone(), v.back()?.clone()))).collect()
+    }
+
+    /// Every kept observation of every object, oldest first.
+    pub fn history(&self) -> HashMap<String, Vec<(Instant, T)>> {
+        let seen = self.seen.lock().expect("journal lock");
+        seen.iter().map(|(k, v)| (k.clone(), v.iter().cloned().collect())).collect()
+    }
+
+    /// The latest observation of `key`.
+    pub fn current(&self, key: &str) -> Option<T> {
+        self.seen.lock().expect("journal lock").get(key)?.back().map(|(_, v)| v.clone())
+    }
+
+    /// The first observation of `key` at or after `since` that satisfies `pred`.
+    pub fn first_since(&self, key: &str, since: Instant, pred: impl Fn(&T) -> bool) -> Option<Instant> {
+        let seen = self.seen.lock().expect("journal lock");
+        seen.get(key)?.iter().find(|(at, v)| *at >= since && pred(v)).map(|(at, _)| *at)
+    }
+
+    /// Wait until `check` returns `Some` (it is asked again after every recorded observation,
+    /// and at least every few seconds), or `None` once `deadline` passes.
+    pub async fn until<R>(&self, deadline: Instant, mut check: impl FnMut(&Self) -> Option<R>) -> Option<R> {
+        let mut rx = self.changed.subscribe();
+        loop {
+            rx.borrow_and_update();
+            if let Some(r) = check(self) {
+                return Some(r);
+            }
+            let left = deadline.checked_duration_since(Instant::now())?;
+            let _ = tokio::time::timeout(left.min(Duration::from_secs(5)), rx.changed()).await;
+        }
+    }
+
+    /// Wait until the watch has listed every existing object.
+    pub async fn wait_synced(&self, timeout: Duration) -> bool {
+        let mut rx = self.synced.subscribe();
+        tokio::time::timeout(timeout, rx.wait_for(|s| *s)).await.is_ok_and(|r| r.is_ok())
+    }
+}
+
+/// Record every event of `api` (filtered by `config`) as `summarize` says, from a task of its
+/// own, until the runtime stops.
+fn follow<K, T>(api: Api<K>, config: watcher::Config, summarize: fn(&K) -> T) -> Arc<Journal<T>>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Clone + Eq + std::hash::Hash,
+    T: Clone + Send + 'static,
+{
+    let journal = Journal::empty();
+    let j = journal.clone();
+    tokio::spawn(async move {
+        let mut events = watcher(api, config).default_backoff().boxed();
+        while let Some(event) = events.next().await {
+            let at = Instant::now();
+            match event {
+                Ok(Event::Apply(obj) | Event::InitApply(obj)) => {
+                    j.record(key(&obj.namespace().unwrap_or_default(), &obj.name_any()), at, summarize(&obj));
+                }
+                Ok(Event::InitDone) => {
+                    j.synced.send_replace(true);
+                }
+                Ok(Event::Delete(_) | Event::Init) => {}
+                Err(e) => eprintln!("loadtest: watch error (retrying): {e}"),
+            }
+        }
+    });
+    journal
+}
+
+/// What the load test reads off an Application's status.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AppSeen {
+    /// `status.sync.status`.
+    pub sync: Option<SyncState>,
+    /// `status.health.status`.
+    pub health: Option<HealthStatus>,
+    /// `Ready=True`.
+    pub ready: bool,
+    /// `status.lastHandledReconcileAt`.
+    pub handled: Option<String>,
+    /// The `sync.kuvryn.io/shard` label.
+    pub shard: Option<String>,
+}
+
+impl AppSeen {
+    /// Synced, Healthy and Ready: converged.
+    pub fn converged(&self) -> bool {
+        self.ready && self.sync == Some(SyncState::Synced) && self.health == Some(HealthStatus::Healthy)
+    }
+}
+
+fn app_seen(app: &Application) -> AppSeen {
+    let status = app.status.as_ref();
+    AppSeen {
+        sync: status.and_then(|s| s.sync.as_ref()).map(|s| s.status),
+        health: status.and_then(|s| s.health.as_ref()).map(|h| h.status),
+        ready: status.is_some_and(|s| conditions::is_true(&s.conditions, names::conditions::READY)),
+        handled: status.and_then(|s| s.last_handled_reconcile_at.clone()),
+        shard: app.labels().get(names::labels::SHARD).cloned(),
+    }
+}
+
+/// Every Application in the cluster.
+pub fn applications(client: &kube::Client) -> Arc<Journal<AppSeen>> {
+    follow(Api::<Application>::all(client.clone()), watcher::Config::default(), app_seen)
+}
+
+/// The data key the load test edits in each managed ConfigMap.
+pub const EDITED_KEY: &str = "value";
+
+fn edited_value(cm: &ConfigMap) -> Option<String> {
+    cm.data.as_ref()?.get(EDITED_KEY).cloned()
+}
+
+/// Every ConfigMap Kuvryn Sync manages: the value of [`EDITED_KEY`].
+pub fn configmaps(client: &kube::Client) -> Arc<Journal<Option<String>>> {
+    let managed = format!("{}={}", names::labels::MANAGED_BY, names::labels::MANAGED_BY_VALUE);
+    follow(Api::<ConfigMap>::all(client.clone()), watcher::Config::default().labels(&managed), edited_value)
+}
+
+fn holder(lease: &Lease) -> Option<String> {
+    lease.spec.as_ref()?.holder_identity.clone().filter(|h| !h.is_empty())
+}
+
+/// The shard Leases in `namespace`: their holder.
+pub fn shard_leases(client: &kube::Client, namespace: &str) -> Arc<Journal<Option<String>>> {
+    let shards = format!("{}=shard", sharding::lease::ROLE_LABEL);
+    follow(Api::<Lease>::namespaced(client.clone(), namespace), watcher::Config::default().labels(&shards), holder)
+}

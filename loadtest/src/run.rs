@@ -1,0 +1,685 @@
+//! One load-test run.
+//!
+//! # Phases
+//! 1. **Set-up**: a real `git daemon` with one repository holding a directory per Application
+//!    (a ConfigMap each, a one-replica Deployment for every n-th); the `simcluster` binary; the
+//!    CRDs; namespaces `team-NN`, each with a `deployer` ServiceAccount allowed everything in
+//!    it and a Repository `platform`; one ServiceAccount kubeconfig per replica (TokenRequest).
+//! 2. **Replicas**: R `ksync-controller run` processes with `--shards`, `--lease-namespace`,
+//!    `--replica-id` and `--lease-duration`, until every shard Lease is held and the split is
+//!    even.
+//! 3. **Convergence**: the Applications are created (half with `selfHeal`); the clock runs until
+//!    every one is Synced, Healthy and Ready. Then a quiet period measures idle CPU.
+//! 4. **Drift**: one at a time, a managed ConfigMap's edited key is changed by hand (merge patch,
+//!    field manager `kubectl-edit`). Without selfHeal: time to the Application's `Drifted`, then
+//!    the edit is undone and the time to `Synced` taken. With selfHeal: time to the ConfigMap
+//!    holding Git's value again.
+//! 5. **Takeover**: the replica holding most shards is SIGKILLed; right after, every Application
+//!    of its shards gets a new `sync.kuvryn.io/reconcile-requested-at`; the clock runs from
+//!    the kill until each one's `status.lastHandledReconcileAt` echoes it (only a survivor can
+//!    write it). The target is lease duration + 5 s.
+//!
+//! Memory and CPU of every process are read from `/proc` after convergence, after the edits and
+//! at the end; the load average at the start of every phase.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::{StreamExt, TryStreamExt};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kuvryn_sync::api::Repository;
+use kuvryn_sync::api::application::{Application, SyncState};
+use kuvryn_sync::api::names;
+use serde_json::json;
+
+use crate::fleet::{self, AppDef, GIT_VALUE, LEASE_PREFIX, Process, REPOSITORY, SYSTEM};
+use crate::observe::{self, AppSeen, Journal, key};
+use crate::procfs;
+use crate::report::{Convergence, Drift, EditSample, Machine, PhaseUsage, Report, Settings, Takeover};
+use crate::stats::Summary;
+use crate::support::{self, Cluster, GitServer, WorkTree};
+use crate::{Args, Error, Result};
+
+/// Progress, on stderr.
+macro_rules! say {
+    ($($t:tt)*) => { eprintln!("loadtest: {}", format!($($t)*)) };
+}
+
+/// Everything a run holds on to; the processes die with it.
+struct Fleet {
+    args: Args,
+    apps: Vec<AppDef>,
+    client: kube::Client,
+    /// simcluster's pid (the process itself outlives the runtime, so the watches end first).
+    sim_pid: u32,
+    replicas: Vec<Process>,
+    report: Report,
+    app_seen: Arc<Journal<AppSeen>>,
+    cm_seen: Arc<Journal<Option<String>>>,
+    lease_seen: Arc<Journal<Option<String>>>,
+    started: Instant,
+}
+
+/// Run the load test described by `args` (see the module documentation).
+pub fn run(args: &Args) -> Result<Report> {
+    let controller_bin = fleet::binary(
+        args.controller_bin.as_deref(),
+        "ksync-controller",
+        "cargo build --release --bin ksync-controller",
+    )?;
+    let sim_bin = fleet::binary(
+        args.simcluster_bin.as_deref(),
+        "simcluster",
+        "cargo build --release -p simcluster --bin simcluster",
+    )?;
+    let temp = support::temp_dir("loadtest");
+    let dir: PathBuf = match &args.logs {
+        Some(d) => {
+            std::fs::create_dir_all(d)?;
+            d.clone()
+        }
+        None => temp.path().to_path_buf(),
+    };
+    let started = Instant::now();
+    let apps = fleet::plan(args.apps, &fleet::namespaces(args.namespaces), args.deployment_every);
+
+    // The Git side is blocking work: before the runtime.
+    let git = GitServer::start();
+    fleet::adopt(git.pid());
+    let url = git.create_repo(REPOSITORY);
+    let wt = WorkTree::clone(&url);
+    // The Applications are created through the API, none from Git (a Repository without the
+    // file is a ConfigFailure and publishes no commit).
+    wt.write(".ksync.yaml", "applications: []\n");
+    for app in &apps {
+        for (path, yaml) in app.files() {
+            wt.write(&path, &yaml);
+        }
+    }
+    let commit = wt.commit_and_push(&format!("{} applications", apps.len()));
+    say!("git: {} directories pushed to {url}", apps.len());
+
+    let (sim, kubeconfig) = fleet::start_simcluster(&sim_bin, &dir)?;
+    say!("simcluster: pid {}, log {}", sim.pid(), sim.log.display());
+    let cluster = Cluster::External { kubeconfig };
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    // Interrupted, no destructor runs: kill the children here.
+    let terminate = {
+        let _entered = runtime.enter();
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .map_err(|source| Error::Start { what: "the SIGTERM handler".into(), source })?
+    };
+    runtime.spawn(async move {
+        let mut terminate = terminate;
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = terminate.recv() => {}
+        }
+        say!("interrupted: stopping the replicas, simcluster and git daemon");
+        fleet::kill_children();
+        std::process::exit(130);
+    });
+    let result = runtime.block_on(async {
+        let client = cluster.client().await;
+        let mut fleet = Fleet {
+            args: args.clone(),
+            report: Report::default(),
+            // Replaced once the CRDs are installed.
+            app_seen: observe::Journal::empty(),
+            cm_seen: observe::configmaps(&client),
+            lease_seen: observe::shard_leases(&client, SYSTEM),
+            client,
+            apps,
+            sim_pid: sim.pid(),
+            replicas: Vec::new(),
+            started,
+        };
+        fleet.describe();
+        fleet.set_up(&cluster, &url, &dir, &controller_bin).await?;
+        fleet.repositories_resolved(&commit).await?;
+        fleet.converge().await?;
+        fleet.drift().await?;
+        fleet.snapshot("after the edits");
+        if !fleet.args.no_takeover {
+            fleet.takeover().await?;
+            fleet.snapshot("at the end");
+        }
+        fleet.ownership();
+        Ok::<_, Error>(fleet.report)
+    });
+    // The replicas died with the fleet; the watches die with the runtime; then the servers.
+    drop(runtime);
+    drop(sim);
+    drop(git);
+    if args.logs.is_some() {
+        say!("logs kept in {}", dir.display());
+    }
+    result
+}
+
+impl Fleet {
+    fn describe(&mut self) {
+        let (cores, memory_gib) = procfs::machine();
+        let a = &self.args;
+        self.report.machine = Machine { cores, memory_gib };
+        self.report.settings = Settings {
+            apps: a.apps,
+            replicas: a.replicas,
+            shards: a.shards,
+            namespaces: a.namespaces.max(1),
+            deployments: self.apps.iter().filter(|d| d.deployment).count(),
+            edits: a.edits,
+            lease_duration_s: a.lease_duration.as_secs_f64(),
+            command: std::env::args().collect::<Vec<_>>().join(" "),
+        };
+    }
+
+    fn phase(&mut self, name: &str) {
+        let load = procfs::load_average().unwrap_or_default();
+        say!(
+            "== {name} (load average {:.2} {:.2} {:.2}, {:.0} s in)",
+            load[0],
+            load[1],
+            load[2],
+            self.started.elapsed().as_secs_f64()
+        );
+        self.report.load.push((name.to_string(), load));
+    }
+
+    /// Memory and CPU of every live process now.
+    fn usage(&mut self) -> BTreeMap<String, procfs::Usage> {
+        let mut out = BTreeMap::new();
+        for p in &mut self.replicas {
+            if let Some(u) = p.usage() {
+                out.insert(p.name.clone(), u);
+            }
+        }
+        if let Some(u) = procfs::usage(self.sim_pid) {
+            out.insert("simcluster".to_string(), u);
+        }
+        out
+    }
+
+    fn snapshot(&mut self, phase: &str) {
+        let processes = self.usage();
+        for (name, u) in &processes {
+            say!("{phase}: {name} RSS {} KiB, peak {} KiB, {:.1} CPU s", u.rss_kib, u.hwm_kib, u.cpu_s);
+        }
+        self.report.usage.push(PhaseUsage { phase: phase.to_string(), processes });
+    }
+
+    fn replica_names(&self) -> Vec<String> {
+        (0..self.args.replicas).map(|i| format!("ksync-{i}")).collect()
+    }
+
+    fn shard_lease_key(k: u32) -> String {
+        key(SYSTEM, &sharding::coordinator::Coordinator::shard_lease(LEASE_PREFIX, k))
+    }
+
+    /// The holder of every shard Lease, as last seen.
+    fn holders(&self) -> BTreeMap<u32, Option<String>> {
+        (0..self.args.shards).map(|k| (k, self.lease_seen.current(&Self::shard_lease_key(k)).flatten())).collect()
+    }
+
+    async fn set_up(
+        &mut self,
+        cluster: &Cluster,
+        url: &str,
+        dir: &std::path::Path,
+        bin: &std::path::Path,
+    ) -> Result<()> {
+        self.phase("set-up");
+        support::install_crds(&self.client).await;
+        support::apply_as(
+            &self.client,
+            "loadtest",
+            &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM}}),
+        )
+        .await;
+        for ns in fleet::namespaces(self.args.namespaces) {
+            support::deployer_namespace(&self.client, &ns).await;
+            let repo: Repository =
+                serde_json::from_value(json!({"apiVersion": names::API_VERSION, "kind": "Repository",
+                "metadata": {"name": REPOSITORY, "namespace": ns},
+                "spec": {"url": url, "ref": {"branch": "main"}, "interval": "5m"}}))
+                .expect("a Repository");
+            Api::<Repository>::namespaced(self.client.clone(), &ns).create(&PostParams::default(), &repo).await?;
+        }
+        self.app_seen = observe::applications(&self.client);
+        let wait = Duration::from_secs(60);
+        for (what, ok) in [
+            ("Applications", self.app_seen.wait_synced(wait).await),
+            ("ConfigMaps", self.cm_seen.wait_synced(wait).await),
+            ("Leases", self.lease_seen.wait_synced(wait).await),
+        ] {
+            if !ok {
+                return Err(Error::Timeout(wait, format!("the watch of {what} to list")));
+            }
+        }
+
+        self.phase("replicas");
+        let tools = support::repo_root().join("tools/bin");
+        let tools = tools.join("helm").is_file().then_some(tools);
+        let options = fleet::ReplicaOptions {
+            bin,
+            shards: self.args.shards,
+            lease_duration: self.args.lease_duration,
+            concurrency: self.args.concurrent_applications,
+            log_filter: &self.args.controller_log,
+            extra: &self.args.controller_arg,
+            tools: tools.as_deref(),
+        };
+        let names = self.replica_names();
+        let mut configs = Vec::new();
+        for name in &names {
+            configs.push(support::service_account_kubeconfig(cluster, &self.client, dir, SYSTEM, name).await);
+        }
+        let start = Instant::now();
+        for (name, config) in names.iter().zip(&configs) {
+            let p = fleet::start_replica(&options, name, config, dir)?;
+            say!("{name}: pid {}, log {}", p.pid(), p.log.display());
+            self.replicas.push(p);
+        }
+        // Every shard held, every replica holding floor or ceil of its share.
+        let shards = self.args.shards;
+        let deadline = start + Duration::from_secs(120).max(self.args.lease_duration * 8);
+        let split = self
+            .lease_seen
+            .until(deadline, |j| {
+                let mut per: BTreeMap<String, u32> = names.iter().map(|n| (n.clone(), 0)).collect();
+                for k in 0..shards {
+                    *per.get_mut(&j.current(&Self::shard_lease_key(k)).flatten()?)? += 1;
+                }
+                let (lo, hi) = (per.values().min()?, per.values().max()?);
+                (hi - lo <= 1).then_some(per)
+            })
+            .await
+            .ok_or_else(|| Error::Timeout(deadline - start, "the replicas to split the shards".into()))?;
+        self.report.setup_s = start.elapsed().as_secs_f64();
+        say!("shards split {split:?} after {:.1} s", self.report.setup_s);
+        Ok(())
+    }
+
+    /// Wait until every namespace's Repository has resolved `commit` (the leader's Repository
+    /// controller fetches it), so convergence measures Applications, not the first fetch.
+    async fn repositories_resolved(&mut self, commit: &str) -> Result<()> {
+        let start = Instant::now();
+        let repos: Api<Repository> = Api::all(self.client.clone());
+        let want = fleet::namespaces(self.args.namespaces).len();
+        let wait = Duration::from_secs(120);
+        let resolved = |list: &[Repository]| {
+            list.iter()
+                .filter(|r| r.status.as_ref().and_then(|s| s.revision.as_ref()).is_some_and(|v| v.commit == commit))
+                .count()
+        };
+        loop {
+            let list = repos.list(&Default::default()).await?.items;
+            if resolved(&list) == want {
+                break;
+            }
+            if start.elapsed() > wait {
+                return Err(Error::Timeout(wait, format!("the Repositories to resolve {commit}")));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        self.report.repositories_s = start.elapsed().as_secs_f64();
+        say!("{want} Repositories resolved {commit} after {:.1} s", self.report.repositories_s);
+        Ok(())
+    }
+
+    async fn converge(&mut self) -> Result<()> {
+        self.phase("convergence");
+        let first = Instant::now();
+        self.report.convergence.started_at_s = first.duration_since(self.started).as_secs_f64();
+        let created: HashMap<String, Instant> = futures_util::stream::iter(self.apps.clone())
+            .map(|def| {
+                let api: Api<Application> = Api::namespaced(self.client.clone(), &def.namespace);
+                async move {
+                    let app: Application = serde_json::from_value(def.object()).expect("an Application");
+                    api.create(&PostParams::default(), &app).await?;
+                    Ok::<_, Error>((key(&def.namespace, &def.name), Instant::now()))
+                }
+            })
+            .buffer_unordered(self.args.create_concurrency.max(1))
+            .try_collect()
+            .await?;
+        let create_s = first.elapsed().as_secs_f64();
+        say!("{} Applications created in {create_s:.1} s", created.len());
+        let keys: Vec<String> = self.apps.iter().map(|d| key(&d.namespace, &d.name)).collect();
+        let deadline = first + self.args.timeout;
+        let nudge_after = self.args.nudge_after;
+        let total = keys.len();
+        let (mut unaided, mut nudged) = (None, BTreeSet::new());
+        let (mut best, mut progress_at, mut last_said) = (0, Instant::now(), Instant::now());
+        let done = loop {
+            let outcome = self
+                .app_seen
+                .until(deadline, |j| {
+                    let latest = j.latest();
+                    let waiting: Vec<&String> =
+                        keys.iter().filter(|k| !latest.get(*k).is_some_and(|(_, s)| s.converged())).collect();
+                    let ready = total - waiting.len();
+                    if ready > best {
+                        (best, progress_at) = (ready, Instant::now());
+                    }
+                    if last_said.elapsed() > Duration::from_secs(10) {
+                        last_said = Instant::now();
+                        let some: Vec<String> = waiting
+                            .iter()
+                            .take(3)
+                            .map(|k| format!("{k} {:?}", latest.get(*k).map(|(_, s)| s)))
+                            .collect();
+                        say!(
+                            "{ready}/{total} converged after {:.0} s; waiting for {some:?}",
+                            first.elapsed().as_secs_f64()
+                        );
+                    }
+                    if waiting.is_empty() {
+                        return Some(Ok(Instant::now()));
+                    }
+                    let stalled = !nudge_after.is_zero() && progress_at.elapsed() >= nudge_after;
+                    stalled.then(|| Err(waiting.into_iter().cloned().collect::<Vec<String>>()))
+                })
+                .await;
+            match outcome {
+                Some(Ok(at)) => break Some(at),
+                None => break None,
+                Some(Err(waiting)) => {
+                    unaided.get_or_insert(best);
+                    say!(
+                        "no progress for {nudge_after:?} at {best}/{total}: asking the {} waiting for a reconcile",
+                        waiting.len()
+                    );
+                    let token = format!("loadtest-nudge-{}", jiff::Timestamp::now());
+                    let defs = self.apps.iter().filter(|d| waiting.contains(&key(&d.namespace, &d.name)));
+                    self.request_reconcile(defs, &token).await?;
+                    nudged.extend(waiting);
+                    progress_at = Instant::now();
+                }
+            }
+        };
+        let Some(done) = done else {
+            let latest = self.app_seen.latest();
+            let stuck: Vec<String> = keys
+                .iter()
+                .filter(|k| !latest.get(*k).is_some_and(|(_, s)| s.converged()))
+                .take(5)
+                .map(|k| format!("{k}: {:?}", latest.get(k).map(|(_, s)| s)))
+                .collect();
+            return Err(Error::Timeout(self.args.timeout, format!("every Application to converge; e.g. {stuck:?}")));
+        };
+        let per_app: Vec<Duration> = keys
+            .iter()
+            .filter_map(|k| {
+                let at = self.app_seen.first_since(k, created[k], AppSeen::converged)?;
+                Some(at.saturating_duration_since(created[k]))
+            })
+            .collect();
+        self.report.convergence = Convergence {
+            started_at_s: self.report.convergence.started_at_s,
+            create_s,
+            all_ready_s: done.duration_since(first).as_secs_f64(),
+            per_app: Summary::of(&per_app),
+            unaided: unaided.unwrap_or(total),
+            nudged: nudged.len(),
+        };
+        say!("all {total} converged {:.1} s after the first create", self.report.convergence.all_ready_s);
+        self.snapshot("after convergence");
+
+        // Idle: what the processes burn while nothing changes.
+        let before = self.usage();
+        let t = Instant::now();
+        tokio::time::sleep(self.args.settle).await;
+        let after = self.usage();
+        for (name, b) in &before {
+            if let Some(a) = after.get(name) {
+                self.report.idle_cpu.insert(name.clone(), procfs::cpu_share(b, a, t.elapsed()));
+            }
+        }
+        say!("idle CPU: {:?}", self.report.idle_cpu);
+        Ok(())
+    }
+
+    /// Set `sync.kuvryn.io/reconcile-requested-at: token` on every Application of `defs`.
+    async fn request_reconcile(&self, defs: impl Iterator<Item = &AppDef>, token: &str) -> Result<()> {
+        let patch = json!({"metadata": {"annotations": {names::annotations::RECONCILE_REQUESTED_AT: token}}});
+        futures_util::stream::iter(defs.cloned().collect::<Vec<_>>())
+            .map(|def| {
+                let api: Api<Application> = Api::namespaced(self.client.clone(), &def.namespace);
+                let patch = patch.clone();
+                async move { api.patch(&def.name, &PatchParams::default(), &Patch::Merge(patch)).await.map(|_| ()) }
+            })
+            .buffer_unordered(16)
+            .try_collect::<()>()
+            .await?;
+        Ok(())
+    }
+
+    /// Shard ownership over the run: Lease renewal gaps from the watch, fence stops and stale
+    /// status writes from the replicas' logs.
+    fn ownership(&mut self) {
+        let d = self.args.lease_duration;
+        let limit = (d * 2 / 3).saturating_sub(Duration::from_secs(1)).as_secs_f64();
+        let mut gaps = Vec::new();
+        for (lease, seen) in self.lease_seen.history() {
+            if !lease.contains("-shard-") {
+                continue;
+            }
+            for pair in seen.windows(2) {
+                if pair[0].1.is_some() && pair[0].1 == pair[1].1 {
+                    gaps.push(pair[1].0.duration_since(pair[0].0).as_secs_f64());
+                }
+            }
+        }
+        let o = &mut self.report.ownership;
+        o.fence_limit_s = limit;
+        o.longest_renewal_gap_s = gaps.iter().copied().fold(0.0, f64::max);
+        o.gaps_over_limit = gaps.iter().filter(|g| **g > limit).count();
+        for p in &self.replicas {
+            let log = std::fs::read_to_string(&p.log).unwrap_or_default();
+            o.fence_stops.insert(p.name.clone(), log.matches("no longer owns the Application's shard").count());
+            o.stale_status_writes.insert(p.name.clone(), log.matches("status computed from a stale copy").count());
+        }
+    }
+
+    /// Merge-patch the edited key of `def`'s ConfigMap to `value` as `kubectl-edit` would.
+    async fn edit(&self, def: &AppDef, value: &str) -> Result<()> {
+        let cms: Api<ConfigMap> = Api::namespaced(self.client.clone(), &def.namespace);
+        let params = PatchParams { field_manager: Some("kubectl-edit".into()), ..Default::default() };
+        cms.patch(&def.name, &params, &Patch::Merge(json!({"data": {observe::EDITED_KEY: value}}))).await?;
+        Ok(())
+    }
+
+    async fn drift(&mut self) -> Result<()> {
+        self.phase("drift");
+        let sample = fleet::edit_sample(&self.apps, self.args.edits);
+        let timeout = self.args.edit_timeout;
+        let mut drift = Drift::default();
+        let (mut detected, mut cleared, mut repaired) = (Vec::new(), Vec::new(), Vec::new());
+        for (n, i) in sample.iter().enumerate() {
+            let def = self.apps[*i].clone();
+            let k = key(&def.namespace, &def.name);
+            // Start from a converged Application (the previous edit may still be settling).
+            let settled =
+                self.app_seen.until(Instant::now() + timeout, |j| j.current(&k).filter(AppSeen::converged)).await;
+            if settled.is_none() {
+                say!("{k}: not converged before its edit ({:?}); skipped", self.app_seen.current(&k));
+                drift.missed += 1;
+                continue;
+            }
+            let owner = self
+                .lease_seen
+                .current(&Self::shard_lease_key(def.shard(self.args.shards)))
+                .flatten()
+                .unwrap_or_else(|| "none".into());
+            *drift.per_replica.entry(owner).or_default() += 1;
+            let before = Instant::now();
+            self.edit(&def, &format!("edited-{n}")).await?;
+            let sent = Instant::now();
+            let deadline = sent + timeout;
+            if def.self_heal {
+                let at = self
+                    .cm_seen
+                    .until(deadline, |j| j.first_since(&k, before, |v| v.as_deref() == Some(GIT_VALUE)))
+                    .await;
+                match at {
+                    Some(at) => repaired.push(self.sample(&mut drift, &def, sent, at)),
+                    None => {
+                        say!("{k}: not repaired within {timeout:?}");
+                        drift.missed += 1;
+                    }
+                }
+                if self.app_seen.first_since(&k, before, |s| s.sync == Some(SyncState::Drifted)).is_some() {
+                    drift.repaired_showing_drifted += 1;
+                }
+            } else {
+                let at = self
+                    .app_seen
+                    .until(deadline, |j| j.first_since(&k, before, |s| s.sync == Some(SyncState::Drifted)))
+                    .await;
+                match at {
+                    Some(at) => detected.push(self.sample(&mut drift, &def, sent, at)),
+                    None => {
+                        say!("{k}: no Drifted within {timeout:?}");
+                        drift.missed += 1;
+                    }
+                }
+                let undo = Instant::now();
+                self.edit(&def, GIT_VALUE).await?;
+                let undone = Instant::now();
+                let at = self
+                    .app_seen
+                    .until(undone + timeout, |j| j.first_since(&k, undo, |s| s.sync == Some(SyncState::Synced)))
+                    .await;
+                if let Some(at) = at {
+                    cleared.push(at.saturating_duration_since(undone));
+                }
+            }
+            if (n + 1) % 20 == 0 {
+                say!(
+                    "{} edits: detected {}, repaired {}",
+                    n + 1,
+                    Summary::of(&detected).cell_ms(),
+                    Summary::of(&repaired).cell_ms()
+                );
+            }
+        }
+        drift.detected = Summary::of(&detected);
+        drift.cleared = Summary::of(&cleared);
+        drift.repaired = Summary::of(&repaired);
+        say!(
+            "drift detected {}, repaired {}, missed {}",
+            drift.detected.cell_ms(),
+            drift.repaired.cell_ms(),
+            drift.missed
+        );
+        self.report.drift = drift;
+        Ok(())
+    }
+
+    /// Record one edit's latency (from `sent` to `at`) with when it happened.
+    fn sample(&self, drift: &mut Drift, def: &AppDef, sent: Instant, at: Instant) -> Duration {
+        let latency = at.saturating_duration_since(sent);
+        let at_s = sent.duration_since(self.started).as_secs_f64();
+        if latency > Duration::from_secs(1) {
+            say!("{}/{}: {:.0} ms (edit at {at_s:.0} s)", def.namespace, def.name, latency.as_secs_f64() * 1e3);
+        }
+        drift.samples.push(EditSample {
+            at_s,
+            application: key(&def.namespace, &def.name),
+            self_heal: def.self_heal,
+            latency_ms: latency.as_secs_f64() * 1e3,
+        });
+        latency
+    }
+
+    async fn takeover(&mut self) -> Result<()> {
+        self.phase("takeover");
+        let before = self.holders();
+        let mut count: BTreeMap<String, usize> = BTreeMap::new();
+        for h in before.values().flatten() {
+            *count.entry(h.clone()).or_default() += 1;
+        }
+        let names = self.replica_names();
+        let victim = names.iter().max_by_key(|n| (count.get(*n).copied().unwrap_or(0), std::cmp::Reverse(*n))).cloned();
+        let Some(victim) = victim else { return Ok(()) };
+        let shards: BTreeSet<u32> =
+            before.iter().filter(|(_, h)| h.as_deref() == Some(victim.as_str())).map(|(k, _)| *k).collect();
+        let leader = Api::<Lease>::namespaced(self.client.clone(), SYSTEM)
+            .get_opt(&format!("{LEASE_PREFIX}-leader"))
+            .await?
+            .and_then(|l| l.spec?.holder_identity);
+        let apps: Vec<AppDef> =
+            self.apps.iter().filter(|d| shards.contains(&d.shard(self.args.shards))).cloned().collect();
+        say!("killing {victim} (shards {shards:?}, {} Applications; leader {leader:?})", apps.len());
+
+        let killed = Instant::now();
+        if let Some(p) = self.replicas.iter_mut().find(|p| p.name == victim) {
+            p.kill();
+        }
+        let token = format!("takeover-{}", jiff::Timestamp::now());
+        self.request_reconcile(apps.iter(), &token).await?;
+        say!("{} Applications annotated {:.1} s after the kill", apps.len(), killed.elapsed().as_secs_f64());
+
+        let deadline = killed + Duration::from_secs(120).max(self.args.lease_duration * 8);
+        let lease_keys: Vec<String> = shards.iter().map(|k| Self::shard_lease_key(*k)).collect();
+        let leases_at = self
+            .lease_seen
+            .until(deadline, |j| {
+                lease_keys
+                    .iter()
+                    .map(|lk| j.first_since(lk, killed, |h| h.as_ref().is_some_and(|h| *h != victim)))
+                    .collect::<Option<Vec<Instant>>>()
+                    .and_then(|v| v.into_iter().max())
+            })
+            .await;
+        let keys: Vec<String> = apps.iter().map(|d| key(&d.namespace, &d.name)).collect();
+        let handled = |s: &AppSeen| s.handled.as_deref() == Some(token.as_str());
+        let mut last_said = Instant::now();
+        let all = self
+            .app_seen
+            .until(deadline, |j| {
+                let times: Vec<Option<Instant>> = keys.iter().map(|k| j.first_since(k, killed, handled)).collect();
+                if last_said.elapsed() > Duration::from_secs(5) {
+                    last_said = Instant::now();
+                    let n = times.iter().flatten().count();
+                    say!("{n}/{} reconciled after {:.0} s", keys.len(), killed.elapsed().as_secs_f64());
+                }
+                times.into_iter().collect::<Option<Vec<Instant>>>()
+            })
+            .await;
+        let times: Vec<Duration> = match all {
+            Some(t) => t.into_iter().map(|at| at.saturating_duration_since(killed)).collect(),
+            None => keys
+                .iter()
+                .filter_map(|k| self.app_seen.first_since(k, killed, handled))
+                .map(|at| at.saturating_duration_since(killed))
+                .collect(),
+        };
+        let after = self.holders();
+        let takeover = Takeover {
+            victim_was_leader: leader.as_deref() == Some(victim.as_str()),
+            shards: shards.iter().copied().collect(),
+            apps: apps.len(),
+            leases_s: leases_at.map(|at| at.saturating_duration_since(killed).as_secs_f64()),
+            missed: apps.len() - times.len(),
+            reconciled: Summary::of(&times),
+            target_s: self.args.lease_duration.as_secs_f64() + 5.0,
+            shards_moved: before.iter().filter(|(k, h)| after.get(k) != Some(h)).count(),
+            victim,
+        };
+        say!(
+            "takeover: leases {:?} s, reconciled {} ({} missed), {} shards moved",
+            takeover.leases_s,
+            takeover.reconciled.cell_s(),
+            takeover.missed,
+            takeover.shards_moved
+        );
+        self.report.takeover = Some(takeover);
+        Ok(())
+    }
+}

@@ -46,7 +46,7 @@ fn start(name: &str, kubeconfig: &std::path::Path) -> Replica {
         .args(["run", "--metrics-bind-address", "", "--replica-id", name, "--lease-namespace", SYSTEM])
         // No request budget: this test is about ownership, and 200 Applications rolled out three
         // times at the default 50 requests per second per replica would mostly measure waiting.
-        .args(["--shards", &SHARDS.to_string(), "--lease-duration", "3s", "--kube-api-qps", "0"])
+        .args(["--shards", &SHARDS.to_string(), "--lease-duration", "5s", "--kube-api-qps", "0"])
         .arg("--git-cache-dir")
         .arg(cache.path())
         .env("KUBECONFIG", kubeconfig)

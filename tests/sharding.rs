@@ -24,7 +24,8 @@ const APPS: usize = 200;
 const SHARDS: u32 = 12;
 const SYSTEM: &str = "kuvryn-system";
 const FLEET: &str = "fleet";
-const WAIT: Duration = Duration::from_secs(300);
+// Generous: a loaded 2-core machine runs the replicas and simcluster as debug builds.
+const WAIT: Duration = Duration::from_secs(600);
 
 struct Replica {
     name: String,

@@ -20,7 +20,7 @@ use kuvryn_sync::api::{Application, Repository};
 use serde_json::json;
 use support::{Cluster, GitServer, WorkTree, apply_as, eventually, install_crds, temp_dir};
 
-const APPS: usize = 200;
+const APPS: usize = 100;
 const SHARDS: u32 = 12;
 const SYSTEM: &str = "kuvryn-system";
 const FLEET: &str = "fleet";
@@ -45,7 +45,7 @@ fn start(name: &str, kubeconfig: &std::path::Path) -> Replica {
     let cache = temp_dir("replica-cache");
     let child = Command::new(env!("CARGO_BIN_EXE_ksync-controller"))
         .args(["run", "--metrics-bind-address", "", "--replica-id", name, "--lease-namespace", SYSTEM])
-        // No request budget: this test is about ownership, and 200 Applications rolled out three
+        // No request budget: this test is about ownership, and 100 Applications rolled out three
         // times at the default 50 requests per second per replica would mostly measure waiting.
         .args(["--shards", &SHARDS.to_string(), "--lease-duration", "5s", "--kube-api-qps", "0"])
         .arg("--git-cache-dir")
@@ -115,7 +115,7 @@ fn replicas_split_the_shards_take_over_and_rebalance() {
     let wt = WorkTree::clone(&url);
     wt.write(".ksync.yaml", &ksync_yaml());
     write_apps(&wt, "v1");
-    wt.commit_and_push("200 apps");
+    wt.commit_and_push("the apps");
     let dir = temp_dir("replicas");
     let runtime = support::runtime();
     let started = std::time::Instant::now();
@@ -159,11 +159,11 @@ fn replicas_split_the_shards_take_over_and_rebalance() {
         repos.create(&PostParams::default(), &repo).await.unwrap();
 
         // Three replicas: every Application converges.
-        eventually("200 Applications converged on three replicas", WAIT, || async {
+        eventually("every Application converged on three replicas", WAIT, || async {
             converged(&client, "v1").await.then_some(())
         })
         .await;
-        phase("converged: 200 Applications converged on three replicas");
+        phase("converged: every Application converged on three replicas");
         let apps: Api<Application> = Api::namespaced(client.clone(), FLEET);
         eventually("every Application Ready", WAIT, || async {
             let list = apps.list(&ListParams::default()).await.ok()?;

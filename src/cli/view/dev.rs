@@ -10,12 +10,12 @@ use std::collections::BTreeMap;
 use kube::ResourceExt;
 
 use super::apps::{health_of, sync_name, sync_of};
-use super::{Tone, health_name, phase_of, plan::summary_line, resource_id, short_commit};
+use super::{Tone, health_name, phase_of, resource_id, short_commit};
 use crate::api::application::{Application, SyncState};
 use crate::api::common::HealthStatus;
 use crate::api::conditions;
 use crate::api::names;
-use crate::api::revision::{Revision, RevisionPhase};
+use crate::api::revision::{PlanSummary, Revision, RevisionPhase};
 use crate::api::{Repository, repository::RepositoryStatus};
 
 /// The quickstart's objects as the watches last saw them, by name.
@@ -95,12 +95,27 @@ fn revision_facts(r: &Revision) -> RevisionFacts {
     let status = r.status.as_ref();
     RevisionFacts {
         phase: phase_of(r),
-        planned: status.and_then(|s| s.plan.as_ref()).map(|p| {
-            let s = &p.summary;
-            (summary_line(s), s.create + s.update + s.delete > 0)
-        }),
+        planned: status.and_then(|s| s.plan.as_ref()).map(|p| plan_summary(&p.summary)),
         failure: status.and_then(|s| s.failure.as_ref()).map(|f| format!("{}: {}", f.reason, f.message)),
     }
+}
+
+/// A plan's counts in a few words (`3 to create`, `1 to update, 2 unchanged`), and whether it
+/// changes anything.
+fn plan_summary(s: &PlanSummary) -> (String, bool) {
+    let mut parts: Vec<String> = [(s.create, "to create"), (s.update, "to update"), (s.delete, "to delete")]
+        .iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, what)| format!("{n} {what}"))
+        .collect();
+    let changes = !parts.is_empty();
+    if s.unchanged > 0 {
+        parts.push(format!("{} unchanged", s.unchanged));
+    }
+    if parts.is_empty() {
+        parts.push("nothing".to_string());
+    }
+    (parts.join(", "), changes)
 }
 
 /// The Application a Revision belongs to.
@@ -119,21 +134,25 @@ fn revision_lines(r: &Revision, before: Option<&RevisionFacts>) -> Vec<Line> {
     let commit = short_commit(&r.spec.source.commit).to_string();
     let mut out = Vec::new();
     let phase_changed = before.is_none_or(|b| b.phase != after.phase);
+    // A Revision already deployed is re-planned by drift checks, and re-applied by self-heal.
+    let deployed = before.is_some_and(|b| b.phase == RevisionPhase::Healthy);
+    let heal = if deployed { "self-heal: " } else { "" };
     if before.is_none() {
         out.push(Line::new(&app, format!("new Revision {name} for commit {commit}"), Tone::Plain));
     }
-    // The first plan, and every later one that changes something (a drift check re-plans the
-    // Revision; one that finds nothing to do is not news).
+    // The first plan, and every later one that changes something (a drift check that finds
+    // nothing to do is not news).
     if let Some((plan, changes)) = &after.planned
         && before.is_none_or(|b| b.planned.is_none() || (*changes && b.planned != after.planned))
     {
-        out.push(Line::new(&app, format!("planned: {}", plan.trim_start_matches("Plan: ")), Tone::Plain));
+        let text = if deployed { format!("drift found: {plan}") } else { format!("planned: {plan}") };
+        out.push(Line::new(&app, text, if deployed { Tone::Warn } else { Tone::Plain }));
     }
     if phase_changed {
         let line = match after.phase {
             RevisionPhase::Planning => None,
             RevisionPhase::AwaitingApproval => Some(("waiting for approval".to_string(), Tone::Warn)),
-            RevisionPhase::Applying => Some(("applying (Server-Side Apply)".to_string(), Tone::Warn)),
+            RevisionPhase::Applying => Some((format!("{heal}applying (Server-Side Apply)"), Tone::Warn)),
             RevisionPhase::Progressing => {
                 let waiting = r
                     .status
@@ -142,8 +161,8 @@ fn revision_lines(r: &Revision, before: Option<&RevisionFacts>) -> Vec<Line> {
                     .and_then(|h| h.message.clone())
                     .filter(|m| !m.is_empty());
                 let text = match waiting {
-                    Some(m) => format!("applied; waiting for health: {}", super::one_line(&m)),
-                    None => "applied; waiting for health".to_string(),
+                    Some(m) => format!("{heal}applied; waiting for health: {}", super::one_line(&m)),
+                    None => format!("{heal}applied; waiting for health"),
                 };
                 Some((text, Tone::Warn))
             }
@@ -395,10 +414,7 @@ mod tests {
         world = next.clone();
         let plan = json!({"digest": "sha256:1", "summary": {"create": 3, "update": 0, "delete": 0, "unchanged": 0}});
         next.revisions.insert("web-1".into(), revision("web-1", "web", json!({"phase": "Applying", "plan": plan})));
-        assert_eq!(
-            texts(&changes(&world, &next)),
-            ["web: planned: 3 to create, 0 to update, 0 to delete, 0 unchanged", "web: applying (Server-Side Apply)"]
-        );
+        assert_eq!(texts(&changes(&world, &next)), ["web: planned: 3 to create", "web: applying (Server-Side Apply)"]);
         world = next.clone();
         next.revisions.insert(
             "web-1".into(),
@@ -433,10 +449,11 @@ mod tests {
         world = next.clone();
         let repair = json!({"digest": "sha256:3", "summary": {"create": 0, "update": 1, "delete": 0, "unchanged": 2}});
         next.revisions.insert("web-1".into(), revision("web-1", "web", json!({"phase": "Healthy", "plan": repair})));
-        assert_eq!(
-            texts(&changes(&world, &next)),
-            ["web: planned: 0 to create, 1 to update, 0 to delete, 2 unchanged"]
-        );
+        assert_eq!(texts(&changes(&world, &next)), ["web: drift found: 1 to update, 2 unchanged"]);
+        world = next.clone();
+        next.revisions
+            .insert("web-1".into(), revision("web-1", "web", json!({"phase": "Progressing", "plan": repair})));
+        assert_eq!(texts(&changes(&world, &next)), ["web: self-heal: applied; waiting for health"]);
     }
 
     #[test]

@@ -15,7 +15,7 @@
 //! 6. Create the Repository, then follow it live ([`live`], [`screen`]): one line per
 //!    discovery, plan, apply and health change, the Applications table under them on a
 //!    terminal, and once everything is Synced and Healthy, what to try next.
-//! 7. On Ctrl-C (SIGINT) or SIGTERM: stop the replicas (SIGTERM; they release their Leases),
+//! 7. On Ctrl-C (SIGINT), SIGTERM or SIGHUP: stop the replicas (SIGTERM; they release their Leases),
 //!    the Git server and the API server, wait for each, and exit 0. The state directory is kept.
 //!
 //! # Guarantees
@@ -100,22 +100,28 @@ pub fn io_error(path: &Path, source: std::io::Error) -> Error {
 /// Width of the subject column of log lines.
 const SUBJECT_WIDTH: usize = 10;
 
-/// SIGINT and SIGTERM, as one stream.
+/// SIGINT (Ctrl-C), SIGTERM and SIGHUP (the terminal closed), as one stream.
 struct Signals {
     interrupt: Signal,
     terminate: Signal,
+    hangup: Signal,
 }
 
 impl Signals {
     fn new() -> Result<Signals> {
         let install = |kind| signal(kind).map_err(|e| Error::Startup(format!("installing a signal handler: {e}")));
-        Ok(Signals { interrupt: install(SignalKind::interrupt())?, terminate: install(SignalKind::terminate())? })
+        Ok(Signals {
+            interrupt: install(SignalKind::interrupt())?,
+            terminate: install(SignalKind::terminate())?,
+            hangup: install(SignalKind::hangup())?,
+        })
     }
 
     async fn next(&mut self) {
         tokio::select! {
             _ = self.interrupt.recv() => {}
             _ = self.terminate.recv() => {}
+            _ = self.hangup.recv() => {}
         }
     }
 }
@@ -379,11 +385,21 @@ async fn follow(mut running: Running, out: &mut Out, signals: &mut Signals) -> R
                 out.screen.set_block(&block(&live.world, out.palette));
             }
             _ = tick.tick() => {
-                for r in running.replicas.iter_mut().filter(|r| r.exited.is_none()) {
+                for i in 0..running.replicas.len() {
+                    let r = &mut running.replicas[i];
+                    if r.exited.is_some() {
+                        continue;
+                    }
                     if let Ok(Some(status)) = r.child.try_wait() {
                         r.exited = Some(status);
-                        let text = format!("{} exited ({status}); the other replicas take its shards over. Log: {}", r.name, r.log.display());
-                        out.line("replica", &text, Tone::Bad);
+                        let (name, log) = (r.name.clone(), r.log.display().to_string());
+                        let left = running.replicas.iter().filter(|r| r.exited.is_none()).count();
+                        let then = if left == 0 {
+                            "no replica is left: nothing is reconciled until ksync dev starts again".to_string()
+                        } else {
+                            format!("its shards move to the {left} left")
+                        };
+                        out.line("replica", &format!("{name} exited ({status}); {then}. Log: {log}"), Tone::Bad);
                     }
                 }
                 if !daemon_down && let Some(status) = running.daemon.exited() {
@@ -429,9 +445,10 @@ fn announce(out: &mut Out, setup: &Setup, world: &crate::cli::view::dev::World, 
 /// replicas at once.
 async fn stop(mut running: Running, out: &mut Out, signals: &mut Signals) {
     out.screen.clear_block();
+    let n = running.replicas.iter().filter(|r| r.exited.is_none()).count();
     out.text(&format!(
-        "Stopping: {} replicas (SIGTERM: they release their Leases), the Git server, the API server (Ctrl-C again to kill at once)",
-        running.replicas.iter().filter(|r| r.exited.is_none()).count()
+        "Stopping: {n} replica{} (SIGTERM: they release their Leases), the Git server, the API server (Ctrl-C again to kill at once)",
+        if n == 1 { "" } else { "s" }
     ));
     tokio::select! {
         () = replicas::stop_all(&mut running.replicas, Duration::from_secs(20)) => {}

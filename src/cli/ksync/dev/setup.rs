@@ -53,7 +53,7 @@ pub fn repository(url: &str) -> Value {
 }
 
 /// The API resource of one of the kinds above.
-fn resource(obj: &Value) -> Result<ApiResource> {
+fn resource(obj: &Value) -> ApiResource {
     let api_version = obj["apiVersion"].as_str().unwrap_or_default();
     let kind = obj["kind"].as_str().unwrap_or_default();
     let plural = match kind {
@@ -61,18 +61,18 @@ fn resource(obj: &Value) -> Result<ApiResource> {
         k => format!("{}s", k.to_lowercase()),
     };
     let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-    Ok(ApiResource {
+    ApiResource {
         group: group.into(),
         version: version.into(),
         api_version: api_version.into(),
         kind: kind.into(),
         plural,
-    })
+    }
 }
 
 /// Server-side apply `obj` as [`FIELD_MANAGER`].
 pub async fn apply(client: &kube::Client, obj: &Value) -> Result<()> {
-    let ar = resource(obj)?;
+    let ar = resource(obj);
     let name = obj["metadata"]["name"].as_str().unwrap_or_default();
     let api: Api<DynamicObject> = match obj["metadata"]["namespace"].as_str() {
         Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
@@ -152,7 +152,7 @@ mod tests {
     #[test]
     fn plurals_are_the_api_servers() {
         let plurals: Vec<String> =
-            bootstrap_objects().iter().chain([repository("x")].iter()).map(|o| resource(o).unwrap().plural).collect();
+            bootstrap_objects().iter().chain([repository("x")].iter()).map(|o| resource(o).plural).collect();
         assert_eq!(
             plurals,
             ["namespaces", "namespaces", "serviceaccounts", "roles", "rolebindings", "configmaps", "repositories"]

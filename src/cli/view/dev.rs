@@ -305,7 +305,7 @@ pub fn next_steps(s: &Setup) -> String {
     add("    kubectl get app                    # Applications: sync, health, Revision");
     add("    ksync apps -w                      # the same, redrawn as it changes (Ctrl-C to stop)");
     add("    ksync app web                      # one Application: its Revision, resources, health");
-    add("    ksync plan api                     # what the last rollout of api planned");
+    add("    ksync plan api                     # the plan stored on api's Revision");
     add("    ksync history greeter              # Revisions, newest first");
     add("    kubectl get deploy,svc,cm,pods     # what the Applications deployed");
     add("");

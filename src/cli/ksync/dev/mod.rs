@@ -397,7 +397,8 @@ async fn follow(mut running: Running, out: &mut Out, signals: &mut Signals) -> R
                         let then = if left == 0 {
                             "no replica is left: nothing is reconciled until ksync dev starts again".to_string()
                         } else {
-                            format!("its shards move to the {left} left")
+                            let others = if left == 1 { "the other replica".to_string() } else { format!("the {left} others") };
+                            format!("its shards move to {others}")
                         };
                         out.line("replica", &format!("{name} exited ({status}); {then}. Log: {log}"), Tone::Bad);
                     }

@@ -87,6 +87,13 @@ pub enum Command {
     History(history::HistoryArgs),
     /// List Repositories: URL, ref, observed commit, Ready.
     Repos(repos::ListArgs),
+    /// Local quickstart: Kuvryn Sync deploying an example repository on this machine.
+    ///
+    /// Starts a simulated Kubernetes API server, a Git server serving the example repository
+    /// (examples/quickstart) and two manager replicas, all on 127.0.0.1; shows the Applications
+    /// being discovered, planned, applied and turning Healthy, then what to try next. Ctrl-C
+    /// stops everything. See docs/quickstart.md.
+    Dev(dev::DevArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completion {
         /// The shell.
@@ -95,9 +102,6 @@ pub enum Command {
     },
     /// Print the client version and the API version it speaks.
     Version,
-    /// Local quickstart: a simulated cluster, a Git server and the manager on this machine,
-    /// deploying an example repository live. Ctrl-C stops everything.
-    Dev(dev::DevArgs),
     /// Run the manager in this process, exactly as `ksync-controller` does: how `ksync dev`
     /// starts its replicas, so they always run the code of this binary.
     #[command(hide = true)]

@@ -92,6 +92,15 @@ impl Dev {
         self.seen.join("\n")
     }
 
+    /// Every line, once the output has ended (after the process exited).
+    fn rest_of_output(&mut self) -> String {
+        let end = Instant::now() + Duration::from_secs(10);
+        while let Ok(line) = self.lines.recv_timeout(end.saturating_duration_since(Instant::now())) {
+            self.seen.push(line);
+        }
+        self.seen.join("\n")
+    }
+
     /// The processes `ksync dev` started and that still run.
     fn children(&self) -> Vec<u32> {
         let mut out = Vec::new();
@@ -170,6 +179,8 @@ fn the_quickstart_deploys_rolls_out_a_commit_heals_and_reports_drift_and_stops_c
     let ready = dev.wait_for("all-Healthy", READY, |l| {
         l.contains("All 3 Applications are Synced and Healthy at commit").then(|| l.to_string())
     });
+    // The next steps follow the first all-Healthy line, ending with where they are saved.
+    dev.wait_for("the next steps", WAIT, |l| l.contains("next-steps.txt").then_some(()));
     let output = dev.all();
     let metrics_ports: Vec<u16> = output
         .lines()
@@ -250,7 +261,7 @@ fn the_quickstart_deploys_rolls_out_a_commit_heals_and_reports_drift_and_stops_c
 
     // Ctrl-C: exit 0, nothing listening, no child left.
     let status = dev.interrupt();
-    let output = dev.all();
+    let output = dev.rest_of_output();
     assert!(status.success(), "ksync dev exited with {status} after SIGINT:\n{output}");
     assert!(output.contains("Stopped: nothing is left running"), "{output}");
     for port in [api_port, git_port].into_iter().chain(metrics_ports.iter().copied()) {

@@ -110,6 +110,17 @@ pub enum Command {
         #[command(subcommand)]
         command: crate::cli::controller::Command,
     },
+    /// Become `COMMAND`, set to receive SIGTERM when process `--parent` dies: how `ksync dev`
+    /// starts its children, so none outlives it (see `dev::process`).
+    #[command(hide = true)]
+    Supervised {
+        /// The process whose death ends this one.
+        #[arg(long)]
+        parent: u32,
+        /// The program and its arguments, after `--`.
+        #[arg(last = true, required = true)]
+        command: Vec<std::ffi::OsString>,
+    },
 }
 
 /// What every read command needs besides the cluster: the time ages count from and the colours.
@@ -170,6 +181,7 @@ pub fn run(args: Args) -> Result<()> {
         Command::Controller { command } => {
             super::controller::run(super::controller::Args { log_format: args.log_format, command })
         }
+        Command::Supervised { parent, command } => dev::process::exec_supervised(parent, &command),
         Command::Dev(dev) => {
             if args.cluster.kubeconfig.is_some() || args.cluster.context.is_some() || args.cluster.namespace.is_some() {
                 return Err(Error::Startup(
@@ -199,9 +211,11 @@ pub fn run(args: Args) -> Result<()> {
                     Command::Plan(p) => plan::run(&cluster, &p, context).await,
                     Command::History(h) => history::run(&cluster, &h, context).await,
                     Command::Repos(list) => repos::run(&cluster, &list, context).await,
-                    Command::Version | Command::Completion { .. } | Command::Dev(_) | Command::Controller { .. } => {
-                        unreachable!("handled above")
-                    }
+                    Command::Version
+                    | Command::Completion { .. }
+                    | Command::Dev(_)
+                    | Command::Controller { .. }
+                    | Command::Supervised { .. } => unreachable!("handled above"),
                 }
             })
         }

@@ -48,7 +48,8 @@ pub struct Daemon {
 impl Daemon {
     /// Serve every repository under `base` on `127.0.0.1:port` (0: a free port), pushes enabled,
     /// logging to `log`; returns once it accepts connections.
-    pub async fn start(base: &Path, port: u16, log: &Path) -> Result<Daemon> {
+    /// `exe` is this binary, which supervises it ([`process::supervised`]).
+    pub async fn start(exe: &Path, base: &Path, port: u16, log: &Path) -> Result<Daemon> {
         // `git daemon` runs `git-daemon` as a child that would outlive a signal to `git`: start
         // the daemon program itself.
         let exec_path = git(base, &["--exec-path"]).await?;
@@ -61,7 +62,7 @@ impl Daemon {
         for _ in 0..attempts {
             let port = if port == 0 { process::free_port()? } else { port };
             let log_file = std::fs::File::create(log).map_err(|e| super::io_error(log, e))?;
-            let mut child = Command::new(&program)
+            let mut child = process::supervised(exe, &program)
                 .args(["--verbose", "--reuseaddr", "--export-all", "--enable=receive-pack", "--informative-errors"])
                 .arg(format!("--base-path={}", base.display()))
                 .arg("--listen=127.0.0.1")

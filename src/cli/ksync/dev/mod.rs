@@ -23,6 +23,8 @@
 //! - Everything listens on 127.0.0.1 only.
 //! - Every child is started with kill-on-drop, so an error or an interrupt during start-up
 //!   leaves no process behind; a clean stop waits for each child to exit.
+//! - Every child gets SIGTERM from the kernel if `ksync dev` dies anyway (SIGKILL, a crash):
+//!   see [`process`].
 //!
 //! # Caveats
 //!
@@ -254,7 +256,7 @@ async fn start(args: &DevArgs, out: &mut Out) -> Result<Running> {
     std::fs::create_dir_all(&logs).map_err(|e| io_error(&logs, e))?;
     let paths = git::Paths { base: state.join("git"), work: state.join("repo") };
     std::fs::create_dir_all(&paths.base).map_err(|e| io_error(&paths.base, e))?;
-    let daemon = git::Daemon::start(&paths.base, git_port, &logs.join("git-daemon.log")).await?;
+    let daemon = git::Daemon::start(&exe, &paths.base, git_port, &logs.join("git-daemon.log")).await?;
     let url = daemon.url(git::REPOSITORY);
     let (commit, origin) = git::prepare(&paths, &url, args.fresh).await?;
     let how = match origin {

@@ -1,13 +1,48 @@
-//! Child processes and ports: free loopback ports, waiting until something listens, and
-//! stopping a child with SIGTERM then, after a grace period, SIGKILL.
+//! Child processes and ports: free loopback ports, waiting until something listens, stopping a
+//! child with SIGTERM then, after a grace period, SIGKILL, and tying a child's life to ours.
+//!
+//! Every process `ksync dev` starts runs under [`supervised`]: `ksync supervised --parent PID --
+//! PROGRAM ARGS` asks the kernel for SIGTERM when its parent dies (`PR_SET_PDEATHSIG`), checks
+//! the parent is still there, and then executes PROGRAM in place (same pid; the setting survives
+//! the exec). So even a `ksync dev` killed with SIGKILL, which cannot clean up, leaves no replica
+//! or Git server behind. Caveat: the kernel sends the signal when the *thread* that started the
+//! child exits, so children are started from the thread running `ksync dev`'s main future (the
+//! one `block_on` polls), never from a worker or blocking-pool thread.
 
+use std::ffi::OsString;
 use std::net::{SocketAddr, TcpListener};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
-use rustix::process::{Pid, Signal, kill_process};
-use tokio::process::Child;
+use rustix::process::{Pid, Signal, getppid, kill_process, set_parent_process_death_signal};
+use tokio::process::{Child, Command};
 
 use crate::cli::{Error, Result};
+
+/// A command running `program` under `exe supervised` (see the module documentation): it gets
+/// SIGTERM when this process dies.
+pub fn supervised(exe: &Path, program: &Path) -> Command {
+    let mut c = Command::new(exe);
+    c.arg("supervised").arg("--parent").arg(std::process::id().to_string()).arg("--").arg(program);
+    c
+}
+
+/// `ksync supervised --parent PARENT -- PROGRAM ARGS...`: arrange for SIGTERM when `parent`
+/// dies, then become PROGRAM. Returns only on failure.
+pub fn exec_supervised(parent: u32, command: &[OsString]) -> Result<()> {
+    let Some((program, args)) = command.split_first() else {
+        return Err(Error::Startup("ksync supervised: no program to run".into()));
+    };
+    set_parent_process_death_signal(Some(Signal::TERM))
+        .map_err(|e| Error::Startup(format!("ksync supervised: PR_SET_PDEATHSIG: {e}")))?;
+    // The parent may have died before the request above: then nobody would signal us.
+    if i32::try_from(parent).ok() != Some(Pid::as_raw(getppid())) {
+        return Err(Error::Startup(format!("ksync supervised: the parent process {parent} is gone")));
+    }
+    let e = std::process::Command::new(program).args(args).exec();
+    Err(Error::Startup(format!("ksync supervised: running {}: {e}", Path::new(program).display())))
+}
 
 /// A loopback port free right now (bound, read, released).
 pub fn free_port() -> Result<u16> {

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 
 use super::process;
 use super::tools::Tools;
@@ -70,7 +70,7 @@ pub fn start(s: &Settings<'_>, index: usize, metrics_port: u16) -> Result<Replic
     let err_file = log_file.try_clone().map_err(|e| super::io_error(&log, e))?;
     let port = if metrics_port == 0 { process::free_port()? } else { metrics_port };
     let metrics: SocketAddr = ([127, 0, 0, 1], port).into();
-    let child = Command::new(s.exe)
+    let child = process::supervised(s.exe, s.exe)
         .args(["controller", "run", "--replica-id", &name, "--lease-namespace", LEASE_NAMESPACE])
         .args(["--shards", &SHARDS.to_string(), "--lease-duration", LEASE_DURATION])
         .arg("--metrics-bind-address")

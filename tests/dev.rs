@@ -3,7 +3,8 @@
 //! work; a commit to its repository must roll out; a hand edit must be repaired on the
 //! Application with selfHeal and reported as Drifted on the one without; Ctrl-C (SIGINT) must
 //! stop it with status 0, leaving nothing listening and no child process. A second start on the
-//! same state directory reuses the repository and deploys its latest commit.
+//! same state directory reuses the repository and deploys its latest commit; killed with
+//! SIGKILL, it still leaves no child process.
 //!
 //! `KSYNC_BIN` runs another `ksync` binary than the one Cargo built for this test (as in
 //! `tests/cli.rs`: several checkouts may share a target directory). Both the quickstart's

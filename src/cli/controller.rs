@@ -129,9 +129,12 @@ fn parse_duration(s: &str) -> std::result::Result<std::time::Duration, String> {
     crate::api::duration::parse(s)
 }
 
+/// The log filter when `RUST_LOG` is unset.
+pub const DEFAULT_LOG_FILTER: &str = "info";
+
 /// Parse the process arguments and run.
 pub fn main() -> std::process::ExitCode {
-    super::main(|a: &Args| a.log_format, "info", run)
+    super::main(|a: &Args| a.log_format, |_| DEFAULT_LOG_FILTER, run)
 }
 
 /// Run parsed arguments.

@@ -91,15 +91,15 @@ pub enum Error {
 /// Result of a command.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// The common `main` of both binaries: parse, set up logging (`default_filter` when `RUST_LOG`
-/// is unset), run, report an error on stderr in one line.
+/// The common `main` of both binaries: parse, set up logging (`default_filter` of the arguments
+/// when `RUST_LOG` is unset), run, report an error on stderr in one line.
 pub fn main<A: clap::Parser>(
     log_format: fn(&A) -> crate::telemetry::logging::LogFormat,
-    default_filter: &str,
+    default_filter: fn(&A) -> &'static str,
     run: fn(A) -> Result<()>,
 ) -> std::process::ExitCode {
     let args = A::parse();
-    crate::telemetry::logging::init_with_default(log_format(&args), default_filter);
+    crate::telemetry::logging::init_with_default(log_format(&args), default_filter(&args));
     match run(args) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {

@@ -55,8 +55,11 @@ pub async fn run(
     let work = async {
         let mut out = Vec::new();
         let mut err = Vec::new();
+        // The buffers live on the heap: held across `.await`, an array would be part of the
+        // future, which debug builds copy several times per poll (a Helm render of an
+        // Application overflowed a 2 MiB worker stack that way).
         let read_out = async {
-            let mut buf = [0u8; 64 * 1024];
+            let mut buf = vec![0u8; 64 * 1024];
             loop {
                 let n = stdout.read(&mut buf).await?;
                 if n == 0 {
@@ -69,7 +72,7 @@ pub async fn run(
             }
         };
         let read_err = async {
-            let mut buf = [0u8; 8 * 1024];
+            let mut buf = vec![0u8; 8 * 1024];
             loop {
                 let n = stderr.read(&mut buf).await?;
                 if n == 0 {
@@ -119,4 +122,20 @@ pub fn excerpt(stderr: &[u8]) -> String {
         out.push_str(" ...");
     }
     if out.is_empty() { "no error output".to_string() } else { out }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // See: `ksync dev`'s replicas (debug builds) aborted with "thread 'tokio-rt-worker' has
+    // overflowed its stack" on their first Helm Application, while 64 KiB and 8 KiB read
+    // buffers were arrays held in this future.
+    #[test]
+    fn the_render_future_keeps_its_buffers_off_the_stack() {
+        let limits = Limits::default();
+        let future = run(Path::new("true"), &[], Path::new("."), &[], &limits, "true");
+        let size = std::mem::size_of_val(&future);
+        assert!(size < 16 * 1024, "the future of process::run is {size} bytes");
+    }
 }

@@ -1,7 +1,8 @@
 //! `ksync`: the command-line client.
 //!
 //! Read commands: `apps` (same as `app list`), `app NAME` (same as `app get NAME`), `plan NAME`,
-//! `history NAME`, `repos`; plus `completion SHELL` and `version`. Each command reads with
+//! `history NAME`, `repos`; plus `completion SHELL` and `version`; and `dev`, the local
+//! quickstart ([`dev`]). Each read command reads with
 //! kube-rs ([`connect`] finds the cluster like kubectl), hands the objects to the pure views in
 //! [`crate::cli::view`], and prints what they return ([`output`]). Errors come back as
 //! [`crate::cli::Error`] and are printed in one line by [`crate::cli::main`] (exit status 1).
@@ -9,6 +10,7 @@
 pub mod app;
 pub mod apps;
 pub mod connect;
+pub mod dev;
 pub mod history;
 pub mod output;
 pub mod plan;
@@ -85,6 +87,13 @@ pub enum Command {
     History(history::HistoryArgs),
     /// List Repositories: URL, ref, observed commit, Ready.
     Repos(repos::ListArgs),
+    /// Local quickstart: Kuvryn Sync deploying an example repository on this machine.
+    ///
+    /// Starts a simulated Kubernetes API server, a Git server serving the example repository
+    /// (examples/quickstart) and two manager replicas, all on 127.0.0.1; shows the Applications
+    /// being discovered, planned, applied and turning Healthy, then what to try next. Ctrl-C
+    /// stops everything. See docs/quickstart.md.
+    Dev(dev::DevArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completion {
         /// The shell.
@@ -93,6 +102,25 @@ pub enum Command {
     },
     /// Print the client version and the API version it speaks.
     Version,
+    /// Run the manager in this process, exactly as `ksync-controller` does: how `ksync dev`
+    /// starts its replicas, so they always run the code of this binary.
+    #[command(hide = true)]
+    Controller {
+        /// What the manager does.
+        #[command(subcommand)]
+        command: crate::cli::controller::Command,
+    },
+    /// Become `COMMAND`, set to receive SIGTERM when process `--parent` dies: how `ksync dev`
+    /// starts its children, so none outlives it (see `dev::process`).
+    #[command(hide = true)]
+    Supervised {
+        /// The process whose death ends this one.
+        #[arg(long)]
+        parent: u32,
+        /// The program and its arguments, after `--`.
+        #[arg(last = true, required = true)]
+        command: Vec<std::ffi::OsString>,
+    },
 }
 
 /// What every read command needs besides the cluster: the time ages count from and the colours.
@@ -129,9 +157,16 @@ pub fn palette(choice: ColorChoice, stdout_is_terminal: bool, env: impl Fn(&str)
 
 /// Parse the process arguments and run.
 pub fn main() -> std::process::ExitCode {
-    // No logs unless RUST_LOG asks: kube-rs logs failed requests as errors, and stderr is for
-    // the one-line reason.
-    super::main(|a: &Args| a.log_format, "off", run)
+    super::main(|a: &Args| a.log_format, default_log_filter, run)
+}
+
+/// No logs unless RUST_LOG asks: kube-rs logs failed requests as errors, and stderr is for the
+/// one-line reason. The manager (`ksync controller`) logs at info, as `ksync-controller` does.
+fn default_log_filter(args: &Args) -> &'static str {
+    match args.command {
+        Command::Controller { .. } => super::controller::DEFAULT_LOG_FILTER,
+        _ => "off",
+    }
 }
 
 /// Run parsed arguments.
@@ -143,6 +178,18 @@ pub fn run(args: Args) -> Result<()> {
         terminal,
     };
     match args.command {
+        Command::Controller { command } => {
+            super::controller::run(super::controller::Args { log_format: args.log_format, command })
+        }
+        Command::Supervised { parent, command } => dev::process::exec_supervised(parent, &command),
+        Command::Dev(dev) => {
+            if args.cluster.kubeconfig.is_some() || args.cluster.context.is_some() || args.cluster.namespace.is_some() {
+                return Err(Error::Startup(
+                    "ksync dev starts its own cluster: --kubeconfig, --context and --namespace do not apply".into(),
+                ));
+            }
+            dev::run(dev, context)
+        }
         Command::Version => {
             output::print(&format!("ksync {} (API {})\n", env!("CARGO_PKG_VERSION"), names::API_VERSION))
         }
@@ -164,7 +211,11 @@ pub fn run(args: Args) -> Result<()> {
                     Command::Plan(p) => plan::run(&cluster, &p, context).await,
                     Command::History(h) => history::run(&cluster, &h, context).await,
                     Command::Repos(list) => repos::run(&cluster, &list, context).await,
-                    Command::Version | Command::Completion { .. } => unreachable!("handled above"),
+                    Command::Version
+                    | Command::Completion { .. }
+                    | Command::Dev(_)
+                    | Command::Controller { .. }
+                    | Command::Supervised { .. } => unreachable!("handled above"),
                 }
             })
         }

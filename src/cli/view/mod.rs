@@ -9,6 +9,7 @@
 
 pub mod app;
 pub mod apps;
+pub mod dev;
 pub mod history;
 pub mod plan;
 pub mod repos;

@@ -34,6 +34,8 @@ pub struct Report {
     pub takeover: Option<Takeover>,
     /// Shard ownership over the whole run.
     pub ownership: Ownership,
+    /// simcluster's audit log: writes (dry runs included) by phase, then by `verb resource`.
+    pub api_writes: BTreeMap<String, BTreeMap<String, usize>>,
 }
 
 /// The run's parameters.
@@ -82,6 +84,10 @@ pub struct Convergence {
     pub unaided: usize,
     /// Applications asked for a reconcile because they stalled.
     pub nudged: usize,
+    /// `per_app` of the Applications with a Deployment only.
+    pub with_deployment: Summary,
+    /// `per_app` of the Applications with a ConfigMap only.
+    pub configmap_only: Summary,
 }
 
 /// What the replicas' logs and Leases say about shard ownership.
@@ -193,6 +199,14 @@ impl Report {
         let _ = writeln!(out, "| creating {} Applications (API calls) | {:.1} s |", s.apps, c.create_s);
         let _ = writeln!(out, "| first create until all Synced, Healthy, Ready | {:.1} s |", c.all_ready_s);
         let _ = writeln!(out, "| per Application, create to Ready (p50 / p90 / p99 / max) | {} |", c.per_app.cell_s());
+        let _ = writeln!(
+            out,
+            "| … with a Deployment ({}) / a ConfigMap only ({}) | {} / {} |",
+            c.with_deployment.count,
+            c.configmap_only.count,
+            c.with_deployment.cell_s(),
+            c.configmap_only.cell_s()
+        );
         if c.nudged > 0 {
             let _ = writeln!(
                 out,
@@ -259,6 +273,17 @@ impl Report {
             |m: &BTreeMap<String, usize>| m.iter().map(|(r, n)| format!("{r}: {n}")).collect::<Vec<_>>().join(", ");
         let _ = writeln!(out, "| reconciles stopped by the shard fence (logged) | {} |", counts(&o.fence_stops));
         let _ = writeln!(out, "| status writes refused as stale (409) | {} |", counts(&o.stale_status_writes));
+        for (phase, writes) in &self.api_writes {
+            let total: usize = writes.values().sum();
+            let mut top: Vec<(&String, &usize)> = writes.iter().collect();
+            top.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+            let top: Vec<String> = top.iter().take(6).map(|(k, n)| format!("{k} {n}")).collect();
+            let _ = writeln!(
+                out,
+                "| API writes during {phase} (simcluster audit; most frequent) | {total} ({}) |",
+                top.join(", ")
+            );
+        }
         let loads: Vec<String> =
             self.load.iter().map(|(p, l)| format!("{p} {:.2}/{:.2}/{:.2}", l[0], l[1], l[2])).collect();
         let _ = writeln!(out, "| load average (1/5/15 min) at each phase | {} |", loads.join("; "));

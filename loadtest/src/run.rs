@@ -62,6 +62,8 @@ struct Fleet {
     cm_seen: Arc<Journal<Option<String>>>,
     lease_seen: Arc<Journal<Option<String>>>,
     started: Instant,
+    /// When each phase started (wall clock, to place audit events).
+    phases: Vec<(String, jiff::Timestamp)>,
 }
 
 /// Run the load test described by `args` (see the module documentation).
@@ -137,6 +139,7 @@ pub fn run(args: &Args) -> Result<Report> {
             sim_pid: sim.pid(),
             replicas: Vec::new(),
             started,
+            phases: Vec::new(),
         };
         fleet.describe();
         fleet.set_up(&cluster, &url, &dir, &controller_bin).await?;
@@ -149,6 +152,7 @@ pub fn run(args: &Args) -> Result<Report> {
             fleet.snapshot("at the end");
         }
         fleet.ownership();
+        fleet.api_writes().await;
         Ok::<_, Error>(fleet.report)
     });
     // The replicas died with the fleet; the watches die with the runtime; then the servers.
@@ -188,6 +192,7 @@ impl Fleet {
             self.started.elapsed().as_secs_f64()
         );
         self.report.load.push((name.to_string(), load));
+        self.phases.push((name.to_string(), jiff::Timestamp::now()));
     }
 
     /// Memory and CPU of every live process now.
@@ -419,7 +424,23 @@ impl Fleet {
                 Some(at.saturating_duration_since(created[k]))
             })
             .collect();
+        let split = |deployment: bool| {
+            let times: Vec<Duration> = self
+                .apps
+                .iter()
+                .filter(|d| d.deployment == deployment)
+                .filter_map(|d| {
+                    let k = key(&d.namespace, &d.name);
+                    let at = self.app_seen.first_since(&k, created[&k], AppSeen::converged)?;
+                    Some(at.saturating_duration_since(created[&k]))
+                })
+                .collect();
+            Summary::of(&times)
+        };
+        let (with_deployment, configmap_only) = (split(true), split(false));
         self.report.convergence = Convergence {
+            with_deployment,
+            configmap_only,
             started_at_s: self.report.convergence.started_at_s,
             create_s,
             all_ready_s: done.duration_since(first).as_secs_f64(),
@@ -483,6 +504,24 @@ impl Fleet {
             let log = std::fs::read_to_string(&p.log).unwrap_or_default();
             o.fence_stops.insert(p.name.clone(), log.matches("no longer owns the Application's shard").count());
             o.stale_status_writes.insert(p.name.clone(), log.matches("status computed from a stale copy").count());
+        }
+    }
+
+    /// simcluster's audit log (every write, dry runs included), counted by phase and by
+    /// `verb resource`.
+    async fn api_writes(&mut self) {
+        let request = http::Request::get("/simcluster/v1/audit").body(Vec::new()).expect("a request");
+        let events: Vec<simcluster::faults::AuditEvent> =
+            match self.client.request_text(request).await.map(|t| serde_json::from_str(&t)) {
+                Ok(Ok(events)) => events,
+                Ok(Err(e)) => return say!("reading the audit log: {e}"),
+                Err(e) => return say!("reading the audit log: {e}"),
+            };
+        for e in events {
+            let Ok(at) = e.time.parse::<jiff::Timestamp>() else { continue };
+            let Some((phase, _)) = self.phases.iter().rev().find(|(_, start)| *start <= at) else { continue };
+            let what = format!("{}{} {}", e.verb, if e.dry_run { " (dry run)" } else { "" }, e.resource);
+            *self.report.api_writes.entry(phase.clone()).or_default().entry(what).or_default() += 1;
         }
     }
 

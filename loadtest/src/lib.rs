@@ -18,6 +18,7 @@ use std::time::Duration;
 use clap::Parser;
 
 pub mod fleet;
+pub mod metrics;
 pub mod observe;
 pub mod procfs;
 pub mod report;

@@ -147,6 +147,8 @@ pub struct PhaseUsage {
     pub phase: String,
     /// By process name.
     pub processes: BTreeMap<String, Usage>,
+    /// By replica: its `/metrics` (cumulative since it started; see `metrics::KEPT`).
+    pub metrics: BTreeMap<String, BTreeMap<String, f64>>,
 }
 
 /// How the survivors took over a killed replica's shards.
@@ -238,6 +240,28 @@ impl Report {
                 cells.push(format!("{name} {} ({} peak), {:.0} CPU s", mib(u.rss_kib), mib(u.hwm_kib), u.cpu_s));
             }
             let _ = writeln!(out, "| RSS {} | {} |", p.phase, cells.join("; "));
+            let get = |m: &BTreeMap<String, f64>, k: &str| m.get(k).copied().unwrap_or(0.0);
+            let cells: Vec<String> = p
+                .metrics
+                .iter()
+                .map(|(name, m)| {
+                    format!(
+                        "{name} {:.0} ({:.0} s waiting for the budget), {:.0} ({:.0} s)",
+                        get(m, "ksync_api_requests_total"),
+                        get(m, "ksync_api_throttle_seconds_sum"),
+                        get(m, "ksync_reconciles_total"),
+                        get(m, "ksync_reconcile_duration_seconds_sum")
+                    )
+                })
+                .collect();
+            if !cells.is_empty() {
+                let _ = writeln!(
+                    out,
+                    "| API requests and reconciles (total time) so far, {} | {} |",
+                    p.phase,
+                    cells.join("; ")
+                );
+            }
         }
         let idle: Vec<String> = self.idle_cpu.iter().map(|(n, v)| format!("{n} {:.0}%", v * 100.0)).collect();
         let _ = writeln!(out, "| CPU while idle (share of one core) | {} |", idle.join(", "));
@@ -302,12 +326,14 @@ mod tests {
         r.usage.push(PhaseUsage {
             phase: "after convergence".into(),
             processes: [("ksync-0".to_string(), Usage { hwm_kib: 2048, rss_kib: 1024, cpu_s: 3.0 })].into(),
+            metrics: [("ksync-0".to_string(), [("ksync_api_requests_total".to_string(), 42.0)].into())].into(),
         });
         r.takeover = Some(Takeover { victim: "ksync-0".into(), target_s: 20.0, ..Default::default() });
         let t = r.table();
         assert!(t.contains("20 Applications"));
         assert!(t.contains("ksync-0 1 MiB (2 MiB peak), 3 CPU s"));
         assert!(t.contains("target 20 s: met"));
+        assert!(t.contains("ksync-0 42 (0 s waiting for the budget)"));
         assert!(t.contains("| drift detected"));
     }
 }

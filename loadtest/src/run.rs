@@ -211,10 +211,16 @@ impl Fleet {
 
     fn snapshot(&mut self, phase: &str) {
         let processes = self.usage();
+        let metrics: BTreeMap<String, BTreeMap<String, f64>> = self
+            .replicas
+            .iter_mut()
+            .filter_map(|p| p.running().then_some(&*p))
+            .filter_map(|p| Some((p.name.clone(), crate::metrics::scrape(p.metrics_port?)?)))
+            .collect();
         for (name, u) in &processes {
             say!("{phase}: {name} RSS {} KiB, peak {} KiB, {:.1} CPU s", u.rss_kib, u.hwm_kib, u.cpu_s);
         }
-        self.report.usage.push(PhaseUsage { phase: phase.to_string(), processes });
+        self.report.usage.push(PhaseUsage { phase: phase.to_string(), processes, metrics });
     }
 
     fn replica_names(&self) -> Vec<String> {

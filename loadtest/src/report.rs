@@ -94,9 +94,10 @@ pub struct Convergence {
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Ownership {
     /// Longest time between two renewals of one shard Lease by the same holder, seconds (a
-    /// replica's fence fails once it exceeds two thirds of the lease duration minus 1 s).
+    /// replica's fence fails once it exceeds `fence_limit_s`).
     pub longest_renewal_gap_s: f64,
-    /// The fence's limit for that gap: 2/3 of the lease duration minus 1 s.
+    /// The fence's limit for that gap: 2/3 of the lease duration (the Lease's validity after a
+    /// renewal is sent) minus the fence's spare, a tenth of it.
     pub fence_limit_s: f64,
     /// Renewal gaps over the limit.
     pub gaps_over_limit: usize,

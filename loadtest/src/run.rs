@@ -256,7 +256,7 @@ impl Fleet {
             let repo: Repository =
                 serde_json::from_value(json!({"apiVersion": names::API_VERSION, "kind": "Repository",
                 "metadata": {"name": REPOSITORY, "namespace": ns},
-                "spec": {"url": url, "ref": {"branch": "main"}, "interval": "5m"}}))
+                "spec": {"url": url, "ref": {"branch": "main"}, "interval": self.args.repository_interval}}))
                 .expect("a Repository");
             Api::<Repository>::namespaced(self.client.clone(), &ns).create(&PostParams::default(), &repo).await?;
         }
@@ -490,7 +490,9 @@ impl Fleet {
     /// status writes from the replicas' logs.
     fn ownership(&mut self) {
         let d = self.args.lease_duration;
-        let limit = (d * 2 / 3).saturating_sub(Duration::from_secs(1)).as_secs_f64();
+        // Valid until the renewal's send + 2/3 of the duration; the fence wants a tenth of it
+        // to spare (`ksync-controller run`).
+        let limit = (d * 2 / 3).saturating_sub(d / 10).as_secs_f64();
         let mut gaps = Vec::new();
         for (lease, seen) in self.lease_seen.history() {
             if !lease.contains("-shard-") {

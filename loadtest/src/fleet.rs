@@ -153,6 +153,8 @@ pub struct Process {
     pub name: String,
     /// Where its stderr goes.
     pub log: PathBuf,
+    /// Where it serves `/metrics` (replicas).
+    pub metrics_port: Option<u16>,
     child: Child,
 }
 
@@ -166,7 +168,7 @@ impl Process {
             .spawn()
             .map_err(|source| Error::Start { what: name.to_string(), source })?;
         adopt(child.id());
-        Ok(Process { name: name.to_string(), log, child })
+        Ok(Process { name: name.to_string(), log, metrics_port: None, child })
     }
 
     /// Its process id.
@@ -247,7 +249,8 @@ pub struct ReplicaOptions<'a> {
     pub tools: Option<&'a Path>,
 }
 
-/// Start replica `name` as the identity of `kubeconfig`, its Git cache and log under `dir`.
+/// Start replica `name` as the identity of `kubeconfig`, its Git cache and log under `dir`,
+/// `/metrics` on a free loopback port.
 pub fn start_replica(
     options: &ReplicaOptions<'_>,
     name: &str,
@@ -256,8 +259,11 @@ pub fn start_replica(
 ) -> Result<Process, Error> {
     let cache = dir.join(format!("{name}-git-cache"));
     std::fs::create_dir_all(&cache)?;
+    let port = crate::support::free_port();
     let mut cmd = Command::new(options.bin);
-    cmd.args(["run", "--metrics-bind-address", "", "--replica-id", name, "--lease-namespace", SYSTEM])
+    cmd.args(["run", "--replica-id", name, "--lease-namespace", SYSTEM])
+        .arg("--metrics-bind-address")
+        .arg(format!("127.0.0.1:{port}"))
         .args(["--lease-prefix", LEASE_PREFIX, "--shards", &options.shards.to_string()])
         .arg("--lease-duration")
         .arg(format!("{}ms", options.lease_duration.as_millis()))
@@ -272,7 +278,9 @@ pub fn start_replica(
     if let Some(tools) = options.tools {
         cmd.env("KSYNC_HELM", tools.join("helm")).env("KSYNC_KUBECTL", tools.join("kubectl"));
     }
-    Process::spawn(name, &mut cmd, dir.join(format!("{name}.log")))
+    let mut p = Process::spawn(name, &mut cmd, dir.join(format!("{name}.log")))?;
+    p.metrics_port = Some(port);
+    Ok(p)
 }
 
 #[cfg(test)]

@@ -18,6 +18,7 @@ use std::time::Duration;
 use clap::Parser;
 
 pub mod fleet;
+pub mod metrics;
 pub mod observe;
 pub mod procfs;
 pub mod report;
@@ -90,6 +91,11 @@ pub struct Args {
     /// Every n-th Application also runs a one-replica Deployment (0: none).
     #[arg(long, default_value_t = 10)]
     pub deployment_every: usize,
+    /// `spec.interval` of the Repositories (the CRD's default is 1m). Each fetch records
+    /// `status.revision.fetchedAt`, which the Application controller sees as a change of the
+    /// Repository.
+    #[arg(long, default_value = "1m")]
+    pub repository_interval: String,
     /// `--lease-duration` of every replica.
     #[arg(long, default_value = "15s", value_parser = parse_duration)]
     pub lease_duration: Duration,

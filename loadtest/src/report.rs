@@ -34,6 +34,8 @@ pub struct Report {
     pub takeover: Option<Takeover>,
     /// Shard ownership over the whole run.
     pub ownership: Ownership,
+    /// simcluster's audit log: writes (dry runs included) by phase, then by `verb resource`.
+    pub api_writes: BTreeMap<String, BTreeMap<String, usize>>,
 }
 
 /// The run's parameters.
@@ -82,15 +84,20 @@ pub struct Convergence {
     pub unaided: usize,
     /// Applications asked for a reconcile because they stalled.
     pub nudged: usize,
+    /// `per_app` of the Applications with a Deployment only.
+    pub with_deployment: Summary,
+    /// `per_app` of the Applications with a ConfigMap only.
+    pub configmap_only: Summary,
 }
 
 /// What the replicas' logs and Leases say about shard ownership.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Ownership {
     /// Longest time between two renewals of one shard Lease by the same holder, seconds (a
-    /// replica's fence fails once it exceeds two thirds of the lease duration minus 1 s).
+    /// replica's fence fails once it exceeds `fence_limit_s`).
     pub longest_renewal_gap_s: f64,
-    /// The fence's limit for that gap: 2/3 of the lease duration minus 1 s.
+    /// The fence's limit for that gap: 2/3 of the lease duration (the Lease's validity after a
+    /// renewal is sent) minus the fence's spare, a tenth of it.
     pub fence_limit_s: f64,
     /// Renewal gaps over the limit.
     pub gaps_over_limit: usize,
@@ -141,6 +148,8 @@ pub struct PhaseUsage {
     pub phase: String,
     /// By process name.
     pub processes: BTreeMap<String, Usage>,
+    /// By replica: its `/metrics` (cumulative since it started; see `metrics::KEPT`).
+    pub metrics: BTreeMap<String, BTreeMap<String, f64>>,
 }
 
 /// How the survivors took over a killed replica's shards.
@@ -193,6 +202,14 @@ impl Report {
         let _ = writeln!(out, "| creating {} Applications (API calls) | {:.1} s |", s.apps, c.create_s);
         let _ = writeln!(out, "| first create until all Synced, Healthy, Ready | {:.1} s |", c.all_ready_s);
         let _ = writeln!(out, "| per Application, create to Ready (p50 / p90 / p99 / max) | {} |", c.per_app.cell_s());
+        let _ = writeln!(
+            out,
+            "| … with a Deployment ({}) / a ConfigMap only ({}) | {} / {} |",
+            c.with_deployment.count,
+            c.configmap_only.count,
+            c.with_deployment.cell_s(),
+            c.configmap_only.cell_s()
+        );
         if c.nudged > 0 {
             let _ = writeln!(
                 out,
@@ -224,6 +241,28 @@ impl Report {
                 cells.push(format!("{name} {} ({} peak), {:.0} CPU s", mib(u.rss_kib), mib(u.hwm_kib), u.cpu_s));
             }
             let _ = writeln!(out, "| RSS {} | {} |", p.phase, cells.join("; "));
+            let get = |m: &BTreeMap<String, f64>, k: &str| m.get(k).copied().unwrap_or(0.0);
+            let cells: Vec<String> = p
+                .metrics
+                .iter()
+                .map(|(name, m)| {
+                    format!(
+                        "{name} {:.0} ({:.0} s waiting for the budget), {:.0} ({:.0} s)",
+                        get(m, "ksync_api_requests_total"),
+                        get(m, "ksync_api_throttle_seconds_sum"),
+                        get(m, "ksync_reconciles_total"),
+                        get(m, "ksync_reconcile_duration_seconds_sum")
+                    )
+                })
+                .collect();
+            if !cells.is_empty() {
+                let _ = writeln!(
+                    out,
+                    "| API requests and reconciles (total time) so far, {} | {} |",
+                    p.phase,
+                    cells.join("; ")
+                );
+            }
         }
         let idle: Vec<String> = self.idle_cpu.iter().map(|(n, v)| format!("{n} {:.0}%", v * 100.0)).collect();
         let _ = writeln!(out, "| CPU while idle (share of one core) | {} |", idle.join(", "));
@@ -259,6 +298,17 @@ impl Report {
             |m: &BTreeMap<String, usize>| m.iter().map(|(r, n)| format!("{r}: {n}")).collect::<Vec<_>>().join(", ");
         let _ = writeln!(out, "| reconciles stopped by the shard fence (logged) | {} |", counts(&o.fence_stops));
         let _ = writeln!(out, "| status writes refused as stale (409) | {} |", counts(&o.stale_status_writes));
+        for (phase, writes) in &self.api_writes {
+            let total: usize = writes.values().sum();
+            let mut top: Vec<(&String, &usize)> = writes.iter().collect();
+            top.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+            let top: Vec<String> = top.iter().take(6).map(|(k, n)| format!("{k} {n}")).collect();
+            let _ = writeln!(
+                out,
+                "| API writes during {phase} (simcluster audit; most frequent) | {total} ({}) |",
+                top.join(", ")
+            );
+        }
         let loads: Vec<String> =
             self.load.iter().map(|(p, l)| format!("{p} {:.2}/{:.2}/{:.2}", l[0], l[1], l[2])).collect();
         let _ = writeln!(out, "| load average (1/5/15 min) at each phase | {} |", loads.join("; "));
@@ -277,12 +327,14 @@ mod tests {
         r.usage.push(PhaseUsage {
             phase: "after convergence".into(),
             processes: [("ksync-0".to_string(), Usage { hwm_kib: 2048, rss_kib: 1024, cpu_s: 3.0 })].into(),
+            metrics: [("ksync-0".to_string(), [("ksync_api_requests_total".to_string(), 42.0)].into())].into(),
         });
         r.takeover = Some(Takeover { victim: "ksync-0".into(), target_s: 20.0, ..Default::default() });
         let t = r.table();
         assert!(t.contains("20 Applications"));
         assert!(t.contains("ksync-0 1 MiB (2 MiB peak), 3 CPU s"));
         assert!(t.contains("target 20 s: met"));
+        assert!(t.contains("ksync-0 42 (0 s waiting for the budget)"));
         assert!(t.contains("| drift detected"));
     }
 }

@@ -62,6 +62,8 @@ struct Fleet {
     cm_seen: Arc<Journal<Option<String>>>,
     lease_seen: Arc<Journal<Option<String>>>,
     started: Instant,
+    /// When each phase started (wall clock, to place audit events).
+    phases: Vec<(String, jiff::Timestamp)>,
 }
 
 /// Run the load test described by `args` (see the module documentation).
@@ -137,6 +139,7 @@ pub fn run(args: &Args) -> Result<Report> {
             sim_pid: sim.pid(),
             replicas: Vec::new(),
             started,
+            phases: Vec::new(),
         };
         fleet.describe();
         fleet.set_up(&cluster, &url, &dir, &controller_bin).await?;
@@ -149,6 +152,7 @@ pub fn run(args: &Args) -> Result<Report> {
             fleet.snapshot("at the end");
         }
         fleet.ownership();
+        fleet.api_writes().await;
         Ok::<_, Error>(fleet.report)
     });
     // The replicas died with the fleet; the watches die with the runtime; then the servers.
@@ -188,6 +192,7 @@ impl Fleet {
             self.started.elapsed().as_secs_f64()
         );
         self.report.load.push((name.to_string(), load));
+        self.phases.push((name.to_string(), jiff::Timestamp::now()));
     }
 
     /// Memory and CPU of every live process now.
@@ -206,10 +211,16 @@ impl Fleet {
 
     fn snapshot(&mut self, phase: &str) {
         let processes = self.usage();
+        let metrics: BTreeMap<String, BTreeMap<String, f64>> = self
+            .replicas
+            .iter_mut()
+            .filter_map(|p| p.running().then_some(&*p))
+            .filter_map(|p| Some((p.name.clone(), crate::metrics::scrape(p.metrics_port?)?)))
+            .collect();
         for (name, u) in &processes {
             say!("{phase}: {name} RSS {} KiB, peak {} KiB, {:.1} CPU s", u.rss_kib, u.hwm_kib, u.cpu_s);
         }
-        self.report.usage.push(PhaseUsage { phase: phase.to_string(), processes });
+        self.report.usage.push(PhaseUsage { phase: phase.to_string(), processes, metrics });
     }
 
     fn replica_names(&self) -> Vec<String> {
@@ -245,7 +256,7 @@ impl Fleet {
             let repo: Repository =
                 serde_json::from_value(json!({"apiVersion": names::API_VERSION, "kind": "Repository",
                 "metadata": {"name": REPOSITORY, "namespace": ns},
-                "spec": {"url": url, "ref": {"branch": "main"}, "interval": "5m"}}))
+                "spec": {"url": url, "ref": {"branch": "main"}, "interval": self.args.repository_interval}}))
                 .expect("a Repository");
             Api::<Repository>::namespaced(self.client.clone(), &ns).create(&PostParams::default(), &repo).await?;
         }
@@ -419,7 +430,23 @@ impl Fleet {
                 Some(at.saturating_duration_since(created[k]))
             })
             .collect();
+        let split = |deployment: bool| {
+            let times: Vec<Duration> = self
+                .apps
+                .iter()
+                .filter(|d| d.deployment == deployment)
+                .filter_map(|d| {
+                    let k = key(&d.namespace, &d.name);
+                    let at = self.app_seen.first_since(&k, created[&k], AppSeen::converged)?;
+                    Some(at.saturating_duration_since(created[&k]))
+                })
+                .collect();
+            Summary::of(&times)
+        };
+        let (with_deployment, configmap_only) = (split(true), split(false));
         self.report.convergence = Convergence {
+            with_deployment,
+            configmap_only,
             started_at_s: self.report.convergence.started_at_s,
             create_s,
             all_ready_s: done.duration_since(first).as_secs_f64(),
@@ -463,7 +490,9 @@ impl Fleet {
     /// status writes from the replicas' logs.
     fn ownership(&mut self) {
         let d = self.args.lease_duration;
-        let limit = (d * 2 / 3).saturating_sub(Duration::from_secs(1)).as_secs_f64();
+        // Valid until the renewal's send + 2/3 of the duration; the fence wants a tenth of it
+        // to spare (`ksync-controller run`).
+        let limit = (d * 2 / 3).saturating_sub(d / 10).as_secs_f64();
         let mut gaps = Vec::new();
         for (lease, seen) in self.lease_seen.history() {
             if !lease.contains("-shard-") {
@@ -483,6 +512,24 @@ impl Fleet {
             let log = std::fs::read_to_string(&p.log).unwrap_or_default();
             o.fence_stops.insert(p.name.clone(), log.matches("no longer owns the Application's shard").count());
             o.stale_status_writes.insert(p.name.clone(), log.matches("status computed from a stale copy").count());
+        }
+    }
+
+    /// simcluster's audit log (every write, dry runs included), counted by phase and by
+    /// `verb resource`.
+    async fn api_writes(&mut self) {
+        let request = http::Request::get("/simcluster/v1/audit").body(Vec::new()).expect("a request");
+        let events: Vec<simcluster::faults::AuditEvent> =
+            match self.client.request_text(request).await.map(|t| serde_json::from_str(&t)) {
+                Ok(Ok(events)) => events,
+                Ok(Err(e)) => return say!("reading the audit log: {e}"),
+                Err(e) => return say!("reading the audit log: {e}"),
+            };
+        for e in events {
+            let Ok(at) = e.time.parse::<jiff::Timestamp>() else { continue };
+            let Some((phase, _)) = self.phases.iter().rev().find(|(_, start)| *start <= at) else { continue };
+            let what = format!("{}{} {}", e.verb, if e.dry_run { " (dry run)" } else { "" }, e.resource);
+            *self.report.api_writes.entry(phase.clone()).or_default().entry(what).or_default() += 1;
         }
     }
 

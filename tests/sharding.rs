@@ -20,7 +20,7 @@ use kuvryn_sync::api::{Application, Repository};
 use serde_json::json;
 use support::{Cluster, GitServer, WorkTree, apply_as, eventually, install_crds, temp_dir};
 
-const APPS: usize = 100;
+const APPS: usize = 200;
 const SHARDS: u32 = 12;
 const SYSTEM: &str = "kuvryn-system";
 const FLEET: &str = "fleet";
@@ -220,6 +220,7 @@ fn replicas_split_the_shards_take_over_and_rebalance() {
         let moved: BTreeSet<&String> =
             after.iter().filter(|(k, v)| before.get(*k) != Some(*v)).map(|(k, _)| k).collect();
         assert_eq!(moved.len(), 4, "only the new replica's share moves: {before:?} → {after:?}");
+        phase("the fourth replica holds its share");
         write_apps(&wt, "v3");
         wt.commit_and_push("v3");
         eventually("v3 everywhere on the new split", WAIT, || async { converged(&client, "v3").await.then_some(()) })

@@ -275,10 +275,14 @@ fn run_controllers(args: RunArgs) -> Result<()> {
         let singleton = |rx: tokio::sync::watch::Receiver<bool>| {
             let (repositories, client) = (repositories.clone(), client.clone());
             let (lease_ns, prefix) = (lease_ns.clone(), prefix.clone());
+            // Shard labels are written outside the budget too: no replica sees a new Application
+            // before it has its label, and at 1,000 new Applications a budget shared with the
+            // leader's reconciles held some back for minutes. One patch per new Application.
+            let labels_client = lease_client.clone();
             async move {
                 tokio::join!(
                     crate::controller::repository::run(repositories, on_stop(rx.clone())),
-                    crate::controller::labeller::run(client.clone(), shards, on_stop(rx.clone())),
+                    crate::controller::labeller::run(labels_client, shards, on_stop(rx.clone())),
                     crate::controller::orphans::run(client, lease_ns, prefix, shards, duration, on_stop(rx)),
                 );
             }

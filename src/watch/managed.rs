@@ -3,6 +3,9 @@
 //! events only for the shards it owns. An event names its Application through the
 //! `sync.kuvryn.io/application` annotation and triggers a drift check of that Application only.
 //!
+//! The watches are reflectors too: their stores ([`Inventory`]) answer a drift check's list of
+//! the Application's managed objects without a request to the API server.
+//!
 //! Kinds watched: ConfigMaps, Secrets, Services, Deployments, StatefulSets and DaemonSets
 //! ([`WATCHED_BY_DEFAULT`]), plus every other kind an Application manages that the controller
 //! has been granted list and watch on, found out with a SelfSubjectAccessReview
@@ -10,14 +13,15 @@
 //! `--drift-resync-interval`.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use futures_util::{Stream, StreamExt};
+use futures_util::{FutureExt, Stream, StreamExt};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::api::authorization::v1::{ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec};
 use kube::api::{Api, DynamicObject, PartialObjectMeta, PostParams};
 use kube::core::ApiResource;
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 
@@ -47,18 +51,99 @@ pub fn selector(shard: Option<u32>) -> String {
 }
 
 /// Metadata-only watch events of managed objects of kind `K` (a drift or health trigger: the
-/// object itself is read again by the reconcile).
+/// object itself is read again by the reconcile), kept in `inventory` as `shard`'s store of the
+/// kind while the stream lives.
 pub fn touched<K>(
     client: &Client,
     selector: &str,
+    inventory: &Inventory,
+    shard: Option<u32>,
 ) -> impl Stream<Item = Result<PartialObjectMeta<K>, watcher::Error>> + Send + 'static
 where
     K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
 {
+    let (store, writer) = reflector::store::<PartialObjectMeta<K>>();
+    let alive = inventory.insert(shard, &K::group(&()), &K::kind(&()), store);
     // `Api<PartialObjectMeta<K>>` makes metadata-only requests.
     watcher(Api::<PartialObjectMeta<K>>::all(client.clone()), watcher::Config::default().labels(selector))
         .default_backoff()
+        .modify(|o| o.metadata.managed_fields = None)
+        .reflect(writer)
         .touched_objects()
+        .inspect(move |_| {
+            let _ = &alive;
+        })
+}
+
+/// The label pairs of an equality-only selector (`k=v,k2=v2`), or `None` for anything else.
+fn equalities(selector: &str) -> Option<Vec<(&str, &str)>> {
+    selector
+        .split(',')
+        .map(|term| {
+            let (k, v) = term.split_once('=')?;
+            let (k, v) = (k.trim(), v.trim_start_matches('=').trim());
+            (!k.is_empty() && !k.ends_with('!') && !k.contains(' ')).then_some((k, v))
+        })
+        .collect()
+}
+
+type Lookup = Box<dyn Fn(&[(&str, &str)]) -> Option<Vec<ObjectMeta>> + Send + Sync>;
+/// Shard (`None`: not sharded), group and kind.
+type StoreKey = (Option<u32>, String, String);
+
+/// The metadata of managed objects as this replica's shard watches have it, by shard (`None`:
+/// not sharded) and kind. A store answers only while its watch runs and once its first list is
+/// in.
+#[derive(Default)]
+pub struct Inventory {
+    stores: Mutex<HashMap<StoreKey, (Weak<()>, Lookup)>>,
+}
+
+impl Inventory {
+    /// Register `store` as `shard`'s store of `group`/`kind`; it answers while the returned
+    /// token lives (the watch holds it).
+    pub fn insert<K>(&self, shard: Option<u32>, group: &str, kind: &str, store: Store<K>) -> Arc<()>
+    where
+        K: Resource + Clone + Send + Sync + 'static,
+        K::DynamicType: std::hash::Hash + Eq + Clone + Send + Sync,
+    {
+        let alive = Arc::new(());
+        let lookup: Lookup = Box::new(move |want| {
+            // Ready once the first list is in; an error means the watch is gone.
+            store.wait_until_ready().now_or_never()?.ok()?;
+            Some(
+                store
+                    .state()
+                    .iter()
+                    .filter(|o| {
+                        let labels = o.meta().labels.as_ref();
+                        want.iter().all(|(k, v)| labels.and_then(|l| l.get(*k)).map(String::as_str) == Some(*v))
+                    })
+                    .map(|o| o.meta().clone())
+                    .collect(),
+            )
+        });
+        self.stores
+            .lock()
+            .expect("inventory lock")
+            .insert((shard, group.to_string(), kind.to_string()), (Arc::downgrade(&alive), lookup));
+        alive
+    }
+
+    /// The objects of `group`/`kind` matching the equality-only `selector` in `shard`'s store,
+    /// or `None` when no running, synced watch can say.
+    pub fn lookup(&self, shard: Option<u32>, group: &str, kind: &str, selector: &str) -> Option<Vec<ObjectMeta>> {
+        let want = equalities(selector)?;
+        let stores = self.stores.lock().expect("inventory lock");
+        let (alive, lookup) = stores.get(&(shard, group.to_string(), kind.to_string()))?;
+        alive.upgrade()?;
+        lookup(&want)
+    }
+
+    /// Forget `shard`'s stores (its watches stopped).
+    pub fn remove_shard(&self, shard: Option<u32>) {
+        self.stores.lock().expect("inventory lock").retain(|(s, _, _), _| *s != shard);
+    }
 }
 
 /// The Application a managed object belongs to (`sync.kuvryn.io/application: namespace/name`).
@@ -154,6 +239,8 @@ pub fn extra_triggers(
     client: Client,
     mut kinds: tokio::sync::watch::Receiver<BTreeMap<KindKey, ApiResource>>,
     selector: String,
+    inventory: Arc<Inventory>,
+    shard: Option<u32>,
 ) -> impl Stream<Item = ObjectRef<Application>> + Send + 'static {
     let (tx, rx) = tokio::sync::mpsc::channel::<ObjectRef<Application>>(256);
     tokio::spawn(async move {
@@ -163,7 +250,9 @@ pub fn extra_triggers(
             let current = kinds.borrow_and_update().clone();
             for (key, resource) in current {
                 if started.insert(key) {
-                    watches.spawn(watch_kind(client.clone(), resource, selector.clone(), tx.clone()));
+                    let writer = reflector::store::Writer::<PartialObjectMeta<DynamicObject>>::new(resource.clone());
+                    let alive = inventory.insert(shard, &resource.group, &resource.kind, writer.as_reader());
+                    watches.spawn(watch_kind(client.clone(), resource, selector.clone(), tx.clone(), writer, alive));
                 }
             }
             tokio::select! {
@@ -181,11 +270,18 @@ async fn watch_kind(
     resource: ApiResource,
     selector: String,
     tx: tokio::sync::mpsc::Sender<ObjectRef<Application>>,
+    writer: reflector::store::Writer<PartialObjectMeta<DynamicObject>>,
+    _alive: Arc<()>,
 ) {
     // Metadata-only requests.
     let api: Api<PartialObjectMeta<DynamicObject>> = Api::all_with(client, &resource);
-    let mut events =
-        std::pin::pin!(watcher(api, watcher::Config::default().labels(&selector)).default_backoff().touched_objects());
+    let mut events = std::pin::pin!(
+        watcher(api, watcher::Config::default().labels(&selector))
+            .default_backoff()
+            .modify(|o| o.metadata.managed_fields = None)
+            .reflect(writer)
+            .touched_objects()
+    );
     while let Some(event) = events.next().await {
         match event {
             Ok(meta) => {
@@ -211,6 +307,47 @@ mod tests {
         assert!(watched_by_default("apps", "Deployment"));
         assert!(!watched_by_default("", "ServiceAccount"));
         assert!(!watched_by_default("example.com", "ConfigMap"));
+    }
+
+    #[test]
+    fn only_equality_selectors_are_answered_from_a_store() {
+        assert_eq!(equalities("a=b,c==d"), Some(vec![("a", "b"), ("c", "d")]));
+        assert_eq!(equalities("a!=b"), None);
+        assert_eq!(equalities("a in (b)"), None);
+        assert_eq!(equalities("a"), None);
+    }
+
+    #[tokio::test]
+    async fn a_store_answers_while_its_watch_lives_and_once_it_has_listed() {
+        use k8s_openapi::api::core::v1::ConfigMap;
+        use kube::runtime::watcher::Event;
+        let inventory = Inventory::default();
+        let (store, mut writer) = reflector::store::<PartialObjectMeta<ConfigMap>>();
+        let alive = inventory.insert(Some(3), "", "ConfigMap", store);
+        let lookup = || inventory.lookup(Some(3), "", "ConfigMap", "app=web");
+        assert_eq!(lookup(), None, "not listed yet");
+        let object = |name: &str, app: &str| {
+            let mut o = PartialObjectMeta::<ConfigMap>::default();
+            o.metadata.name = Some(name.into());
+            o.metadata.namespace = Some("team-a".into());
+            o.metadata.labels = Some([("app".to_string(), app.to_string())].into());
+            o
+        };
+        writer.apply_watcher_event(&Event::Init);
+        writer.apply_watcher_event(&Event::InitApply(object("a", "web")));
+        writer.apply_watcher_event(&Event::InitApply(object("b", "api")));
+        writer.apply_watcher_event(&Event::InitDone);
+        let found = lookup().expect("listed");
+        assert_eq!(found.iter().map(|m| m.name.clone().unwrap()).collect::<Vec<_>>(), vec!["a"]);
+        assert_eq!(inventory.lookup(Some(4), "", "ConfigMap", "app=web"), None, "another shard");
+        assert_eq!(inventory.lookup(Some(3), "", "Secret", "app=web"), None, "another kind");
+        assert_eq!(inventory.lookup(Some(3), "", "ConfigMap", "app!=web"), None, "not an equality");
+        drop(alive);
+        assert_eq!(lookup(), None, "the watch stopped");
+        let (store, _writer) = reflector::store::<PartialObjectMeta<ConfigMap>>();
+        let _alive = inventory.insert(Some(3), "", "ConfigMap", store);
+        inventory.remove_shard(Some(3));
+        assert_eq!(lookup(), None, "the shard stopped");
     }
 
     #[test]

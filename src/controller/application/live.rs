@@ -260,14 +260,25 @@ async fn list_meta(
     }
 }
 
-/// Every object labelled with `selector` across `kinds`. Namespaced kinds are listed across
-/// the cluster, or, when the service account may not, in each of `namespaces`.
+/// Where a kind's managed objects can be found without a request: a watch cache's answer (with
+/// apiVersion and kind), or `None` to list them.
+pub type Cached<'a> = &'a (dyn Fn(&ApiResource) -> Option<Vec<Value>> + Sync);
+
+/// No cache: every kind is listed.
+pub fn uncached(_: &ApiResource) -> Option<Vec<Value>> {
+    None
+}
+
+/// Every object labelled with `selector` across `kinds`, from `cached` where it answers, else
+/// listed: namespaced kinds across the cluster, or, when the service account may not, in each
+/// of `namespaces`.
 pub async fn read_managed(
     client: &Client,
     scopes: &ClusterScopes,
     kinds: &[GroupVersionKind],
     selector: &str,
     namespaces: &BTreeSet<String>,
+    cached: Cached<'_>,
     out: &mut Live,
 ) -> Result<(), Error> {
     let requests: Vec<_> = kinds
@@ -275,6 +286,11 @@ pub async fn read_managed(
         .map(|k| async move {
             let mut found = Vec::new();
             let Some(r) = scopes.resource(&k.group, &k.version, &k.kind) else { return Ok(found) };
+            if let Some(found) = cached(r) {
+                metrics::counter!("ksync_inventory_reads_total", "source" => "cache").increment(1);
+                return Ok(found);
+            }
+            metrics::counter!("ksync_inventory_reads_total", "source" => "api").increment(1);
             let namespaced = crate::plan::validate::Scopes::namespaced(scopes, &k.group, &k.kind).unwrap_or(true);
             let all = Api::<DynamicObject>::all_with(client.clone(), r);
             match list_meta(&all, selector, &mut found, r).await {
@@ -312,7 +328,8 @@ pub async fn read_managed(
     Ok(())
 }
 
-/// Read everything the plan needs.
+/// Read everything the plan needs (managed objects from `cached` where it answers).
+#[allow(clippy::too_many_arguments)]
 pub async fn read(
     client: &Client,
     scopes: &ClusterScopes,
@@ -321,11 +338,12 @@ pub async fn read(
     selector: &str,
     namespaces: &BTreeSet<String>,
     adopt: bool,
+    cached: Cached<'_>,
 ) -> Result<Live, Error> {
     let mut out = Live::default();
     read_desired(client, scopes, desired, adopt, &mut out).await?;
     let kinds = kinds_to_search(managed_kinds, desired);
-    read_managed(client, scopes, &kinds, selector, namespaces, &mut out).await?;
+    read_managed(client, scopes, &kinds, selector, namespaces, cached, &mut out).await?;
     Ok(out)
 }
 

@@ -49,6 +49,7 @@ use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, Secret, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::core::ApiResource;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
@@ -67,7 +68,7 @@ use crate::plan::{self, inventory, revision, validate};
 use crate::render::{self, Renderer};
 use crate::source::{GitCache, Reference};
 use crate::watch::discovery::ClusterScopes;
-use crate::watch::managed::{self as watched, ExtraKinds};
+use crate::watch::managed::{self as watched, ExtraKinds, Inventory};
 
 /// When an Application is looked at again after this replica could not write for its shard.
 const NOT_OWNER_RETRY: Duration = Duration::from_secs(1);
@@ -102,6 +103,75 @@ impl Default for Settings {
     }
 }
 
+/// One watch of every Repository per replica: its store answers reconciles' reads, and its
+/// events fan out to the shard controllers (each maps a Repository to its Applications).
+struct Repositories {
+    store: reflector::Store<Repository>,
+    events: tokio::sync::broadcast::Sender<Arc<Repository>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Repositories {
+    fn start(client: Client) -> Repositories {
+        let (store, writer) = reflector::store();
+        let (events, _) = tokio::sync::broadcast::channel(1024);
+        let tx = events.clone();
+        let task = tokio::spawn(async move {
+            let stream = watcher(Api::<Repository>::all(client), watcher::Config::default()).default_backoff().reflect(writer);
+            let mut stream = std::pin::pin!(stream);
+            // What Applications read of each Repository, as last sent.
+            let mut seen: HashMap<(Option<String>, String), String> = HashMap::new();
+            while let Some(r) = stream.next().await {
+                let (repo, deleted) = match r {
+                    Ok(watcher::Event::Apply(r) | watcher::Event::InitApply(r)) => (r, false),
+                    Ok(watcher::Event::Delete(r)) => (r, true),
+                    Ok(watcher::Event::Init | watcher::Event::InitDone) => continue,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "watching Repositories");
+                        continue;
+                    }
+                };
+                let key = (repo.namespace(), repo.name_any());
+                let changed = if deleted {
+                    seen.remove(&key).is_some()
+                } else {
+                    let now = Repositories::what_applications_read(&repo);
+                    seen.insert(key, now.clone()).as_ref() != Some(&now)
+                };
+                // No subscriber (no shard running) is fine.
+                if changed {
+                    drop(tx.send(Arc::new(repo)));
+                }
+            }
+        });
+        Repositories { store, events, task }
+    }
+}
+
+impl Repositories {
+    /// What a change of triggers the Repository's Applications: its spec and generation, the
+    /// commit it resolved and its readiness; not `status.revision.fetchedAt`, which every poll
+    /// moves (at 1,000 Applications, reconciling each on every poll kept the replicas' API budget
+    /// spent and delayed drift checks by seconds).
+    fn what_applications_read(repo: &Repository) -> String {
+        let status = repo.status.as_ref();
+        let ready = status.and_then(|s| conditions::get(&s.conditions, names::conditions::READY));
+        json!({
+            "generation": repo.metadata.generation,
+            "spec": repo.spec,
+            "revision": status.and_then(|s| s.revision.as_ref()).map(|r| (&r.reference, &r.commit)),
+            "ready": ready.map(|c| (&c.status, &c.reason)),
+        })
+        .to_string()
+    }
+}
+
+impl Drop for Repositories {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
 /// What the controller needs.
 pub struct Context {
     /// The API client (the controller's own identity: Applications, Revisions, Repositories).
@@ -122,6 +192,10 @@ pub struct Context {
     pub kinds: ExtraKinds,
     /// The reconcile queue and when each Application was last reconciled.
     pub progress: progress::Progress,
+    /// Managed objects' metadata as the shard watches have it.
+    pub inventory: Arc<Inventory>,
+    /// Repositories as one watch of this replica has them (started with the first shard).
+    repositories: std::sync::OnceLock<Repositories>,
     scopes: tokio::sync::Mutex<Option<(Instant, Arc<ClusterScopes>)>>,
     clients: Mutex<HashMap<(String, String), Client>>,
     resolved: Mutex<HashMap<(String, String), (Instant, String)>>,
@@ -148,10 +222,22 @@ impl Context {
             fence: None,
             kinds: ExtraKinds::new(client.clone()),
             progress: Default::default(),
+            inventory: Default::default(),
+            repositories: Default::default(),
             scopes: Default::default(),
             clients: Default::default(),
             resolved: Default::default(),
         })
+    }
+
+    /// The Repositories watch, started on first use.
+    fn repositories(&self) -> &Repositories {
+        self.repositories.get_or_init(|| Repositories::start(self.client.clone()))
+    }
+
+    /// The Repository `ns/name` as the watch has it, when it has it.
+    fn cached_repository(&self, ns: &str, name: &str) -> Option<Arc<Repository>> {
+        self.repositories.get()?.store.get(&ObjectRef::new(name).within(ns))
     }
 
     /// A client acting as `system:serviceaccount:<ns>:<sa>` (kept per service account).
@@ -236,7 +322,7 @@ pub async fn run_shard(
 ) {
     let client = ctx.client.clone();
     let apps: Api<Application> = Api::all(client.clone());
-    let repos: Api<Repository> = Api::all(client.clone());
+    let repo_events = ctx.repositories().events.subscribe();
     let config = match shard {
         Some(k) => watcher::Config::default().labels(&format!("{}={}", names::labels::SHARD, k)),
         None => watcher::Config::default(),
@@ -261,25 +347,39 @@ pub async fn run_shard(
             .debounce(Duration::from_millis(200)),
     );
     let (c1, c2) = (ctx.clone(), ctx.clone());
-    let extra = watched::extra_triggers(client, ctx.kinds.subscribe(), selector.clone()).map(move |r| noted(r, &c1));
+    let extra =
+        watched::extra_triggers(client, ctx.kinds.subscribe(), selector.clone(), ctx.inventory.clone(), shard)
+            .map(move |r| noted(r, &c1));
+    // A Repository change: its Applications in this shard (all of them if events were missed).
+    let repo_triggers = futures_util::stream::unfold(repo_events, |mut rx| async move {
+        use tokio::sync::broadcast::error::RecvError;
+        match rx.recv().await {
+            Ok(repo) => Some((Some(repo), rx)),
+            Err(RecvError::Lagged(_)) => Some((None, rx)),
+            Err(RecvError::Closed) => None,
+        }
+    })
+    .flat_map(move |repo: Option<Arc<Repository>>| {
+        let apps: Vec<_> = store
+            .state()
+            .into_iter()
+            .filter(|a| {
+                repo.as_ref().is_none_or(|r| a.namespace() == r.namespace() && a.spec.source.repository == r.name_any())
+            })
+            .map(|a| noted(ObjectRef::from_obj(&*a), &c2))
+            .collect();
+        futures_util::stream::iter(apps)
+    });
+    let inv = &ctx.inventory;
     controller
-        .watches(repos, watcher::Config::default(), move |repo: Repository| {
-            let ns = repo.namespace();
-            let name = repo.name_any();
-            store
-                .state()
-                .into_iter()
-                .filter(|a| a.namespace() == ns && a.spec.source.repository == name)
-                .map(|a| noted(ObjectRef::from_obj(&*a), &c2))
-                .collect::<Vec<_>>()
-        })
-        .watches_stream(watched::touched::<Deployment>(&ctx.client, &selector), tracked(&ctx))
-        .watches_stream(watched::touched::<StatefulSet>(&ctx.client, &selector), tracked(&ctx))
-        .watches_stream(watched::touched::<DaemonSet>(&ctx.client, &selector), tracked(&ctx))
-        .watches_stream(watched::touched::<ConfigMap>(&ctx.client, &selector), tracked(&ctx))
-        .watches_stream(watched::touched::<Secret>(&ctx.client, &selector), tracked(&ctx))
-        .watches_stream(watched::touched::<Service>(&ctx.client, &selector), tracked(&ctx))
+        .watches_stream(watched::touched::<Deployment>(&ctx.client, &selector, inv, shard), tracked(&ctx))
+        .watches_stream(watched::touched::<StatefulSet>(&ctx.client, &selector, inv, shard), tracked(&ctx))
+        .watches_stream(watched::touched::<DaemonSet>(&ctx.client, &selector, inv, shard), tracked(&ctx))
+        .watches_stream(watched::touched::<ConfigMap>(&ctx.client, &selector, inv, shard), tracked(&ctx))
+        .watches_stream(watched::touched::<Secret>(&ctx.client, &selector, inv, shard), tracked(&ctx))
+        .watches_stream(watched::touched::<Service>(&ctx.client, &selector, inv, shard), tracked(&ctx))
         .reconcile_on(extra)
+        .reconcile_on(repo_triggers)
         .graceful_shutdown_on(shutdown)
         .run(reconcile_tracked, error_policy, ctx.clone())
         .for_each(|r| async move {
@@ -288,6 +388,7 @@ pub async fn run_shard(
             }
         })
         .await;
+    ctx.inventory.remove_shard(shard);
     ctx.progress.shard_stopped(shard);
 }
 
@@ -481,7 +582,11 @@ async fn plan_app(
     let old_rs = rev.status.clone().unwrap_or_default();
     let mut rs = old_rs.clone();
     rs.observed_generation = rev.metadata.generation;
-    let action = match desired_and_plan(app, ctx, ns, name, &source).await? {
+    // A drift check (the desired Revision is deployed and unchanged) reads the managed-object
+    // inventory from the watch caches; a rollout lists it as the service account.
+    let drift_check = old.desired_revision.as_deref() == Some(rev_name.as_str())
+        && rev.status.as_ref().is_some_and(|s| s.deployed_desired_state_hash.is_some());
+    let action = match desired_and_plan(app, ctx, ns, name, &source, drift_check).await? {
         Err(failure) => {
             // A deployed Revision stays what it is: the live state is untouched.
             if rs.deployed_desired_state_hash.is_none() {
@@ -554,7 +659,14 @@ async fn resolve_source(app: &Application, ctx: &Context, ns: &str) -> Result<Re
         |message: String, retryable: bool| Ok(Err(Failure::new(names::reasons::SOURCE_FAILURE, message, retryable)));
     let repos: Api<Repository> = Api::namespaced(ctx.client.clone(), ns);
     let repo_name = &app.spec.source.repository;
-    let Some(repo) = repos.get_opt(repo_name).await? else {
+    // From the watch when it has it (a Repository change triggers its Applications after the
+    // store has it); a miss asks the API server (created a moment ago, or no watch running).
+    let cached = ctx.cached_repository(ns, repo_name).map(|r| (*r).clone());
+    let repo = match cached {
+        Some(r) => Some(r),
+        None => repos.get_opt(repo_name).await?,
+    };
+    let Some(repo) = repo else {
         return fail(format!("Repository {repo_name:?} does not exist in namespace {ns}"), true);
     };
     let credentials = match super::repository::credentials(&ctx.client, ns, repo.spec.secret_ref.as_ref()).await? {
@@ -715,6 +827,7 @@ async fn desired_and_plan(
     ns: &str,
     name: &str,
     source: &Source,
+    from_cache: bool,
 ) -> Result<Result<Planned, Failure>, Error> {
     let spec = &app.spec;
     let checkout = match ctx.cache.checkout(&source.url, &source.commit, &spec.source.path).await {
@@ -790,7 +903,16 @@ async fn desired_and_plan(
         }
     }
     let selector = inventory::selector(ns, name);
-    let read = live::read(&sa_client, &scopes, &desired, &managed_kinds, &selector, &namespaces, adopt).await;
+    let shard_key = ctx.fence.is_some().then(|| shard_of(ctx, ns, name));
+    let cached = |r: &ApiResource| -> Option<Vec<Value>> {
+        if !from_cache {
+            return None;
+        }
+        let found = ctx.inventory.lookup(shard_key, &r.group, &r.kind, &selector)?;
+        Some(found.into_iter().map(|m| json!({"apiVersion": r.api_version, "kind": r.kind, "metadata": m})).collect())
+    };
+    let read =
+        live::read(&sa_client, &scopes, &desired, &managed_kinds, &selector, &namespaces, adopt, &cached).await;
     let live = match read {
         Ok(l) => l,
         Err(live::Error::Forbidden(m)) => {
@@ -1025,7 +1147,8 @@ async fn delete_managed(app: &Application, ctx: &Context, ns: &str, name: &str) 
     let kinds = app.status.as_ref().map(|s| s.managed_kinds.clone()).unwrap_or_default();
     let namespaces = BTreeSet::from([app.spec.destination.namespace.clone()]);
     let mut found = live::Live::default();
-    live::read_managed(&sa, &scopes, &kinds, &inventory::selector(ns, name), &namespaces, &mut found)
+    // As the service account, never from a cache: this decides what is deleted.
+    live::read_managed(&sa, &scopes, &kinds, &inventory::selector(ns, name), &namespaces, &live::uncached, &mut found)
         .await
         .map_err(|e| e.to_string())?;
     let mut targets: Vec<Value> = found

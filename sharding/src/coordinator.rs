@@ -3,11 +3,14 @@
 //!
 //! Every `renew_every` (a third of the Lease duration) the coordinator:
 //! 1. renews its membership Lease `<prefix>-member-<identity>` and lists the live members;
-//! 2. stops the work of shards no longer assigned to it, **waits for it to drain**, then
-//!    releases their Leases so the new owner need not wait for expiry;
-//! 3. acquires or renews the Leases of its shards; work starts for newly acquired ones;
-//! 4. stops at once the work of a shard whose Lease it lost or could not renew in time;
-//! 5. publishes the [`Ownership`] every reconcile checks before it writes ([`Fence`]).
+//! 2. acquires or renews the Leases of its shards; work starts for newly acquired ones;
+//! 3. stops at once the work of a shard whose Lease it lost or could not renew in time;
+//! 4. publishes the [`Ownership`] every reconcile checks before it writes ([`Fence`]);
+//! 5. stops the work of shards no longer assigned to it and **waits for it to drain**, then
+//!    releases their Leases so the new owner need not wait for expiry. The renewals come first,
+//!    and the drain is bounded (half of `renew_every` for all of them together): a shard whose
+//!    work has not drained by then keeps its Lease unrenewed until it expires, so the next round,
+//!    and the renewal of every shard kept, is never held up by a slow reconcile.
 //!
 //! On shutdown it drains every shard and releases all its Leases.
 
@@ -134,18 +137,15 @@ impl Coordinator {
                 .map(|(shard, _)| shard)
                 .collect()
         });
-        // Hand over what is no longer ours: drain, then release.
+        // What is no longer ours stops being ours at once (the fence closes); it is drained and
+        // released below, after the renewals.
+        let mut leaving: Vec<u32> = Vec::new();
         if let Some(mine) = &mine {
-            let leaving: Vec<u32> = owned.keys().filter(|k| !mine.contains(k)).copied().collect();
-            for k in leaving {
-                owned.remove(&k);
-                self.publish(owned);
-                workers.stop(k).await;
-                if let Err(e) = self.leases.release(&Self::shard_lease(&self.prefix, k)).await {
-                    tracing::warn!(shard = k, error = %e, "releasing a shard Lease");
-                }
-                tracing::info!(shard = k, "shard handed over");
+            leaving = owned.keys().filter(|k| !mine.contains(k)).copied().collect();
+            for k in &leaving {
+                owned.remove(k);
             }
+            self.publish(owned);
         }
         // Acquire or renew ours.
         let wanted: Vec<u32> = match &mine {
@@ -182,6 +182,18 @@ impl Coordinator {
             workers.stop(k).await;
         }
         self.publish(owned);
+        // Hand over: drain, then release; a shard not drained in time is left to expire.
+        let deadline = tokio::time::Instant::now() + self.leases.timing().renew_every() / 2;
+        for k in leaving {
+            if tokio::time::timeout_at(deadline, workers.stop(k)).await.is_err() {
+                tracing::warn!(shard = k, "shard work not drained in time: its Lease is left to expire");
+                continue;
+            }
+            if let Err(e) = self.leases.release(&Self::shard_lease(&self.prefix, k)).await {
+                tracing::warn!(shard = k, error = %e, "releasing a shard Lease");
+            }
+            tracing::info!(shard = k, "shard handed over");
+        }
     }
 
     /// Run rounds until `shutdown`, then drain every shard and release every Lease.

@@ -112,19 +112,23 @@ impl Leases {
         if spec.holder_identity.as_deref().is_none_or(str::is_empty) {
             return true;
         }
-        let rv = lease.metadata.resource_version.clone().unwrap_or_default();
-        let name = lease.metadata.name.clone().unwrap_or_default();
         let duration = spec
             .lease_duration_seconds
             .map(|s| Duration::from_secs(u64::try_from(s).unwrap_or(0)))
             .unwrap_or(self.timing.duration);
+        self.observe(lease) >= duration
+    }
+
+    /// Note `lease`'s `resourceVersion` as seen now; how long this process has seen it unchanged.
+    fn observe(&self, lease: &Lease) -> Duration {
+        let rv = lease.metadata.resource_version.clone().unwrap_or_default();
+        let name = lease.metadata.name.clone().unwrap_or_default();
         let mut observed = self.observed.lock().expect("observed lock");
         let entry = observed.entry(name).or_insert_with(|| (rv.clone(), Instant::now()));
         if entry.0 != rv {
             *entry = (rv, Instant::now());
-            return false;
         }
-        entry.1.elapsed() >= duration
+        entry.1.elapsed()
     }
 
     /// Acquire or renew `name` (created labelled [`ROLE_LABEL`]`=role`). `Ok(None)`: someone
@@ -193,9 +197,19 @@ impl Leases {
     }
 
     /// The holder of each Lease selected by `labels` that has one: Lease name → holder (live or
-    /// not: the caller decides with the member Leases).
+    /// not: the caller decides with the member Leases). Every Lease held by another replica is
+    /// observed on the way, so the whole Lease duration a takeover waits runs from the first
+    /// list that saw its last renewal, not from when this replica first wanted it (a replica
+    /// assigned a dead one's shards after the membership Lease expired would otherwise wait
+    /// a second duration).
     pub async fn holders(&self, labels: &str) -> Result<std::collections::BTreeMap<String, String>> {
         let list = self.api.list(&kube::api::ListParams::default().labels(labels)).await?;
+        for l in &list.items {
+            let holder = l.spec.as_ref().and_then(|s| s.holder_identity.as_deref()).unwrap_or_default();
+            if !holder.is_empty() && holder != self.identity {
+                self.observe(l);
+            }
+        }
         Ok(list
             .items
             .into_iter()

@@ -17,8 +17,8 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use futures_util::{FutureExt, Stream, StreamExt};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::api::authorization::v1::{ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DynamicObject, PartialObjectMeta, PostParams};
 use kube::core::ApiResource;
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -140,9 +140,20 @@ impl Inventory {
         lookup(&want)
     }
 
-    /// Forget `shard`'s stores (its watches stopped).
-    pub fn remove_shard(&self, shard: Option<u32>) {
-        self.stores.lock().expect("inventory lock").retain(|(s, _, _), _| *s != shard);
+    /// Forget the stores whose watches stopped (a later watch of the same shard and kind
+    /// replaces an entry anyway; this frees the memory of shards handed over).
+    pub fn forget_stopped(&self) {
+        self.stores.lock().expect("inventory lock").retain(|_, (alive, _)| alive.strong_count() > 0);
+    }
+
+    /// How many stores are registered.
+    pub fn len(&self) -> usize {
+        self.stores.lock().expect("inventory lock").len()
+    }
+
+    /// Whether no store is registered.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }
 
@@ -342,12 +353,15 @@ mod tests {
         assert_eq!(inventory.lookup(Some(4), "", "ConfigMap", "app=web"), None, "another shard");
         assert_eq!(inventory.lookup(Some(3), "", "Secret", "app=web"), None, "another kind");
         assert_eq!(inventory.lookup(Some(3), "", "ConfigMap", "app!=web"), None, "not an equality");
+        let (store, _writer) = reflector::store::<PartialObjectMeta<ConfigMap>>();
+        let later = inventory.insert(Some(4), "", "ConfigMap", store);
+        inventory.forget_stopped();
+        assert_eq!(inventory.len(), 2, "both watches run");
         drop(alive);
         assert_eq!(lookup(), None, "the watch stopped");
-        let (store, _writer) = reflector::store::<PartialObjectMeta<ConfigMap>>();
-        let _alive = inventory.insert(Some(3), "", "ConfigMap", store);
-        inventory.remove_shard(Some(3));
-        assert_eq!(lookup(), None, "the shard stopped");
+        inventory.forget_stopped();
+        assert_eq!(inventory.len(), 1, "only the running watch's store is kept");
+        drop(later);
     }
 
     #[test]

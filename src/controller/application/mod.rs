@@ -117,7 +117,8 @@ impl Repositories {
         let (events, _) = tokio::sync::broadcast::channel(1024);
         let tx = events.clone();
         let task = tokio::spawn(async move {
-            let stream = watcher(Api::<Repository>::all(client), watcher::Config::default()).default_backoff().reflect(writer);
+            let stream =
+                watcher(Api::<Repository>::all(client), watcher::Config::default()).default_backoff().reflect(writer);
             let mut stream = std::pin::pin!(stream);
             // What Applications read of each Repository, as last sent.
             let mut seen: HashMap<(Option<String>, String), String> = HashMap::new();
@@ -196,6 +197,9 @@ pub struct Context {
     pub inventory: Arc<Inventory>,
     /// Repositories as one watch of this replica has them (started with the first shard).
     repositories: std::sync::OnceLock<Repositories>,
+    /// The resourceVersion of each Application's last status write by this replica: its watch
+    /// event triggers no reconcile (nothing changed that the reconcile had not just seen).
+    own_writes: Mutex<HashMap<ObjectRef<Application>, String>>,
     scopes: tokio::sync::Mutex<Option<(Instant, Arc<ClusterScopes>)>>,
     clients: Mutex<HashMap<(String, String), Client>>,
     resolved: Mutex<HashMap<(String, String), (Instant, String)>>,
@@ -224,6 +228,7 @@ impl Context {
             progress: Default::default(),
             inventory: Default::default(),
             repositories: Default::default(),
+            own_writes: Default::default(),
             scopes: Default::default(),
             clients: Default::default(),
             resolved: Default::default(),
@@ -329,16 +334,26 @@ pub async fn run_shard(
     };
     let selector = watched::selector(shard);
     let (store, writer) = reflector::store();
-    ctx.progress.shard_started(shard, store.clone());
+    let started = ctx.progress.shard_started(shard, store.clone());
     let noted = |r: ObjectRef<Application>, ctx: &Context| {
         ctx.progress.triggered(&r);
         r
     };
     let c = ctx.clone();
-    let own = watcher(apps, config).default_backoff().reflect(writer).touched_objects().inspect(move |a| {
-        if let Ok(a) = a {
-            c.progress.triggered(&ObjectRef::from_obj(a));
-        }
+    let own = watcher(apps, config).default_backoff().reflect(writer).touched_objects().filter(move |a| {
+        // Our own status write coming back: the store has it, no reconcile needed.
+        let own = a.as_ref().is_ok_and(|a| {
+            let r = ObjectRef::from_obj(a);
+            let mut writes = c.own_writes.lock().expect("own writes lock");
+            let ours = writes.get(&r).is_some_and(|rv| a.resource_version().as_ref() == Some(rv));
+            if ours {
+                writes.remove(&r);
+            } else {
+                c.progress.triggered(&r);
+            }
+            ours
+        });
+        std::future::ready(!own)
     });
     let controller = Controller::for_stream(own, store.clone()).with_config(
         controller::Config::default()
@@ -347,9 +362,8 @@ pub async fn run_shard(
             .debounce(Duration::from_millis(200)),
     );
     let (c1, c2) = (ctx.clone(), ctx.clone());
-    let extra =
-        watched::extra_triggers(client, ctx.kinds.subscribe(), selector.clone(), ctx.inventory.clone(), shard)
-            .map(move |r| noted(r, &c1));
+    let extra = watched::extra_triggers(client, ctx.kinds.subscribe(), selector.clone(), ctx.inventory.clone(), shard)
+        .map(move |r| noted(r, &c1));
     // A Repository change: its Applications in this shard (all of them if events were missed).
     let repo_triggers = futures_util::stream::unfold(repo_events, |mut rx| async move {
         use tokio::sync::broadcast::error::RecvError;
@@ -388,8 +402,8 @@ pub async fn run_shard(
             }
         })
         .await;
-    ctx.inventory.remove_shard(shard);
-    ctx.progress.shard_stopped(shard);
+    ctx.inventory.forget_stopped();
+    ctx.progress.shard_stopped(shard, started);
 }
 
 /// Maps a managed object's watch event to its Application, counting the trigger.
@@ -911,8 +925,7 @@ async fn desired_and_plan(
         let found = ctx.inventory.lookup(shard_key, &r.group, &r.kind, &selector)?;
         Some(found.into_iter().map(|m| json!({"apiVersion": r.api_version, "kind": r.kind, "metadata": m})).collect())
     };
-    let read =
-        live::read(&sa_client, &scopes, &desired, &managed_kinds, &selector, &namespaces, adopt, &cached).await;
+    let read = live::read(&sa_client, &scopes, &desired, &managed_kinds, &selector, &namespaces, adopt, &cached).await;
     let live = match read {
         Ok(l) => l,
         Err(live::Error::Forbidden(m)) => {
@@ -1038,7 +1051,12 @@ async fn write_status(
         .patch_status(&app.name_any(), &PatchParams::apply(names::STATUS_FIELD_MANAGER).force(), &Patch::Apply(patch))
         .await
     {
-        Ok(_) => Ok(()),
+        Ok(written) => {
+            if let Some(rv) = written.resource_version() {
+                ctx.own_writes.lock().expect("own writes lock").insert(ObjectRef::from_obj(app), rv);
+            }
+            Ok(())
+        }
         Err(kube::Error::Api(s)) if s.code == 409 => {
             tracing::debug!(application = %app.name_any(), "status computed from a stale copy; reconciling the newer one");
             Ok(())

@@ -52,13 +52,21 @@ impl Progress {
     }
 
     /// A shard controller started with Application cache `store`.
-    pub fn shard_started(&self, shard: Option<u32>, store: Store<Application>) {
-        self.lock().shards.insert(shard, (store, Instant::now()));
+    /// Returns when, which [`Progress::shard_stopped`] takes to tell this controller apart
+    /// from a later one of the same shard.
+    pub fn shard_started(&self, shard: Option<u32>, store: Store<Application>) -> Instant {
+        let at = Instant::now();
+        self.lock().shards.insert(shard, (store, at));
+        at
     }
 
-    /// A shard controller stopped.
-    pub fn shard_stopped(&self, shard: Option<u32>) {
-        self.lock().shards.remove(&shard);
+    /// The shard controller started at `started` stopped (a later one of the same shard, started
+    /// while this one was still draining, stays).
+    pub fn shard_stopped(&self, shard: Option<u32>, started: Instant) {
+        let mut inner = self.lock();
+        if inner.shards.get(&shard).is_some_and(|(_, at)| *at == started) {
+            inner.shards.remove(&shard);
+        }
     }
 
     /// Something asked for `app` to be reconciled.
@@ -150,7 +158,7 @@ mod tests {
             writer.apply_watcher_event(&Event::Apply(app(n)));
         }
         let progress = Progress::default();
-        progress.shard_started(Some(1), store);
+        let first = progress.shard_started(Some(1), store.clone());
         let a = ObjectRef::from_obj(&app("a"));
         let b = ObjectRef::from_obj(&app("b"));
         let gone = ObjectRef::from_obj(&app("gone"));
@@ -166,7 +174,12 @@ mod tests {
         std::thread::sleep(Duration::from_millis(5));
         assert_eq!(progress.snapshot(Duration::ZERO).stale, 3);
         assert_eq!(progress.snapshot(Duration::from_secs(60)).stale, 0);
-        progress.shard_stopped(Some(1));
+        // A controller of the same shard started while the first still drained stays.
+        std::thread::sleep(Duration::from_millis(1));
+        let second = progress.shard_started(Some(1), store);
+        progress.shard_stopped(Some(1), first);
+        assert_eq!(progress.snapshot(Duration::from_secs(60)).owned, 3);
+        progress.shard_stopped(Some(1), second);
         assert_eq!(progress.snapshot(Duration::ZERO), Snapshot::default());
     }
 }

@@ -70,6 +70,9 @@ use crate::source::{GitCache, Reference};
 use crate::watch::discovery::ClusterScopes;
 use crate::watch::managed::{self as watched, ExtraKinds, Inventory};
 
+/// When an Application is looked at again after its status write was refused as stale.
+const STALE_RETRY: Duration = Duration::from_millis(500);
+
 /// When an Application is looked at again after this replica could not write for its shard.
 const NOT_OWNER_RETRY: Duration = Duration::from_secs(1);
 
@@ -515,12 +518,16 @@ pub async fn reconcile(app: Arc<Application>, ctx: Arc<Context>) -> Result<Actio
             generation,
             now,
         );
-        write_status(&ctx, &app, &old, &status).await?;
+        if !write_status(&ctx, &app, &old, &status).await? {
+            return Ok(Action::requeue(STALE_RETRY));
+        }
         return Ok(Action::await_change());
     }
 
     let action = plan_app(&app, &ctx, &ns, &name, &old, &mut status, now).await?;
-    write_status(&ctx, &app, &old, &status).await?;
+    if !write_status(&ctx, &app, &old, &status).await? {
+        return Ok(Action::requeue(STALE_RETRY));
+    }
     Ok(action)
 }
 
@@ -1031,20 +1038,22 @@ async fn event(
     }
 }
 
+/// Write `new` unless it equals `old`. `Ok(false)`: refused, computed from a stale copy.
 async fn write_status(
     ctx: &Context,
     app: &Application,
     old: &ApplicationStatus,
     new: &ApplicationStatus,
-) -> Result<(), Error> {
+) -> Result<bool, Error> {
     if old == new {
-        return Ok(());
+        return Ok(true);
     }
     fenced(ctx, app)?;
     let api: Api<Application> = Api::namespaced(ctx.client.clone(), &app.namespace().unwrap_or_default());
     // The resourceVersion makes the write conditional: status computed from a stale copy of
-    // the Application is refused (409) instead of overwriting a newer one; the newer version
-    // triggers its own reconcile.
+    // the Application is refused (409) instead of overwriting a newer one, and the reconcile runs
+    // again in a moment on the newer copy. (Not left to the newer version's watch event: when
+    // that version is our own previous status write, its event triggers nothing.)
     let patch = json!({"apiVersion": names::API_VERSION, "kind": "Application",
         "metadata": {"name": app.name_any(), "resourceVersion": app.resource_version()}, "status": new});
     match api
@@ -1055,11 +1064,11 @@ async fn write_status(
             if let Some(rv) = written.resource_version() {
                 ctx.own_writes.lock().expect("own writes lock").insert(ObjectRef::from_obj(app), rv);
             }
-            Ok(())
+            Ok(true)
         }
         Err(kube::Error::Api(s)) if s.code == 409 => {
             tracing::debug!(application = %app.name_any(), "status computed from a stale copy; reconciling the newer one");
-            Ok(())
+            Ok(false)
         }
         Err(e) => Err(e.into()),
     }
@@ -1149,7 +1158,9 @@ async fn finalize(
                     true,
                 );
                 report_failure(ctx, app, old, &mut status, &failure, false, now).await;
-                write_status(ctx, app, old, &status).await?;
+                if !write_status(ctx, app, old, &status).await? {
+                    return Ok(Action::requeue(STALE_RETRY));
+                }
                 return Ok(Action::requeue(Duration::from_secs(10)));
             }
         }

@@ -370,3 +370,81 @@ fn an_orphaned_shard_is_reported_on_its_applications() {
         toucher.abort();
     });
 }
+
+/// Counts starts; a stop never finishes (a reconcile stuck in flight).
+struct Stuck;
+
+impl sharding::coordinator::Workers for Stuck {
+    async fn start(&mut self, _shard: u32) {}
+    async fn stop(&mut self, _shard: u32) {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// Two coordinators (no controllers: workers that never drain) against simcluster's Leases. A
+/// replica that must hand over shards whose work does not drain keeps renewing the shards it
+/// keeps, and leaves the others' Leases to expire instead of releasing them.
+#[test]
+fn a_hand_over_that_does_not_drain_holds_up_no_renewal() {
+    const NS: &str = "coordination";
+    const SHARDS: u32 = 4;
+    let cluster = Cluster::start();
+    let runtime = support::runtime();
+    runtime.block_on(async {
+        let client = cluster.client().await;
+        apply_as(&client, "test", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})).await;
+        // Long enough that a renewal round delayed by the bounded drain (half a round) still
+        // renews within the Lease's validity on a loaded machine.
+        let timing = sharding::lease::Timing::new(Duration::from_secs(12));
+        let leases = |id: &str| sharding::lease::Leases::new(Api::namespaced(client.clone(), NS), id, timing);
+        let (a, owned_a) = sharding::coordinator::Coordinator::new(leases("a"), "t", SHARDS);
+        let (stop_a, stopped_a) = tokio::sync::oneshot::channel::<()>();
+        let task_a = tokio::spawn(a.run(Stuck, async move { drop(stopped_a.await) }));
+        let fence_a = sharding::coordinator::Fence::new(owned_a, Duration::ZERO);
+        eventually("the first replica to hold every shard", WAIT, || async {
+            (fence_a.shards().len() == SHARDS as usize).then_some(())
+        })
+        .await;
+
+        let (b, owned_b) = sharding::coordinator::Coordinator::new(leases("b"), "t", SHARDS);
+        let (stop_b, stopped_b) = tokio::sync::oneshot::channel::<()>();
+        let task_b = tokio::spawn(b.run(Stuck, async move { drop(stopped_b.await) }));
+        let fence_b = sharding::coordinator::Fence::new(owned_b, Duration::ZERO);
+        // Sample a's ownership and the Leases' holders until b holds its half.
+        let mut owned_by_a = Vec::new();
+        let mut holders_seen: Vec<BTreeMap<String, String>> = Vec::new();
+        let leases_api: Api<Lease> = Api::namespaced(client.clone(), NS);
+        let deadline = std::time::Instant::now() + WAIT;
+        while fence_b.shards().len() < (SHARDS / 2) as usize {
+            assert!(std::time::Instant::now() < deadline, "the second replica never took its half");
+            owned_by_a.push(fence_a.shards());
+            let list = leases_api.list(&ListParams::default().labels("sync.kuvryn.io/lease-role=shard")).await.unwrap();
+            holders_seen.push(
+                list.items
+                    .into_iter()
+                    .map(|l| (l.name_any(), l.spec.and_then(|s| s.holder_identity).unwrap_or_default()))
+                    .collect(),
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let moved = fence_b.shards();
+        let kept: BTreeSet<u32> = (0..SHARDS).filter(|k| !moved.contains(k)).collect();
+        assert_eq!(kept.len(), (SHARDS / 2) as usize, "{moved:?}");
+        // a never stopped owning what it keeps: its renewals went on while the hand-over hung.
+        for (i, owned) in owned_by_a.iter().enumerate() {
+            assert!(kept.is_subset(owned), "sample {i}: a owned {owned:?}, keeps {kept:?}");
+        }
+        assert_eq!(fence_a.shards(), kept);
+        // The moved shards' Leases were never released (their work had not drained): they went
+        // from a to b by expiry.
+        for (i, holders) in holders_seen.iter().enumerate() {
+            for k in &moved {
+                let holder = holders.get(&format!("t-shard-{k}")).map(String::as_str);
+                assert!(matches!(holder, Some("a") | Some("b")), "sample {i}: shard {k} held by {holder:?}");
+            }
+        }
+        let _ = (stop_a.send(()), stop_b.send(()));
+        task_b.abort();
+        task_a.abort();
+    });
+}

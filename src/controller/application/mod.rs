@@ -150,9 +150,7 @@ impl Repositories {
         });
         Repositories { store, events, task }
     }
-}
 
-impl Repositories {
     /// What a change of triggers the Repository's Applications: its spec and generation, the
     /// commit it resolved and its readiness; not `status.revision.fetchedAt`, which every poll
     /// moves (at 1,000 Applications, reconciling each on every poll kept the replicas' API budget
@@ -682,10 +680,9 @@ async fn resolve_source(app: &Application, ctx: &Context, ns: &str) -> Result<Re
     let repo_name = &app.spec.source.repository;
     // From the watch when it has it (a Repository change triggers its Applications after the
     // store has it); a miss asks the API server (created a moment ago, or no watch running).
-    let cached = ctx.cached_repository(ns, repo_name).map(|r| (*r).clone());
-    let repo = match cached {
+    let repo = match ctx.cached_repository(ns, repo_name) {
         Some(r) => Some(r),
-        None => repos.get_opt(repo_name).await?,
+        None => repos.get_opt(repo_name).await?.map(Arc::new),
     };
     let Some(repo) = repo else {
         return fail(format!("Repository {repo_name:?} does not exist in namespace {ns}"), true);

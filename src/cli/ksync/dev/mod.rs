@@ -439,8 +439,11 @@ fn announce(out: &mut Out, setup: &Setup, world: &crate::cli::view::dev::World, 
     if c.first {
         let steps = next_steps(setup);
         let path = Path::new(&setup.state_dir).join("next-steps.txt");
-        let _ = std::fs::write(&path, &steps);
-        out.text(&format!("\n{steps}(also in {})\n", path.display()));
+        let saved = match std::fs::write(&path, &steps) {
+            Ok(()) => format!("(also in {})", path.display()),
+            Err(e) => format!("(could not save them to {}: {e})", path.display()),
+        };
+        out.text(&format!("\n{steps}{saved}\n"));
     }
 }
 

@@ -96,7 +96,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub fn main<A: clap::Parser>(
     log_format: fn(&A) -> crate::telemetry::logging::LogFormat,
     default_filter: fn(&A) -> &'static str,
-    run: fn(A) -> Result<()>,
+    run: impl FnOnce(A) -> Result<()>,
 ) -> std::process::ExitCode {
     let args = A::parse();
     crate::telemetry::logging::init_with_default(log_format(&args), default_filter(&args));

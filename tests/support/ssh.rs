@@ -4,7 +4,8 @@
 //! own configuration, a fresh ed25519 host key and an `authorized_keys` holding a fresh client
 //! key; the login user is the one running the tests (root is allowed with keys only). The
 //! repositories live in the server's temporary folder and are reached by absolute path. The
-//! server is killed on drop. `scripts/install-tools` installs `openssh-server`.
+//! server is killed on drop. The server is the system's `/usr/sbin/sshd`, or the one
+//! `scripts/install-tools` unpacks into `tools/openssh` where there is none (no root needed).
 
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
@@ -15,6 +16,19 @@ use super::{free_port, run, temp_dir};
 
 /// Where Debian (and most distributions) install the OpenSSH server.
 pub const SSHD: &str = "/usr/sbin/sshd";
+
+/// The sshd to run and the library folders it needs: the system's, else the one
+/// `scripts/install-tools` unpacked into `tools/openssh`.
+fn sshd() -> Option<(PathBuf, String)> {
+    if Path::new(SSHD).exists() {
+        return Some((PathBuf::from(SSHD), String::new()));
+    }
+    let root = super::repo_root().join("tools/openssh");
+    let sshd = root.join("usr/sbin/sshd");
+    let libs =
+        format!("{}:{}", root.join("usr/lib/x86_64-linux-gnu").display(), root.join("lib/x86_64-linux-gnu").display());
+    sshd.exists().then_some((sshd, libs))
+}
 
 /// An SSH key pair generated with `ssh-keygen`.
 pub struct KeyPair {
@@ -55,10 +69,11 @@ impl SshServer {
     /// Start `sshd` on a free loopback port and wait until it accepts connections. Panics,
     /// saying to run `scripts/install-tools`, when sshd is not installed.
     pub fn start() -> SshServer {
-        assert!(
-            Path::new(SSHD).exists(),
-            "{SSHD} is missing: run scripts/install-tools (it installs openssh-server), then re-run the SSH tests"
-        );
+        let Some((sshd, libs)) = sshd() else {
+            panic!(
+                "neither {SSHD} nor tools/openssh: run scripts/install-tools (it unpacks openssh-server), then re-run the SSH tests"
+            )
+        };
         let user = run(&mut Command::new("whoami")).trim().to_string();
         assert!(!user.is_empty(), "whoami printed nothing");
         // As root, sshd insists on its privilege separation folder (normally made by the init
@@ -101,7 +116,11 @@ impl SshServer {
             )
             .expect("sshd_config");
             let log = std::fs::File::create(dir.join("sshd.log")).expect("sshd log");
-            let mut child = Command::new(SSHD)
+            let mut command = Command::new(&sshd);
+            if !libs.is_empty() {
+                command.env("LD_LIBRARY_PATH", &libs);
+            }
+            let mut child = command
                 .arg("-D")
                 .arg("-e")
                 .arg("-f")
@@ -110,7 +129,7 @@ impl SshServer {
                 .stdout(Stdio::null())
                 .stderr(log)
                 .spawn()
-                .unwrap_or_else(|e| panic!("starting {SSHD}: {e}"));
+                .unwrap_or_else(|e| panic!("starting {}: {e}", sshd.display()));
             let addr: SocketAddr = ([127, 0, 0, 1], port).into();
             let end = Instant::now() + Duration::from_secs(10);
             while Instant::now() < end {

@@ -155,9 +155,9 @@ pub fn palette(choice: ColorChoice, stdout_is_terminal: bool, env: impl Fn(&str)
     Palette { enabled }
 }
 
-/// Parse the process arguments and run.
-pub fn main() -> std::process::ExitCode {
-    super::main(|a: &Args| a.log_format, default_log_filter, run)
+/// Parse the process arguments and run; `ksync dev` starts its API server with `emulator`.
+pub fn main_with(emulator: &dyn dev::emulator::Emulator) -> std::process::ExitCode {
+    super::main(|a: &Args| a.log_format, default_log_filter, |args| run(args, emulator))
 }
 
 /// No logs unless RUST_LOG asks: kube-rs logs failed requests as errors, and stderr is for the
@@ -169,8 +169,8 @@ fn default_log_filter(args: &Args) -> &'static str {
     }
 }
 
-/// Run parsed arguments.
-pub fn run(args: Args) -> Result<()> {
+/// Run parsed arguments (`ksync dev` with `emulator` as its API server).
+pub fn run(args: Args, emulator: &dyn dev::emulator::Emulator) -> Result<()> {
     let terminal = std::io::stdout().is_terminal();
     let context = Context {
         fixed_now: fixed_now()?,
@@ -188,7 +188,7 @@ pub fn run(args: Args) -> Result<()> {
                     "ksync dev starts its own cluster: --kubeconfig, --context and --namespace do not apply".into(),
                 ));
             }
-            dev::run(dev, context)
+            dev::run(dev, context, emulator)
         }
         Command::Version => {
             output::print(&format!("ksync {} (API {})\n", env!("CARGO_PKG_VERSION"), names::API_VERSION))

@@ -1,7 +1,7 @@
 //! What `ksync` prints, as pure functions: API objects (and a `now` for ages) in, a `String`
 //! out. No client, no terminal, no clock: the commands in [`super::ksync`] fetch the objects,
 //! pick the colours and the time, and print what these return, so every view is tested
-//! deterministically (unit tests here, snapshots in `tests/cli.rs`).
+//! deterministically (unit tests here, snapshots in `cli/tests/cli.rs`).
 //!
 //! Shared pieces: a column aligner ([`Table`]) in the manner of `kubectl get` (three spaces
 //! between columns, no trailing spaces), [`age`] in kubectl's short form, and a [`Palette`] that

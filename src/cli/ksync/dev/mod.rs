@@ -32,6 +32,7 @@
 //!   and its history are what is kept).
 //! - A second Ctrl-C while stopping kills the replicas at once instead of waiting.
 
+pub mod emulator;
 pub mod example;
 pub mod git;
 pub mod live;
@@ -80,20 +81,6 @@ pub struct DevArgs {
     pub kubectl: Option<PathBuf>,
 }
 
-/// The emulator's timing for the quickstart: Pods take a few seconds to pull, start and become
-/// ready, so a rollout can be watched, yet everything is Healthy well within a minute.
-fn timing() -> simcluster::state::Timing {
-    simcluster::state::Timing {
-        schedule_ms: 100,
-        pull_ms: 1_500,
-        start_ms: 300,
-        ready_ms: 1_000,
-        run_ms: 1_000,
-        backoff_ms: 2_000,
-        backoff_max_ms: 30_000,
-    }
-}
-
 /// An I/O error on `path`.
 pub fn io_error(path: &Path, source: std::io::Error) -> Error {
     Error::Io { path: path.display().to_string(), source }
@@ -130,7 +117,7 @@ impl Signals {
 
 /// Everything running once start-up is done.
 struct Running {
-    sim: simcluster::SimCluster,
+    sim: Box<dyn emulator::Server>,
     daemon: git::Daemon,
     replicas: Vec<Replica>,
     client: kube::Client,
@@ -156,7 +143,7 @@ impl Out {
 }
 
 /// Run `ksync dev` (see the module documentation).
-pub fn run(args: DevArgs, ctx: Context) -> Result<()> {
+pub fn run(args: DevArgs, ctx: Context, emulator: &dyn emulator::Emulator) -> Result<()> {
     let started = Instant::now();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -166,7 +153,7 @@ pub fn run(args: DevArgs, ctx: Context) -> Result<()> {
         let mut out = Out { screen: Screen::new(ctx.terminal, started), palette: ctx.palette };
         let mut signals = Signals::new()?;
         let running = tokio::select! {
-            r = start(&args, &mut out) => r?,
+            r = start(&args, &mut out, emulator) => r?,
             () = signals.next() => {
                 // Dropping the half-started pieces kills their processes.
                 out.text("Interrupted during start-up: stopped.");
@@ -221,7 +208,7 @@ fn write_env(state: &Path, kubeconfig: &Path, exe: &Path, tools: &tools::Tools) 
 }
 
 /// Steps 1 to 6 of the module documentation, up to the Repository's creation.
-async fn start(args: &DevArgs, out: &mut Out) -> Result<Running> {
+async fn start(args: &DevArgs, out: &mut Out, emulator: &dyn emulator::Emulator) -> Result<Running> {
     let state = state_dir(&args.state_dir)?;
     out.text(&format!("Kuvryn Sync quickstart: everything runs on 127.0.0.1; state in {}", state.display()));
     let (api_port, git_port, metrics_port) = ports(args.port, args.replicas)?;
@@ -230,23 +217,17 @@ async fn start(args: &DevArgs, out: &mut Out) -> Result<Running> {
         tools::find(args.helm.clone(), args.kubectl.clone(), &mut |s| out.line("tools", s, Tone::Plain)).await?;
     out.line("tools", &format!("helm {}, kubectl {}", tools.helm.display(), tools.kubectl.display()), Tone::Plain);
 
-    let config = simcluster::Config { timing: timing(), ..Default::default() };
-    let nodes = config.nodes.len();
-    let token = config.admin_token.clone();
-    let sim = simcluster::SimCluster::start(config, api_port).await.map_err(|e| {
-        Error::Startup(format!(
-            "starting the API server on 127.0.0.1:{api_port}: {e} (another ksync dev? --port 0 picks free ports)"
-        ))
-    })?;
+    let emulator::Started { url, admin_token: token, nodes, server: sim } =
+        emulator.start(api_port).await.map_err(|e| {
+            Error::Startup(format!(
+                "starting the API server on 127.0.0.1:{api_port}: {e} (another ksync dev? --port 0 picks free ports)"
+            ))
+        })?;
     let kubeconfig = state.join("kubeconfig");
-    std::fs::write(&kubeconfig, setup::kubeconfig(&sim.url(), &token)).map_err(|e| io_error(&kubeconfig, e))?;
+    std::fs::write(&kubeconfig, setup::kubeconfig(&url, &token)).map_err(|e| io_error(&kubeconfig, e))?;
     out.line(
         "cluster",
-        &format!(
-            "API server (simcluster, {nodes} simulated Nodes) at {}; kubeconfig {}",
-            sim.url(),
-            kubeconfig.display()
-        ),
+        &format!("API server (simcluster, {nodes} simulated Nodes) at {}; kubeconfig {}", url, kubeconfig.display()),
         Tone::Plain,
     );
     let exe = std::env::current_exe().map_err(|e| Error::Startup(format!("locating this binary: {e}")))?;

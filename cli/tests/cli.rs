@@ -1,6 +1,6 @@
 //! The real `ksync` binary against simcluster (or the cluster in `KSYNC_E2E_KUBECONFIG`):
 //! Applications, Revisions and Repositories are created with their status through the API, the
-//! read commands' tables and JSON are compared with the snapshots in `tests/snapshots/`, `--watch`
+//! read commands' tables and JSON are compared with the snapshots in `cli/tests/snapshots/`, `--watch`
 //! is shown to redraw on a status change, and every error is one line on stderr with a non-zero
 //! exit status. AGE is made deterministic with `KSYNC_NOW`: every time in the fixtures is an
 //! offset from the first object's `creationTimestamp`, and "now" is 10m30s after it.
@@ -9,6 +9,7 @@
 //! one, or a copy when several checkouts share a target directory and overwrite each other's
 //! `target/debug/ksync`).
 
+#[path = "../../tests/support/mod.rs"]
 mod support;
 
 use std::io::{BufRead, BufReader};
@@ -622,4 +623,13 @@ fn completions_come_from_the_same_definitions_as_help() {
     // `ksync completion` with no or an unknown shell is a usage error.
     let out = Command::new(ksync_bin()).args(["completion", "tcsh"]).env_clear().output().unwrap();
     assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn logs_json_on_request_and_refuses_an_unknown_format() {
+    let out = Command::new(ksync_bin()).args(["--log-format", "json", "version"]).output().unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("sync.kuvryn.io/v1alpha1"));
+    let bad = Command::new(ksync_bin()).args(["--log-format", "xml", "version"]).output().unwrap();
+    assert!(!bad.status.success());
 }

@@ -10,6 +10,7 @@
 //! `tests/cli.rs`: several checkouts may share a target directory). Both the quickstart's
 //! replicas and its `bin/ksync` are that binary.
 
+#[path = "../../tests/support/mod.rs"]
 mod support;
 
 use std::io::{BufRead, BufReader};

@@ -1,5 +1,9 @@
 //! `Application`: a deployable unit — source, identity it acts as, destination constraints, sync
 //! policy, health timeout, history, failure policy, dependencies and deletion policy.
+//!
+//! Not yet implemented (accepted and ignored by the controller): `spec.dependsOn`,
+//! `spec.strategy` (waves and hooks), `failurePolicy.action: rollback` (handled as `pause`);
+//! never written: `status.diagnosis` and the `DependenciesReady` condition.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, KubeSchema};
@@ -57,17 +61,20 @@ pub struct ApplicationSpec {
     #[serde(default)]
     pub history: HistoryPolicy,
 
-    /// What a failed rollout does: pause (retry within `maxAttempts`) or roll back.
+    /// What a failed rollout does: pause (retry within `maxAttempts`) or roll back
+    /// (rollback is Not yet implemented: it is handled as pause).
     #[serde(default)]
     pub failure_policy: FailurePolicy,
 
     /// Applications in the same namespace that must be Healthy, at the revision they want, before
-    /// this one's rollout starts.
+    /// this one's rollout starts. Not yet implemented: accepted and ignored (the rollout does not
+    /// wait).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 32), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub depends_on: Vec<LocalObjectReference>,
 
     /// Rollout strategy: waves and hooks. Part of what a manual approval is bound to.
+    /// Not yet implemented: accepted and ignored (no waves, no hooks, no approvals).
     #[serde(default)]
     pub strategy: Strategy,
 
@@ -211,6 +218,8 @@ pub struct Destination {
 #[serde(rename_all = "camelCase")]
 pub struct SyncPolicy {
     /// Apply new plans without approval. With `false`, each plan waits for `ksync sync`.
+    /// Not yet implemented: approving (`ksync sync`), so with `false` a plan that changes
+    /// something waits and is never applied.
     #[serde(default = "yes")]
     pub automatic: bool,
     /// Delete previously managed resources that left the desired state.
@@ -269,7 +278,8 @@ fn default_health_timeout() -> String {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct HistoryPolicy {
-    /// Revisions kept per Application (held Revisions do not count).
+    /// Revisions kept per Application (held Revisions do not count; holding a Revision is part of
+    /// rollback, Not yet implemented).
     #[serde(default = "default_history_limit")]
     #[schemars(range(min = 1, max = 100))]
     pub limit: i32,
@@ -290,7 +300,8 @@ fn default_history_limit() -> i32 {
 #[serde(rename_all = "camelCase")]
 pub struct FailurePolicy {
     /// `pause`: keep the failed Revision and retry it within `maxAttempts`; `rollback`: return
-    /// to the previous healthy Revision.
+    /// to the previous healthy Revision. Not yet implemented: `rollback` is accepted and ignored
+    /// (handled as `pause`).
     #[serde(default)]
     pub action: FailureAction,
     /// Attempts of one Revision before it is given up.
@@ -319,7 +330,7 @@ pub enum FailureAction {
     /// Stop and retry the same Revision within `maxAttempts`.
     #[default]
     Pause,
-    /// Roll back to the previous healthy Revision.
+    /// Roll back to the previous healthy Revision. Not yet implemented: handled as `Pause`.
     Rollback,
 }
 
@@ -361,15 +372,17 @@ fn default_backoff_max() -> String {
     "5m".into()
 }
 
-/// Rollout strategy.
+/// Rollout strategy. Not yet implemented: accepted and ignored.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct Strategy {
     /// Apply in waves (`sync.kuvryn.io/sync-wave`), each Healthy before the next; `false`
-    /// applies everything in one group (still in kind order).
+    /// applies everything in one group (still in kind order). Not yet implemented: accepted and
+    /// ignored; every object is in wave 0.
     #[serde(default = "yes")]
     pub waves: bool,
-    /// Run sync hooks (`sync.kuvryn.io/hook`); `false` skips hook objects.
+    /// Run sync hooks (`sync.kuvryn.io/hook`); `false` skips hook objects. Not yet implemented:
+    /// accepted and ignored; hook objects are applied as ordinary objects.
     #[serde(default = "yes")]
     pub hooks: bool,
 }
@@ -398,7 +411,7 @@ pub struct ApplicationStatus {
     /// The `metadata.generation` this status reflects.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// `Ready`, `Reconciling`, `Stalled`, `DependenciesReady`.
+    /// `Ready`, `Reconciling`, `Stalled`; `DependenciesReady` is Not yet implemented (never set).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "conditions_schema")]
     pub conditions: Vec<Condition>,
@@ -421,6 +434,7 @@ pub struct ApplicationStatus {
     #[schemars(length(max = 512))]
     pub managed_kinds: Vec<GroupVersionKind>,
     /// Why the Application is not Healthy: the most specific evidence found in the resource graph.
+    /// Not yet implemented: never written (the reason is in `status.health.message`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub diagnosis: Option<Diagnosis>,
     /// The last `sync.kuvryn.io/reconcile-requested-at` value handled.
@@ -475,7 +489,7 @@ pub struct HealthSummary {
     pub message: Option<String>,
 }
 
-/// A resource, identified as the plan and diagnosis print it.
+/// A resource, identified as the plan (and the diagnosis, Not yet implemented) print it.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
 #[serde(rename_all = "camelCase")]
 pub struct ResourceRef {
@@ -495,34 +509,37 @@ pub struct ResourceRef {
     pub name: String,
 }
 
-/// `status.diagnosis`: the root cause the resource graph walk found.
+/// `status.diagnosis`: the root cause the resource graph walk found. Not yet implemented: never
+/// written.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct Diagnosis {
-    /// The unhealthy managed resource the walk started from.
+    /// The unhealthy managed resource the walk started from. Not yet implemented.
     pub resource: ResourceRef,
     /// The evidence: ImagePullBackOff, CrashLoopBackOff, Unschedulable, MissingSecret, ...
+    /// Not yet implemented.
     #[schemars(length(max = 128))]
     pub reason: String,
-    /// Human-readable explanation (bounded, redacted).
+    /// Human-readable explanation (bounded, redacted). Not yet implemented.
     #[schemars(length(max = 1024))]
     pub message: String,
-    /// The graph path from `resource` to the evidence, one step per edge.
+    /// The graph path from `resource` to the evidence, one step per edge. Not yet implemented.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 16))]
     pub path: Vec<DiagnosisStep>,
 }
 
-/// One edge of a diagnosis path.
+/// One edge of a diagnosis path. Not yet implemented.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct DiagnosisStep {
     /// Edge type: Owns, Selects, Endpoints, Routes, Scales, Binds, Mounts, Uses, RunsAs.
+    /// Not yet implemented.
     #[schemars(length(max = 32))]
     pub edge: String,
-    /// The object the edge leads to.
+    /// The object the edge leads to. Not yet implemented.
     pub resource: ResourceRef,
-    /// The object does not exist (a missing Secret, ConfigMap, claim...).
+    /// The object does not exist (a missing Secret, ConfigMap, claim...). Not yet implemented.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub missing: bool,
 }

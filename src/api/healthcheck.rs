@@ -1,4 +1,7 @@
 //! `HealthCheck`: CEL health rules for one kind, overriding the built-in and kstatus rules.
+//!
+//! Not yet implemented: the kind is served and validated, but nothing evaluates HealthChecks and
+//! nothing writes their status.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, KubeSchema};
@@ -9,12 +12,13 @@ use super::common::conditions_schema;
 /// Health rules for one kind, as CEL expressions over the live object (`self`... is the object;
 /// the expressions see its fields at top level, as Flux's `healthCheckExprs` do). Evaluated in
 /// order `failed`, `inProgress`, `current`; an object matching none is Progressing.
+/// Not yet implemented: accepted and ignored; the built-in and kstatus rules apply to every kind.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
     group = "sync.kuvryn.io",
     version = "v1alpha1",
     kind = "HealthCheck",
-    doc = "CEL health rules for one kind, overriding the built-in and kstatus rules.",
+    doc = "CEL health rules for one kind, overriding the built-in and kstatus rules. Not yet implemented: accepted and ignored (nothing evaluates HealthChecks).",
     namespaced,
     status = "HealthCheckStatus",
     shortname = "hc",
@@ -26,18 +30,18 @@ use super::common::conditions_schema;
 )]
 #[serde(rename_all = "camelCase")]
 pub struct HealthCheckSpec {
-    /// The kind these rules apply to.
+    /// The kind these rules apply to. Not yet implemented: the rules are not applied.
     pub target: HealthCheckTarget,
-    /// True when the object is Healthy. Required.
+    /// True when the object is Healthy. Required. Not yet implemented: never evaluated.
     #[schemars(length(min = 1, max = 4096))]
     #[x_kube(validation = Rule::new("self.matches('[^ \\t\\n]')").message("current must not be blank"))]
     pub current: String,
-    /// True while the object is Progressing.
+    /// True while the object is Progressing. Not yet implemented: never evaluated.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 4096))]
     #[x_kube(validation = Rule::new("self.matches('[^ \\t\\n]')").message("inProgress must not be blank"))]
     pub in_progress: Option<String>,
-    /// True when the object is Degraded.
+    /// True when the object is Degraded. Not yet implemented: never evaluated.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 4096))]
     #[x_kube(validation = Rule::new("self.matches('[^ \\t\\n]')").message("failed must not be blank"))]
@@ -61,7 +65,7 @@ pub struct HealthCheckTarget {
     pub kind: String,
 }
 
-/// Observed state of a HealthCheck.
+/// Observed state of a HealthCheck. Not yet implemented: nothing writes it.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct HealthCheckStatus {
@@ -69,6 +73,7 @@ pub struct HealthCheckStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
     /// `Ready` (every expression compiles), `Stalled` (reason InvalidExpression), `Reconciling`.
+    /// Not yet implemented: never set.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "conditions_schema")]
     pub conditions: Vec<Condition>,

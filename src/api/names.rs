@@ -1,6 +1,10 @@
 //! Every name the product exposes to users: API group, labels, annotations, condition types,
 //! condition reasons and Event reasons. Controllers, the CLI, the webhook and tests use these
 //! constants and never spell a name inline (see `docs/api.md` for what each one means).
+//!
+//! Some names belong to features that are Not yet implemented (the admission webhook, waves,
+//! hooks, manual approval, rollback, dependencies, HealthCheck evaluation); their constants say
+//! so, and nothing reads or writes them yet.
 
 /// The API group of every Kuvryn Sync kind.
 pub const GROUP: &str = "sync.kuvryn.io";
@@ -41,11 +45,14 @@ pub mod annotations {
     pub const PRUNE: &str = "sync.kuvryn.io/prune";
     /// Value of [`PRUNE`] that keeps a resource from ever being pruned.
     pub const PRUNE_DISABLED: &str = "disabled";
-    /// Rollout ordering: the wave (an integer, default 0) of a desired object.
+    /// Rollout ordering: the wave (an integer, default 0) of a desired object. Not yet implemented:
+    /// ignored (every object is in wave 0).
     pub const SYNC_WAVE: &str = "sync.kuvryn.io/sync-wave";
     /// Marks a desired object as a sync hook: `PreSync`, `Sync`, `PostSync` or `SyncFail`.
+    /// Not yet implemented: ignored (a hook object is applied as an ordinary object).
     pub const HOOK: &str = "sync.kuvryn.io/hook";
     /// When a hook object is deleted: `BeforeHookCreation` (default), `HookSucceeded`, `HookFailed`.
+    /// Not yet implemented: ignored.
     pub const HOOK_DELETE_POLICY: &str = "sync.kuvryn.io/hook-delete-policy";
     /// Ask for an immediate reconcile: any new value (conventionally a timestamp) triggers one;
     /// the value handled last is echoed in `status.lastHandledReconcileAt`.
@@ -53,14 +60,16 @@ pub mod annotations {
     /// On Revisions: when the controller created it, to the nanosecond (history order).
     pub const CREATED_AT: &str = "sync.kuvryn.io/created-at";
 
-    /// Manual approval (`ksync sync`): the plan digest approved.
+    /// Manual approval (`ksync sync`): the plan digest approved. Not yet implemented: ignored.
     pub const APPROVED_PLAN: &str = "sync.kuvryn.io/approved-plan";
     /// Manual approval: who approved, recorded by the admission webhook from the request.
+    /// Not yet implemented (there is no webhook yet).
     pub const APPROVED_BY: &str = "sync.kuvryn.io/approved-by";
-    /// Manual approval: when, RFC 3339, recorded by the admission webhook.
+    /// Manual approval: when, RFC 3339, recorded by the admission webhook. Not yet implemented.
     pub const APPROVED_AT: &str = "sync.kuvryn.io/approved-at";
 
     /// Prefix shared by every rollback request annotation; removing all of them abandons a rollback.
+    /// Rollback and every `rollback-*` annotation: Not yet implemented (ignored).
     pub const ROLLBACK_PREFIX: &str = "sync.kuvryn.io/rollback-";
     /// Rollback intent: the source revision (commit) to roll back to.
     pub const ROLLBACK_TO: &str = "sync.kuvryn.io/rollback-to";
@@ -101,8 +110,10 @@ pub mod conditions {
     /// Repository: the source was fetched and the ref resolved.
     pub const SOURCE_READY: &str = "SourceReady";
     /// Application: every `spec.dependsOn` Application is Healthy at the revision it wants.
+    /// Not yet implemented: never set.
     pub const DEPENDENCIES_READY: &str = "DependenciesReady";
     /// Revision: this Revision was rolled back from and is held (never deployed again).
+    /// Not yet implemented: never set.
     pub const ROLLED_BACK: &str = "RolledBack";
 }
 
@@ -133,20 +144,27 @@ pub mod reasons {
     /// A resource turned Degraded.
     pub const DEGRADED: &str = "Degraded";
     /// A HealthCheck's CEL expression does not compile or does not return a bool.
+    /// Not yet implemented: never used.
     pub const INVALID_EXPRESSION: &str = "InvalidExpression";
     /// Waiting for `spec.dependsOn` Applications.
+    /// Not yet implemented: never used.
     pub const DEPENDENCY_NOT_READY: &str = "DependencyNotReady";
     /// A dependency does not exist.
+    /// Not yet implemented: never used.
     pub const DEPENDENCY_NOT_FOUND: &str = "DependencyNotFound";
     /// All dependencies are Healthy at the revision they want.
+    /// Not yet implemented: never used.
     pub const DEPENDENCIES_HEALTHY: &str = "DependenciesHealthy";
-    /// Manual sync: the plan waits for `ksync sync`.
+    /// Manual sync: the plan waits for `ksync sync` (approving: Not yet implemented).
     pub const AWAITING_APPROVAL: &str = "AwaitingApproval";
     /// The Application runs a rollback target and holds the commit it rolled back from.
+    /// Not yet implemented: never used.
     pub const ROLLED_BACK: &str = "RolledBack";
     /// RolledBack condition reason: held by a `ksync rollback`.
+    /// Not yet implemented: never used.
     pub const MANUAL_ROLLBACK: &str = "ManualRollback";
     /// RolledBack condition reason: held by an automatic rollback that completed.
+    /// Not yet implemented: never used.
     pub const ROLLBACK_COMPLETED: &str = "RollbackCompleted";
     /// The Application's shard has no live owner replica.
     pub const SHARD_ORPHANED: &str = "ShardOrphaned";
@@ -161,12 +179,16 @@ pub mod events {
     /// Prune skipped resources (opted out or high-risk kinds); Warning.
     pub const PRUNE_SKIPPED: &str = "PruneSkipped";
     /// A manual rollback approved the plan it applies.
+    /// Not yet implemented: never used.
     pub const ROLLBACK_APPROVED: &str = "RollbackApproved";
     /// A rollback request no longer approves the target: the Revision waits for `ksync sync`.
+    /// Not yet implemented: never used.
     pub const APPROVAL_STALE: &str = "ApprovalStale";
     /// The rollback target changed after it was requested; Warning.
+    /// Not yet implemented: never used.
     pub const ROLLBACK_TARGET_CHANGED: &str = "RollbackTargetChanged";
     /// A rollback that cannot reach its target was given up; Warning.
+    /// Not yet implemented: never used.
     pub const ROLLBACK_ABANDONED: &str = "RollbackAbandoned";
     /// A Repository's reference moved to a new commit (the commit and its subject).
     pub const NEW_REVISION: &str = "NewRevision";

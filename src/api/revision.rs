@@ -1,6 +1,10 @@
 //! `Revision`: one resolved deployment attempt of an Application — source identity, render
 //! settings, bounded plan, health summary, attempts, approval and failure classification.
 //! Written only by the controller; bounded and redacted so it suits CLIs, Events and dashboards.
+//!
+//! Not yet implemented (never written by the controller): `status.conditions` (no condition is
+//! set on Revisions yet, `RolledBack` included), `status.approval`, `status.plan.warnings`
+//! (always empty), and plan entries' `wave` (always 0).
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, KubeSchema};
@@ -22,7 +26,7 @@ pub const MAX_ATTEMPTS_KEPT: usize = 20;
     group = "sync.kuvryn.io",
     version = "v1alpha1",
     kind = "Revision",
-    doc = "One resolved deployment attempt of an Application: source identity, plan, health, attempts, approval.",
+    doc = "One resolved deployment attempt of an Application: source identity, plan, health, attempts (approval: Not yet implemented).",
     namespaced,
     status = "RevisionStatus",
     shortname = "rev",
@@ -84,6 +88,8 @@ pub enum RevisionPhase {
     #[default]
     Planning,
     /// Manual sync: the plan waits for `ksync sync` (or a manual rollback's own approval).
+    /// Not yet implemented: approving, so a Revision in this phase waits until the desired state
+    /// changes.
     AwaitingApproval,
     /// Applying and pruning.
     Applying,
@@ -91,7 +97,8 @@ pub enum RevisionPhase {
     Progressing,
     /// The rollout completed and every resource is Healthy.
     Healthy,
-    /// The rollout failed (see `status.failure`), or the Revision was rolled back from.
+    /// The rollout failed (see `status.failure`), or the Revision was rolled back from (rollback:
+    /// Not yet implemented).
     Failed,
 }
 
@@ -102,7 +109,8 @@ pub struct RevisionStatus {
     /// The `metadata.generation` this status reflects.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// `Ready`, `Reconciling`, `Stalled`, and `RolledBack` on a held Revision.
+    /// `Ready`, `Reconciling`, `Stalled`, and `RolledBack` on a held Revision. Not yet implemented:
+    /// the controller sets no condition on Revisions (read `phase` and `failure`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "conditions_schema")]
     pub conditions: Vec<Condition>,
@@ -126,11 +134,13 @@ pub struct RevisionStatus {
     /// Failure classification of the latest failed attempt.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure: Option<Failure>,
-    /// The approval the rollout ran under (manual sync or manual rollback).
+    /// The approval the rollout ran under (manual sync or manual rollback). Not yet implemented:
+    /// never written.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approval: Option<Approval>,
     /// Digest of the desired state the last completed, Healthy rollout deployed, or that was found
-    /// already live while reconciling this Revision outside a rollback.
+    /// already live while reconciling this Revision outside a rollback (rollback, whose approval
+    /// is bound to it, is Not yet implemented).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 80))]
     pub deployed_desired_state_hash: Option<String>,
@@ -140,7 +150,8 @@ pub struct RevisionStatus {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct Plan {
-    /// Digest of the full plan (`sha256:<hex>`): what an approval names.
+    /// Digest of the full plan (`sha256:<hex>`): what an approval names
+    /// (approval: Not yet implemented).
     #[schemars(length(max = 80))]
     pub digest: String,
     /// Counts over every entry, including those not kept.
@@ -152,7 +163,7 @@ pub struct Plan {
     /// Entries were dropped to stay within the bound.
     #[serde(default)]
     pub truncated: bool,
-    /// Plan-wide warnings.
+    /// Plan-wide warnings. Not yet implemented: always empty (each entry's `warning` is written).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 32), inner(length(max = 1024)))]
     pub warnings: Vec<String>,
@@ -198,7 +209,7 @@ pub struct PlanEntry {
     pub version: String,
     /// What happens to it.
     pub action: PlanAction,
-    /// Rollout wave.
+    /// Rollout wave. Not yet implemented: always 0 (omitted).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub wave: i32,
     /// Changed field paths (`spec.template.spec.containers[name=api].image`), the first 32.
@@ -308,19 +319,19 @@ pub struct Failure {
     pub retryable: bool,
 }
 
-/// An approval of a plan.
+/// An approval of a plan. Not yet implemented: never written.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct Approval {
-    /// The authenticated user who approved (or asked for the rollback).
+    /// The authenticated user who approved (or asked for the rollback). Not yet implemented.
     #[schemars(length(max = 256))]
     pub user: String,
-    /// Request time.
+    /// Request time. Not yet implemented.
     pub time: Time,
-    /// The plan digest approved.
+    /// The plan digest approved. Not yet implemented.
     #[schemars(length(max = 80))]
     pub plan_digest: String,
-    /// `ManualSync` or `ManualRollback`.
+    /// `ManualSync` or `ManualRollback`. Not yet implemented.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 64))]
     pub source: Option<String>,

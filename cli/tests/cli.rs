@@ -186,12 +186,6 @@ async fn fixtures(client: &kube::Client, a: &str, b: &str) -> Clock {
         "health": {"status": "Degraded", "message": format!("ConfigMap {a}/feature-flags is missing; Repository {a}/vendored: Ready is False (Progressing): fetching tag/v1.4.0")},
         "desiredRevision": "web-5f1c0a2e",
         "lastHealthyRevision": "web-1d2e3f4a",
-        "diagnosis": {
-            "resource": {"group": "apps", "kind": "Deployment", "namespace": a, "name": "web"},
-            "reason": "MissingConfigMap",
-            "message": "ConfigMap feature-flags, used by Deployment web, does not exist",
-            "path": [{"edge": "Uses", "resource": {"kind": "ConfigMap", "namespace": a, "name": "feature-flags"}, "missing": true}],
-        },
     }))
     .await;
     set_status::<Application>(client, a, "api", json!({
@@ -222,7 +216,6 @@ async fn fixtures(client: &kube::Client, a: &str, b: &str) -> Clock {
     set_status::<Revision>(client, a, "web-0a0b0c0d", json!({
         "observedGeneration": 1,
         "phase": "Failed",
-        "conditions": [condition("RolledBack", "True", "ManualRollback", "rolled back to web-1d2e3f4a by ksync rollback", &clock.ago(hours(90)))],
         "attempts": [attempt(1, "Failed", Some("ValidationFailure"), hours(95))],
         "failure": {"reason": "ValidationFailure", "message": "Deployment web: spec.replicas must be >= 0", "retryable": false},
     }))
@@ -231,7 +224,6 @@ async fn fixtures(client: &kube::Client, a: &str, b: &str) -> Clock {
         "observedGeneration": 1,
         "phase": "Healthy",
         "attempts": [attempt(1, "Succeeded", None, hours(47))],
-        "approval": {"user": "alice@example.com", "time": "2026-01-15T09:30:00Z", "planDigest": DIGEST, "source": "ManualSync"},
         "plan": {"digest": DIGEST, "summary": {"create": 1, "update": 0, "unchanged": 0, "delete": 0},
                  "entries": [{"kind": "Secret", "namespace": a, "name": "creds", "version": "v1", "action": "Create"}]},
         "health": {"status": "Healthy", "healthy": 1},
@@ -249,7 +241,6 @@ async fn fixtures(client: &kube::Client, a: &str, b: &str) -> Clock {
             "digest": DIGEST,
             "summary": {"create": 1, "update": 2, "unchanged": 3, "delete": 1},
             "truncated": false,
-            "warnings": ["adopted 1 field from kubectl-edit (conflict policy adopt)"],
             "entries": [
                 {"kind": "Secret", "namespace": a, "name": "creds", "version": "v1", "action": "Unchanged"},
                 {"kind": "ConfigMap", "namespace": a, "name": "settings", "version": "v1", "action": "Update",
@@ -258,7 +249,7 @@ async fn fixtures(client: &kube::Client, a: &str, b: &str) -> Clock {
                 {"group": "sync.kuvryn.io", "kind": "Repository", "namespace": a, "name": "vendored",
                  "version": "v1alpha1", "action": "Unchanged"},
                 {"group": "apps", "kind": "Deployment", "namespace": a, "name": "web", "version": "v1",
-                 "action": "Update", "wave": 1, "fields": ["spec.template.spec.containers[name=web].image"],
+                 "action": "Update", "fields": ["spec.template.spec.containers[name=web].image"],
                  "adopted": [{"field": "spec.replicas", "manager": "kubectl-edit"}]},
                 {"kind": "Secret", "namespace": a, "name": "legacy-token", "version": "v1", "action": "Unchanged",
                  "warning": "not pruned: Secrets are a high-risk kind; delete it by hand once it is no longer needed"},

@@ -250,6 +250,34 @@ mod tests {
         assert_eq!(h(&update, &Live::Found(stalled), RevisionPhase::Healthy).0, HealthStatus::Degraded);
     }
 
+    /// A view of a future feature (Not yet implemented: the controller writes no
+    /// `status.diagnosis` yet): how a root cause and its path through the graph are shown.
+    #[test]
+    fn future_view_diagnosis_shows_the_root_cause_and_its_path() {
+        let app: Application = serde_json::from_value(json!({
+            "apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "Application",
+            "metadata": {"name": "web", "namespace": "a"},
+            "spec": {"source": {"repository": "r", "path": "."}, "serviceAccountName": "deployer", "destination": {"namespace": "a"}},
+            "status": {
+                "health": {"status": "Degraded", "message": "ConfigMap a/flags is missing"},
+                "diagnosis": {
+                    "resource": {"group": "apps", "kind": "Deployment", "namespace": "a", "name": "web"},
+                    "reason": "MissingConfigMap", "message": "ConfigMap flags, used by Deployment web, does not exist",
+                    "path": [{"edge": "Uses", "resource": {"kind": "ConfigMap", "namespace": "a", "name": "flags"}, "missing": true}],
+                },
+            },
+        }))
+        .unwrap();
+        let d = Detail { app: &app, desired: None, last_healthy: None, resources: None };
+        let out = render(d, "2026-03-01T12:00:00Z".parse().unwrap(), Palette { enabled: false });
+        assert!(
+            out.contains(
+                "Diagnosis:\n  ConfigMap a/flags is missing\n  Root cause: Deployment.apps a/web: MissingConfigMap: ConfigMap flags, used by Deployment web, does not exist\n    Uses -> ConfigMap a/flags (missing)\n"
+            ),
+            "{out}"
+        );
+    }
+
     #[test]
     fn pruned_entries_are_not_managed_resources() {
         let entries = vec![entry("A", PlanAction::Delete), entry("B", PlanAction::Unchanged)];

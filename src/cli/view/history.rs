@@ -92,6 +92,29 @@ mod tests {
         .unwrap()
     }
 
+    /// A view of a future feature (Not yet implemented: nothing approves or rolls back yet, so
+    /// the controller writes neither `status.approval` nor a `RolledBack` condition): APPROVED BY
+    /// and "held (reason)".
+    #[test]
+    fn future_view_approved_by_and_held() {
+        let mut approved = rev("web-2", None, "2026-03-01T11:00:00Z");
+        approved.status = Some(
+            serde_json::from_value(json!({"phase": "Healthy", "approval":
+                {"user": "alice@example.com", "time": "2026-03-01T11:00:00Z", "planDigest": "sha256:00", "source": "ManualSync"}}))
+            .unwrap(),
+        );
+        let mut held = rev("web-1", None, "2026-03-01T10:00:00Z");
+        held.status = Some(
+            serde_json::from_value(json!({"phase": "Failed", "conditions": [{"type": "RolledBack", "status": "True",
+                "reason": "ManualRollback", "message": "rolled back", "lastTransitionTime": "2026-03-01T10:30:00Z"}]}))
+            .unwrap(),
+        );
+        let out = table(&[held, approved], None, "2026-03-01T12:00:00Z".parse().unwrap(), Palette { enabled: false });
+        let line = |name: &str| out.lines().find(|l| l.starts_with(name)).unwrap().to_string();
+        assert!(line("web-2").contains("alice@example.com"), "{out}");
+        assert!(line("web-1").contains("held (ManualRollback)"), "{out}");
+    }
+
     #[test]
     fn newest_first_by_the_nanosecond_annotation() {
         // Two Revisions created in the same second: only the annotation orders them.

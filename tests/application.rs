@@ -23,9 +23,7 @@ const SECRET: &str =
     "apiVersion: v1\nkind: Secret\nmetadata:\n  name: creds\nstringData:\n  password: s3cr3t-in-git\n  user: admin\n";
 const DEPLOY: &str = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  replicas: 2\n  selector:\n    matchLabels: {app: web}\n  template:\n    metadata:\n      labels: {app: web}\n    spec:\n      containers:\n      - name: web\n        image: nginx:1.27\n        resources:\n          requests: {cpu: \"1\"}\n";
 
-#[test]
-fn plans_follow_git_and_the_cluster() {
-    let cluster = Cluster::start();
+fn plans_follow_git_and_the_cluster(cluster: Cluster) {
     let runtime = support::runtime();
     runtime.block_on(async {
         let env = Env::start(&cluster, "plan-test").await;
@@ -184,9 +182,7 @@ fn plans_follow_git_and_the_cluster() {
     });
 }
 
-#[test]
-fn failures_are_reported_and_nothing_is_touched() {
-    let cluster = Cluster::start();
+fn failures_are_reported_and_nothing_is_touched(cluster: Cluster) {
     let runtime = support::runtime();
     runtime.block_on(async {
         let env = Env::start(&cluster, "fail-test").await;
@@ -329,3 +325,5 @@ fn plan_load() {
         println!("{SMALL} Applications of 5 ConfigMaps, created at once until all planned: {small:.2?}");
     });
 }
+
+crate::both!(plans_follow_git_and_the_cluster, failures_are_reported_and_nothing_is_touched,);

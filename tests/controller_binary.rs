@@ -24,9 +24,7 @@ impl Drop for Kill {
     }
 }
 
-#[test]
-fn the_manager_process_discovers_applications_and_serves_metrics() {
-    let cluster = Cluster::start();
+fn the_manager_process_discovers_applications_and_serves_metrics(cluster: Cluster) {
     let server = GitServer::start();
     let url = server.create_repo("platform");
     let work = WorkTree::clone(&url);
@@ -111,3 +109,5 @@ fn the_manager_process_discovers_applications_and_serves_metrics() {
         }
     });
 }
+
+crate::both!(the_manager_process_discovers_applications_and_serves_metrics,);

@@ -7,9 +7,7 @@ use kuvryn_sync::plan::validate::Scopes;
 use kuvryn_sync::watch::discovery::ClusterScopes;
 use support::{Cluster, install_crds};
 
-#[test]
-fn discovery_knows_built_in_and_custom_kinds_and_their_scope() {
-    let cluster = Cluster::start();
+fn discovery_knows_built_in_and_custom_kinds_and_their_scope(cluster: Cluster) {
     let runtime = support::runtime();
     runtime.block_on(async {
         let client = cluster.client().await;
@@ -28,3 +26,5 @@ fn discovery_knows_built_in_and_custom_kinds_and_their_scope() {
         assert!(before.resource("apps", "v1beta1", "Deployment").is_none());
     });
 }
+
+crate::both!(discovery_knows_built_in_and_custom_kinds_and_their_scope,);

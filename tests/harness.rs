@@ -43,9 +43,7 @@ fn tools_are_the_pinned_versions() {
 
 /// `kubectl apply --server-side --dry-run=server -f crds/`: the API server accepts our CRDs, CEL
 /// rules and cost estimates included (simcluster, or the real cluster of `KSYNC_E2E_KUBECONFIG`).
-#[test]
-fn api_server_accepts_the_crds() {
-    let cluster = Cluster::start();
+fn api_server_accepts_the_crds(cluster: Cluster) {
     let tools = Tools::get();
     let home = temp_dir("kubectl");
     let out = run(cluster
@@ -56,3 +54,5 @@ fn api_server_accepts_the_crds() {
         assert!(out.contains(&format!("{crd}.sync.kuvryn.io")), "{out}");
     }
 }
+
+crate::both!(api_server_accepts_the_crds,);

@@ -8,9 +8,7 @@ use std::time::Duration;
 
 use support::{Cluster, Tools, run, temp_dir, wait_for};
 
-#[test]
-fn kubectl_works_against_the_cluster() {
-    let cluster = Cluster::start();
+fn kubectl_works_against_the_cluster(cluster: Cluster) {
     let tools = Tools::get();
     let home = temp_dir("kubectl");
     let kubectl = || cluster.kubectl(&tools, home.path());
@@ -82,3 +80,5 @@ fn kubectl_works_against_the_cluster() {
         (!out.status.success()).then_some(())
     });
 }
+
+crate::both!(kubectl_works_against_the_cluster,);

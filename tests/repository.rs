@@ -110,9 +110,7 @@ fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
 }
 
-#[test]
-fn applications_follow_git_and_bad_commits_change_nothing() {
-    let cluster = Cluster::start();
+fn applications_follow_git_and_bad_commits_change_nothing(cluster: Cluster) {
     let server = GitServer::start();
     let url = server.create_repo("platform");
     let work = WorkTree::clone(&url);
@@ -233,9 +231,7 @@ fn applications_follow_git_and_bad_commits_change_nothing() {
     });
 }
 
-#[test]
-fn monorepo_config_paths_and_a_server_that_goes_down() {
-    let cluster = Cluster::start();
+fn monorepo_config_paths_and_a_server_that_goes_down(cluster: Cluster) {
     let mut server = GitServer::start();
     let url = server.create_repo("mono");
     let work = WorkTree::clone(&url);
@@ -306,9 +302,7 @@ fn monorepo_config_paths_and_a_server_that_goes_down() {
     });
 }
 
-#[test]
-fn private_repository_credentials_from_a_secret() {
-    let cluster = Cluster::start();
+fn private_repository_credentials_from_a_secret(cluster: Cluster) {
     let server = GitHttpServer::start_with(HttpOptions {
         auth: Some(("deploy", "the-right-token-4711")),
         tls: true,
@@ -352,3 +346,9 @@ fn private_repository_credentials_from_a_secret() {
         }
     });
 }
+
+crate::both!(
+    applications_follow_git_and_bad_commits_change_nothing,
+    monorepo_config_paths_and_a_server_that_goes_down,
+    private_repository_credentials_from_a_secret,
+);

@@ -80,9 +80,7 @@ fn ready(app: &Application) -> (String, String, String) {
     c.map(|c| (c.status, c.reason, c.message)).unwrap_or_default()
 }
 
-#[test]
-fn a_rollout_applies_waits_for_health_and_prunes_safely() {
-    let cluster = Cluster::start();
+fn a_rollout_applies_waits_for_health_and_prunes_safely(cluster: Cluster) {
     let runtime = support::runtime();
     runtime.block_on(async {
         let env = Env::start(&cluster, "rollout").await;
@@ -253,9 +251,7 @@ fn a_rollout_applies_waits_for_health_and_prunes_safely() {
     });
 }
 
-#[test]
-fn conflicts_permissions_and_deletion_policies() {
-    let cluster = Cluster::start();
+fn conflicts_permissions_and_deletion_policies(cluster: Cluster) {
     let runtime = support::runtime();
     runtime.block_on(async {
         let env = Env::start(&cluster, "owners").await;
@@ -391,9 +387,7 @@ fn conflicts_permissions_and_deletion_policies() {
     });
 }
 
-#[test]
-fn drift_is_reported_or_repaired_and_health_keeps_being_observed() {
-    let cluster = Cluster::start();
+fn drift_is_reported_or_repaired_and_health_keeps_being_observed(cluster: Cluster) {
     let runtime = support::runtime();
     runtime.block_on(async {
         let env = Env::start(&cluster, "drift").await;
@@ -707,4 +701,22 @@ fn a_deployment_edited_by_hand_other_watched_kinds_and_zero_writes_at_rest() {
         .await;
         assert_eq!(env.revisions().list(&Default::default()).await.unwrap().items.len(), 1, "no new Revision");
     });
+}
+
+crate::both!(conflicts_permissions_and_deletion_policies);
+
+// simcluster only for now: these rollouts wait for Pods to become Ready, and realkube has no
+// scheduler or kubelet (Pods stay Pending) until simcluster's Node simulation can run against
+// it as a client.
+mod a_rollout_applies_waits_for_health_and_prunes_safely {
+    #[test]
+    fn simcluster() {
+        super::a_rollout_applies_waits_for_health_and_prunes_safely(super::support::Cluster::start());
+    }
+}
+mod drift_is_reported_or_repaired_and_health_keeps_being_observed {
+    #[test]
+    fn simcluster() {
+        super::drift_is_reported_or_repaired_and_health_keeps_being_observed(super::support::Cluster::start());
+    }
 }

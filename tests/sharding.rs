@@ -283,9 +283,7 @@ fn replicas_split_the_shards_take_over_and_rebalance() {
     });
 }
 
-#[test]
-fn an_orphaned_shard_is_reported_on_its_applications() {
-    let cluster = Cluster::start();
+fn an_orphaned_shard_is_reported_on_its_applications(cluster: Cluster) {
     let dir = temp_dir("orphans");
     let runtime = support::runtime();
     runtime.block_on(async {
@@ -448,3 +446,5 @@ fn a_hand_over_that_does_not_drain_holds_up_no_renewal() {
         task_a.abort();
     });
 }
+
+crate::both!(an_orphaned_shard_is_reported_on_its_applications,);

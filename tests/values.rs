@@ -12,9 +12,7 @@ fn r(kind: ValuesKind, name: &str, optional: bool) -> ValuesReference {
     ValuesReference { kind, name: name.into(), key: "values.yaml".into(), optional }
 }
 
-#[test]
-fn values_are_read_as_the_service_account() {
-    let cluster = Cluster::start();
+fn values_are_read_as_the_service_account(cluster: Cluster) {
     let runtime = support::runtime();
     runtime.block_on(async {
         let admin = cluster.client().await;
@@ -58,3 +56,5 @@ fn values_are_read_as_the_service_account() {
         assert!(e.to_string().contains("not found (set optional: true"), "{e}");
     });
 }
+
+crate::both!(values_are_read_as_the_service_account,);

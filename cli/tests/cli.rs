@@ -341,9 +341,7 @@ fn assert_objects_snapshot(name: &str, output: &str) {
     settings.bind(|| insta::assert_snapshot!(name, output));
 }
 
-#[test]
-fn read_commands_print_tables_and_objects() {
-    let cluster = Cluster::start();
+fn read_commands_print_tables_and_objects(cluster: Cluster) {
     let runtime = support::runtime();
     let clock = runtime.block_on(async { fixtures(&cluster.client().await, "team-a", "team-b").await });
     let k = Ksync::new(&cluster.kubeconfig(), clock.now());
@@ -410,9 +408,7 @@ fn read_commands_print_tables_and_objects() {
     assert!(!apps.contains('\u{1b}'));
 }
 
-#[test]
-fn apps_watch_redraws_when_a_status_changes() {
-    let cluster = Cluster::start();
+fn apps_watch_redraws_when_a_status_changes(cluster: Cluster) {
     let runtime = support::runtime();
     let client = runtime.block_on(cluster.client());
     let clock = runtime.block_on(fixtures(&client, "watch-a", "watch-b"));
@@ -462,15 +458,13 @@ fn apps_watch_redraws_when_a_status_changes() {
     assert!(!text.contains('\u{1b}'), "{text}");
 }
 
-#[test]
-fn errors_are_one_line_with_a_non_zero_exit_status() {
-    let cluster = Cluster::start();
+fn errors_are_one_line_with_a_non_zero_exit_status(cluster: Cluster) {
     let runtime = support::runtime();
     let client = runtime.block_on(cluster.client());
     let k = Ksync::new(&cluster.kubeconfig(), "2026-01-01T00:00:00Z".into());
 
-    // No CRDs yet (a real cluster may have them already).
-    if !cluster.is_external() {
+    // No CRDs yet (the cluster of KSYNC_E2E_KUBECONFIG may have them already).
+    if cluster.is_fresh() {
         assert_eq!(
             fails(k.cmd(&["apps"])),
             "error: the API server does not serve sync.kuvryn.io/v1alpha1 applications (are the Kuvryn Sync CRDs installed?)"
@@ -505,10 +499,7 @@ fn errors_are_one_line_with_a_non_zero_exit_status() {
     );
 
     // Forbidden: a ServiceAccount with no RBAC at all.
-    if cluster.require_simcluster(
-        "errors_are_one_line_with_a_non_zero_exit_status (forbidden)",
-        "its admin token in the kubeconfig",
-    ) {
+    {
         let dir = temp_dir("nobody");
         let kubeconfig = runtime.block_on(async {
             let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), "errors");
@@ -530,9 +521,8 @@ fn errors_are_one_line_with_a_non_zero_exit_status() {
                 .unwrap()
                 .token
                 .unwrap();
-            let admin = std::fs::read_to_string(cluster.kubeconfig()).unwrap();
             let path = dir.path().join("kubeconfig");
-            std::fs::write(&path, admin.replace("simcluster-admin-token", &token)).unwrap();
+            cluster.write_kubeconfig(&path, Some(&token), None);
             path
         });
         let nobody = Ksync::new(&kubeconfig, "2026-01-01T00:00:00Z".into());
@@ -551,9 +541,7 @@ fn errors_are_one_line_with_a_non_zero_exit_status() {
     let dir = temp_dir("closed");
     let closed = dir.path().join("kubeconfig");
     let port = support::free_port();
-    let admin = std::fs::read_to_string(cluster.kubeconfig()).unwrap();
-    let server = admin.lines().find_map(|l| l.trim().strip_prefix("server: ")).unwrap().to_string();
-    std::fs::write(&closed, admin.replace(&server, &format!("http://127.0.0.1:{port}"))).unwrap();
+    cluster.write_kubeconfig(&closed, None, Some(&format!("http://127.0.0.1:{port}")));
     let err = fails(Ksync::new(&closed, "2026-01-01T00:00:00Z".into()).cmd(&["apps"]));
     assert!(
         err.starts_with(&format!("error: cannot reach the API server at http://127.0.0.1:{port}: "))
@@ -624,3 +612,9 @@ fn logs_json_on_request_and_refuses_an_unknown_format() {
     let bad = Command::new(ksync_bin()).args(["--log-format", "xml", "version"]).output().unwrap();
     assert!(!bad.status.success());
 }
+
+crate::both!(
+    read_commands_print_tables_and_objects,
+    apps_watch_redraws_when_a_status_changes,
+    errors_are_one_line_with_a_non_zero_exit_status,
+);

@@ -5,9 +5,12 @@
 //!   binaries, checksum-verified).
 //! - [`GitServer`]: a real `git daemon` on 127.0.0.1 serving bare repositories from a temporary
 //!   folder, with push enabled; [`WorkTree`] commits and pushes to it.
-//! - [`Cluster`]: `KSYNC_E2E_KUBECONFIG` names a real cluster; otherwise the embedded emulator
-//!   (`simcluster`, arriving with its own issue). Tests that need what only simcluster has call
-//!   [`Cluster::require_simcluster`], which skips them, saying why, on a real cluster.
+//! - [`Cluster`]: [`Cluster::start`] is the embedded emulator (`simcluster`); [`Cluster::real`] a
+//!   real control plane: the cluster named by `KSYNC_E2E_KUBECONFIG`, else a fresh realkube
+//!   (kube-apiserver, kube-controller-manager and etcd from `../shared/realkube`, one per test,
+//!   stopped on drop). [`both!`](crate::both) makes one test function two tests, `NAME::simcluster`
+//!   and `NAME::realkube`. Tests that need what only simcluster has call
+//!   [`Cluster::require_simcluster`], which skips that part, saying why, on a real cluster.
 //!
 //! Everything started here is stopped and deleted on drop. Waits use deadlines, never sleeps
 //! that hope.
@@ -381,12 +384,56 @@ pub fn git_cmd(dir: &Path) -> Command {
     c
 }
 
+/// Environment variable naming the folder of realkube's `up` and `down` scripts (default:
+/// `../shared/realkube` next to the repository).
+pub const REALKUBE_DIR: &str = "KSYNC_REALKUBE_DIR";
+
+/// Where realkube's scripts are, if anywhere.
+pub fn realkube_dir() -> Option<PathBuf> {
+    let dir = std::env::var_os(REALKUBE_DIR)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().parent().unwrap_or(Path::new("/")).join("shared/realkube"));
+    dir.join("up").is_file().then_some(dir)
+}
+
+/// Whether [`Cluster::real`] can give a cluster here (`scripts/test` leaves the realkube tests
+/// out, saying so, when it cannot).
+pub fn real_cluster_available() -> bool {
+    std::env::var_os(E2E_KUBECONFIG).is_some() || realkube_dir().is_some()
+}
+
+/// One test function run as two tests: `NAME::simcluster` on [`Cluster::start`] and
+/// `NAME::realkube` on [`Cluster::real`]. `NAME` is a `fn NAME(cluster: Cluster)` of the test
+/// file.
+#[macro_export]
+macro_rules! both {
+    ($($name:ident),+ $(,)?) => {$(
+        mod $name {
+            #[test]
+            fn simcluster() {
+                super::$name($crate::support::Cluster::start());
+            }
+            #[test]
+            fn realkube() {
+                super::$name($crate::support::Cluster::real());
+            }
+        }
+    )+};
+}
+
 /// The cluster a test runs against.
 pub enum Cluster {
-    /// A real cluster named by `KSYNC_E2E_KUBECONFIG`.
+    /// A real cluster named by `KSYNC_E2E_KUBECONFIG` (shared: tests must not collide in it).
     External {
         /// Its kubeconfig.
         kubeconfig: PathBuf,
+    },
+    /// A realkube control plane started for this test, stopped on drop.
+    Real {
+        /// realkube's scripts.
+        scripts: PathBuf,
+        /// Its state: certificates, etcd, logs and `kubeconfig`.
+        dir: tempfile::TempDir,
     },
     /// simcluster, in this process on its own runtime, with its kubeconfig in a temp folder.
     Sim {
@@ -400,12 +447,8 @@ pub enum Cluster {
 }
 
 impl Cluster {
-    /// The cluster for this run: the real one named by `KSYNC_E2E_KUBECONFIG`, else a fresh
-    /// simcluster (workload simulation on).
+    /// A fresh simcluster (workload simulation on).
     pub fn start() -> Cluster {
-        if let Some(path) = std::env::var_os(E2E_KUBECONFIG) {
-            return Cluster::External { kubeconfig: PathBuf::from(path) };
-        }
         let runtime =
             tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
         let sim =
@@ -415,11 +458,39 @@ impl Cluster {
         Cluster::Sim { sim, runtime, dir }
     }
 
+    /// A real control plane: the cluster of `KSYNC_E2E_KUBECONFIG`, else a fresh realkube. Panics,
+    /// saying what is missing, when there is neither (`scripts/test` then leaves these tests out).
+    pub fn real() -> Cluster {
+        if let Some(path) = std::env::var_os(E2E_KUBECONFIG) {
+            return Cluster::External { kubeconfig: PathBuf::from(path) };
+        }
+        let Some(scripts) = realkube_dir() else {
+            panic!(
+                "no real control plane: {E2E_KUBECONFIG} is unset and there is no realkube at ../shared/realkube \
+                 (or {REALKUBE_DIR}); scripts/test leaves the realkube tests out in that case"
+            )
+        };
+        let dir = temp_dir("realkube");
+        let out = Command::new(scripts.join("up"))
+            .arg(dir.path())
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("starting realkube: {e}"));
+        assert!(
+            out.status.success() && dir.path().join("kubeconfig").is_file(),
+            "realkube did not start ({}):\n{}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Cluster::Real { scripts, dir }
+    }
+
     /// The kubeconfig path.
     pub fn kubeconfig(&self) -> PathBuf {
         match self {
             Cluster::External { kubeconfig } => kubeconfig.clone(),
-            Cluster::Sim { dir, .. } => dir.path().join("kubeconfig"),
+            Cluster::Real { dir, .. } | Cluster::Sim { dir, .. } => dir.path().join("kubeconfig"),
         }
     }
 
@@ -427,13 +498,36 @@ impl Cluster {
     pub fn sim(&self) -> Option<&simcluster::SimCluster> {
         match self {
             Cluster::Sim { sim, .. } => Some(sim),
-            Cluster::External { .. } => None,
+            Cluster::External { .. } | Cluster::Real { .. } => None,
         }
     }
 
-    /// Whether this is a real cluster.
+    /// Whether this is a real cluster (realkube or `KSYNC_E2E_KUBECONFIG`'s).
     pub fn is_external(&self) -> bool {
-        matches!(self, Cluster::External { .. })
+        !matches!(self, Cluster::Sim { .. })
+    }
+
+    /// Whether the cluster was started for this test (simcluster or realkube), so it holds
+    /// nothing yet; `KSYNC_E2E_KUBECONFIG`'s may.
+    pub fn is_fresh(&self) -> bool {
+        !matches!(self, Cluster::External { .. })
+    }
+
+    /// Write to `path` a copy of the admin kubeconfig with every user's credentials replaced by
+    /// `token` and, when given, every cluster's server by `server`.
+    pub fn write_kubeconfig(&self, path: &Path, token: Option<&str>, server: Option<&str>) {
+        let mut config = kube::config::Kubeconfig::read_from(self.kubeconfig()).expect("kubeconfig");
+        for user in &mut config.auth_infos {
+            if let (Some(token), Some(auth)) = (token, user.auth_info.as_mut()) {
+                *auth = kube::config::AuthInfo { token: Some(token.to_string().into()), ..Default::default() };
+            }
+        }
+        for cluster in &mut config.clusters {
+            if let (Some(server), Some(c)) = (server, cluster.cluster.as_mut()) {
+                c.server = Some(server.to_string());
+            }
+        }
+        std::fs::write(path, serde_json::to_vec(&config).expect("kubeconfig JSON")).expect("write kubeconfig");
     }
 
     /// For tests that need simcluster's audit log, fault injection or simulated kubelet: `false`
@@ -469,8 +563,13 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        if let Cluster::Sim { sim, .. } = self {
-            sim.stop();
+        match self {
+            Cluster::Sim { sim, .. } => sim.stop(),
+            Cluster::Real { scripts, dir } => {
+                // Stops exactly what `up` started (by the pids it recorded in `dir`).
+                let _ = Command::new(scripts.join("down")).arg(dir.path()).stdin(Stdio::null()).output();
+            }
+            Cluster::External { .. } => {}
         }
     }
 }

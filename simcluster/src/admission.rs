@@ -790,6 +790,29 @@ pub fn check_applied(rt: &ResourceType, name: &str, config: &Value) -> Result<()
     Ok(())
 }
 
+/// Whether an update (PUT) must carry the object's `metadata.resourceVersion`: every custom
+/// resource, and the built-in kinds whose registry strategy refuses unconditional updates (each
+/// checked against kube-apiserver v1.36.2; the others, ConfigMaps, Secrets, Deployments, RBAC,
+/// Services and most more, take a PUT without one as "overwrite").
+pub fn requires_resource_version_on_update(rt: &ResourceType) -> bool {
+    rt.custom
+        || matches!(
+            (rt.group.as_str(), rt.resource.as_str()),
+            ("coordination.k8s.io", "leases")
+                | (
+                    "admissionregistration.k8s.io",
+                    "mutatingwebhookconfigurations"
+                        | "validatingwebhookconfigurations"
+                        | "validatingadmissionpolicies"
+                        | "validatingadmissionpolicybindings"
+                )
+                | ("apiextensions.k8s.io", "customresourcedefinitions")
+                | ("node.k8s.io", "runtimeclasses")
+                | ("policy", "poddisruptionbudgets")
+                | ("storage.k8s.io", "csidrivers")
+        )
+}
+
 /// Whether PUT creates a missing object.
 pub fn allow_create_on_update(_rt: &ResourceType) -> bool {
     false

@@ -896,7 +896,7 @@ fn update(state: &Arc<State>, req: &Req, t: &Target) -> Result<Output, ApiError>
             }
         }
         _ => {
-            if t.rt.custom {
+            if admission::requires_resource_version_on_update(&t.rt) {
                 let cause = crate::errors::Cause::new(
                     "FieldValueInvalid",
                     "Invalid value: 0: must be specified for an update",

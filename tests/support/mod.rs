@@ -396,12 +396,6 @@ pub fn realkube_dir() -> Option<PathBuf> {
     dir.join("up").is_file().then_some(dir)
 }
 
-/// Whether [`Cluster::real`] can give a cluster here (`scripts/test` leaves the realkube tests
-/// out, saying so, when it cannot).
-pub fn real_cluster_available() -> bool {
-    std::env::var_os(E2E_KUBECONFIG).is_some() || realkube_dir().is_some()
-}
-
 /// One test function run as two tests: `NAME::simcluster` on [`Cluster::start`] and
 /// `NAME::realkube` on [`Cluster::real`]. `NAME` is a `fn NAME(cluster: Cluster)` of the test
 /// file.

@@ -705,18 +705,7 @@ fn a_deployment_edited_by_hand_other_watched_kinds_and_zero_writes_at_rest() {
 
 crate::both!(conflicts_permissions_and_deletion_policies);
 
-// simcluster only for now: these rollouts wait for Pods to become Ready, and realkube has no
-// scheduler or kubelet (Pods stay Pending) until simcluster's Node simulation can run against
-// it as a client.
-mod a_rollout_applies_waits_for_health_and_prunes_safely {
-    #[test]
-    fn simcluster() {
-        super::a_rollout_applies_waits_for_health_and_prunes_safely(super::support::Cluster::start());
-    }
-}
-mod drift_is_reported_or_repaired_and_health_keeps_being_observed {
-    #[test]
-    fn simcluster() {
-        super::drift_is_reported_or_repaired_and_health_keeps_being_observed(super::support::Cluster::start());
-    }
-}
+crate::both!(
+    a_rollout_applies_waits_for_health_and_prunes_safely,
+    drift_is_reported_or_repaired_and_health_keeps_being_observed,
+);

@@ -22,6 +22,40 @@ pub struct Client {
     scope: Option<Arc<BTreeSet<String>>>,
 }
 
+/// [`Client::request`] to another API server (`simcluster nodes`): the same request, sent
+/// with that server's credentials; its errors as [`ApiError`]s.
+async fn remote_request(
+    remote: &kube::Client,
+    method: Method,
+    path: &str,
+    query: &std::collections::BTreeMap<String, String>,
+    headers: HeaderMap,
+    body: Option<&Value>,
+) -> Result<Value, ApiError> {
+    let mut uri = path.to_string();
+    if !query.is_empty() {
+        uri.push('?');
+        uri.push_str(&form_urlencoded::Serializer::new(String::new()).extend_pairs(query).finish());
+    }
+    let mut req = http::Request::builder().method(method).uri(uri);
+    for (k, v) in &headers {
+        req = req.header(k, v);
+    }
+    let body = body.map(|b| serde_json::to_vec(b).unwrap_or_default()).unwrap_or_default();
+    let req = req.body(body).map_err(|e| ApiError::internal(e.to_string()))?;
+    match remote.request_text(req).await {
+        Ok(text) => Ok(serde_json::from_str(&text).unwrap_or(Value::Null)),
+        Err(kube::Error::Api(s)) => Err(ApiError::status(
+            s.code,
+            &s.reason,
+            s.message.clone(),
+            s.details.as_ref().and_then(|d| serde_json::to_value(d).ok()),
+        )),
+        // Unreachable server, TLS or timeout: as the API's "service unavailable".
+        Err(e) => Err(ApiError::status(503, "ServiceUnavailable", e.to_string(), None)),
+    }
+}
+
 /// The path of a resource collection or object: `/api/v1/namespaces/ns/pods/name/status`.
 pub fn path(api_version: &str, resource: &str, namespace: &str, name: &str, sub: &str) -> String {
     let mut p = if api_version.contains('/') { format!("/apis/{api_version}") } else { format!("/api/{api_version}") };
@@ -87,6 +121,9 @@ impl Client {
         q.entry("fieldManager".into()).or_insert_with(|| self.manager.clone());
         if method == Method::GET || method == Method::DELETE {
             q.remove("fieldManager");
+        }
+        if let Some(remote) = &self.state.remote {
+            return remote_request(remote, method, path, &q, headers, body).await;
         }
         let req = Req {
             method,

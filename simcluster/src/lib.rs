@@ -17,6 +17,7 @@ pub mod fieldmanager;
 pub mod http;
 pub mod kcm;
 pub mod negotiate;
+pub mod nodes;
 pub mod protobuf;
 pub mod rbac;
 pub mod registry;

@@ -192,6 +192,10 @@ pub struct State {
     pub clock: Clock,
     /// Injected Node faults.
     pub node_faults: NodeFaults,
+    /// The API server the scheduler and kubelet simulation act on when they run as clients of
+    /// another server (`simcluster nodes`, see [`crate::nodes`]): their writes go there, and the
+    /// store only mirrors what they read. `None`: this emulator's own API.
+    pub remote: Option<kube::Client>,
 }
 
 /// Address and port allocation state.
@@ -217,6 +221,7 @@ impl State {
             faults: Default::default(),
             clock: Clock::default(),
             node_faults: NodeFaults::default(),
+            remote: None,
         }
     }
 }

@@ -11,15 +11,84 @@ use k8s_openapi::api::core::v1::{ConfigMap, Event, Node, Pod, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
+use simcluster::nodes::Nodes;
 use simcluster::state::{NodeConfig, Timing};
 use simcluster::{Config, SimCluster};
+use std::path::PathBuf;
 
 const DEADLINE: Duration = Duration::from_secs(60);
 
-async fn start(config: Config) -> (SimCluster, kube::Client) {
+/// The server a test runs against: simcluster with its own Node simulation, or a real control
+/// plane (`realkube`) with the same simulation as its client ([`simcluster::nodes`]).
+enum Cluster {
+    Sim(SimCluster),
+    Real { scripts: PathBuf, dir: tempfile::TempDir, nodes: Option<Nodes> },
+}
+
+impl Cluster {
+    /// The emulator (for its clock: tests that need it run on simcluster only).
+    fn sim(&self) -> &SimCluster {
+        match self {
+            Cluster::Sim(sim) => sim,
+            Cluster::Real { .. } => panic!("this test needs simcluster's clock"),
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        if let Cluster::Real { scripts, dir, nodes } = self {
+            drop(nodes.take());
+            let _ = std::process::Command::new(scripts.join("down")).arg(dir.path()).output();
+        }
+    }
+}
+
+/// realkube's scripts (`KSYNC_REALKUBE_DIR`, default `../shared/realkube`; `scripts/test` leaves
+/// the `realkube` tests out, saying so, where there is none).
+fn realkube() -> PathBuf {
+    let scripts = std::env::var_os("KSYNC_REALKUBE_DIR")
+        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/realkube"), PathBuf::from);
+    assert!(scripts.join("up").is_file(), "no realkube at {} (set KSYNC_REALKUBE_DIR)", scripts.display());
+    scripts
+}
+
+/// Each test as `NAME::simcluster` and `NAME::realkube`: the same Pods through the same
+/// simulation, on the emulator and as a client of the real control plane, whose own
+/// controllers (Deployments, Jobs, EndpointSlices, the node lifecycle) then read what the
+/// simulated kubelet wrote.
+macro_rules! both {
+    ($($name:ident),+ $(,)?) => {$(
+        mod $name {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn simcluster() {
+                super::$name(false).await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn realkube() {
+                super::$name(true).await;
+            }
+        }
+    )+};
+}
+
+async fn start(real: bool, config: Config) -> (Cluster, kube::Client) {
     let want = config.nodes.len();
-    let sim = SimCluster::start(config, 0).await.unwrap();
-    let client = sim.client().await.unwrap();
+    let (cluster, client) = if real {
+        let scripts = realkube();
+        let dir = tempfile::Builder::new().prefix("kubelet-realkube-").tempdir().expect("temp dir");
+        let up = std::process::Command::new(scripts.join("up")).arg(dir.path()).output().expect("realkube up");
+        assert!(up.status.success(), "realkube did not start: {}", String::from_utf8_lossy(&up.stderr));
+        let kc = kube::config::Kubeconfig::read_from(dir.path().join("kubeconfig")).unwrap();
+        let kc = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await.unwrap();
+        let client = kube::Client::try_from(kc).unwrap();
+        let nodes = Nodes::start(client.clone(), config, true).await.expect("simulated Nodes");
+        (Cluster::Real { scripts, dir, nodes: Some(nodes) }, client)
+    } else {
+        let sim = SimCluster::start(config, 0).await.unwrap();
+        let client = sim.client().await.unwrap();
+        (Cluster::Sim(sim), client)
+    };
     // The Nodes are registered Ready and lose their not-ready taint.
     let nodes: Api<Node> = Api::all(client.clone());
     eventually("Nodes ready and untainted", || async {
@@ -36,7 +105,7 @@ async fn start(config: Config) -> (SimCluster, kube::Client) {
         (ok >= want).then_some(())
     })
     .await;
-    (sim, client)
+    (cluster, client)
 }
 
 /// Poll `f` every 50 ms until it gives a value, failing after [`DEADLINE`].
@@ -120,9 +189,8 @@ fn pod(name: &str, container: Value) -> Value {
            "spec": {"containers": [container]}})
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_pod_starts_with_the_kubelet_events_and_status() {
-    let (_sim, client) = start(Config::default()).await;
+async fn a_pod_starts_with_the_kubelet_events_and_status(real: bool) {
+    let (_sim, client) = start(real, Config::default()).await;
     create_pod(&client, pod("web", json!({"name": "app", "image": "registry.example.com/web:1.0"}))).await;
     let p = wait_pod(&client, "web", "running and ready", running_and_ready).await;
     let node = p["spec"]["nodeName"].as_str().unwrap().to_string();
@@ -164,9 +232,8 @@ async fn a_pod_starts_with_the_kubelet_events_and_status() {
     eventually("pod deleted", || async { pods.get_opt("web").await.unwrap().is_none().then_some(()) }).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_image_that_cannot_be_pulled_goes_to_image_pull_back_off() {
-    let (_sim, client) = start(Config::default()).await;
+async fn an_image_that_cannot_be_pulled_goes_to_image_pull_back_off(real: bool) {
+    let (_sim, client) = start(real, Config::default()).await;
     create_pod(&client, pod("nopull", json!({"name": "app", "image": "registry.invalid/app:1"}))).await;
     let p = wait_pod(&client, "nopull", "ImagePullBackOff", |p| {
         container(p, "app")["state"]["waiting"]["reason"] == "ImagePullBackOff"
@@ -199,9 +266,8 @@ async fn an_image_that_cannot_be_pulled_goes_to_image_pull_back_off() {
     wait_event(&client, "nopull", "Warning", "Failed", "Error: ImagePullBackOff").await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_crashing_container_goes_to_crash_loop_back_off() {
-    let (_sim, client) = start(Config::default()).await;
+async fn a_crashing_container_goes_to_crash_loop_back_off(real: bool) {
+    let (_sim, client) = start(real, Config::default()).await;
     let mut p = pod(
         "crash",
         json!({"name": "app", "image": "registry.example.com/app:1",
@@ -236,7 +302,7 @@ async fn a_crashing_container_goes_to_crash_loop_back_off() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn advancing_the_clock_skips_a_long_back_off() {
-    let (sim, client) = start(Config::default()).await;
+    let (sim, client) = start(false, Config::default()).await;
     let mut p = pod(
         "slowcrash",
         json!({"name": "app", "image": "registry.example.com/app:1",
@@ -254,7 +320,7 @@ async fn advancing_the_clock_skips_a_long_back_off() {
     assert!(
         c["state"]["waiting"]["message"].as_str().unwrap().starts_with("back-off 1m0s restarting failed container=app")
     );
-    sim.advance_clock(Duration::from_secs(61));
+    sim.sim().advance_clock(Duration::from_secs(61));
     let p = wait_pod(&client, "slowcrash", "second back-off", |p| {
         let c = container(p, "app");
         c["restartCount"] == 2 && c["state"]["waiting"]["reason"] == "CrashLoopBackOff"
@@ -268,9 +334,8 @@ async fn advancing_the_clock_skips_a_long_back_off() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_oom_killed_container_terminates_with_137() {
-    let (_sim, client) = start(Config::default()).await;
+async fn an_oom_killed_container_terminates_with_137(real: bool) {
+    let (_sim, client) = start(real, Config::default()).await;
     let mut p = pod(
         "oom",
         json!({"name": "app", "image": "registry.example.com/app:1", "env": [{"name": "SIMCLUSTER_OOM_KILLED", "value": "true"}]}),
@@ -285,9 +350,8 @@ async fn an_oom_killed_container_terminates_with_137() {
     assert_eq!(condition(&p, "PodReadyToStartContainers")["status"], "False");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_missing_configmap_is_a_create_container_config_error_until_it_exists() {
-    let (_sim, client) = start(Config::default()).await;
+async fn a_missing_configmap_is_a_create_container_config_error_until_it_exists(real: bool) {
+    let (_sim, client) = start(real, Config::default()).await;
     create_pod(
         &client,
         pod(
@@ -320,9 +384,8 @@ async fn a_missing_configmap_is_a_create_container_config_error_until_it_exists(
     wait_pod(&client, "cfg", "running and ready", running_and_ready).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_missing_secret_volume_fails_to_mount_until_it_exists() {
-    let (_sim, client) = start(Config::default()).await;
+async fn a_missing_secret_volume_fails_to_mount_until_it_exists(real: bool) {
+    let (_sim, client) = start(real, Config::default()).await;
     let mut p = pod("mount", json!({"name": "app", "image": "registry.example.com/app:1"}));
     p["spec"]["volumes"] = json!([{"name": "creds", "secret": {"secretName": "db-creds"}}]);
     create_pod(&client, p).await;
@@ -348,9 +411,8 @@ async fn a_missing_secret_volume_fails_to_mount_until_it_exists() {
     wait_pod(&client, "mount", "running and ready", running_and_ready).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn endpoints_follow_readiness() {
-    let (_sim, client) = start(Config::default()).await;
+async fn endpoints_follow_readiness(real: bool) {
+    let (_sim, client) = start(real, Config::default()).await;
     let services: Api<Service> = Api::namespaced(client.clone(), "default");
     let svc: Service = serde_json::from_value(json!({"metadata": {"name": "mixed"},
         "spec": {"selector": {"app": "mixed"}, "ports": [{"port": 80, "targetPort": 8080}]}}))
@@ -418,10 +480,9 @@ async fn wait_unschedulable(client: &kube::Client, name: &str, message: &str) {
     assert_eq!(found.3, "default-scheduler");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn too_large_requests_are_unschedulable_until_a_node_fits() {
+async fn too_large_requests_are_unschedulable_until_a_node_fits(real: bool) {
     let nodes = NodeConfig::defaults(3).into_iter().map(|n| NodeConfig { cpu: "2".into(), ..n }).collect();
-    let (_sim, client) = start(Config { nodes, ..Default::default() }).await;
+    let (_sim, client) = start(real, Config { nodes, ..Default::default() }).await;
     create_pod(
         &client,
         pod(
@@ -444,9 +505,8 @@ async fn too_large_requests_are_unschedulable_until_a_node_fits() {
     wait_event(&client, "big", "Normal", "Scheduled", "Successfully assigned default/big to big-node").await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_unmatched_node_selector_is_unschedulable_until_a_node_is_labelled() {
-    let (_sim, client) = start(Config::default()).await;
+async fn an_unmatched_node_selector_is_unschedulable_until_a_node_is_labelled(real: bool) {
+    let (_sim, client) = start(real, Config::default()).await;
     let mut p = pod("picky", json!({"name": "app", "image": "registry.example.com/app:1"}));
     p["spec"]["nodeSelector"] = json!({"disk": "ssd"});
     create_pod(&client, p).await;
@@ -459,11 +519,10 @@ async fn an_unmatched_node_selector_is_unschedulable_until_a_node_is_labelled() 
     assert_eq!(p["spec"]["nodeName"], "sim-node-2");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_untolerated_taint_is_unschedulable_until_removed() {
+async fn an_untolerated_taint_is_unschedulable_until_removed(real: bool) {
     let taint = json!({"key": "dedicated", "value": "batch", "effect": "NoSchedule"});
     let nodes = NodeConfig::defaults(3).into_iter().map(|n| NodeConfig { taints: vec![taint.clone()], ..n }).collect();
-    let (_sim, client) = start(Config { nodes, ..Default::default() }).await;
+    let (_sim, client) = start(real, Config { nodes, ..Default::default() }).await;
     create_pod(&client, pod("plain", json!({"name": "app", "image": "registry.example.com/app:1"}))).await;
     wait_unschedulable(&client, "plain", "0/3 nodes are available: 3 node(s) had untolerated taint {dedicated: batch}. preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling.").await;
 
@@ -481,9 +540,8 @@ async fn an_untolerated_taint_is_unschedulable_until_removed() {
     assert_eq!(p["spec"]["nodeName"], "sim-node-3");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pods_of_another_scheduler_are_left_alone() {
-    let (_sim, client) = start(Config::default()).await;
+async fn pods_of_another_scheduler_are_left_alone(real: bool) {
+    let (_sim, client) = start(real, Config::default()).await;
     let mut other = pod("other", json!({"name": "app", "image": "registry.example.com/app:1"}));
     other["spec"]["schedulerName"] = json!("my-scheduler");
     create_pod(&client, other).await;
@@ -497,9 +555,8 @@ async fn pods_of_another_scheduler_are_left_alone() {
     assert!(events(&client, "other").await.is_empty());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cordoned_nodes_are_unschedulable() {
-    let (_sim, client) = start(Config::default()).await;
+async fn cordoned_nodes_are_unschedulable(real: bool) {
+    let (_sim, client) = start(real, Config::default()).await;
     let nodes: Api<Node> = Api::all(client.clone());
     for n in ["sim-node-1", "sim-node-2", "sim-node-3"] {
         nodes.cordon(n).await.unwrap();
@@ -511,9 +568,8 @@ async fn cordoned_nodes_are_unschedulable() {
     assert_eq!(p["spec"]["nodeName"], "sim-node-1");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_missing_claim_is_unschedulable() {
-    let (_sim, client) = start(Config::default()).await;
+async fn a_missing_claim_is_unschedulable(real: bool) {
+    let (_sim, client) = start(real, Config::default()).await;
     let mut p = pod("claims", json!({"name": "app", "image": "registry.example.com/app:1"}));
     p["spec"]["volumes"] = json!([{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]);
     create_pod(&client, p).await;
@@ -539,9 +595,8 @@ fn job(name: &str, env: Value) -> Job {
     .unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_job_completes() {
-    let (_sim, client) = start(Config::default()).await;
+async fn a_job_completes(real: bool) {
+    let (_sim, client) = start(real, Config::default()).await;
     let jobs: Api<Job> = Api::namespaced(client.clone(), "default");
     jobs.create(&PostParams::default(), &job("ok", json!([]))).await.unwrap();
     let j = wait_job(&client, "ok", "Complete").await;
@@ -557,9 +612,8 @@ async fn a_job_completes() {
     assert_eq!(condition(&p, "Ready")["reason"], "PodCompleted");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_job_fails_after_its_backoff_limit() {
-    let (_sim, client) = start(Config::default()).await;
+async fn a_job_fails_after_its_backoff_limit(real: bool) {
+    let (_sim, client) = start(real, Config::default()).await;
     let jobs: Api<Job> = Api::namespaced(client.clone(), "default");
     jobs.create(&PostParams::default(), &job("fail", json!([{"name": "SIMCLUSTER_EXIT_CODE", "value": "1"}])))
         .await
@@ -581,10 +635,10 @@ async fn a_job_fails_after_its_backoff_limit() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_delay_annotation_is_honoured() {
-    let (sim, client) = start(Config::default()).await;
+    let (sim, client) = start(false, Config::default()).await;
     let mut p = pod("slow", json!({"name": "app", "image": "registry.example.com/app:1"}));
     p["metadata"]["annotations"] = json!({"simcluster.kuvryn.io/pull-ms": "1500"});
-    let t0 = sim.now();
+    let t0 = sim.sim().now();
     create_pod(&client, p).await;
     // Bound and pulling: ContainerCreating, not ready.
     let p = wait_pod(&client, "slow", "ContainerCreating", |p| {
@@ -594,7 +648,7 @@ async fn a_delay_annotation_is_honoured() {
     assert_eq!(condition(&p, "Ready")["message"], "containers with unready status: [app]");
     assert_eq!(condition(&p, "PodReadyToStartContainers")["status"], "True");
     let p = wait_pod(&client, "slow", "running and ready", running_and_ready).await;
-    assert!(sim.now().as_millisecond() - t0.as_millisecond() >= 1500, "became ready before the pull delay");
+    assert!(sim.sim().now().as_millisecond() - t0.as_millisecond() >= 1500, "became ready before the pull delay");
     let pulled = wait_event(&client, "slow", "Normal", "Pulled", "").await;
     assert!(pulled.contains(" in 1.5"), "{pulled}");
     let started: jiff::Timestamp =
@@ -602,9 +656,8 @@ async fn a_delay_annotation_is_honoured() {
     assert!(started.as_second() > t0.as_second());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn init_containers_run_first() {
-    let (_sim, client) = start(Config::default()).await;
+async fn init_containers_run_first(real: bool) {
+    let (_sim, client) = start(real, Config::default()).await;
     let mut p = pod("init", json!({"name": "app", "image": "registry.example.com/app:1"}));
     p["spec"]["initContainers"] = json!([{"name": "setup", "image": "registry.example.com/setup:1",
                                           "env": [{"name": "SIMCLUSTER_RUN_MS", "value": "2000"}]}]);
@@ -666,7 +719,7 @@ async fn nodes_come_from_the_config() {
 async fn three_thousand_pods_become_ready() {
     let count: usize = std::env::var("SIMCLUSTER_LOAD_PODS").ok().and_then(|v| v.parse().ok()).unwrap_or(3000);
     let nodes = NodeConfig::defaults(20).into_iter().map(|n| NodeConfig { pods: 250, ..n }).collect();
-    let (_sim, client) = start(Config { nodes, ..Default::default() }).await;
+    let (_sim, client) = start(false, Config { nodes, ..Default::default() }).await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let t0 = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
@@ -700,3 +753,22 @@ async fn three_thousand_pods_become_ready() {
     }
     println!("{count} Pods: created in {created:?}, all Running and Ready after {:?}", t0.elapsed());
 }
+
+both!(
+    a_pod_starts_with_the_kubelet_events_and_status,
+    an_image_that_cannot_be_pulled_goes_to_image_pull_back_off,
+    a_crashing_container_goes_to_crash_loop_back_off,
+    an_oom_killed_container_terminates_with_137,
+    a_missing_configmap_is_a_create_container_config_error_until_it_exists,
+    a_missing_secret_volume_fails_to_mount_until_it_exists,
+    endpoints_follow_readiness,
+    too_large_requests_are_unschedulable_until_a_node_fits,
+    an_unmatched_node_selector_is_unschedulable_until_a_node_is_labelled,
+    an_untolerated_taint_is_unschedulable_until_removed,
+    pods_of_another_scheduler_are_left_alone,
+    cordoned_nodes_are_unschedulable,
+    a_missing_claim_is_unschedulable,
+    a_job_completes,
+    a_job_fails_after_its_backoff_limit,
+    init_containers_run_first,
+);

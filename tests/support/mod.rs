@@ -422,12 +422,15 @@ pub enum Cluster {
         /// Its kubeconfig.
         kubeconfig: PathBuf,
     },
-    /// A realkube control plane started for this test, stopped on drop.
+    /// A realkube control plane started for this test, stopped on drop, with simulated Nodes.
     Real {
         /// realkube's scripts.
         scripts: PathBuf,
         /// Its state: certificates, etcd, logs and `kubeconfig`.
         dir: tempfile::TempDir,
+        /// simcluster's scheduler and kubelets as clients of it (realkube has neither), so its
+        /// Pods run; on their own runtime, stopped before the control plane.
+        nodes: Option<(simcluster::nodes::Nodes, tokio::runtime::Runtime)>,
     },
     /// simcluster, in this process on its own runtime, with its kubeconfig in a temp folder.
     Sim {
@@ -477,7 +480,18 @@ impl Cluster {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
-        Cluster::Real { scripts, dir }
+        let runtime =
+            tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("runtime");
+        let kubeconfig = dir.path().join("kubeconfig");
+        let nodes = runtime.block_on(async {
+            let kc = kube::config::Kubeconfig::read_from(&kubeconfig).expect("kubeconfig");
+            let config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await.expect("config");
+            let client = kube::Client::try_from(config).expect("client");
+            // realkube is built from OpenShift's tree: its admission projects
+            // `openshift-service-ca.crt` into every Pod (see simcluster::nodes).
+            simcluster::nodes::Nodes::start(client, simcluster::Config::default(), true).await.expect("simulated Nodes")
+        });
+        Cluster::Real { scripts, dir, nodes: Some((nodes, runtime)) }
     }
 
     /// The kubeconfig path.
@@ -559,7 +573,8 @@ impl Drop for Cluster {
     fn drop(&mut self) {
         match self {
             Cluster::Sim { sim, .. } => sim.stop(),
-            Cluster::Real { scripts, dir } => {
+            Cluster::Real { scripts, dir, nodes } => {
+                drop(nodes.take());
                 // Stops exactly what `up` started (by the pids it recorded in `dir`).
                 let _ = Command::new(scripts.join("down")).arg(dir.path()).stdin(Stdio::null()).output();
             }

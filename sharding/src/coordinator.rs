@@ -1,18 +1,29 @@
 //! Shard ownership for one replica: a membership Lease, the shard Leases assigned to it from the
 //! live member set ([`crate::assign::owned_by`]), and the work started and stopped with them.
 //!
-//! Every `renew_every` (a third of the Lease duration) the coordinator:
-//! 1. renews its membership Lease `<prefix>-member-<identity>` and lists the live members;
-//! 2. acquires or renews the Leases of its shards; work starts for newly acquired ones;
-//! 3. stops at once the work of a shard whose Lease it lost or could not renew in time;
-//! 4. publishes the [`Ownership`] every reconcile checks before it writes ([`Fence`]);
-//! 5. stops the work of shards no longer assigned to it and **waits for it to drain**, then
-//!    releases their Leases so the new owner need not wait for expiry. The renewals come first,
-//!    and the drain is bounded (half of `renew_every` for all of them together): a shard whose
-//!    work has not drained by then keeps its Lease unrenewed until it expires, so the next round,
-//!    and the renewal of every shard kept, is never held up by a slow reconcile.
+//! Rounds start every `renew_every` (a third of the Lease duration), counted from the start of
+//! the previous round, however long it took. Each round:
+//! 1. releases the Leases of handed-over shards whose work has drained since the last round;
+//! 2. renews its membership Lease `<prefix>-member-<identity>` and lists the live members;
+//! 3. closes the fence at once on shards no longer assigned to it and starts draining their work;
+//! 4. acquires or renews the Leases of its shards; work starts for newly acquired ones;
+//! 5. closes the fence at once on a shard whose Lease it lost or could not renew in time, and
+//!    starts draining its work;
+//! 6. publishes the [`Ownership`] every reconcile checks before it writes ([`Fence`]).
 //!
-//! On shutdown it drains every shard and releases all its Leases.
+//! # Guarantees
+//!
+//! - **No drain delays a renewal.** Work is drained in the background ([`Workers::stop`]
+//!   returns a future the coordinator does not await in a round): a slow reconcile of a shard
+//!   being handed over never holds up the renewal of the shards kept.
+//! - **One worker per shard.** A shard whose previous work has not finished draining is neither
+//!   acquired nor started again until it has: two controllers for one shard never run at once
+//!   in one process.
+//! - A handed-over shard's Lease is released only once its work has drained (the new owner then
+//!   need not wait for expiry); if that takes longer than the Lease lasts, it expires instead.
+//!
+//! On shutdown it drains every shard (including those still draining) and releases all its
+//! Leases.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
@@ -57,8 +68,31 @@ impl Fence {
 pub trait Workers {
     /// Start the work of `shard`.
     fn start(&mut self, shard: u32) -> impl Future<Output = ()> + Send;
-    /// Stop the work of `shard` and wait until it has drained (no write in flight).
-    fn stop(&mut self, shard: u32) -> impl Future<Output = ()> + Send;
+    /// Stop the work of `shard`: it takes no new work at once, and the returned future
+    /// completes when what was in flight has drained (no write in flight). The future does not
+    /// borrow the workers: the coordinator awaits it in the background.
+    fn stop(&mut self, shard: u32) -> impl Future<Output = ()> + Send + 'static;
+}
+
+/// A shard whose work is draining.
+struct Drain {
+    task: tokio::task::JoinHandle<()>,
+    /// Release its Lease once drained (a hand-over; not when the Lease was lost or expired).
+    release: bool,
+}
+
+/// What a coordinator keeps between rounds.
+#[derive(Default)]
+pub struct State {
+    owned: BTreeMap<u32, Held>,
+    draining: BTreeMap<u32, Drain>,
+}
+
+impl State {
+    /// The shards whose work is still draining.
+    pub fn draining(&self) -> BTreeSet<u32> {
+        self.draining.keys().copied().collect()
+    }
 }
 
 /// The coordinator of one replica.
@@ -101,9 +135,26 @@ impl Coordinator {
         });
     }
 
+    /// Stop `shard`'s work and drain it in the background.
+    fn drain<W: Workers>(workers: &mut W, state: &mut State, shard: u32, release: bool) {
+        let task = tokio::spawn(workers.stop(shard));
+        state.draining.insert(shard, Drain { task, release });
+    }
+
     /// One round (see the module documentation). Errors are logged; the round goes on.
-    pub async fn round<W: Workers>(&self, workers: &mut W, owned: &mut BTreeMap<u32, Held>) {
+    pub async fn round<W: Workers>(&self, workers: &mut W, state: &mut State) {
         let me = self.leases.identity().to_string();
+        // Drained since the last round: hand-overs release their Leases.
+        let drained: Vec<u32> = state.draining.iter().filter(|(_, d)| d.task.is_finished()).map(|(k, _)| *k).collect();
+        for k in drained {
+            let Some(d) = state.draining.remove(&k) else { continue };
+            if d.release {
+                if let Err(e) = self.leases.release(&Self::shard_lease(&self.prefix, k)).await {
+                    tracing::warn!(shard = k, error = %e, "releasing a shard Lease");
+                }
+                tracing::info!(shard = k, "shard handed over");
+            }
+        }
         let member = self.leases.acquire(&self.member_lease(), "member").await;
         let members = match self.leases.live_holders(&format!("{ROLE_LABEL}=member")).await {
             Ok(mut m) => {
@@ -137,82 +188,76 @@ impl Coordinator {
                 .map(|(shard, _)| shard)
                 .collect()
         });
-        // What is no longer ours stops being ours at once (the fence closes); it is drained and
-        // released below, after the renewals.
-        let mut leaving: Vec<u32> = Vec::new();
+        // What is no longer ours stops being ours at once (the fence closes) and drains in the
+        // background; its Lease is released once it has drained.
         if let Some(mine) = &mine {
-            leaving = owned.keys().filter(|k| !mine.contains(k)).copied().collect();
+            let leaving: Vec<u32> = state.owned.keys().filter(|k| !mine.contains(k)).copied().collect();
             for k in &leaving {
-                owned.remove(k);
+                state.owned.remove(k);
             }
-            self.publish(owned);
+            self.publish(&state.owned);
+            for k in leaving {
+                Self::drain(workers, state, k, true);
+            }
         }
-        // Acquire or renew ours.
+        // Acquire or renew ours; a shard still draining from before waits until it has drained.
         let wanted: Vec<u32> = match &mine {
-            Some(m) => m.iter().copied().collect(),
-            None => owned.keys().copied().collect(),
+            Some(m) => m.iter().copied().filter(|k| !state.draining.contains_key(k)).collect(),
+            None => state.owned.keys().copied().collect(),
         };
         for k in wanted {
             match self.leases.acquire(&Self::shard_lease(&self.prefix, k), "shard").await {
                 Ok(Some(held)) => {
-                    let new = !owned.contains_key(&k);
-                    owned.insert(k, held);
+                    let new = !state.owned.contains_key(&k);
+                    state.owned.insert(k, held);
                     if new {
-                        self.publish(owned);
+                        self.publish(&state.owned);
                         tracing::info!(shard = k, "shard acquired");
                         workers.start(k).await;
                     }
                 }
                 Ok(None) => {
-                    if owned.remove(&k).is_some() {
+                    if state.owned.remove(&k).is_some() {
                         tracing::warn!(shard = k, "shard Lease lost");
-                        self.publish(owned);
-                        workers.stop(k).await;
+                        self.publish(&state.owned);
+                        Self::drain(workers, state, k, false);
                     }
                 }
                 Err(e) => tracing::warn!(shard = k, error = %e, "renewing a shard Lease"),
             }
         }
         // A Lease we could not renew in time: stop at once.
-        let expired: Vec<u32> = owned.iter().filter(|(_, h)| !h.valid(Duration::ZERO)).map(|(k, _)| *k).collect();
+        let expired: Vec<u32> = state.owned.iter().filter(|(_, h)| !h.valid(Duration::ZERO)).map(|(k, _)| *k).collect();
         for k in expired {
-            owned.remove(&k);
+            state.owned.remove(&k);
             tracing::warn!(shard = k, "shard Lease expired before it was renewed");
-            self.publish(owned);
-            workers.stop(k).await;
+            self.publish(&state.owned);
+            Self::drain(workers, state, k, false);
         }
-        self.publish(owned);
-        // Hand over: drain, then release; a shard not drained in time is left to expire.
-        let deadline = tokio::time::Instant::now() + self.leases.timing().renew_every() / 2;
-        for k in leaving {
-            if tokio::time::timeout_at(deadline, workers.stop(k)).await.is_err() {
-                tracing::warn!(shard = k, "shard work not drained in time: its Lease is left to expire");
-                continue;
-            }
-            if let Err(e) = self.leases.release(&Self::shard_lease(&self.prefix, k)).await {
-                tracing::warn!(shard = k, error = %e, "releasing a shard Lease");
-            }
-            tracing::info!(shard = k, "shard handed over");
-        }
+        self.publish(&state.owned);
     }
 
     /// Run rounds until `shutdown`, then drain every shard and release every Lease.
     pub async fn run<W: Workers>(self, mut workers: W, shutdown: impl Future<Output = ()>) {
-        let mut owned = BTreeMap::new();
-        let every = self.leases.timing().renew_every();
+        let mut state = State::default();
+        // Rounds start at a fixed pace: a slow round delays the next one only by its overrun.
+        let mut tick = tokio::time::interval(self.leases.timing().renew_every());
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tokio::pin!(shutdown);
         loop {
-            self.round(&mut workers, &mut owned).await;
             tokio::select! {
                 _ = &mut shutdown => break,
-                _ = tokio::time::sleep(every) => {}
+                _ = tick.tick() => self.round(&mut workers, &mut state).await,
             }
         }
-        let all: Vec<u32> = owned.keys().copied().collect();
-        owned.clear();
-        self.publish(&owned);
+        let all: Vec<u32> = state.owned.keys().copied().collect();
+        state.owned.clear();
+        self.publish(&state.owned);
         for k in all {
-            workers.stop(k).await;
+            Self::drain(&mut workers, &mut state, k, true);
+        }
+        for (k, d) in std::mem::take(&mut state.draining) {
+            let _ = d.task.await;
             if let Err(e) = self.leases.release(&Self::shard_lease(&self.prefix, k)).await {
                 tracing::warn!(shard = k, error = %e, "releasing a shard Lease");
             }

@@ -31,12 +31,15 @@ impl sharding::coordinator::Workers for ShardWorkers {
         self.running.insert(shard, (tx, task));
     }
 
-    async fn stop(&mut self, shard: u32) {
-        if let Some((tx, task)) = self.running.remove(&shard) {
-            let _ = tx.send(());
-            // Graceful shutdown: in-flight reconciles finish (each re-checks the fence before
-            // it writes), new ones do not start.
-            let _ = task.await;
+    fn stop(&mut self, shard: u32) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let running = self.running.remove(&shard);
+        async move {
+            if let Some((tx, task)) = running {
+                let _ = tx.send(());
+                // Graceful shutdown: in-flight reconciles finish (each re-checks the fence before
+                // it writes), new ones do not start.
+                let _ = task.await;
+            }
         }
     }
 }

@@ -727,6 +727,12 @@ fn a_commit_reaches_every_application_after_the_leader_dies(cluster: Cluster) {
             resolved_at.as_secs_f64(),
             killed_at.elapsed().as_secs_f64()
         );
+        // The new leader deletes the dead replica's membership Lease once it has expired.
+        eventually("the dead replica's membership Lease deleted", WAIT, || async {
+            let gone = leases.get_opt(&format!("kuvryn-sync-member-{leader}")).await.ok()?.is_none();
+            gone.then_some(())
+        })
+        .await;
     });
 }
 

@@ -4,6 +4,10 @@
 //! and another acquires, takes less): the gauge `ksync_shards_orphaned`, and `Ready=Unknown`
 //! with reason `ShardOrphaned` on each of the shard's Applications (the next owner's first
 //! status write replaces it).
+//!
+//! The leader also deletes the membership Lease of a replica that is gone: one not renewed for
+//! twice its duration ([`gone_members`]), deleted with its `uid` and `resourceVersion` as
+//! preconditions, so a replica that renews it at that moment keeps it.
 
 use std::time::Duration;
 
@@ -40,6 +44,22 @@ pub fn orphaned(leases: &[Lease], prefix: &str, shards: u32, now: Timestamp) -> 
                 None => true,
             }
         })
+        .collect()
+}
+
+/// The membership Leases not renewed for twice their duration at `now` (their replicas are gone:
+/// a live one renews every third of the duration), with their uid and resourceVersion.
+pub fn gone_members(leases: &[Lease], now: Timestamp) -> Vec<(String, String, String)> {
+    leases
+        .iter()
+        .filter(|l| {
+            let Some(spec) = l.spec.as_ref() else { return true };
+            let duration = i64::from(spec.lease_duration_seconds.unwrap_or(15));
+            spec.renew_time.as_ref().is_none_or(|t| {
+                t.0.checked_add(jiff::SignedDuration::from_secs(2 * duration)).is_ok_and(|until| until < now)
+            })
+        })
+        .filter_map(|l| Some((l.metadata.name.clone()?, l.metadata.uid.clone()?, l.metadata.resource_version.clone()?)))
         .collect()
 }
 
@@ -94,6 +114,18 @@ async fn round(
     lasting: Duration,
 ) -> Result<(), kube::Error> {
     let leases: Api<Lease> = Api::namespaced(client.clone(), ns);
+    let members =
+        leases.list(&ListParams::default().labels(&format!("{}=member", sharding::lease::ROLE_LABEL))).await?;
+    for (name, uid, rv) in gone_members(&members.items, Timestamp::now()) {
+        let precondition = kube::api::Preconditions { uid: Some(uid), resource_version: Some(rv) };
+        let params = kube::api::DeleteParams { preconditions: Some(precondition), ..Default::default() };
+        match leases.delete(&name, &params).await {
+            Ok(_) => tracing::info!(lease = %name, "deleted the membership Lease of a replica that is gone"),
+            // Renewed or deleted meanwhile.
+            Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => {}
+            Err(e) => return Err(e),
+        }
+    }
     let list = leases.list(&ListParams::default().labels(&format!("{}=shard", sharding::lease::ROLE_LABEL))).await?;
     let now = Timestamp::now();
     let orphans = grace.lasting(&orphaned(&list.items, prefix, shards, now), std::time::Instant::now(), lasting);
@@ -150,6 +182,35 @@ mod tests {
             lease(3, Some("b"), "2026-01-01T00:00:45Z"), // within twice its duration: a hand-over
         ];
         assert_eq!(orphaned(&leases, "p", 5, now), vec![1, 2, 4]);
+    }
+
+    #[test]
+    fn membership_leases_not_renewed_for_twice_their_duration_are_gone() {
+        let now: Timestamp = "2026-01-01T00:01:00Z".parse().unwrap();
+        let member = |name: &str, renewed: Option<&str>| {
+            let mut l = lease(0, Some(name), renewed.unwrap_or("2026-01-01T00:00:59Z"));
+            l.metadata.name = Some(format!("p-member-{name}"));
+            l.metadata.uid = Some(format!("uid-{name}"));
+            l.metadata.resource_version = Some("7".into());
+            if renewed.is_none() {
+                l.spec.as_mut().unwrap().renew_time = None;
+            }
+            l
+        };
+        let leases = vec![
+            member("live", Some("2026-01-01T00:00:55Z")),
+            member("late", Some("2026-01-01T00:00:45Z")), // expired, within twice its duration
+            member("gone", Some("2026-01-01T00:00:30Z")), // 30 s old, duration 10 s
+            member("never", None),
+        ];
+        let gone: Vec<(String, String, String)> = gone_members(&leases, now);
+        assert_eq!(
+            gone,
+            [
+                ("p-member-gone".to_string(), "uid-gone".to_string(), "7".to_string()),
+                ("p-member-never".to_string(), "uid-never".to_string(), "7".to_string())
+            ]
+        );
     }
 
     #[test]

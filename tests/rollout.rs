@@ -702,7 +702,94 @@ fn a_deployment_edited_by_hand_other_watched_kinds_and_zero_writes_at_rest(clust
     });
 }
 
-crate::both!(conflicts_permissions_and_deletion_policies);
+// See: issue 18. A tenant's chart copied a file of the controller's machine into a ConfigMap
+// through chained symlinks (`s/l -> ..`, `x.yaml -> s/l/s/l/../..`), hidden from helm's walk
+// by `.helmignore`, and the Application reported Healthy.
+fn symlinks_out_of_the_checkout_fail_the_source_and_nothing_is_pruned(cluster: Cluster) {
+    let runtime = support::runtime();
+    runtime.block_on(async {
+        let env = Env::start(&cluster, "links").await;
+        let wt = env.repository("platform").await;
+        let cm = |name: &str| format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndata:\n  k: v\n");
+        wt.write("chart/Chart.yaml", "apiVersion: v2\nname: web\nversion: 0.1.0\n")
+            .write("chart/templates/settings.yaml", &cm("{{ .Release.Name }}-settings"))
+            .write("chart/templates/extra.yaml", &cm("{{ .Release.Name }}-extra"));
+        let first = wt.commit_and_push("chart");
+        env.refresh("platform", &first).await;
+        env.create_app(
+            "web",
+            json!({"source": {"repository": "platform", "path": "chart", "render": {"type": "Helm"}},
+                   "serviceAccountName": "deployer", "destination": {"namespace": "links"},
+                   "sync": {"prune": true}}),
+        )
+        .await;
+        until_phase(&env, "web", &first, RevisionPhase::Healthy, &mut BTreeSet::new()).await;
+        let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), "links");
+        assert!(cms.get_opt("web-extra").await.unwrap().is_some());
+
+        // The next commit drops a template (prune would delete its ConfigMap) and reads a
+        // file of the controller's machine: 20 levels up from the checkout is `/`.
+        wt.git(&["rm", "--quiet", "chart/templates/extra.yaml"]);
+        wt.write("chart/.helmignore", "s/\n").write(
+            "chart/templates/leak.yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: leaked\ndata:\n  x: {{ .Files.Get \"x.yaml\" | quote }}\n",
+        );
+        std::fs::create_dir_all(wt.path().join("chart/s")).unwrap();
+        std::os::unix::fs::symlink("..", wt.path().join("chart/s/l")).unwrap();
+        let target = format!("{}{}etc/os-release", "s/l/".repeat(20), "../".repeat(20));
+        std::os::unix::fs::symlink(&target, wt.path().join("chart/x.yaml")).unwrap();
+        let second = wt.commit_and_push("chart: read the host");
+        env.refresh("platform", &second).await;
+        let outcome = eventually("the Revision to fail, or the file to be copied", WAIT, || async {
+            if let Some(leaked) = cms.get_opt("leaked").await.ok()? {
+                return Some(Err(leaked));
+            }
+            let a = env.apps().get("web").await.ok()?;
+            let r = env.revisions().get(a.status.as_ref()?.desired_revision.as_ref()?).await.ok()?;
+            (r.spec.source.commit == second && phase(&r) == Some(RevisionPhase::Failed)).then_some(Ok(r))
+        })
+        .await;
+        let rev = outcome.unwrap_or_else(|leaked| panic!("the host's file was deployed: {:?}", leaked.data));
+        let failure = rev.status.unwrap().failure.unwrap();
+        assert_eq!(failure.reason, names::reasons::SOURCE_FAILURE);
+        assert!(!failure.retryable);
+        assert!(failure.message.contains("symlink x.yaml points outside the checkout"), "{}", failure.message);
+        let app = eventually("the Application to report the source failure", WAIT, || async {
+            let a = env.apps().get("web").await.ok()?;
+            (ready(&a).1 == names::reasons::SOURCE_FAILURE).then_some(a)
+        })
+        .await;
+        let (status, _, message) = ready(&app);
+        assert_eq!(status, "False");
+        assert!(message.contains("symlink x.yaml points outside the checkout"), "{message}");
+        assert!(conditions::is_true(&app.status.as_ref().unwrap().conditions, names::conditions::STALLED));
+        let events = eventually("a SourceFailure Event", WAIT, || async {
+            let ev = env.events("web").await;
+            ev.iter().any(|e| e.0 == "Warning" && e.1 == names::reasons::SOURCE_FAILURE).then_some(ev)
+        })
+        .await;
+        assert!(events.iter().any(|e| e.2.contains("symlink x.yaml")), "{events:#?}");
+        // Nothing pruned, nothing leaked.
+        assert!(cms.get_opt("web-extra").await.unwrap().is_some(), "pruned although the source failed");
+        assert!(cms.get_opt("web-settings").await.unwrap().is_some());
+        assert!(cms.get_opt("leaked").await.unwrap().is_none());
+
+        // Without the links the commit deploys, and only then is the dropped ConfigMap pruned.
+        for f in ["chart/x.yaml", "chart/s/l", "chart/templates/leak.yaml"] {
+            wt.git(&["rm", "--quiet", f]);
+        }
+        let third = wt.commit_and_push("chart: no links");
+        env.refresh("platform", &third).await;
+        until_phase(&env, "web", &third, RevisionPhase::Healthy, &mut BTreeSet::new()).await;
+        assert!(cms.get_opt("web-extra").await.unwrap().is_none());
+        assert!(cms.get_opt("web-settings").await.unwrap().is_some());
+    });
+}
+
+crate::both!(
+    conflicts_permissions_and_deletion_policies,
+    symlinks_out_of_the_checkout_fail_the_source_and_nothing_is_pruned
+);
 
 crate::both!(
     a_rollout_applies_waits_for_health_and_prunes_safely,

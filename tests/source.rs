@@ -6,6 +6,8 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
+use kuvryn_sync::api::application::{Render, RenderType};
+use kuvryn_sync::render::{Renderer, Request, Tools};
 use kuvryn_sync::source::{CacheConfig, Credentials, Error, GitCache, Limits, Reference};
 use support::{GitHttpServer, GitServer, HttpOptions, WorkTree, temp_dir};
 
@@ -315,6 +317,106 @@ async fn checkouts_hold_exactly_the_tree_and_refuse_unsafe_content() {
     assert!(e.to_string().contains("more than 2 files"), "{e}");
     // Nothing half-written is left behind.
     assert_eq!(std::fs::read_dir(small_checkouts(&small, &url)).unwrap().count(), 0);
+}
+
+const LEAK: &str =
+    "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: leaked\ndata:\n  token: only-the-controller-may-read-this\n";
+
+/// A symlink at `at` in the work tree (folders created).
+fn symlink(work: &WorkTree, target: &str, at: &str) {
+    let full = work.path().join(at);
+    std::fs::create_dir_all(full.parent().unwrap()).unwrap();
+    std::os::unix::fs::symlink(target, full).unwrap();
+}
+
+/// What the real renderer makes of `dir` (for the failure message when a checkout that
+/// should have been refused was not).
+async fn render_anyway(dir: &std::path::Path, type_: RenderType) -> String {
+    let t = support::Tools::get();
+    let renderer = Renderer::new(
+        Tools { helm: t.bin.join("helm"), kubectl: t.bin.join("kubectl") },
+        kuvryn_sync::render::Limits::default(),
+        10,
+    );
+    let render = Render { type_, helm: None };
+    let req = Request {
+        dir,
+        tree: None,
+        render: &render,
+        application: "tenant",
+        namespace: "tenant",
+        values_from: Vec::new(),
+        secrets: Vec::new(),
+    };
+    match renderer.render(&req).await {
+        Ok(objects) => format!("objects {}", serde_json::to_string(&*objects).unwrap()),
+        Err(e) => format!("an error: {e}"),
+    }
+}
+
+// See: issue 18. The OS applies `..` after following the links before it: with `s/l -> ..`,
+// `s/l/s/l/../../leak.yaml` reads as inside the checkout but is two levels above it (here, in
+// the cache directory). Helm (`.Files.Get`), Kustomize and plain YAML all follow such links.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chained_symlinks_cannot_leave_the_checkout() {
+    let server = GitServer::start();
+    let url = server.create_repo("chained");
+    let work = WorkTree::clone(&url);
+    // Helm: `.helmignore` hides the loop from helm's walk of the chart.
+    work.write("chart/Chart.yaml", "apiVersion: v2\nname: leak\nversion: 0.1.0\n")
+        .write("chart/.helmignore", "s/\n")
+        .write(
+            "chart/templates/cm.yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: copied\ndata:\n  x: {{ .Files.Get \"x.yaml\" | quote }}\n",
+        );
+    symlink(&work, "..", "chart/s/l");
+    symlink(&work, "s/l/s/l/../../leak.yaml", "chart/x.yaml");
+    // Kustomize and plain YAML: hidden folders are not walked.
+    work.write("overlay/kustomization.yaml", "resources:\n- x.yaml\n");
+    symlink(&work, "..", "overlay/.s/l");
+    symlink(&work, ".s/l/.s/l/../../leak.yaml", "overlay/x.yaml");
+    symlink(&work, "..", "plain/.s/l");
+    symlink(&work, ".s/l/.s/l/../../leak.yaml", "plain/x.yaml");
+    // No loop needed: a/b/c is `d`, one level below the root, not three.
+    work.write("shallow/d/cm.yaml", "kind: ConfigMap\n");
+    symlink(&work, "../../d", "shallow/a/b/c");
+    symlink(&work, "a/b/c/../../../leak.yaml", "shallow/x.yaml");
+    // A directory loop.
+    work.write("looped/cm.yaml", "kind: ConfigMap\n");
+    symlink(&work, ".", "looped/d");
+    // A chain that stays inside.
+    work.write("inside/c/cm.yaml", "kind: ConfigMap\n");
+    symlink(&work, "../c", "inside/a/b");
+    symlink(&work, "a/b/cm.yaml", "inside/e.yaml");
+    let commit = work.commit_and_push("links");
+    let dir = temp_dir("cache");
+    std::fs::write(dir.path().join("leak.yaml"), LEAK).unwrap();
+    let cache = cache(dir.path());
+    cache.resolve(&url, &branch("main"), &none(), T).await.unwrap();
+
+    let mut accepted = Vec::new();
+    for (path, type_, want) in [
+        ("chart", RenderType::Helm, "symlink x.yaml points outside the checkout"),
+        ("overlay", RenderType::Kustomize, "symlink x.yaml points outside the checkout"),
+        ("plain", RenderType::Yaml, "symlink x.yaml points outside the checkout"),
+        ("shallow", RenderType::Yaml, "symlink x.yaml points outside the checkout"),
+        ("looped", RenderType::Yaml, "symlink d -> \".\" makes a directory loop"),
+    ] {
+        match cache.checkout(&url, &commit, path).await {
+            Err(e) => {
+                assert!(matches!(e, Error::UnsafePath(_)), "{path}: {e:?}");
+                assert!(e.to_string().contains(want), "{path}: {e}");
+            }
+            Ok(c) => accepted
+                .push(format!("{path}: accepted, and rendering it gave {}", render_anyway(c.path(), type_).await)),
+        }
+    }
+    assert!(accepted.is_empty(), "{accepted:#?}");
+    let c = cache.checkout(&url, &commit, "inside").await.unwrap();
+    assert_eq!(std::fs::read_to_string(c.path().join("e.yaml")).unwrap(), "kind: ConfigMap\n");
+    // Nothing refused is left behind.
+    let left = std::fs::read_dir(dir.path().join("checkouts")).unwrap().count();
+    assert_eq!(left, 1, "only the accepted checkout stays");
 }
 
 fn small_checkouts(cache: &GitCache, url: &str) -> std::path::PathBuf {

@@ -114,3 +114,236 @@ fn an_update_without_resource_version_is_refused_where_the_server_refuses_it(clu
 }
 
 crate::both!(an_update_without_resource_version_is_refused_where_the_server_refuses_it);
+
+/// One raw request as the admin: (status code, body as JSON, `Warning` headers).
+async fn call(
+    client: &kube::Client,
+    method: &str,
+    path: &str,
+    body: Option<(&str, &Value)>,
+) -> (u16, Value, Vec<String>) {
+    call_with(client, method, path, body, &[]).await
+}
+
+/// [`call`] with extra request headers.
+async fn call_with(
+    client: &kube::Client,
+    method: &str,
+    path: &str,
+    body: Option<(&str, &Value)>,
+    headers: &[(&str, &str)],
+) -> (u16, Value, Vec<String>) {
+    let mut req = http::Request::builder().method(method).uri(path);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let bytes = match body {
+        Some((content_type, b)) => {
+            req = req.header("Content-Type", content_type);
+            serde_json::to_vec(b).unwrap()
+        }
+        None => Vec::new(),
+    };
+    let req = req.body(kube::client::Body::from(bytes)).unwrap();
+    let res = client.send(req).await.unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+    let code = res.status().as_u16();
+    let warnings = res.headers().get_all("Warning").iter().filter_map(|v| v.to_str().ok()).map(String::from).collect();
+    let bytes = res.into_body().collect_bytes().await.unwrap();
+    let body = serde_json::from_slice(&bytes).unwrap_or_else(|_| json!(String::from_utf8_lossy(&bytes)));
+    (code, body, warnings)
+}
+
+/// POST `body` as JSON to `path`; panics unless 201.
+async fn create(client: &kube::Client, path: &str, body: Value) -> Value {
+    let (code, out, _) = call(client, "POST", path, Some(("application/json", &body))).await;
+    assert_eq!(code, 201, "POST {path}: {out}");
+    out
+}
+
+/// The sorted names a list returns, or its error (code and message).
+async fn names(client: &kube::Client, path: &str, field_selector: &str) -> Result<Vec<String>, (u16, String)> {
+    let q: String = field_selector
+        .bytes()
+        .map(|b| match b {
+            b'=' => "%3D".to_string(),
+            b'!' => "%21".to_string(),
+            b',' => "%2C".to_string(),
+            b'/' => "%2F".to_string(),
+            _ => (b as char).to_string(),
+        })
+        .collect();
+    let (code, body, _) = call(client, "GET", &format!("{path}?fieldSelector={q}"), None).await;
+    if code != 200 {
+        return Err((code, body["message"].as_str().unwrap_or_default().to_string()));
+    }
+    let mut n: Vec<String> =
+        body["items"].as_array().unwrap().iter().map(|i| i["metadata"]["name"].as_str().unwrap().to_string()).collect();
+    n.sort();
+    Ok(n)
+}
+
+fn ok(names: &[&str]) -> Result<Vec<String>, (u16, String)> {
+    Ok(names.iter().map(|s| s.to_string()).collect())
+}
+
+fn refused(message: &str) -> Result<Vec<String>, (u16, String)> {
+    Err((400, message.to_string()))
+}
+
+/// Wait until the namespace's `default` ServiceAccount exists (Pods need it).
+async fn default_service_account(client: &kube::Client, ns: &str) {
+    support::eventually("the default ServiceAccount", std::time::Duration::from_secs(30), || async {
+        let (code, _, _) = call(client, "GET", &format!("/api/v1/namespaces/{ns}/serviceaccounts/default"), None).await;
+        (code == 200).then_some(())
+    })
+    .await;
+}
+
+/// Event field selectors: core/v1 `source` is the Event's `source.component`, else its
+/// `reportingComponent` (what events.k8s.io calls `reportingController`); `reportingComponent`
+/// selects that field, and each API version refuses the other's names.
+fn event_field_selectors_select_like_the_real_registry(cluster: Cluster) {
+    const NS: &str = "parity";
+    support::runtime().block_on(async {
+        let client = cluster.client().await;
+        apply_as(&client, "test", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})).await;
+        let core = format!("/api/v1/namespaces/{NS}/events");
+        let v1 = format!("/apis/events.k8s.io/v1/namespaces/{NS}/events");
+        let about = json!({"kind": "Pod", "name": "p1", "namespace": NS});
+        create(
+            &client,
+            &core,
+            json!({"metadata": {"name": "e1"}, "involvedObject": about, "reason": "R1",
+            "message": "m", "type": "Normal", "source": {"component": "deployment-controller"}}),
+        )
+        .await;
+        create(
+            &client,
+            &v1,
+            json!({"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": {"name": "e2"},
+            "regarding": about, "reason": "R2", "note": "m", "type": "Normal", "action": "A",
+            "eventTime": "2026-01-01T00:00:00.000000Z", "reportingController": "ctl.example/x",
+            "reportingInstance": "i1"}),
+        )
+        .await;
+        create(
+            &client,
+            &core,
+            json!({"metadata": {"name": "e3"}, "involvedObject": about, "reason": "R3",
+            "message": "m", "type": "Warning", "source": {"component": "a"}, "reportingComponent": "b",
+            "reportingInstance": "i"}),
+        )
+        .await;
+        let checks = [
+            (&core, "source=deployment-controller", ok(&["e1"])),
+            (&core, "source=ctl.example/x", ok(&["e2"])),
+            (&core, "source=a", ok(&["e3"])),
+            (&core, "source=b", ok(&[])),
+            (&core, "reportingComponent=b", ok(&["e3"])),
+            (&core, "reportingComponent=ctl.example/x", ok(&["e2"])),
+            (&core, "type=Warning", ok(&["e3"])),
+            (&core, "involvedObject.name=p1,reason!=R1", ok(&["e2", "e3"])),
+            (&core, "reportingController=b", refused("field label not supported: reportingController")),
+            (&v1, "reportingController=b", ok(&["e3"])),
+            (&v1, "reportingController=ctl.example/x", ok(&["e2"])),
+            (&v1, "regarding.kind=Pod,type=Normal", ok(&["e1", "e2"])),
+            (&v1, "source=a", refused("field label not supported: source")),
+            (&v1, "reportingComponent=b", refused("field label not supported: reportingComponent")),
+        ];
+        let mut wrong = Vec::new();
+        for (path, selector, want) in checks {
+            let got = names(&client, path, selector).await;
+            if got != want {
+                wrong.push(format!("{path}?fieldSelector={selector}: got {got:?}, want {want:?}"));
+            }
+        }
+        assert!(wrong.is_empty(), "{wrong:#?}");
+    });
+}
+
+crate::both!(event_field_selectors_select_like_the_real_registry);
+
+/// The field labels of other kinds: which each accepts (Namespaces, Nodes and
+/// CertificateSigningRequests not `metadata.namespace`; apps/v1 ReplicaSets only the metadata
+/// fields; Services `spec.type` and `spec.clusterIP`), the three ways of refusing one, and the
+/// values of fields the Go types always have (`spec.hostNetwork=false`, `status.replicas=0`,
+/// a Job's `status.successful`).
+fn field_labels_of_other_kinds_are_the_real_ones(cluster: Cluster) {
+    const NS: &str = "parity";
+    support::runtime().block_on(async {
+        let client = cluster.client().await;
+        apply_as(&client, "test", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})).await;
+        let pods = format!("/api/v1/namespaces/{NS}/pods");
+        let pod = |name: &str, host: bool| {
+            let mut spec = json!({"automountServiceAccountToken": false, "containers": [{"name": "c", "image": "x"}]});
+            if host {
+                spec["hostNetwork"] = json!(true);
+            }
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec})
+        };
+        default_service_account(&client, NS).await;
+        create(&client, &pods, pod("h1", false)).await;
+        create(&client, &pods, pod("h2", true)).await;
+        let services = format!("/api/v1/namespaces/{NS}/services");
+        create(&client, &services, json!({"metadata": {"name": "s"}, "spec": {"ports": [{"port": 80}]}})).await;
+        let rcs = format!("/api/v1/namespaces/{NS}/replicationcontrollers");
+        create(
+            &client,
+            &rcs,
+            json!({"metadata": {"name": "rc"}, "spec": {"replicas": 0, "selector": {"a": "b"},
+            "template": {"metadata": {"labels": {"a": "b"}}, "spec": {"containers": [{"name": "c", "image": "x"}]}}}}),
+        )
+        .await;
+        let jobs = format!("/apis/batch/v1/namespaces/{NS}/jobs");
+        create(
+            &client,
+            &jobs,
+            json!({"metadata": {"name": "j"}, "spec": {"suspend": true, "template": {"spec": {
+            "restartPolicy": "Never", "containers": [{"name": "c", "image": "x"}]}}}}),
+        )
+        .await;
+        let listed =
+            |f: &str| format!("\"{f}\" is not a known field selector: only \"metadata.name\", \"metadata.namespace\"");
+        let checks = [
+            (pods.clone(), "spec.hostNetwork=false", ok(&["h1"])),
+            (pods.clone(), "spec.hostNetwork=true", ok(&["h2"])),
+            (pods.clone(), "spec.hostNetwork=", ok(&[])),
+            (pods.clone(), "status.podIPs=", ok(&["h1", "h2"])),
+            (pods.clone(), "spec.hostname=x", refused("field label not supported: spec.hostname")),
+            (services.clone(), "spec.type=ClusterIP", ok(&["s"])),
+            (services.clone(), "spec.clusterIP=None", ok(&[])),
+            (rcs.clone(), "status.replicas=0", ok(&["rc"])),
+            (jobs.clone(), "status.successful=0", ok(&["j"])),
+            (jobs.clone(), "foo=x", refused("field label \"foo\" not supported for Job")),
+            (
+                "/api/v1/namespaces".into(),
+                "metadata.namespace=x",
+                refused("field label not supported: metadata.namespace"),
+            ),
+            ("/api/v1/nodes".into(), "metadata.namespace=x", refused("field label not supported: metadata.namespace")),
+            ("/api/v1/nodes".into(), "spec.unschedulable=true", ok(&[])),
+            (
+                "/apis/certificates.k8s.io/v1/certificatesigningrequests".into(),
+                "metadata.namespace=x",
+                refused("field label not supported: metadata.namespace"),
+            ),
+            ("/api/v1/secrets".into(), "foo=x", refused("field label not supported: foo")),
+            (
+                format!("/apis/apps/v1/namespaces/{NS}/replicasets"),
+                "status.replicas=1",
+                refused(&listed("status.replicas")),
+            ),
+            (format!("/api/v1/namespaces/{NS}/configmaps"), "data=x", refused(&listed("data"))),
+        ];
+        let mut wrong = Vec::new();
+        for (path, selector, want) in checks {
+            let got = names(&client, &path, selector).await;
+            if got != want {
+                wrong.push(format!("{path}?fieldSelector={selector}: got {got:?}, want {want:?}"));
+            }
+        }
+        assert!(wrong.is_empty(), "{wrong:#?}");
+    });
+}
+
+crate::both!(field_labels_of_other_kinds_are_the_real_ones);

@@ -347,3 +347,149 @@ fn field_labels_of_other_kinds_are_the_real_ones(cluster: Cluster) {
 }
 
 crate::both!(field_labels_of_other_kinds_are_the_real_ones);
+
+/// A 422's message and its causes as (reason, field, message).
+fn invalid(body: &Value) -> (String, Vec<(String, String, String)>) {
+    let causes = body["details"]["causes"]
+        .as_array()
+        .map(|cs| {
+            cs.iter()
+                .map(|c| {
+                    let s = |k: &str| c[k].as_str().unwrap_or_default().to_string();
+                    (s("reason"), s("field"), s("message"))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    (body["message"].as_str().unwrap_or_default().to_string(), causes)
+}
+
+/// What `ValidatePodUpdate` allows: only container and init container images,
+/// `activeDeadlineSeconds` (set, or lowered), added tolerations (existing ones may change
+/// only their `tolerationSeconds`), and metadata; anything else is 422 with one
+/// `FieldValueForbidden` cause on `spec` whose message lists what may change and then a diff of
+/// the spec. The DefaultTolerationSeconds admission puts its two tolerations back on update.
+fn pod_updates_may_change_only_what_the_real_server_allows(cluster: Cluster) {
+    const NS: &str = "parity";
+    const ALLOWED: &str = "pod updates may not change fields other than `spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)";
+    support::runtime().block_on(async {
+        let client = cluster.client().await;
+        apply_as(&client, "test", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})).await;
+        default_service_account(&client, NS).await;
+        let pods = format!("/api/v1/namespaces/{NS}/pods");
+        let p1 = format!("{pods}/p1");
+        let created = create(&client, &pods, json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p1"},
+            "spec": {"schedulerName": "nobody", "automountServiceAccountToken": false, "activeDeadlineSeconds": 30,
+                     "tolerations": [{"key": "a", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 5}],
+                     "containers": [{"name": "c", "image": "nginx", "env": [{"name": "A", "value": "1"}]}],
+                     "initContainers": [{"name": "i", "image": "busybox"}]}}))
+        .await;
+        assert_eq!(created["metadata"]["generation"], 1);
+        let smp = "application/strategic-merge-patch+json";
+        let merge = "application/merge-patch+json";
+        let patch = |ct: &'static str, body: Value| {
+            let client = client.clone();
+            let p1 = p1.clone();
+            async move { call(&client, "PATCH", &p1, Some((ct, &body))).await }
+        };
+        let cause = |reason: &str, field: &str, message: &str| (reason.to_string(), field.to_string(), message.to_string());
+
+        // Anything else: the list of what may change, then a diff.
+        let (code, body, _) = patch(smp, json!({"spec": {"containers": [{"name": "c", "env": [{"name": "A", "value": "2"}]}]}})).await;
+        assert_eq!((code, body["reason"].as_str()), (422, Some("Invalid")), "{body}");
+        assert_eq!(body["details"]["name"], "p1");
+        assert_eq!(body["details"]["kind"], "Pod");
+        let (message, causes) = invalid(&body);
+        assert!(message.starts_with(&format!("Pod \"p1\" is invalid: spec: Forbidden: {ALLOWED}\n@@ -")), "{message}");
+        assert_eq!(causes.len(), 1, "{causes:?}");
+        let (reason, field, text) = &causes[0];
+        assert_eq!((reason.as_str(), field.as_str()), ("FieldValueForbidden", "spec"));
+        assert!(text.starts_with(&format!("Forbidden: {ALLOWED}\n@@ -")), "{text}");
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines.iter().any(|l| l.starts_with('-') && l.to_lowercase().contains("\"value\": \"1\"")), "{text}");
+        assert!(lines.iter().any(|l| l.starts_with('+') && l.to_lowercase().contains("\"value\": \"2\"")), "{text}");
+        let (code, body, _) = patch(merge, json!({"spec": {"terminationGracePeriodSeconds": 10}})).await;
+        assert_eq!(code, 422, "{body}");
+        assert!(invalid(&body).0.starts_with(&format!("Pod \"p1\" is invalid: spec: Forbidden: {ALLOWED}\n")), "{body}");
+
+        // activeDeadlineSeconds: may be lowered, never raised nor removed.
+        let (code, body, _) = patch(merge, json!({"spec": {"activeDeadlineSeconds": 60}})).await;
+        assert_eq!(code, 422, "{body}");
+        let msg = "Invalid value: 60: must be less than or equal to previous value";
+        assert_eq!(
+            invalid(&body),
+            (
+                format!("Pod \"p1\" is invalid: spec.activeDeadlineSeconds: {msg}"),
+                vec![cause("FieldValueInvalid", "spec.activeDeadlineSeconds", msg)]
+            )
+        );
+        let (code, body, _) = patch(merge, json!({"spec": {"activeDeadlineSeconds": null}})).await;
+        assert_eq!(code, 422, "{body}");
+        let msg = "Invalid value: null: must not update from a positive integer to nil value";
+        assert_eq!(
+            invalid(&body),
+            (
+                format!("Pod \"p1\" is invalid: spec.activeDeadlineSeconds: {msg}"),
+                vec![cause("FieldValueInvalid", "spec.activeDeadlineSeconds", msg)]
+            )
+        );
+        let (code, body, _) = patch(merge, json!({"spec": {"activeDeadlineSeconds": 20}})).await;
+        assert_eq!(code, 200, "{body}");
+        assert_eq!(body["metadata"]["generation"], 2);
+
+        // Containers: neither added nor removed; images may change.
+        let (code, body, _) = patch(smp, json!({"spec": {"containers": [{"name": "d", "image": "x"}]}})).await;
+        assert_eq!(code, 422, "{body}");
+        let msg = "Forbidden: pod updates may not add or remove containers";
+        assert_eq!(
+            invalid(&body),
+            (format!("Pod \"p1\" is invalid: spec.containers: {msg}"), vec![cause("FieldValueForbidden", "spec.containers", msg)])
+        );
+        let (code, body, _) =
+            patch(smp, json!({"spec": {"containers": [{"name": "c", "image": "nginx:2"}], "initContainers": [{"name": "i", "image": "busybox:2"}]}}))
+                .await;
+        assert_eq!(code, 200, "{body}");
+        assert_eq!(body["metadata"]["generation"], 3);
+
+        // Tolerations: existing ones may change only their tolerationSeconds; new ones may be
+        // added; the two default ones come back when left out.
+        let (code, body, _) =
+            patch(merge, json!({"spec": {"tolerations": [{"key": "a", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 10},
+                                                       {"key": "b", "operator": "Exists"}]}}))
+            .await;
+        assert_eq!(code, 200, "{body}");
+        let keys: Vec<&str> =
+            body["spec"]["tolerations"].as_array().unwrap().iter().map(|t| t["key"].as_str().unwrap()).collect();
+        assert_eq!(keys, ["a", "b", "node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"]);
+        assert_eq!(body["spec"]["tolerations"][0]["tolerationSeconds"], 10);
+        let (code, body, _) = patch(merge, json!({"spec": {"tolerations": [{"key": "c", "operator": "Exists"}]}})).await;
+        assert_eq!(code, 422, "{body}");
+        let msg = "Forbidden: existing toleration can not be modified except its tolerationSeconds";
+        assert_eq!(
+            invalid(&body),
+            (format!("Pod \"p1\" is invalid: spec.tolerations: {msg}"), vec![cause("FieldValueForbidden", "spec.tolerations", msg)])
+        );
+        let (code, body, _) =
+            patch(merge, json!({"spec": {"tolerations": [{"key": "a", "operator": "Exists", "effect": "NoSchedule", "tolerationSeconds": 5}]}}))
+                .await;
+        assert_eq!(code, 422, "{body}");
+        let effect = "Invalid value: \"NoSchedule\": effect must be 'NoExecute' when `tolerationSeconds` is set";
+        assert_eq!(
+            invalid(&body),
+            (
+                format!("Pod \"p1\" is invalid: [spec.tolerations[0].effect: {effect}, spec.tolerations: {msg}]"),
+                vec![
+                    cause("FieldValueInvalid", "spec.tolerations[0].effect", effect),
+                    cause("FieldValueForbidden", "spec.tolerations", msg)
+                ]
+            )
+        );
+
+        // Metadata may change.
+        let (code, body, _) = patch(merge, json!({"metadata": {"labels": {"x": "y"}}})).await;
+        assert_eq!(code, 200, "{body}");
+        assert_eq!(body["metadata"]["generation"], 4);
+    });
+}
+
+crate::both!(pod_updates_may_change_only_what_the_real_server_allows);

@@ -231,57 +231,127 @@ pub fn present(_state: &State, rt: &ResourceType, obj: Value) -> Value {
     obj
 }
 
-/// Field selectors a resource supports beyond metadata.name and metadata.namespace.
-pub fn extra_field_selectors(state: &State, rt: &ResourceType) -> Vec<String> {
+/// How the real server refuses a field selector it does not support.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FieldLabelError {
+    /// The kind's field label conversion function: `field label not supported: FIELD`.
+    Conversion,
+    /// The batch/v1 Job conversion function: `field label "FIELD" not supported for Job`.
+    Job,
+    /// No conversion function: `"FIELD" is not a known field selector: only "a", "b"`.
+    Listed,
+}
+
+/// The field labels a resource can be selected by, as kube-apiserver v1.36 accepts them (its
+/// field label conversion functions, `pkg/apis/*/v1/conversion.go`), and how it refuses others.
+/// Namespaces, Nodes and CertificateSigningRequests do not take `metadata.namespace`; apps/v1
+/// ReplicaSets take only the metadata fields.
+pub fn field_labels(state: &State, rt: &ResourceType) -> (Vec<String>, FieldLabelError) {
+    let meta = ["metadata.name", "metadata.namespace"];
     if rt.custom {
-        return crd_version(state, rt).map(|v| v.selectable_fields.clone()).unwrap_or_default();
+        let mut f: Vec<String> = meta.iter().map(|s| s.to_string()).collect();
+        f.extend(crd_version(state, rt).map(|v| v.selectable_fields.clone()).unwrap_or_default());
+        return (f, FieldLabelError::Listed);
     }
-    let f: &[&str] = match (rt.group.as_str(), rt.resource.as_str()) {
-        ("", "pods") => &[
-            "spec.nodeName",
-            "spec.restartPolicy",
-            "spec.schedulerName",
-            "spec.serviceAccountName",
-            "spec.hostNetwork",
-            "status.phase",
-            "status.podIP",
-            "status.nominatedNodeName",
-        ],
-        ("", "events") => &[
-            "involvedObject.kind",
-            "involvedObject.namespace",
-            "involvedObject.name",
-            "involvedObject.uid",
-            "involvedObject.apiVersion",
-            "involvedObject.resourceVersion",
-            "involvedObject.fieldPath",
-            "reason",
-            "reportingComponent",
-            "source",
-            "type",
-        ],
-        ("events.k8s.io", "events") => &[
-            "regarding.kind",
-            "regarding.namespace",
-            "regarding.name",
-            "regarding.uid",
-            "regarding.apiVersion",
-            "regarding.resourceVersion",
-            "regarding.fieldPath",
-            "reason",
-            "reportingController",
-            "type",
-        ],
-        ("", "secrets") => &["type"],
-        ("", "namespaces") => &["status.phase"],
-        ("", "nodes") => &["spec.unschedulable"],
-        ("", "replicationcontrollers") => &["status.replicas"],
-        ("apps", "replicasets") => &["status.replicas"],
-        ("batch", "jobs") => &["status.successful"],
-        ("certificates.k8s.io", "certificatesigningrequests") => &["spec.signerName"],
-        _ => &[],
+    let (f, style): (&[&str], _) = match (rt.group.as_str(), rt.resource.as_str()) {
+        ("", "pods") => (
+            &[
+                "metadata.name",
+                "metadata.namespace",
+                "spec.nodeName",
+                "spec.restartPolicy",
+                "spec.schedulerName",
+                "spec.serviceAccountName",
+                "spec.hostNetwork",
+                "status.phase",
+                "status.podIPs",
+                "status.podIP",
+                "status.nominatedNodeName",
+            ],
+            FieldLabelError::Conversion,
+        ),
+        ("", "events") => (
+            &[
+                "metadata.name",
+                "metadata.namespace",
+                "involvedObject.kind",
+                "involvedObject.namespace",
+                "involvedObject.name",
+                "involvedObject.uid",
+                "involvedObject.apiVersion",
+                "involvedObject.resourceVersion",
+                "involvedObject.fieldPath",
+                "reason",
+                "reportingComponent",
+                "source",
+                "type",
+            ],
+            FieldLabelError::Conversion,
+        ),
+        ("events.k8s.io", "events") => (
+            &[
+                "metadata.name",
+                "metadata.namespace",
+                "regarding.kind",
+                "regarding.namespace",
+                "regarding.name",
+                "regarding.uid",
+                "regarding.apiVersion",
+                "regarding.resourceVersion",
+                "regarding.fieldPath",
+                "reason",
+                "reportingController",
+                "type",
+            ],
+            FieldLabelError::Conversion,
+        ),
+        ("", "secrets") => (&["metadata.name", "metadata.namespace", "type"], FieldLabelError::Conversion),
+        ("", "namespaces") => (&["metadata.name", "status.phase"], FieldLabelError::Conversion),
+        ("", "nodes") => (&["metadata.name", "spec.unschedulable"], FieldLabelError::Conversion),
+        ("", "services") => {
+            (&["metadata.name", "metadata.namespace", "spec.clusterIP", "spec.type"], FieldLabelError::Conversion)
+        }
+        ("", "replicationcontrollers") => {
+            (&["metadata.name", "metadata.namespace", "status.replicas"], FieldLabelError::Conversion)
+        }
+        ("batch", "jobs") => (&["metadata.name", "metadata.namespace", "status.successful"], FieldLabelError::Job),
+        ("certificates.k8s.io", "certificatesigningrequests") => {
+            (&["metadata.name", "spec.signerName"], FieldLabelError::Conversion)
+        }
+        _ => (&meta, FieldLabelError::Listed),
     };
-    f.iter().map(|s| s.to_string()).collect()
+    (f.iter().map(|s| s.to_string()).collect(), style)
+}
+
+/// The value of a field label of an object as clients see it, as the kind's registry computes
+/// its selectable fields (`ToSelectableFields`): booleans and counts the Go types always have
+/// (`spec.hostNetwork=false`, `spec.unschedulable=false`, `status.replicas=0`), an Event's
+/// `source` (its `source.component`, else its `reportingComponent`), a Job's
+/// `status.successful` (its `status.succeeded`), a Pod's `status.podIP` (the first of
+/// `status.podIPs`) and `status.podIPs` (accepted, never set: always empty).
+pub fn field_label_value(rt: &ResourceType, obj: &Value, field: &str) -> String {
+    use crate::selectors::field_value;
+    let flag = |v: &Value| v.as_bool().unwrap_or(false).to_string();
+    let count = |v: &Value| v.as_i64().unwrap_or(0).to_string();
+    if rt.custom {
+        return field_value(obj, field);
+    }
+    match (rt.group.as_str(), rt.resource.as_str(), field) {
+        ("", "pods", "spec.hostNetwork") => flag(&obj["spec"]["hostNetwork"]),
+        ("", "pods", "status.podIPs") => String::new(),
+        ("", "pods", "status.podIP") => match obj["status"]["podIPs"][0]["ip"].as_str() {
+            Some(ip) => ip.to_string(),
+            None => field_value(obj, field),
+        },
+        ("", "events", "source") => {
+            let component = field_value(obj, "source.component");
+            if component.is_empty() { field_value(obj, "reportingComponent") } else { component }
+        }
+        ("", "nodes", "spec.unschedulable") => flag(&obj["spec"]["unschedulable"]),
+        ("", "replicationcontrollers", "status.replicas") => count(&obj["status"]["replicas"]),
+        ("batch", "jobs", "status.successful") => count(&obj["status"]["succeeded"]),
+        _ => field_value(obj, field),
+    }
 }
 
 fn name_causes(rt: &ResourceType, obj: &Value) -> Vec<Cause> {

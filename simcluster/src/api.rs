@@ -229,41 +229,39 @@ fn get(state: &Arc<State>, t: &Target) -> Result<Output, ApiError> {
     Ok(ok(200, with_type(&t.rt, obj)))
 }
 
-/// The fields a resource can be selected by.
-pub fn selectable_fields(state: &State, rt: &ResourceType) -> Vec<String> {
-    let mut f = vec!["metadata.name".to_string(), "metadata.namespace".to_string()];
-    f.extend(admission::extra_field_selectors(state, rt));
-    f
-}
-
 /// Parsed list options.
 pub struct ListOptions {
     /// Label selector.
     pub labels: LabelSelector,
     /// Field selector.
     pub fields: FieldSelector,
+    /// The resource listed (its field labels' values, see [`admission::field_label_value`]).
+    pub rt: Arc<ResourceType>,
 }
 
 /// Parse and check `labelSelector` and `fieldSelector`.
-pub fn list_options(state: &State, req: &Req, rt: &ResourceType) -> Result<ListOptions, ApiError> {
+pub fn list_options(state: &State, req: &Req, rt: &Arc<ResourceType>) -> Result<ListOptions, ApiError> {
     let labels = LabelSelector::parse(req.q("labelSelector").unwrap_or("")).map_err(ApiError::bad_request)?;
     let fields = FieldSelector::parse(req.q("fieldSelector").unwrap_or("")).map_err(ApiError::bad_request)?;
-    fields.check_supported(&selectable_fields(state, rt)).map_err(|e| {
-        if rt.group == "events.k8s.io" {
-            let field = e.split('"').nth(1).unwrap_or_default().to_string();
-            ApiError::bad_request(format!("field label not supported: {field}"))
-        } else {
-            ApiError::bad_request(e)
-        }
-    })?;
-    Ok(ListOptions { labels, fields })
+    let (supported, style) = admission::field_labels(state, rt);
+    if let Some(field) = fields.unsupported(&supported) {
+        return Err(ApiError::bad_request(match style {
+            admission::FieldLabelError::Conversion => format!("field label not supported: {field}"),
+            admission::FieldLabelError::Job => format!("field label \"{field}\" not supported for Job"),
+            admission::FieldLabelError::Listed => {
+                let only: Vec<String> = supported.iter().map(|f| format!("\"{f}\"")).collect();
+                format!("\"{field}\" is not a known field selector: only {}", only.join(", "))
+            }
+        }));
+    }
+    Ok(ListOptions { labels, fields, rt: rt.clone() })
 }
 
-/// Whether an object matches the options (and the namespace, if any).
+/// Whether an object (as clients see it) matches the options (and the namespace, if any).
 pub fn matches(opts: &ListOptions, namespace: &str, obj: &Value) -> bool {
     (namespace.is_empty() || obj["metadata"]["namespace"].as_str() == Some(namespace))
         && opts.labels.matches_object(obj)
-        && opts.fields.matches(obj)
+        && opts.fields.matches_with(|f| admission::field_label_value(&opts.rt, obj, f))
 }
 
 fn list_options_invalid(field: &str, message: &str) -> ApiError {
@@ -1187,7 +1185,11 @@ fn delete_collection(state: &Arc<State>, req: &Req, t: &Target) -> Result<Output
     let dry = is_dry_run(req);
     let objects: Vec<Value> = {
         let txn = state.store.lock();
-        txn.all(&t.rt.key()).into_iter().filter(|o| matches(&opts, &t.namespace, o)).cloned().collect()
+        txn.all(&t.rt.key())
+            .into_iter()
+            .filter(|o| matches(&opts, &t.namespace, &admission::presented(state, &t.rt, o)))
+            .cloned()
+            .collect()
     };
     let rv = state.store.lock().rv();
     for obj in &objects {

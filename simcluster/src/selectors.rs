@@ -360,10 +360,18 @@ impl FieldSelector {
 
     /// Whether an object matches (fields read by dotted path; missing fields are "").
     pub fn matches(&self, obj: &Value) -> bool {
-        self.terms.iter().all(|(field, eq, want)| {
-            let got = field_value(obj, field);
-            (got == *want) == *eq
-        })
+        self.matches_with(|field| field_value(obj, field))
+    }
+
+    /// Whether an object matches, its fields' values given by `value` (the kind's selectable
+    /// fields, as its registry computes them).
+    pub fn matches_with(&self, value: impl Fn(&str) -> String) -> bool {
+        self.terms.iter().all(|(field, eq, want)| (value(field) == *want) == *eq)
+    }
+
+    /// The first field not in `supported`.
+    pub fn unsupported<'a>(&'a self, supported: &[String]) -> Option<&'a str> {
+        self.terms.iter().map(|(f, _, _)| f.as_str()).find(|f| !supported.iter().any(|s| s == f))
     }
 
     /// The value required for `field` by an `=` term, if any.

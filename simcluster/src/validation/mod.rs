@@ -25,6 +25,7 @@ mod events;
 mod field;
 mod kinds;
 pub(crate) mod names;
+mod pods;
 mod service;
 mod workloads;
 
@@ -270,6 +271,11 @@ pub fn prepare_for_update(api_version: &str, kind: &str, obj: &mut Value, old: &
             }
         }
     }
+    if (group, kind) == ("", "Pod")
+        && let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut)
+    {
+        pods::default_tolerations(spec);
+    }
     let spec_changed = obj.get("spec") != old.get("spec")
         || (kind == "Deployment" && obj.pointer("/metadata/annotations") != old.pointer("/metadata/annotations"));
     if spec_changed
@@ -339,7 +345,12 @@ fn strategy_create(api_version: &str, kind: &str, obj: &Value) -> Vec<Cause> {
         ("", "Service") => service::validate_service(obj),
         ("", "Event") | ("events.k8s.io", "Event") => events::validate_event(api_version, obj),
         ("coordination.k8s.io", "Lease") => kinds::validate_lease(obj),
-        ("", "Pod") | ("apps", "Deployment" | "ReplicaSet" | "StatefulSet" | "DaemonSet") | ("batch", "Job") => {
+        ("", "Pod") => {
+            let mut errs = workloads::validate_workload(kind, obj);
+            errs.extend(pods::validate_pod_spec(obj.get("spec").unwrap_or(&Value::Null)));
+            errs
+        }
+        ("apps", "Deployment" | "ReplicaSet" | "StatefulSet" | "DaemonSet") | ("batch", "Job") => {
             workloads::validate_workload(kind, obj)
         }
         ("rbac.authorization.k8s.io", _) => {
@@ -377,6 +388,12 @@ pub fn validate_update(api_version: &str, kind: &str, obj: &Value, old: &Value) 
         ("", "Service") => service::validate_service_update(obj, old),
         ("", "Event") | ("events.k8s.io", "Event") => events::validate_event_update(api_version, obj, old),
         ("coordination.k8s.io", "Lease") => kinds::validate_lease_update(obj, old),
+        ("", "Pod") => {
+            let mut e = names::validate_object_meta_update(obj, old);
+            e.extend(strategy_create(api_version, kind, obj));
+            e.extend(pods::validate_pod_update(obj, old));
+            e
+        }
         _ => {
             let mut e = names::validate_object_meta_update(obj, old);
             e.extend(strategy_create(api_version, kind, obj));

@@ -348,19 +348,7 @@ pub(crate) fn prepare_pod_create(obj: &mut Value) {
             s.insert("serviceAccountName".into(), json!("default"));
             s.insert("serviceAccount".into(), json!("default"));
         }
-        let tolerations = s.entry("tolerations").or_insert_with(|| json!([]));
-        if let Some(ts) = tolerations.as_array_mut() {
-            for key in ["node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"] {
-                let present = ts.iter().any(|t| {
-                    (t.get("key").and_then(Value::as_str) == Some(key)
-                        || (t.get("key").is_none() && t.get("operator").and_then(Value::as_str) == Some("Exists")))
-                        && t.get("effect").and_then(Value::as_str).is_none_or(|e| e.is_empty() || e == "NoExecute")
-                });
-                if !present {
-                    ts.push(json!({"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}));
-                }
-            }
-        }
+        super::pods::default_tolerations(s);
         set_default(s, "priority", json!(0));
         set_default_str(s, "preemptionPolicy", "PreemptLowerPriority");
     }
@@ -437,7 +425,7 @@ fn validate_containers(spec: &Value, path: &str) -> Vec<Cause> {
                 }
                 seen.push(name.to_string());
             }
-            if c.get("image").and_then(Value::as_str).is_none_or(|s| s.trim().is_empty()) {
+            if c.get("image").and_then(Value::as_str).is_none_or(str::is_empty) {
                 errs.push(field::required(&child(&cp, "image"), ""));
             }
             if let Some(ports) = c.get("ports").and_then(Value::as_array) {

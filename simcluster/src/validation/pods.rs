@@ -389,7 +389,7 @@ fn grouped(mut ops: Vec<Op>, n: usize) -> Vec<Vec<Op>> {
         }
         group.push((tag, i1, i2, j1, j2));
     }
-    if !group.is_empty() && !(group.len() == 1 && group[0].0 == 'e') {
+    if !(group.is_empty() || group.len() == 1 && group[0].0 == 'e') {
         groups.push(group);
     }
     groups

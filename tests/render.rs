@@ -146,3 +146,45 @@ async fn output_is_cached_by_tree_settings_and_values() {
     req.tree = Some("tree-2".into());
     assert_eq!(names(&r.render(&req).await.unwrap()), ["two"]);
 }
+
+/// A stand-in for `name` that records its arguments, one a line, in `args` and prints nothing.
+fn recording_tool(dir: &std::path::Path, name: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let log = dir.join(format!("{name}.args"));
+    let tool = dir.join(name);
+    std::fs::write(&tool, format!("#!/bin/sh\nprintf '%s\\n' \"$@\" > '{}'\n", log.display())).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
+    (tool, log)
+}
+
+// See: issue 18. `releaseName: --set-file=x=/proc/1/environ` became a flag of helm.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn helm_release_names_are_checked_before_helm_runs() {
+    let scratch = support::temp_dir("release-name");
+    let (helm, log) = recording_tool(scratch.path(), "helm");
+    let r = Renderer::new(Tools { helm, kubectl: "kubectl".into() }, Limits::default(), 10);
+    let d = dir("chart");
+    for bad in ["--set-file=x=/proc/1/environ", "Web", "web_1", "web-"] {
+        let helm = HelmRender { release_name: Some(bad.into()), ..HelmRender::default() };
+        let render = render_of(RenderType::Helm, Some(helm));
+        let e = r.render(&request(&d, &render)).await.unwrap_err();
+        let Error::Invalid(message) = &e else { panic!("{bad}: {e:?}") };
+        assert!(message.starts_with("spec.source.render.helm.releaseName"), "{message}");
+        assert!(message.contains("is not a Helm release name"), "{message}");
+        assert!(!log.exists(), "{bad}: helm ran with {:?}", std::fs::read_to_string(&log));
+    }
+    // The default, the Application's name, follows the same rule (Application names may be
+    // longer than 53 characters).
+    let render = render_of(RenderType::Helm, None);
+    let mut req = request(&d, &render);
+    let long = "a".repeat(54);
+    req.application = &long;
+    let e = r.render(&req).await.unwrap_err();
+    assert!(matches!(&e, Error::Invalid(m) if m.contains("set spec.source.render.helm.releaseName")), "{e:?}");
+    assert!(!log.exists());
+    // A valid name runs helm.
+    let helm = HelmRender { release_name: Some("web.v2".into()), ..HelmRender::default() };
+    let render = render_of(RenderType::Helm, Some(helm));
+    r.render(&request(&d, &render)).await.unwrap();
+    assert!(log.exists());
+}

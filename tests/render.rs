@@ -188,3 +188,52 @@ async fn helm_release_names_are_checked_before_helm_runs() {
     r.render(&request(&d, &render)).await.unwrap();
     assert!(log.exists());
 }
+
+// See: issue 18. Every argument that comes from the Application or the repository goes after
+// `--`, so it is never parsed as an option of the tool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tools_get_their_positional_arguments_after_a_double_dash() {
+    let scratch = support::temp_dir("double-dash");
+    let (helm, helm_log) = recording_tool(scratch.path(), "helm");
+    let (kubectl, kubectl_log) = recording_tool(scratch.path(), "kubectl");
+    let r = Renderer::new(Tools { helm, kubectl }, Limits::default(), 10);
+    let args = |log: &std::path::Path| -> Vec<String> {
+        std::fs::read_to_string(log).unwrap().lines().map(str::to_string).collect()
+    };
+
+    let d = dir("chart");
+    let helm = HelmRender { values: Some(json!({"a": 1}).as_object().unwrap().clone()), ..HelmRender::default() };
+    let render = render_of(RenderType::Helm, Some(helm));
+    r.render(&request(&d, &render)).await.unwrap();
+    let helm_args = args(&helm_log);
+    assert_eq!(helm_args.len(), 6, "{helm_args:?}");
+    assert_eq!(helm_args[..2], ["template", "--namespace=team-a"], "{helm_args:?}");
+    assert!(helm_args[2].starts_with("--values=") && helm_args[2].ends_with("values-0.json"), "{helm_args:?}");
+    assert_eq!(helm_args[3..], ["--", "web", "."], "{helm_args:?}");
+
+    let d = dir("kustomize/overlay");
+    let render = render_of(RenderType::Kustomize, None);
+    r.render(&request(&d, &render)).await.unwrap();
+    assert_eq!(args(&kubectl_log), ["kustomize", "--", "."]);
+}
+
+// See: issue 18. With the real helm: after `--`, a release name that looks like a flag is
+// refused as a name. Without it, helm would read the file into the chart's values.
+#[test]
+fn after_the_double_dash_helm_reads_no_flag() {
+    let scratch = support::temp_dir("helm-dash");
+    let secret = scratch.path().join("secret.txt");
+    std::fs::write(&secret, "controller-secret-value").unwrap();
+    let release = format!("--set-file=greeting={}", secret.display());
+    let out = support::Tools::get()
+        .helm(scratch.path())
+        .args(kuvryn_sync::render::helm::template_args(&release, "team-a", &[]))
+        .current_dir(dir("chart"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stdout.contains("controller-secret-value"), "helm read the file: {stdout}");
+    assert!(!out.status.success(), "{stdout}");
+    assert!(stderr.contains("invalid release name"), "{stderr}");
+}

@@ -5,7 +5,8 @@
 //!
 //! The release name is checked against Helm's rule before helm runs ([`check_release_name`]:
 //! the CRD checks `releaseName` too, but not a defaulted name, nor Applications stored before
-//! the rule), so it is never read as a flag of helm.
+//! the rule), and positional arguments come after `--` ([`template_args`]), so nothing from
+//! the Application is ever read as a flag of helm.
 
 use serde_json::Value;
 
@@ -51,11 +52,8 @@ pub async fn render(tools: &Tools, req: &Request<'_>, limits: &Limits) -> Result
         let _ = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600));
         files.push(path.to_string_lossy().to_string());
     }
-    let mut args = vec!["template", release.as_str(), ".", "--namespace", req.namespace];
-    for f in &files {
-        args.push("--values");
-        args.push(f);
-    }
+    let args = template_args(&release, req.namespace, &files);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let env = [
         ("HELM_CACHE_HOME", std::path::Path::new("helm-cache")),
         ("HELM_CONFIG_HOME", std::path::Path::new("helm-config")),
@@ -90,6 +88,15 @@ pub fn check_release_name(name: &str) -> Result<(), String> {
             && p.bytes().last().is_some_and(alnum)
     };
     if name.split('.').all(part_ok) { Ok(()) } else { Err(format!("is not a Helm release name ({RULE})")) }
+}
+
+/// The arguments of `helm template`: options (with their values attached by `=`), then
+/// `--`, then the release name and the chart (`.`), so neither can be taken for a flag.
+pub fn template_args(release: &str, namespace: &str, values_files: &[String]) -> Vec<String> {
+    let mut args = vec!["template".to_string(), format!("--namespace={namespace}")];
+    args.extend(values_files.iter().map(|f| format!("--values={f}")));
+    args.extend(["--".to_string(), release.to_string(), ".".to_string()]);
+    args
 }
 
 /// A name for an error message: at most 64 characters.
@@ -130,5 +137,14 @@ mod tests {
             let e = check_release_name(bad).expect_err(bad);
             assert!(e.starts_with("is not a Helm release name"), "{bad:?}: {e}");
         }
+    }
+
+    #[test]
+    fn positional_arguments_of_helm_come_after_a_double_dash() {
+        let args = template_args("web", "team-a", &["/tmp/v-0.json".into(), "/tmp/v-1.json".into()]);
+        assert_eq!(
+            args,
+            ["template", "--namespace=team-a", "--values=/tmp/v-0.json", "--values=/tmp/v-1.json", "--", "web", "."]
+        );
     }
 }

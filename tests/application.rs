@@ -249,6 +249,22 @@ fn failures_are_reported_and_nothing_is_touched(cluster: Cluster) {
         assert!(failure.message.contains("forbidden"), "{}", failure.message);
         assert!(failure.message.contains("system:serviceaccount:fail-test:nobody"), "{}", failure.message);
 
+        // See: issue 18. A Helm release name that helm would take for a flag: refused by the
+        // API server (the CRD's CEL rule), so no Application carries it to the controller.
+        let mut flag = app("ok", "deployer");
+        flag["source"]["render"] = json!({"type": "Helm", "helm": {"releaseName": "--set-file=x=/proc/1/environ"}});
+        let flag: kuvryn_sync::api::Application = serde_json::from_value(json!({
+            "apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "Application",
+            "metadata": {"name": "flag", "namespace": "fail-test"}, "spec": flag}))
+        .unwrap();
+        match env.apps().create(&Default::default(), &flag).await {
+            Err(kube::Error::Api(s)) => {
+                assert_eq!(s.code, 422, "{s:?}");
+                assert!(s.message.contains("releaseName must be a Helm release name"), "{}", s.message);
+            }
+            other => panic!("an Application with releaseName --set-file=... was not refused: {other:?}"),
+        }
+
         // spec.source.revision: a tag of the same repository.
         let rev = env.revision_where("pinned", "a plan of the tag", planned).await;
         assert_eq!(rev.spec.source.commit, commit);

@@ -146,3 +146,94 @@ async fn output_is_cached_by_tree_settings_and_values() {
     req.tree = Some("tree-2".into());
     assert_eq!(names(&r.render(&req).await.unwrap()), ["two"]);
 }
+
+/// A stand-in for `name` that records its arguments, one a line, in `args` and prints nothing.
+fn recording_tool(dir: &std::path::Path, name: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let log = dir.join(format!("{name}.args"));
+    let tool = dir.join(name);
+    std::fs::write(&tool, format!("#!/bin/sh\nprintf '%s\\n' \"$@\" > '{}'\n", log.display())).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
+    (tool, log)
+}
+
+// See: issue 18. `releaseName: --set-file=x=/proc/1/environ` became a flag of helm.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn helm_release_names_are_checked_before_helm_runs() {
+    let scratch = support::temp_dir("release-name");
+    let (helm, log) = recording_tool(scratch.path(), "helm");
+    let r = Renderer::new(Tools { helm, kubectl: "kubectl".into() }, Limits::default(), 10);
+    let d = dir("chart");
+    for bad in ["--set-file=x=/proc/1/environ", "Web", "web_1", "web-"] {
+        let helm = HelmRender { release_name: Some(bad.into()), ..HelmRender::default() };
+        let render = render_of(RenderType::Helm, Some(helm));
+        let e = r.render(&request(&d, &render)).await.unwrap_err();
+        let Error::Invalid(message) = &e else { panic!("{bad}: {e:?}") };
+        assert!(message.starts_with("spec.source.render.helm.releaseName"), "{message}");
+        assert!(message.contains("is not a Helm release name"), "{message}");
+        assert!(!log.exists(), "{bad}: helm ran with {:?}", std::fs::read_to_string(&log));
+    }
+    // The default, the Application's name, follows the same rule (Application names may be
+    // longer than 53 characters).
+    let render = render_of(RenderType::Helm, None);
+    let mut req = request(&d, &render);
+    let long = "a".repeat(54);
+    req.application = &long;
+    let e = r.render(&req).await.unwrap_err();
+    assert!(matches!(&e, Error::Invalid(m) if m.contains("set spec.source.render.helm.releaseName")), "{e:?}");
+    assert!(!log.exists());
+    // A valid name runs helm.
+    let helm = HelmRender { release_name: Some("web.v2".into()), ..HelmRender::default() };
+    let render = render_of(RenderType::Helm, Some(helm));
+    r.render(&request(&d, &render)).await.unwrap();
+    assert!(log.exists());
+}
+
+// See: issue 18. Every argument that comes from the Application or the repository goes after
+// `--`, so it is never parsed as an option of the tool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tools_get_their_positional_arguments_after_a_double_dash() {
+    let scratch = support::temp_dir("double-dash");
+    let (helm, helm_log) = recording_tool(scratch.path(), "helm");
+    let (kubectl, kubectl_log) = recording_tool(scratch.path(), "kubectl");
+    let r = Renderer::new(Tools { helm, kubectl }, Limits::default(), 10);
+    let args = |log: &std::path::Path| -> Vec<String> {
+        std::fs::read_to_string(log).unwrap().lines().map(str::to_string).collect()
+    };
+
+    let d = dir("chart");
+    let helm = HelmRender { values: Some(json!({"a": 1}).as_object().unwrap().clone()), ..HelmRender::default() };
+    let render = render_of(RenderType::Helm, Some(helm));
+    r.render(&request(&d, &render)).await.unwrap();
+    let helm_args = args(&helm_log);
+    assert_eq!(helm_args.len(), 6, "{helm_args:?}");
+    assert_eq!(helm_args[..2], ["template", "--namespace=team-a"], "{helm_args:?}");
+    assert!(helm_args[2].starts_with("--values=") && helm_args[2].ends_with("values-0.json"), "{helm_args:?}");
+    assert_eq!(helm_args[3..], ["--", "web", "."], "{helm_args:?}");
+
+    let d = dir("kustomize/overlay");
+    let render = render_of(RenderType::Kustomize, None);
+    r.render(&request(&d, &render)).await.unwrap();
+    assert_eq!(args(&kubectl_log), ["kustomize", "--", "."]);
+}
+
+// See: issue 18. With the real helm: after `--`, a release name that looks like a flag is
+// refused as a name. Without it, helm would read the file into the chart's values.
+#[test]
+fn after_the_double_dash_helm_reads_no_flag() {
+    let scratch = support::temp_dir("helm-dash");
+    let secret = scratch.path().join("secret.txt");
+    std::fs::write(&secret, "controller-secret-value").unwrap();
+    let release = format!("--set-file=greeting={}", secret.display());
+    let out = support::Tools::get()
+        .helm(scratch.path())
+        .args(kuvryn_sync::render::helm::template_args(&release, "team-a", &[]))
+        .current_dir(dir("chart"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stdout.contains("controller-secret-value"), "helm read the file: {stdout}");
+    assert!(!out.status.success(), "{stdout}");
+    assert!(stderr.contains("invalid release name"), "{stderr}");
+}

@@ -144,9 +144,12 @@ pub enum RenderType {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct HelmRender {
-    /// Release name; defaults to the Application's name.
+    /// Release name; defaults to the Application's name. Helm's rule for release names: at
+    /// most 53 characters, lowercase letters, digits, `-` and `.`, each dot-separated part
+    /// starting and ending with a letter or digit (so never a flag of `helm`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 53))]
+    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')").message("releaseName must be a Helm release name: at most 53 characters, lowercase letters, digits, '-' and '.', each dot-separated part starting and ending with a letter or digit"))]
     pub release_name: Option<String>,
     /// Inline values, merged over the chart's values.yaml.
     #[serde(default, skip_serializing_if = "Option::is_none")]

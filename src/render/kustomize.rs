@@ -10,6 +10,9 @@ use super::{Error, Limits, Tools, objects_of, process};
 
 const FILES: [&str; 3] = ["kustomization.yaml", "kustomization.yml", "Kustomization"];
 
+/// `kubectl kustomize -- .`: the directory after `--`, as every positional argument of a tool.
+pub const KUSTOMIZE_ARGS: [&str; 3] = ["kustomize", "--", "."];
+
 /// Render the kustomization at `dir`.
 pub async fn render(tools: &Tools, dir: &Path, limits: &Limits) -> Result<Vec<Value>, Error> {
     if !FILES.iter().any(|f| dir.join(f).is_file()) {
@@ -19,7 +22,7 @@ pub async fn render(tools: &Tools, dir: &Path, limits: &Limits) -> Result<Vec<Va
         });
     }
     check_no_remote(dir, dir)?;
-    let out = process::run(&tools.kubectl, &["kustomize", "."], dir, &[], limits, "kustomize build").await?;
+    let out = process::run(&tools.kubectl, &KUSTOMIZE_ARGS, dir, &[], limits, "kustomize build").await?;
     let text =
         String::from_utf8(out.stdout).map_err(|_| Error::Internal("kustomize printed non-UTF-8 output".into()))?;
     let docs: Vec<Value> = crate::yaml::from_str_multiple(&text)

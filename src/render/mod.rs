@@ -34,6 +34,10 @@ pub enum Error {
         /// Whether trying again can help (a timeout).
         retryable: bool,
     },
+    /// The render settings are invalid (a Helm release name helm would refuse): nothing was
+    /// run; reported as `ValidationFailure`, never retried.
+    #[error("{0}")]
+    Invalid(String),
     /// A local failure.
     #[error("{0}")]
     Internal(String),
@@ -139,6 +143,7 @@ fn redact(e: Error, secrets: &[String]) -> Error {
     let clean = |m: String| secrets.iter().filter(|s| s.len() >= 4).fold(m, |m, s| m.replace(s.as_str(), "<redacted>"));
     match e {
         Error::Failed { message, retryable } => Error::Failed { message: clean(message), retryable },
+        Error::Invalid(m) => Error::Invalid(clean(m)),
         Error::Internal(m) => Error::Internal(clean(m)),
     }
 }

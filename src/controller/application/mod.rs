@@ -857,6 +857,7 @@ async fn desired_and_plan(
         render::Error::Failed { message, retryable } => {
             Failure::new(names::reasons::RENDER_FAILURE, message, retryable)
         }
+        render::Error::Invalid(m) => Failure::new(names::reasons::VALIDATION_FAILURE, m, false),
         render::Error::Internal(m) => Failure::new(names::reasons::RENDER_FAILURE, m, true),
     };
     let (values_from, mut secrets) = match (&spec.source.render.type_, &spec.source.render.helm) {

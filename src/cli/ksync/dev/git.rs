@@ -18,7 +18,8 @@ pub const REPOSITORY: &str = "quickstart";
 /// Identity of the commit `ksync dev` makes, and of the user's commits when git has none.
 const AUTHOR: (&str, &str) = ("Kuvryn Quickstart", "quickstart@kuvryn.invalid");
 
-/// `git ARGS` in `dir`; its stdout, or an error with its stderr.
+/// `git ARGS` in `dir`; its stdout, or an error with its stderr. Positional arguments (paths,
+/// URLs, refs) go after `--` (`--end-of-options` for `rev-parse`), so none is read as an option.
 pub async fn git(dir: &Path, args: &[&str]) -> Result<String> {
     let out = Command::new("git")
         .args(args)
@@ -67,6 +68,7 @@ impl Daemon {
                 .arg(format!("--base-path={}", base.display()))
                 .arg("--listen=127.0.0.1")
                 .arg(format!("--port={port}"))
+                .arg("--")
                 .arg(base)
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
@@ -149,7 +151,8 @@ pub async fn prepare(paths: &Paths, url: &str, fresh: bool) -> Result<(String, O
     std::fs::create_dir_all(&paths.base).map_err(|e| super::io_error(&paths.base, e))?;
     if !paths.bare().join("HEAD").is_file() {
         let bare = paths.bare();
-        git(&paths.base, &["init", "--quiet", "--bare", "--initial-branch=main", &bare.to_string_lossy()]).await?;
+        git(&paths.base, &["init", "--quiet", "--bare", "--initial-branch=main", "--", &bare.to_string_lossy()])
+            .await?;
     }
     if !reuse {
         super::example::write(&paths.work)?;
@@ -169,13 +172,33 @@ pub async fn prepare(paths: &Paths, url: &str, fresh: bool) -> Result<(String, O
             &["-c", &name, "-c", &email, "-c", "commit.gpgsign=false", "commit", "--quiet", "-m", "Quickstart example"],
         )
         .await?;
-        git(work, &["remote", "add", "origin", url]).await?;
+        git(work, &["remote", "add", "--", "origin", url]).await?;
     } else {
-        git(&paths.work, &["remote", "set-url", "origin", url]).await?;
+        git(&paths.work, &["remote", "set-url", "--", "origin", url]).await?;
     }
-    git(&paths.work, &["push", "--quiet", "--set-upstream", "origin", "main"]).await.map_err(|e| {
+    git(&paths.work, &["push", "--quiet", "--set-upstream", "--", "origin", "main"]).await.map_err(|e| {
         Error::Startup(format!("{e} (the working copy and the served repository disagree: --fresh starts over)"))
     })?;
-    let commit = git(&paths.work, &["rev-parse", "main"]).await?;
+    let commit = git(&paths.work, &["rev-parse", "--verify", "--end-of-options", "main"]).await?;
     Ok((commit, if reuse { Origin::Reused } else { Origin::Fresh }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Every positional argument goes after `--`: the real git accepts it in each place.
+    #[tokio::test]
+    async fn the_working_copy_is_prepared_and_pushed_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = Paths { base: dir.path().join("git"), work: dir.path().join("repo") };
+        let url = paths.bare().to_string_lossy().to_string();
+        let (first, origin) = prepare(&paths, &url, true).await.unwrap();
+        assert_eq!(origin, Origin::Fresh);
+        assert_eq!(first.len(), 40, "{first}");
+        let (again, origin) = prepare(&paths, &url, false).await.unwrap();
+        assert_eq!((again.as_str(), origin), (first.as_str(), Origin::Reused));
+        let served = git(&paths.base, &["--git-dir", &url, "rev-parse", "--verify", "--end-of-options", "main"]).await;
+        assert_eq!(served.unwrap(), first);
+    }
 }

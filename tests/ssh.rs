@@ -80,7 +80,7 @@ async fn the_right_identity_and_known_hosts_fetch_and_check_out() {
     let r = r.unwrap_or_else(|e| panic!("resolve over ssh: {e}\nsshd log:\n{}", server.log()));
     assert_eq!(r.commit, head);
     assert!(r.fetched);
-    let checkout = cache.checkout(&url, &head, "apps/web").await.unwrap();
+    let checkout = cache.checkout(&url, &creds, &head, "apps/web").await.unwrap();
     assert_eq!(std::fs::read_to_string(checkout.path().join("cm.yaml")).unwrap(), "kind: ConfigMap\n");
     assert!(server.log().contains("Accepted publickey"), "{}", server.log());
 
@@ -159,4 +159,26 @@ async fn an_untrusted_host_key_is_refused_and_says_to_fix_known_hosts() {
     // Trusting the host fixes it.
     let r = cache.resolve(&url, &branch("main"), &ssh_creds(private, Some(&server.known_hosts())), T).await.unwrap();
     assert_eq!(r.commit, head);
+}
+
+// See: issue 18 (tenants cannot read each other's Git source).
+/// A commit fetched over SSH with tenant A's deploy key is in the cache; tenant B naming the same
+/// URL and commit with its own key (which the server does not accept), or with no key at all,
+/// gets the server's refusal, never the cached commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_cached_for_one_key_is_not_served_to_another() {
+    let (server, url, head) = serve("tenant-a");
+    let keys = temp_dir("keys");
+    let stranger = KeyPair::generate(keys.path(), "tenant-b");
+    let dir = temp_dir("cache");
+    let cache = cache(dir.path());
+    let a = ssh_creds(&server.client.private, Some(&server.known_hosts()));
+    assert_eq!(cache.resolve(&url, &branch("main"), &a, T).await.unwrap().commit, head);
+
+    let b = ssh_creds(&stranger.private, Some(&server.known_hosts()));
+    let keyless = Credentials { known_hosts: Some(server.known_hosts().into_bytes()), ..Default::default() };
+    for (who, creds) in [("another key", &b), ("no key", &keyless)] {
+        let e = cache.resolve(&url, &Reference::Commit(head.clone()), creds, T).await.map(|r| r.commit);
+        assert!(matches!(e, Err(Error::Auth(_))), "{who}: got {e:?}, want an auth error\nsshd log:\n{}", server.log());
+    }
 }

@@ -432,6 +432,12 @@ fn classify(access: &Access<'_>, e: &dyn std::fmt::Display, ssh_stderr: &str) ->
         || lower.contains("permission denied")
         || lower.contains("credentials")
     {
+        if access.credentials.is_anonymous() {
+            return Error::Auth(format!(
+                "authentication to {url} failed: the Repository gives no credentials (put username and password \
+                 in the Secret in spec.secretRef): {text}"
+            ));
+        }
         return Error::Auth(format!("authentication to {url} failed: {text}"));
     }
     if lower.contains("certificate") {
@@ -486,8 +492,14 @@ pub fn read_file(repo: &gix::Repository, commit: ObjectId, path: &str) -> Result
     Ok(Some(blob.data.clone()))
 }
 
-/// Open for reading only (no network, no overrides).
+/// Open for reading only (no network, no overrides). A repository nothing was fetched into yet
+/// (these credentials never resolved anything of this remote) is not created: it is an error.
 pub fn open_existing(dir: &Path) -> Result<gix::Repository> {
+    if !dir.join("HEAD").exists() {
+        return Err(Error::NotFound(
+            "nothing was fetched from this remote with these credentials yet: resolve the commit first".into(),
+        ));
+    }
     open(dir, Vec::new())
 }
 

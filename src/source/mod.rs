@@ -13,7 +13,7 @@
 //! to gix through a credentials callback or private key files that live only for one operation,
 //! and never reach status, Events, logs, error messages or the cache directory names. Cached
 //! content is only served to credentials of the same values as those that fetched it (see
-//! [`cache`]).
+//! [`cache`]), and nothing of the controller's own (SSH agent, keys, configuration) is ever used.
 
 pub mod cache;
 pub mod checkout;

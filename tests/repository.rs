@@ -36,6 +36,11 @@ struct Env {
 
 impl Env {
     async fn start(cluster: &Cluster, ns: &str) -> Env {
+        Env::start_with(cluster, ns, false).await
+    }
+
+    /// With `allow_local`: as the manager runs with `--allow-local-repositories`.
+    async fn start_with(cluster: &Cluster, ns: &str, allow_local: bool) -> Env {
         let client = cluster.client().await;
         install_crds(&client).await;
         let namespaces: Api<Namespace> = Api::all(client.clone());
@@ -43,7 +48,7 @@ impl Env {
             .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap())
             .await;
         let cache_dir = temp_dir("git-cache");
-        let cache = GitCache::new(CacheConfig::new(cache_dir.path())).unwrap();
+        let cache = GitCache::new(CacheConfig { allow_local, ..CacheConfig::new(cache_dir.path()) }).unwrap();
         let ctx = Arc::new(Context::new(client.clone(), cache, Some("test".into())));
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(repository::run(ctx, async move {
@@ -485,9 +490,51 @@ fn tenants_cannot_read_each_others_private_source(cluster: Cluster) {
     });
 }
 
+// See: issue 18. A `file://` URL reads the controller's own disk: refused unless the manager
+// runs with `--allow-local-repositories` (tests and local setups), then followed like any remote.
+fn file_urls_are_refused_without_allow_local_repositories(cluster: Cluster) {
+    let server = GitServer::start();
+    server.create_repo("local");
+    let bare = server.repo_path("local");
+    let work = WorkTree::clone(bare.to_str().unwrap());
+    work.write(".ksync.yaml", &format!("applications:\n{}", app_yaml("web", "apps/web")));
+    let head = work.commit_and_push("first");
+    let url = format!("file://{}", bare.display());
+    runtime().block_on(async {
+        let env = Env::start(&cluster, "local-off").await;
+        env.create_repository("local", json!({"url": url, "ref": {"branch": "main"}, "interval": "1s"})).await;
+        let r = env
+            .ready_where("local", "the file:// URL refused", |r| ready(r).is_some_and(|c| c.status == "False"))
+            .await;
+        let c = ready(&r).unwrap();
+        assert_eq!(c.reason, names::reasons::SOURCE_FAILURE, "{c:?}");
+        assert!(c.message.contains("--allow-local-repositories"), "{}", c.message);
+        let stalled = conditions::get(&r.status.as_ref().unwrap().conditions, names::conditions::STALLED);
+        assert!(stalled.is_some_and(|s| s.status == "True"), "retrying cannot help: {stalled:?}");
+        assert!(commit_of(&r).is_none());
+        let events = eventually("a Warning Event", WAIT, || async {
+            let ev = env.events("local").await;
+            ev.iter().any(|e| e.0 == "Warning" && e.2.contains("--allow-local-repositories")).then_some(ev)
+        })
+        .await;
+        assert!(!events.is_empty());
+        assert!(env.app_names().await.is_empty());
+        drop(env);
+
+        // The same Repository under a manager started with the flag.
+        let env = Env::start_with(&cluster, "local-off", true).await;
+        env.ready_where("local", "Ready with --allow-local-repositories", |r| {
+            ready(r).is_some_and(|c| c.status == "True") && commit_of(r).as_deref() == Some(head.as_str())
+        })
+        .await;
+        assert_eq!(env.app_names().await, ["web"]);
+    });
+}
+
 crate::both!(
     applications_follow_git_and_bad_commits_change_nothing,
     monorepo_config_paths_and_a_server_that_goes_down,
     private_repository_credentials_from_a_secret,
     tenants_cannot_read_each_others_private_source,
+    file_urls_are_refused_without_allow_local_repositories,
 );

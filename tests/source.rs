@@ -371,17 +371,32 @@ fn walk(root: &std::path::Path) -> Vec<String> {
     out
 }
 
+// See: issue 18. A file:// URL reads the controller's own disk: refused by default, a remote like
+// any other with `allow_local` (`--allow-local-repositories`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_file_url_is_a_remote_too() {
+async fn a_file_url_is_refused_unless_local_repositories_are_allowed() {
     let server = GitServer::start();
     server.create_repo("local");
     let bare = server.repo_path("local");
     let work = WorkTree::clone(bare.to_str().unwrap());
     work.write("apps/a/x.yaml", "a: 1\n");
     let head = work.commit_and_push("first");
-    let dir = temp_dir("cache");
-    let cache = cache(dir.path());
     let url = format!("file://{}", bare.display());
+
+    let refused = temp_dir("cache");
+    let cache = cache(refused.path());
+    for e in [
+        cache.resolve(&url, &branch("main"), &none(), T).await.map(|r| r.commit).unwrap_err(),
+        cache.resolve(&url, &Reference::Commit(head.clone()), &none(), T).await.map(|r| r.commit).unwrap_err(),
+        cache.checkout(&url, &none(), &head, "apps/a").await.map(|c| c.tree).unwrap_err(),
+    ] {
+        assert!(matches!(e, Error::Unsupported(_)), "{e:?}");
+        assert!(e.to_string().contains("--allow-local-repositories"), "{e}");
+    }
+    assert_eq!(std::fs::read_dir(refused.path().join("repos")).unwrap().count(), 0, "nothing was fetched");
+
+    let dir = temp_dir("cache");
+    let cache = GitCache::new(CacheConfig { allow_local: true, ..CacheConfig::new(dir.path()) }).unwrap();
     assert_eq!(cache.resolve(&url, &branch("main"), &none(), T).await.unwrap().commit, head);
     let c = cache.checkout(&url, &none(), &head, "apps/a").await.unwrap();
     assert_eq!(std::fs::read_to_string(c.path().join("x.yaml")).unwrap(), "a: 1\n");

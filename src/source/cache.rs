@@ -10,6 +10,8 @@
 //!   Repository and Application using the same credentials (one Secret, or copies of it) shares
 //!   one repository, which is the common case. The digest is keyed so that a directory name
 //!   cannot be used to guess a weak password offline.
+//! - `file://` remotes read the controller's own disk: refused unless
+//!   [`CacheConfig::allow_local`] (`--allow-local-repositories`) is set.
 //! - Single-flight: network operations on one repository run one at a time; a request that
 //!   waited while another fetched the same reference takes that result instead of fetching
 //!   again, so N Applications asking at once cost one fetch. A full commit id already in the
@@ -46,12 +48,15 @@ pub struct CacheConfig {
     pub checkout_bytes: u64,
     /// Limits of one checkout.
     pub limits: Limits,
+    /// Whether `file://` remotes are accepted (`--allow-local-repositories`): they read the
+    /// controller's own disk, so only tests and local setups turn this on.
+    pub allow_local: bool,
 }
 
 impl CacheConfig {
-    /// Defaults under `dir`: 1 GiB of checkouts, default limits.
+    /// Defaults under `dir`: 1 GiB of checkouts, default limits, no `file://` remotes.
     pub fn new(dir: impl Into<PathBuf>) -> CacheConfig {
-        CacheConfig { dir: dir.into(), checkout_bytes: 1 << 30, limits: Limits::default() }
+        CacheConfig { dir: dir.into(), checkout_bytes: 1 << 30, limits: Limits::default(), allow_local: false }
     }
 }
 
@@ -182,9 +187,18 @@ impl GitCache {
         mac.iter().take(16).map(|b| format!("{b:02x}")).collect()
     }
 
-    /// The bare repository of `url` for `credentials`.
+    /// The bare repository of `url` for `credentials`. A `file://` URL is refused unless
+    /// [`CacheConfig::allow_local`].
     fn entry(&self, url: &str, credentials: &Credentials) -> Result<Arc<RepoEntry>> {
         let remote = Remote::parse(url)?;
+        if remote.scheme == "file" && !self.inner.config.allow_local {
+            return Err(Error::Unsupported(format!(
+                "{} is a path on the controller's own disk: file:// Repositories are refused unless the manager \
+                 runs with --allow-local-repositories (meant for tests and local setups); serve the repository \
+                 over https://, ssh:// or git:// instead",
+                remote.key
+            )));
+        }
         let id = self.credential_id(credentials);
         let mut repos = self.inner.repos.lock().expect("repos lock");
         let entry = repos.entry((remote.key.clone(), id.clone())).or_insert_with(|| {

@@ -86,9 +86,12 @@ fn main() {
             async move {
                 let tasks = (0..APPS).map(|app| {
                     let (cache, url, commit) = (cache.clone(), url.clone(), commit.clone());
-                    tokio::spawn(
-                        async move { cache.checkout(&url, &commit, &format!("apps/app-{app}")).await.unwrap() },
-                    )
+                    tokio::spawn(async move {
+                        cache
+                            .checkout(&url, &Credentials::default(), &commit, &format!("apps/app-{app}"))
+                            .await
+                            .unwrap()
+                    })
                 });
                 futures_util::future::join_all(tasks).await.into_iter().map(|r| r.unwrap()).collect::<Vec<_>>()
             }

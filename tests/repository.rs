@@ -36,6 +36,11 @@ struct Env {
 
 impl Env {
     async fn start(cluster: &Cluster, ns: &str) -> Env {
+        Env::start_with(cluster, ns, false).await
+    }
+
+    /// With `allow_local`: as the manager runs with `--allow-local-repositories`.
+    async fn start_with(cluster: &Cluster, ns: &str, allow_local: bool) -> Env {
         let client = cluster.client().await;
         install_crds(&client).await;
         let namespaces: Api<Namespace> = Api::all(client.clone());
@@ -43,7 +48,7 @@ impl Env {
             .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap())
             .await;
         let cache_dir = temp_dir("git-cache");
-        let cache = GitCache::new(CacheConfig::new(cache_dir.path())).unwrap();
+        let cache = GitCache::new(CacheConfig { allow_local, ..CacheConfig::new(cache_dir.path()) }).unwrap();
         let ctx = Arc::new(Context::new(client.clone(), cache, Some("test".into())));
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(repository::run(ctx, async move {
@@ -347,8 +352,189 @@ fn private_repository_credentials_from_a_secret(cluster: Cluster) {
     });
 }
 
+// See: issue 18 (tenants cannot read each other's Git source).
+/// Two tenants, one private HTTPS repository (basic auth, private CA). Tenant A's Repository
+/// has the credentials and fetches the commit, and A's Application is planned from it. Tenant B
+/// names the same URL and pins that very commit, without credentials (its Secret holds only the
+/// CA, to reach the server at all) or with a wrong password: B's Repositories report the
+/// server's refusal (an authentication error on `Ready` and `SourceReady`, a Warning Event) and
+/// discover nothing, and B's Application pinned to the commit gets a `SourceFailure` and no
+/// Revision, so nothing of A's tree reaches B's namespace.
+fn tenants_cannot_read_each_others_private_source(cluster: Cluster) {
+    let (a_ns, b_ns) = ("iso-tenant-a", "iso-tenant-b");
+    let server = GitHttpServer::start_with(HttpOptions {
+        auth: Some(("deploy", "tenant-a-token-4711")),
+        tls: true,
+        ..Default::default()
+    });
+    let ca = server.ca_pem.clone().unwrap();
+    let bare = server.create_repo("private");
+    let work = WorkTree::clone(bare.to_str().unwrap());
+    work.write(
+        ".ksync.yaml",
+        &format!(
+            "metadata: {{name: web}}\nspec: {{source: {{repository: platform, path: apps/web}}, serviceAccountName: deployer, destination: {{namespace: {a_ns}}}, sync: {{automatic: false}}}}\n"
+        ),
+    );
+    work.write(
+        "apps/web/cm.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: tenant-a-private}\ndata: {owner: tenant-a}\n",
+    );
+    let head = work.commit_and_push("tenant a's private commit");
+    let url = server.url("private");
+    runtime().block_on(async {
+        let env = support::apps::Env::start(&cluster, a_ns).await;
+        support::deployer_namespace(&env.client, b_ns).await;
+        let secret = |ns: &str, name: &str, data: Value| {
+            let secrets: Api<Secret> = Api::namespaced(env.client.clone(), ns);
+            let s: Secret = serde_json::from_value(json!({"metadata": {"name": name}, "stringData": data})).unwrap();
+            async move { secrets.create(&PostParams::default(), &s).await.unwrap() }
+        };
+        let repository = |ns: &str, name: &str, spec: Value| {
+            let repos: Api<Repository> = Api::namespaced(env.client.clone(), ns);
+            let r: Repository = serde_json::from_value(json!({
+                "apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "Repository",
+                "metadata": {"name": name, "namespace": ns}, "spec": spec,
+            }))
+            .unwrap();
+            async move { repos.create(&PostParams::default(), &r).await.unwrap() }
+        };
+        let repos = |ns: &str| -> Api<Repository> { Api::namespaced(env.client.clone(), ns) };
+
+        // Tenant A, with its credentials: Ready at the commit, its Application planned from it.
+        secret(a_ns, "git-creds", json!({"username": "deploy", "password": "tenant-a-token-4711", "ca.crt": ca})).await;
+        repository(
+            a_ns,
+            "platform",
+            json!({"url": url, "ref": {"branch": "main"}, "interval": "1h", "secretRef": {"name": "git-creds"}}),
+        )
+        .await;
+        eventually("tenant A's Repository at the commit", WAIT, || async {
+            let r = repos(a_ns).get("platform").await.ok()?;
+            (commit_of(&r).as_deref() == Some(head.as_str())).then_some(())
+        })
+        .await;
+        let rev = env.revision_where("web", "tenant A's plan", support::apps::planned).await;
+        assert_eq!(rev.spec.source.commit, head);
+
+        // Tenant B: the same URL and commit, without credentials or with a wrong password.
+        secret(b_ns, "ca-only", json!({"ca.crt": ca})).await;
+        secret(b_ns, "guessed", json!({"username": "deploy", "password": "tenant-b-guess-0815", "ca.crt": ca})).await;
+        for (name, secret_name) in [("stolen", "ca-only"), ("guessed", "guessed")] {
+            repository(
+                b_ns,
+                name,
+                json!({"url": url, "ref": {"commit": head}, "interval": "1h", "secretRef": {"name": secret_name}}),
+            )
+            .await;
+        }
+        let b_apps: Api<Application> = Api::namespaced(env.client.clone(), b_ns);
+        b_apps
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({
+                    "apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "Application",
+                    "metadata": {"name": "thief", "namespace": b_ns},
+                    "spec": {"source": {"repository": "stolen", "path": "apps/web", "revision": head},
+                             "serviceAccountName": "deployer", "destination": {"namespace": b_ns}},
+                }))
+                .unwrap(),
+            )
+            .await
+            .unwrap();
+        for name in ["stolen", "guessed"] {
+            let r = eventually(&format!("tenant B's Repository {name} to settle"), WAIT, || async {
+                let r = repos(b_ns).get(name).await.ok()?;
+                ready(&r).is_some_and(|c| c.observed_generation == r.metadata.generation).then_some(r)
+            })
+            .await;
+            let c = ready(&r).unwrap();
+            assert_eq!(
+                (c.status.as_str(), c.reason.as_str()),
+                ("False", names::reasons::SOURCE_FAILURE),
+                "{name} must not resolve tenant A's commit: {c:?}"
+            );
+            assert!(c.message.contains("authentication"), "{name}: {}", c.message);
+            let source =
+                conditions::get(&r.status.as_ref().unwrap().conditions, names::conditions::SOURCE_READY).unwrap();
+            assert_eq!(source.status, "False", "{name}: {source:?}");
+            assert!(commit_of(&r).is_none(), "{name}: {:?}", r.status);
+            let events = eventually(&format!("a Warning Event on {name}"), WAIT, || async {
+                let ev = support::events_about(&env.client, b_ns, name).await;
+                ev.iter().any(|e| e.0 == "Warning" && e.1 == names::reasons::SOURCE_FAILURE).then_some(ev)
+            })
+            .await;
+            assert!(events.iter().any(|e| e.2.contains("authentication")), "{events:#?}");
+        }
+        let thief = eventually("tenant B's Application to report its source", WAIT, || async {
+            let a = b_apps.get("thief").await.ok()?;
+            let c = conditions::get(&a.status.as_ref()?.conditions, names::conditions::READY)?.clone();
+            let settled = c.reason == names::reasons::SOURCE_FAILURE
+                || c.status == "True"
+                || a.status.as_ref()?.desired_revision.is_some();
+            settled.then_some((a, c))
+        })
+        .await;
+        let (app, c) = thief;
+        assert_eq!((c.status.as_str(), c.reason.as_str()), ("False", names::reasons::SOURCE_FAILURE), "{c:?}");
+        assert!(c.message.contains("authentication"), "{}", c.message);
+        assert!(app.status.unwrap().desired_revision.is_none());
+        let revisions: Api<kuvryn_sync::api::revision::Revision> = Api::namespaced(env.client.clone(), b_ns);
+        assert!(revisions.list(&ListParams::default()).await.unwrap().items.is_empty());
+        assert!(b_apps.list(&ListParams::default()).await.unwrap().items.iter().all(|a| a.name_any() == "thief"));
+        let cms: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(env.client.clone(), b_ns);
+        assert!(cms.get_opt("tenant-a-private").await.unwrap().is_none());
+        for (_, _, note) in support::events_about(&env.client, b_ns, "guessed").await {
+            assert!(!note.contains("0815"), "{note}");
+        }
+    });
+}
+
+// See: issue 18. A `file://` URL reads the controller's own disk: refused unless the manager
+// runs with `--allow-local-repositories` (tests and local setups), then followed like any remote.
+fn file_urls_are_refused_without_allow_local_repositories(cluster: Cluster) {
+    let server = GitServer::start();
+    server.create_repo("local");
+    let bare = server.repo_path("local");
+    let work = WorkTree::clone(bare.to_str().unwrap());
+    work.write(".ksync.yaml", &format!("applications:\n{}", app_yaml("web", "apps/web")));
+    let head = work.commit_and_push("first");
+    let url = format!("file://{}", bare.display());
+    runtime().block_on(async {
+        let env = Env::start(&cluster, "local-off").await;
+        env.create_repository("local", json!({"url": url, "ref": {"branch": "main"}, "interval": "1s"})).await;
+        let r = env
+            .ready_where("local", "the file:// URL refused", |r| ready(r).is_some_and(|c| c.status == "False"))
+            .await;
+        let c = ready(&r).unwrap();
+        assert_eq!(c.reason, names::reasons::SOURCE_FAILURE, "{c:?}");
+        assert!(c.message.contains("--allow-local-repositories"), "{}", c.message);
+        let stalled = conditions::get(&r.status.as_ref().unwrap().conditions, names::conditions::STALLED);
+        assert!(stalled.is_some_and(|s| s.status == "True"), "retrying cannot help: {stalled:?}");
+        assert!(commit_of(&r).is_none());
+        let events = eventually("a Warning Event", WAIT, || async {
+            let ev = env.events("local").await;
+            ev.iter().any(|e| e.0 == "Warning" && e.2.contains("--allow-local-repositories")).then_some(ev)
+        })
+        .await;
+        assert!(!events.is_empty());
+        assert!(env.app_names().await.is_empty());
+        drop(env);
+
+        // The same Repository under a manager started with the flag.
+        let env = Env::start_with(&cluster, "local-off", true).await;
+        env.ready_where("local", "Ready with --allow-local-repositories", |r| {
+            ready(r).is_some_and(|c| c.status == "True") && commit_of(r).as_deref() == Some(head.as_str())
+        })
+        .await;
+        assert_eq!(env.app_names().await, ["web"]);
+    });
+}
+
 crate::both!(
     applications_follow_git_and_bad_commits_change_nothing,
     monorepo_config_paths_and_a_server_that_goes_down,
     private_repository_credentials_from_a_secret,
+    tenants_cannot_read_each_others_private_source,
+    file_urls_are_refused_without_allow_local_repositories,
 );

@@ -129,7 +129,7 @@ async fn branches_tags_commits_and_force_pushes() {
     work.git(&["push", "--quiet", "--force", "origin", "main"]);
     let rewritten = work.git(&["rev-parse", "HEAD"]).trim().to_string();
     assert_eq!(cache.resolve(&url, &branch("main"), &none(), T).await.unwrap().commit, rewritten);
-    let checkout = cache.checkout(&url, &rewritten, "").await.unwrap();
+    let checkout = cache.checkout(&url, &none(), &rewritten, "").await.unwrap();
     assert_eq!(std::fs::read_to_string(checkout.path().join("b.txt")).unwrap(), "rewritten\n");
     assert_eq!(std::fs::read_to_string(checkout.path().join("a.txt")).unwrap(), "1\n");
 }
@@ -223,7 +223,7 @@ async fn a_server_that_goes_down_keeps_the_last_good_state() {
     assert!(e.retryable(), "{e:?}");
     assert!(matches!(e, Error::Transport(_) | Error::Timeout(_)), "{e:?}");
     // What was fetched is still there.
-    let checkout = cache.checkout(&url, &head, "apps/a").await.unwrap();
+    let checkout = cache.checkout(&url, &none(), &head, "apps/a").await.unwrap();
     assert_eq!(std::fs::read_to_string(checkout.path().join("x.yaml")).unwrap(), "a: 1\n");
 }
 
@@ -265,7 +265,7 @@ async fn checkouts_hold_exactly_the_tree_and_refuse_unsafe_content() {
     let cache = cache(dir.path());
     cache.resolve(&url, &branch("main"), &none(), T).await.unwrap();
 
-    let c = cache.checkout(&url, &good, "apps/web").await.unwrap();
+    let c = cache.checkout(&url, &none(), &good, "apps/web").await.unwrap();
     let mut files: Vec<String> = walk(c.path());
     files.sort();
     assert_eq!(files, ["deploy.yaml", "link.yaml", "nested/cm.yaml", "run.sh"]);
@@ -273,13 +273,13 @@ async fn checkouts_hold_exactly_the_tree_and_refuse_unsafe_content() {
     use std::os::unix::fs::PermissionsExt;
     assert_eq!(std::fs::metadata(c.path().join("run.sh")).unwrap().permissions().mode() & 0o111, 0o111);
     // The same tree again is the same checkout.
-    let again = cache.checkout(&url, &good, "./apps/web/").await.unwrap();
+    let again = cache.checkout(&url, &none(), &good, "./apps/web/").await.unwrap();
     assert_eq!(again.path(), c.path());
 
     for (path, want) in
         [("../x", "leaves the checkout"), ("/etc", "repository-relative"), ("apps/none", "does not exist")]
     {
-        let e = cache.checkout(&url, &good, path).await.unwrap_err();
+        let e = cache.checkout(&url, &none(), &good, path).await.unwrap_err();
         assert!(e.to_string().contains(want), "{path}: {e}");
     }
 
@@ -287,11 +287,11 @@ async fn checkouts_hold_exactly_the_tree_and_refuse_unsafe_content() {
     std::os::unix::fs::symlink("../other/x.yaml", work.path().join("apps/web/escape.yaml")).unwrap();
     let escaping = work.commit_and_push("escape");
     cache.resolve(&url, &branch("main"), &none(), T).await.unwrap();
-    let e = cache.checkout(&url, &escaping, "apps/web").await.unwrap_err();
+    let e = cache.checkout(&url, &none(), &escaping, "apps/web").await.unwrap_err();
     assert!(matches!(e, Error::UnsafePath(_)), "{e:?}");
     assert!(e.to_string().contains("escape.yaml points outside the checkout"), "{e}");
     // ... which is fine from the root, where it stays inside.
-    cache.checkout(&url, &escaping, "").await.unwrap();
+    cache.checkout(&url, &none(), &escaping, "").await.unwrap();
     std::fs::remove_file(work.path().join("apps/web/escape.yaml")).unwrap();
 
     // A submodule (a gitlink entry; `git add --all` would drop it, so commit by hand).
@@ -301,7 +301,7 @@ async fn checkouts_hold_exactly_the_tree_and_refuse_unsafe_content() {
     work.git(&["push", "--quiet", "origin", "main"]);
     let with_submodule = work.git(&["rev-parse", "HEAD"]).trim().to_string();
     cache.resolve(&url, &branch("main"), &none(), T).await.unwrap();
-    let e = cache.checkout(&url, &with_submodule, "apps/web").await.unwrap_err();
+    let e = cache.checkout(&url, &none(), &with_submodule, "apps/web").await.unwrap_err();
     assert!(matches!(e, Error::Unsupported(_)), "{e:?}");
     assert!(e.to_string().contains("submodules are not supported"), "{e}");
 
@@ -312,7 +312,7 @@ async fn checkouts_hold_exactly_the_tree_and_refuse_unsafe_content() {
     })
     .unwrap();
     small.resolve(&url, &Reference::Commit(good.clone()), &none(), T).await.unwrap();
-    let e = small.checkout(&url, &good, "apps/web").await.unwrap_err();
+    let e = small.checkout(&url, &none(), &good, "apps/web").await.unwrap_err();
     assert!(matches!(e, Error::TooLarge(_)), "{e:?}");
     assert!(e.to_string().contains("more than 2 files"), "{e}");
     // Nothing half-written is left behind.
@@ -420,7 +420,7 @@ async fn chained_symlinks_cannot_leave_the_checkout() {
 }
 
 fn small_checkouts(cache: &GitCache, url: &str) -> std::path::PathBuf {
-    cache.repository_dir(url).unwrap().parent().unwrap().parent().unwrap().join("checkouts")
+    cache.repository_dir(url, &none()).unwrap().parent().unwrap().parent().unwrap().join("checkouts")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -437,9 +437,9 @@ async fn evicted_checkouts_are_deleted_once_no_reader_holds_them() {
     // Room for about two checkouts.
     let cache = GitCache::new(CacheConfig { checkout_bytes: 450 * 1024, ..CacheConfig::new(dir.path()) }).unwrap();
     cache.resolve(&url, &branch("main"), &none(), T).await.unwrap();
-    let held = cache.checkout(&url, &commits[0], "").await.unwrap();
+    let held = cache.checkout(&url, &none(), &commits[0], "").await.unwrap();
     for c in &commits[1..] {
-        drop(cache.checkout(&url, c, "").await.unwrap());
+        drop(cache.checkout(&url, &none(), c, "").await.unwrap());
         cache.run_pending_tasks();
     }
     // The size bound evicted at least one of the four (each ~200 KiB, room for ~450 KiB), and
@@ -473,18 +473,109 @@ fn walk(root: &std::path::Path) -> Vec<String> {
     out
 }
 
+// See: issue 18. A file:// URL reads the controller's own disk: refused by default, a remote like
+// any other with `allow_local` (`--allow-local-repositories`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_file_url_is_a_remote_too() {
+async fn a_file_url_is_refused_unless_local_repositories_are_allowed() {
     let server = GitServer::start();
     server.create_repo("local");
     let bare = server.repo_path("local");
     let work = WorkTree::clone(bare.to_str().unwrap());
     work.write("apps/a/x.yaml", "a: 1\n");
     let head = work.commit_and_push("first");
+    let url = format!("file://{}", bare.display());
+
+    let refused = temp_dir("cache");
+    let cache = cache(refused.path());
+    for e in [
+        cache.resolve(&url, &branch("main"), &none(), T).await.map(|r| r.commit).unwrap_err(),
+        cache.resolve(&url, &Reference::Commit(head.clone()), &none(), T).await.map(|r| r.commit).unwrap_err(),
+        cache.checkout(&url, &none(), &head, "apps/a").await.map(|c| c.tree).unwrap_err(),
+    ] {
+        assert!(matches!(e, Error::Unsupported(_)), "{e:?}");
+        assert!(e.to_string().contains("--allow-local-repositories"), "{e}");
+    }
+    assert_eq!(std::fs::read_dir(refused.path().join("repos")).unwrap().count(), 0, "nothing was fetched");
+
+    let dir = temp_dir("cache");
+    let cache = GitCache::new(CacheConfig { allow_local: true, ..CacheConfig::new(dir.path()) }).unwrap();
+    assert_eq!(cache.resolve(&url, &branch("main"), &none(), T).await.unwrap().commit, head);
+    let c = cache.checkout(&url, &none(), &head, "apps/a").await.unwrap();
+    assert_eq!(std::fs::read_to_string(c.path().join("x.yaml")).unwrap(), "a: 1\n");
+}
+
+// See: issue 18 (tenants cannot read each other's Git source).
+/// A commit fetched with one tenant's credentials is in the cache; another tenant naming the same
+/// URL and that commit, without credentials or with wrong ones, must be refused by the remote (an
+/// auth error), never handed the cached commit. The same credentials (from another Secret with
+/// the same content) still cost no network for a pinned commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cached_commit_is_not_served_to_other_credentials() {
+    let server = GitHttpServer::start_with(HttpOptions {
+        auth: Some(("deploy", "tenant-a-token-1234")),
+        tls: true,
+        ..Default::default()
+    });
+    let bare = server.create_repo("private");
+    let work = WorkTree::clone(bare.to_str().unwrap());
+    work.write("apps/web/cm.yaml", "data: {owner: tenant-a}\n");
+    let head = work.commit_and_push("tenant a's private commit");
+    let url = server.url("private");
     let dir = temp_dir("cache");
     let cache = cache(dir.path());
-    let url = format!("file://{}", bare.display());
-    assert_eq!(cache.resolve(&url, &branch("main"), &none(), T).await.unwrap().commit, head);
-    let c = cache.checkout(&url, &head, "apps/a").await.unwrap();
-    assert_eq!(std::fs::read_to_string(c.path().join("x.yaml")).unwrap(), "a: 1\n");
+    let ca = server.ca_pem.clone().map(String::into_bytes);
+    let a = Credentials {
+        username: Some("deploy".into()),
+        password: Some("tenant-a-token-1234".into()),
+        ca_cert: ca.clone(),
+        ..Default::default()
+    };
+    assert_eq!(cache.resolve(&url, &branch("main"), &a, T).await.unwrap().commit, head);
+
+    // Tenant B: no credentials (only the CA, to reach the server at all), or a wrong password.
+    let anonymous = Credentials { ca_cert: ca.clone(), ..Default::default() };
+    let wrong = Credentials { password: Some("tenant-b-guess-5678".into()), ..a.clone() };
+    for (who, creds) in [("no credentials", &anonymous), ("a wrong password", &wrong)] {
+        for reference in [Reference::Commit(head.clone()), Reference::Commit(head[..10].to_string())] {
+            let e = cache.resolve(&url, &reference, creds, T).await.map(|r| r.commit);
+            assert!(matches!(e, Err(Error::Auth(_))), "{who}, {reference}: got {e:?}, want an auth error");
+            let message = e.unwrap_err().to_string();
+            assert!(!message.contains("5678"), "{message}");
+            if creds.password.is_none() {
+                assert!(message.contains("the Repository gives no credentials"), "{message}");
+            }
+        }
+    }
+
+    // Nor is the tree, a file or a commit message read for them from what A fetched.
+    for creds in [&anonymous, &wrong] {
+        let e = cache.checkout(&url, creds, &head, "apps/web").await.map(|c| c.tree);
+        assert!(matches!(e, Err(Error::NotFound(_))), "{e:?}");
+        let e = cache.read_file(&url, creds, &head, "apps/web/cm.yaml").await;
+        assert!(matches!(e, Err(Error::NotFound(_))), "{e:?}");
+        assert_eq!(cache.commit_subject(&url, creds, &head).await, None);
+    }
+    // Nothing of A's was written where B's repositories are, and no directory name holds a value.
+    let dirs: Vec<String> = std::fs::read_dir(dir.path().join("repos"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .collect();
+    assert!(dirs.iter().all(|d| !d.contains("tenant") && !d.contains("deploy")), "{dirs:?}");
+    for creds in [&anonymous, &wrong] {
+        let b_dir = cache.repository_dir(&url, creds).unwrap();
+        assert_ne!(b_dir, cache.repository_dir(&url, &a).unwrap());
+        let objects = walk(&b_dir.join("objects"));
+        let loose = |o: &String| o.split('/').next().is_some_and(|d| d.len() == 2);
+        assert!(objects.iter().all(|o| !o.ends_with(".pack") && !loose(o)), "{objects:?}");
+    }
+
+    // The same credentials from another Secret: the pinned commit costs no network.
+    let requests = server.requests().len();
+    let r = cache.resolve(&url, &Reference::Commit(head.clone()), &a.clone(), T).await.unwrap();
+    assert_eq!((r.commit.as_str(), r.fetched), (head.as_str(), false));
+    assert_eq!(server.requests().len(), requests, "{:?}", server.requests());
+    let c = cache.checkout(&url, &a.clone(), &head, "apps/web").await.unwrap();
+    assert_eq!(std::fs::read_to_string(c.path().join("cm.yaml")).unwrap(), "data: {owner: tenant-a}\n");
+    assert_eq!(cache.credential_id(&a), cache.credential_id(&a.clone()));
+    assert_ne!(cache.credential_id(&a), cache.credential_id(&wrong));
 }

@@ -80,7 +80,7 @@ async fn the_right_identity_and_known_hosts_fetch_and_check_out() {
     let r = r.unwrap_or_else(|e| panic!("resolve over ssh: {e}\nsshd log:\n{}", server.log()));
     assert_eq!(r.commit, head);
     assert!(r.fetched);
-    let checkout = cache.checkout(&url, &head, "apps/web").await.unwrap();
+    let checkout = cache.checkout(&url, &creds, &head, "apps/web").await.unwrap();
     assert_eq!(std::fs::read_to_string(checkout.path().join("cm.yaml")).unwrap(), "kind: ConfigMap\n");
     assert!(server.log().contains("Accepted publickey"), "{}", server.log());
 
@@ -159,4 +159,84 @@ async fn an_untrusted_host_key_is_refused_and_says_to_fix_known_hosts() {
     // Trusting the host fixes it.
     let r = cache.resolve(&url, &branch("main"), &ssh_creds(private, Some(&server.known_hosts())), T).await.unwrap();
     assert_eq!(r.commit, head);
+}
+
+// See: issue 18 (tenants cannot read each other's Git source).
+/// A commit fetched over SSH with tenant A's deploy key is in the cache; tenant B naming the same
+/// URL and commit with its own key (which the server does not accept), or with no key at all,
+/// gets the server's refusal, never the cached commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_cached_for_one_key_is_not_served_to_another() {
+    let (server, url, head) = serve("tenant-a");
+    let keys = temp_dir("keys");
+    let stranger = KeyPair::generate(keys.path(), "tenant-b");
+    let dir = temp_dir("cache");
+    let cache = cache(dir.path());
+    let a = ssh_creds(&server.client.private, Some(&server.known_hosts()));
+    assert_eq!(cache.resolve(&url, &branch("main"), &a, T).await.unwrap().commit, head);
+
+    let b = ssh_creds(&stranger.private, Some(&server.known_hosts()));
+    let keyless = Credentials { known_hosts: Some(server.known_hosts().into_bytes()), ..Default::default() };
+    for (who, creds) in [("another key", &b), ("no key", &keyless)] {
+        let e = cache.resolve(&url, &Reference::Commit(head.clone()), creds, T).await.map(|r| r.commit);
+        assert!(matches!(e, Err(Error::Auth(_))), "{who}: got {e:?}, want an auth error\nsshd log:\n{}", server.log());
+    }
+}
+
+// See: issue 18. A Secret without an `identity` must not borrow the controller's own SSH keys:
+// its agent (`SSH_AUTH_SOCK`), default key files and `~/.ssh/config` are never used, or a tenant
+// could read whatever the controller's user can.
+/// Runs [`keyless_credentials_inner`] as a child of this test binary with `SSH_AUTH_SOCK`
+/// pointing to an agent that holds the key the server accepts (the process environment is the
+/// controller's, so the child is the controller here).
+#[test]
+fn keyless_credentials_never_use_the_controllers_ssh_agent() {
+    let (server, url, _) = serve("agent");
+    let keys = temp_dir("agent");
+    let sock = keys.path().join("agent.sock");
+    let mut agent = std::process::Command::new("ssh-agent")
+        .arg("-D")
+        .arg("-a")
+        .arg(&sock)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("ssh-agent");
+    let end = std::time::Instant::now() + Duration::from_secs(10);
+    while !sock.exists() && std::time::Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let key = keys.path().join("key");
+    std::fs::write(&key, &server.client.private).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let added = std::process::Command::new("ssh-add").arg(&key).env("SSH_AUTH_SOCK", &sock).output().unwrap();
+    assert!(added.status.success(), "ssh-add: {}", String::from_utf8_lossy(&added.stderr));
+    let child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "keyless_credentials_inner", "--ignored", "--nocapture"])
+        .env("SSH_AUTH_SOCK", &sock)
+        .env("KSYNC_TEST_SSH_URL", &url)
+        .env("KSYNC_TEST_SSH_KNOWN_HOSTS", server.known_hosts())
+        .output()
+        .unwrap();
+    let _ = agent.kill();
+    let _ = agent.wait();
+    let out = format!("{}{}", String::from_utf8_lossy(&child.stdout), String::from_utf8_lossy(&child.stderr));
+    assert!(out.contains("1 passed"), "{out}\nsshd log:\n{}", server.log());
+}
+
+/// The child of [`keyless_credentials_never_use_the_controllers_ssh_agent`] (does nothing when
+/// run on its own).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run by keyless_credentials_never_use_the_controllers_ssh_agent"]
+async fn keyless_credentials_inner() {
+    let (Ok(url), Ok(known_hosts)) = (std::env::var("KSYNC_TEST_SSH_URL"), std::env::var("KSYNC_TEST_SSH_KNOWN_HOSTS"))
+    else {
+        return;
+    };
+    let listed = std::process::Command::new("ssh-add").arg("-l").output().unwrap();
+    assert!(listed.status.success(), "the agent holds the server's key: {}", String::from_utf8_lossy(&listed.stdout));
+    let dir = temp_dir("cache");
+    let keyless = Credentials { known_hosts: Some(known_hosts.into_bytes()), ..Default::default() };
+    let e = cache(dir.path()).resolve(&url, &branch("main"), &keyless, T).await.map(|r| r.commit);
+    assert!(matches!(e, Err(Error::Auth(_))), "got {e:?}, want an auth error: the agent's key was used");
 }

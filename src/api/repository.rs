@@ -36,8 +36,9 @@ pub const DEFAULT_CONFIG_PATH: &str = ".ksync.yaml";
 )]
 #[serde(rename_all = "camelCase")]
 pub struct RepositorySpec {
-    /// Git URL: `https://`, `http://`, `ssh://`, scp-like `user@host:path`, `git://` or `file://`.
-    /// Credentials never go in the URL: use `secretRef`.
+    /// Git URL: `https://`, `http://`, `ssh://`, scp-like `user@host:path`, `git://` or `file://`
+    /// (a path on the controller's disk: refused unless the manager runs with
+    /// `--allow-local-repositories`). Credentials never go in the URL: use `secretRef`.
     #[schemars(length(min = 1, max = 2048))]
     #[x_kube(validation = Rule::new("self.matches('^(https?|ssh|git|file)://') || self.matches('^[A-Za-z0-9._-]+@[^/:]+:')").message("url must be an https, http, ssh, git or file URL, or scp-like user@host:path"))]
     #[x_kube(validation = Rule::new("!self.matches('^https?://[^/]*@')").message("url must not carry credentials: reference a Secret in spec.secretRef"))]

@@ -53,6 +53,11 @@ pub struct RunArgs {
     /// Most bytes in one checkout; a larger tree is refused.
     #[arg(long, default_value_t = 256 * 1024 * 1024)]
     pub git_max_bytes: u64,
+    /// Accept `file://` Repository URLs. They read the controller's own disk (its service
+    /// account token, other tenants' cached repositories), so they are refused unless this is
+    /// set: for tests and local setups only.
+    #[arg(long)]
+    pub allow_local_repositories: bool,
     /// Where to serve `/metrics` (Prometheus), `/healthz` and `/readyz`; empty to disable.
     #[arg(long, default_value = "0.0.0.0:8080")]
     pub metrics_bind_address: String,
@@ -125,6 +130,16 @@ pub struct RunArgs {
     pub stale_reconcile_after: Option<std::time::Duration>,
 }
 
+/// The Git cache settings of `args`.
+fn cache_config(args: &RunArgs) -> crate::source::CacheConfig {
+    crate::source::CacheConfig {
+        dir: args.git_cache_dir.clone(),
+        checkout_bytes: args.git_checkout_cache_bytes,
+        limits: crate::source::Limits { max_files: args.git_max_files, max_bytes: args.git_max_bytes },
+        allow_local: args.allow_local_repositories,
+    }
+}
+
 fn parse_duration(s: &str) -> std::result::Result<std::time::Duration, String> {
     crate::api::duration::parse(s)
 }
@@ -193,12 +208,13 @@ fn run_controllers(args: RunArgs) -> Result<()> {
         // Leases are renewed outside the budget: a busy replica must not lose its shards.
         let lease_client = kube::Client::try_from(kube_config.clone())
             .map_err(|e| Error::Startup(format!("connecting to the Kubernetes API: {e}")))?;
-        let config = crate::source::CacheConfig {
-            dir: args.git_cache_dir.clone(),
-            checkout_bytes: args.git_checkout_cache_bytes,
-            limits: crate::source::Limits { max_files: args.git_max_files, max_bytes: args.git_max_bytes },
-        };
-        let cache = crate::source::GitCache::new(config).map_err(|e| Error::Startup(e.to_string()))?;
+        if args.allow_local_repositories {
+            tracing::warn!(
+                "--allow-local-repositories: file:// Repository URLs are accepted and read this machine's disk"
+            );
+        }
+        let cache =
+            crate::source::GitCache::new(cache_config(&args)).map_err(|e| Error::Startup(e.to_string()))?;
         let renderer = crate::render::Renderer::new(
             crate::render::Tools { helm: args.helm.clone(), kubectl: args.kubectl.clone() },
             crate::render::Limits { timeout: args.render_timeout, max_output_bytes: args.render_max_output_bytes },
@@ -374,4 +390,24 @@ fn check_crds(dir: &Path) -> Result<()> {
         stale.join(", "),
         dir.display()
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run_args(extra: &[&str]) -> RunArgs {
+        let argv = ["ksync-controller", "run"].iter().chain(extra).copied();
+        match Args::try_parse_from(argv).unwrap().command {
+            Command::Run(args) => *args,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    // See: issue 18. file:// Repositories read the controller's disk: off unless asked for.
+    #[test]
+    fn local_repositories_are_refused_unless_the_flag_is_given() {
+        assert!(!cache_config(&run_args(&[])).allow_local);
+        assert!(cache_config(&run_args(&["--allow-local-repositories"])).allow_local);
+    }
 }

@@ -6,7 +6,8 @@
 //! 2. Credentials from `spec.secretRef` (`username`/`password` for HTTPS, `identity` and
 //!    `known_hosts` for SSH).
 //! 3. Resolve the reference through the shared [`GitCache`] (single-flight; a pinned commit
-//!    already cached costs no network).
+//!    already cached for the same credentials costs no network; one fetched with other
+//!    credentials, or none, is fetched again with these, so the remote decides).
 //! 4. Read every `spec.applicationConfigPaths` file from the commit, parse and validate all of
 //!    them ([`crate::source::discovery`]).
 //! 5. Decide ([`super::discovery::plan`]), server-side dry-run every apply, then apply (SSA,
@@ -262,7 +263,7 @@ async fn sync(
             Ok(p) => p,
             Err(e) => return Ok(Err(config_failure(e))),
         };
-        match ctx.cache.read_file(url, &commit, &clean).await {
+        match ctx.cache.read_file(url, &credentials, &commit, &clean).await {
             Ok(Some(content)) => files.push((clean, content)),
             Ok(None) => {
                 return Ok(Err(config_failure(ConfigError { file: clean, message: "not found in the commit".into() })));
@@ -361,7 +362,7 @@ async fn sync(
     let ref_name = reference.to_string();
     let new_commit = status.revision.as_ref().map(|r| r.commit.as_str()) != Some(commit.as_str());
     if new_commit {
-        let subject = ctx.cache.commit_subject(url, &commit).await.unwrap_or_default();
+        let subject = ctx.cache.commit_subject(url, &credentials, &commit).await.unwrap_or_default();
         let note = format!("{ref_name} is at {short}: {subject}");
         event(ctx, repo, EventType::Normal, names::events::NEW_REVISION, &note).await;
         status.revision = Some(ObservedRevision {

@@ -1,6 +1,17 @@
 //! [`GitCache`]: the process-wide Git object cache.
 //!
-//! - One bare repository per normalized remote under `<dir>/repos/`.
+//! - One bare repository per normalized remote **and credential identity** under
+//!   `<dir>/repos/`. The identity is an HMAC-SHA256, under a random key kept in
+//!   `<dir>/credential-key` (mode 0600), of every value of the credentials (`username`,
+//!   `password`, `identity`, `known_hosts`, `ca.crt`; none at all is an identity too). So
+//!   content fetched with one Secret's credentials is only ever served to credentials with the
+//!   same values: a tenant naming another tenant's private URL, without credentials or with
+//!   other ones, gets its own empty repository, and its fetch is refused by the remote. Every
+//!   Repository and Application using the same credentials (one Secret, or copies of it) shares
+//!   one repository, which is the common case. The digest is keyed so that a directory name
+//!   cannot be used to guess a weak password offline.
+//! - `file://` remotes read the controller's own disk: refused unless
+//!   [`CacheConfig::allow_local`] (`--allow-local-repositories`) is set.
 //! - Single-flight: network operations on one repository run one at a time; a request that
 //!   waited while another fetched the same reference takes that result instead of fetching
 //!   again, so N Applications asking at once cost one fetch. A full commit id already in the
@@ -37,13 +48,72 @@ pub struct CacheConfig {
     pub checkout_bytes: u64,
     /// Limits of one checkout.
     pub limits: Limits,
+    /// Whether `file://` remotes are accepted (`--allow-local-repositories`): they read the
+    /// controller's own disk, so only tests and local setups turn this on.
+    pub allow_local: bool,
 }
 
 impl CacheConfig {
-    /// Defaults under `dir`: 1 GiB of checkouts, default limits.
+    /// Defaults under `dir`: 1 GiB of checkouts, default limits, no `file://` remotes.
     pub fn new(dir: impl Into<PathBuf>) -> CacheConfig {
-        CacheConfig { dir: dir.into(), checkout_bytes: 1 << 30, limits: Limits::default() }
+        CacheConfig { dir: dir.into(), checkout_bytes: 1 << 30, limits: Limits::default(), allow_local: false }
     }
+}
+
+/// The name of the file holding the key of credential identities, in the cache directory.
+const CREDENTIAL_KEY_FILE: &str = "credential-key";
+
+/// The key of credential identities: read from `dir`, or created there (32 random bytes, mode
+/// 0600) on first use. Kept across restarts so the bare repositories are found again.
+fn credential_key(dir: &std::path::Path) -> Result<[u8; 32]> {
+    use std::io::{Read, Write};
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = dir.join(CREDENTIAL_KEY_FILE);
+    let failed = |e: std::io::Error| Error::Internal(format!("the credential key {}: {e}", path.display()));
+    match std::fs::read(&path) {
+        Ok(bytes) => {
+            return bytes.try_into().map_err(|_| {
+                Error::Internal(format!(
+                    "the credential key {} is not 32 bytes: remove it (the cached repositories are fetched again)",
+                    path.display()
+                ))
+            });
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(failed(e)),
+    }
+    let mut key = [0u8; 32];
+    std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut key)).map_err(failed)?;
+    // Written whole under another name, then linked into place: a concurrent start reads either
+    // nothing or the whole key, and the first one written wins.
+    let tmp = dir.join(format!("{CREDENTIAL_KEY_FILE}.{}", std::process::id()));
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)
+        .and_then(|mut f| f.write_all(&key).and_then(|_| f.sync_all()))
+        .map_err(failed)?;
+    let linked = std::fs::hard_link(&tmp, &path);
+    let _ = std::fs::remove_file(&tmp);
+    match linked {
+        Ok(()) => Ok(key),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => credential_key(dir),
+        Err(e) => Err(failed(e)),
+    }
+}
+
+/// HMAC-SHA256 (RFC 2104) of `message` under a 32-byte `key`.
+fn hmac_sha256(key: &[u8; 32], message: &[u8]) -> [u8; 32] {
+    use sha2::{Digest, Sha256};
+    let (mut inner_pad, mut outer_pad) = ([0x36u8; 64], [0x5cu8; 64]);
+    for (i, k) in key.iter().enumerate() {
+        inner_pad[i] ^= k;
+        outer_pad[i] ^= k;
+    }
+    let inner = Sha256::new().chain_update(inner_pad).chain_update(message).finalize();
+    Sha256::new().chain_update(outer_pad).chain_update(inner).finalize().into()
 }
 
 /// The outcome of [`GitCache::resolve`].
@@ -67,7 +137,10 @@ struct RepoEntry {
 
 struct Inner {
     config: CacheConfig,
-    repos: Mutex<HashMap<String, Arc<RepoEntry>>>,
+    /// The key of credential identities ([`credential_key`]).
+    credential_key: [u8; 32],
+    /// By (normalized remote, credential identity).
+    repos: Mutex<HashMap<(String, String), Arc<RepoEntry>>>,
     checkouts: moka::sync::Cache<ObjectId, Arc<Checkout>>,
     nonce: AtomicU64,
 }
@@ -80,33 +153,64 @@ pub struct GitCache {
 
 impl GitCache {
     /// Open (or create) the cache in `config.dir`. Checkouts of an earlier process are removed.
+    ///
+    /// # Errors
+    /// [`Error::Internal`] when the directory or its credential key cannot be created or read.
     pub fn new(config: CacheConfig) -> Result<GitCache> {
         let checkouts_dir = config.dir.join("checkouts");
         let _ = std::fs::remove_dir_all(&checkouts_dir);
         std::fs::create_dir_all(&checkouts_dir)
             .and_then(|_| std::fs::create_dir_all(config.dir.join("repos")))
             .map_err(|e| Error::Internal(format!("creating the Git cache in {}: {e}", config.dir.display())))?;
+        let credential_key = credential_key(&config.dir)?;
         let capacity_kib = (config.checkout_bytes / 1024).max(1);
         let checkouts = moka::sync::Cache::builder()
             .max_capacity(capacity_kib)
             .weigher(|_: &ObjectId, c: &Arc<Checkout>| u32::try_from(c.bytes / 1024 + 1).unwrap_or(u32::MAX))
             .build();
         Ok(GitCache {
-            inner: Arc::new(Inner { config, repos: Mutex::new(HashMap::new()), checkouts, nonce: AtomicU64::new(0) }),
+            inner: Arc::new(Inner {
+                config,
+                credential_key,
+                repos: Mutex::new(HashMap::new()),
+                checkouts,
+                nonce: AtomicU64::new(0),
+            }),
         })
     }
 
-    fn entry(&self, url: &str) -> Result<Arc<RepoEntry>> {
+    /// The identity of `credentials` in this cache: 32 hex digits of a keyed digest of every
+    /// value (see the module documentation). Equal for equal values, whatever Secret holds them;
+    /// reveals nothing of them.
+    pub fn credential_id(&self, credentials: &Credentials) -> String {
+        let mac = hmac_sha256(&self.inner.credential_key, &credentials.material());
+        mac.iter().take(16).map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// The bare repository of `url` for `credentials`. A `file://` URL is refused unless
+    /// [`CacheConfig::allow_local`].
+    fn entry(&self, url: &str, credentials: &Credentials) -> Result<Arc<RepoEntry>> {
         let remote = Remote::parse(url)?;
+        if remote.scheme == "file" && !self.inner.config.allow_local {
+            return Err(Error::Unsupported(format!(
+                "{} is a path on the controller's own disk: file:// Repositories are refused unless the manager \
+                 runs with --allow-local-repositories (meant for tests and local setups); serve the repository \
+                 over https://, ssh:// or git:// instead",
+                remote.key
+            )));
+        }
+        let id = self.credential_id(credentials);
         let mut repos = self.inner.repos.lock().expect("repos lock");
-        let entry = repos.entry(remote.key.clone()).or_insert_with(|| {
-            let dir = self.inner.config.dir.join("repos").join(remote.dir_name());
+        let entry = repos.entry((remote.key.clone(), id.clone())).or_insert_with(|| {
+            let dir = self.inner.config.dir.join("repos").join(remote.dir_name(&id));
             Arc::new(RepoEntry { remote, dir, memo: tokio::sync::Mutex::new(HashMap::new()) })
         });
         Ok(entry.clone())
     }
 
     /// Resolve `reference` of the remote `url` to a commit, fetching when needed (single-flight).
+    /// Only what was fetched with credentials of the same values is looked at: a commit another
+    /// credential fetched is fetched again with these, and the remote decides.
     pub async fn resolve(
         &self,
         url: &str,
@@ -115,7 +219,7 @@ impl GitCache {
         timeout: Duration,
     ) -> Result<Resolution> {
         let requested = Instant::now();
-        let entry = self.entry(url)?;
+        let entry = self.entry(url, credentials)?;
         let mut memo = entry.memo.lock().await;
         // A fetch that finished after this request was made was in flight when it came:
         // share its result (single-flight).
@@ -170,9 +274,16 @@ impl GitCache {
             .map_err(|_| Error::NotFound(format!("{commit:?} is not a full commit id")))
     }
 
-    /// The regular file at `path` of `commit` (already in the cache: resolve first).
-    pub async fn read_file(&self, url: &str, commit: &str, path: &str) -> Result<Option<Vec<u8>>> {
-        let entry = self.entry(url)?;
+    /// The regular file at `path` of `commit` (already in the cache for `credentials`: resolve
+    /// first).
+    pub async fn read_file(
+        &self,
+        url: &str,
+        credentials: &Credentials,
+        commit: &str,
+        path: &str,
+    ) -> Result<Option<Vec<u8>>> {
+        let entry = self.entry(url, credentials)?;
         let id = Self::commit_id(commit)?;
         let path = checkout::clean_relative_path(path)?;
         let dir = entry.dir.clone();
@@ -185,17 +296,24 @@ impl GitCache {
     }
 
     /// The first line of the commit message (bounded), for Events.
-    pub async fn commit_subject(&self, url: &str, commit: &str) -> Option<String> {
-        let entry = self.entry(url).ok()?;
+    pub async fn commit_subject(&self, url: &str, credentials: &Credentials, commit: &str) -> Option<String> {
+        let entry = self.entry(url, credentials).ok()?;
         let id = Self::commit_id(commit).ok()?;
         let dir = entry.dir.clone();
         tokio::task::spawn_blocking(move || git::commit_subject(&git::open_existing(&dir).ok()?, id)).await.ok()?
     }
 
-    /// A directory holding exactly the tree of `path` in `commit` (already in the cache:
-    /// resolve first). Shared by every caller asking for the same tree.
-    pub async fn checkout(&self, url: &str, commit: &str, path: &str) -> Result<Arc<Checkout>> {
-        let entry = self.entry(url)?;
+    /// A directory holding exactly the tree of `path` in `commit` (already in the cache for
+    /// `credentials`: resolve first). Shared by every caller asking for the same tree: checkouts
+    /// are keyed by tree id, which a caller only learns from its own repository.
+    pub async fn checkout(
+        &self,
+        url: &str,
+        credentials: &Credentials,
+        commit: &str,
+        path: &str,
+    ) -> Result<Arc<Checkout>> {
+        let entry = self.entry(url, credentials)?;
         let id = Self::commit_id(commit)?;
         let path = checkout::clean_relative_path(path)?;
         let this = self.clone();
@@ -221,9 +339,9 @@ impl GitCache {
         .map_err(|e| Error::Internal(format!("materializing: {e}")))?
     }
 
-    /// Where the bare repository of `url` lives (for diagnostics and tests).
-    pub fn repository_dir(&self, url: &str) -> Result<PathBuf> {
-        Ok(self.entry(url)?.dir.clone())
+    /// Where the bare repository of `url` for `credentials` lives (for diagnostics and tests).
+    pub fn repository_dir(&self, url: &str, credentials: &Credentials) -> Result<PathBuf> {
+        Ok(self.entry(url, credentials)?.dir.clone())
     }
 
     /// Run pending evictions of the checkout cache now (tests; moka evicts lazily).

@@ -134,8 +134,11 @@ fn overrides(access: &Access<'_>, ssh_dir: Option<&Path>) -> Vec<String> {
 
 /// The `core.sshCommand` for one operation whose key files are in `dir`: the system `ssh`,
 /// non-interactive, trusting only the hosts in `dir/known_hosts`, offering only `dir/identity`
-/// (when the Secret has one). gix runs it with `sh -c` and appends the port, `user@host` and
-/// the remote command as `"$@"`.
+/// (when the Secret has one) and nothing of the controller's own: no ssh configuration file
+/// (`-F /dev/null`: neither `~/.ssh/config` nor `/etc/ssh/ssh_config`), no agent
+/// (`SSH_AUTH_SOCK`), no default key files (`~/.ssh/id_*`). Without that, a Secret without an
+/// `identity` would log in with whatever the controller's user can reach. gix runs it with
+/// `sh -c` and appends the port, `user@host` and the remote command as `"$@"`.
 ///
 /// ssh's stderr goes to `dir/stderr`: gix would copy the lines it does not recognize (such as
 /// "Host key verification failed.") to the controller's stderr and report only an unexpected end
@@ -143,12 +146,15 @@ fn overrides(access: &Access<'_>, ssh_dir: Option<&Path>) -> Vec<String> {
 fn ssh_command(dir: &Path, connect_timeout_secs: u64) -> String {
     let quote = |p: &Path| format!("'{}'", p.display().to_string().replace('\'', r"'\''"));
     let mut cmd = format!(
-        "exec ssh -o BatchMode=yes -o ConnectTimeout={connect_timeout_secs} -o UserKnownHostsFile={} -o StrictHostKeyChecking=yes",
+        "exec ssh -F /dev/null -o BatchMode=yes -o ConnectTimeout={connect_timeout_secs} -o UserKnownHostsFile={} \
+         -o GlobalKnownHostsFile=/dev/null -o StrictHostKeyChecking=yes -o IdentityAgent=none -o IdentitiesOnly=yes",
         quote(&dir.join("known_hosts"))
     );
     let id = dir.join("identity");
     if id.exists() {
-        cmd.push_str(&format!(" -o IdentitiesOnly=yes -i {}", quote(&id)));
+        cmd.push_str(&format!(" -i {}", quote(&id)));
+    } else {
+        cmd.push_str(" -o IdentityFile=none");
     }
     cmd.push_str(&format!(" \"$@\" 2>{}", quote(&dir.join("stderr"))));
     cmd
@@ -410,6 +416,12 @@ fn classify(access: &Access<'_>, e: &dyn std::fmt::Display, ssh_stderr: &str) ->
         ));
     }
     if ssh_lower.contains("permission denied") {
+        if access.credentials.identity.is_none() {
+            return Error::Auth(format!(
+                "SSH authentication to {url} failed: the Repository gives no SSH key (put the private key in \
+                 identity of the Secret in spec.secretRef): {ssh}"
+            ));
+        }
         return Error::Auth(format!(
             "SSH authentication to {url} failed: the server did not accept the identity of the credentials \
              Secret: {ssh}"
@@ -432,6 +444,12 @@ fn classify(access: &Access<'_>, e: &dyn std::fmt::Display, ssh_stderr: &str) ->
         || lower.contains("permission denied")
         || lower.contains("credentials")
     {
+        if access.credentials.is_anonymous() {
+            return Error::Auth(format!(
+                "authentication to {url} failed: the Repository gives no credentials (put username and password \
+                 in the Secret in spec.secretRef): {text}"
+            ));
+        }
         return Error::Auth(format!("authentication to {url} failed: {text}"));
     }
     if lower.contains("certificate") {
@@ -486,8 +504,14 @@ pub fn read_file(repo: &gix::Repository, commit: ObjectId, path: &str) -> Result
     Ok(Some(blob.data.clone()))
 }
 
-/// Open for reading only (no network, no overrides).
+/// Open for reading only (no network, no overrides). A repository nothing was fetched into yet
+/// (these credentials never resolved anything of this remote) is not created: it is an error.
 pub fn open_existing(dir: &Path) -> Result<gix::Repository> {
+    if !dir.join("HEAD").exists() {
+        return Err(Error::NotFound(
+            "nothing was fetched from this remote with these credentials yet: resolve the commit first".into(),
+        ));
+    }
     open(dir, Vec::new())
 }
 
@@ -516,13 +540,16 @@ mod tests {
         assert_eq!(
             cmd,
             format!(
-                "exec ssh -o BatchMode=yes -o ConnectTimeout=7 -o UserKnownHostsFile='{d}/known_hosts' \
-                 -o StrictHostKeyChecking=yes -o IdentitiesOnly=yes -i '{d}/identity' \"$@\" 2>'{d}/stderr'"
+                "exec ssh -F /dev/null -o BatchMode=yes -o ConnectTimeout=7 -o UserKnownHostsFile='{d}/known_hosts' \
+                 -o GlobalKnownHostsFile=/dev/null -o StrictHostKeyChecking=yes -o IdentityAgent=none \
+                 -o IdentitiesOnly=yes -i '{d}/identity' \"$@\" 2>'{d}/stderr'"
             )
         );
-        // Without an identity, ssh's defaults apply.
+        // Without an identity, no key at all: not ssh's default files, not the agent.
         std::fs::remove_file(dir.path().join("identity")).unwrap();
-        assert!(!ssh_command(dir.path(), 7).contains("-i "));
+        let keyless = ssh_command(dir.path(), 7);
+        assert!(!keyless.contains("-i "), "{keyless}");
+        assert!(keyless.contains("-o IdentityFile=none") && keyless.contains("-o IdentityAgent=none"), "{keyless}");
     }
 
     #[test]
@@ -564,6 +591,12 @@ mod tests {
                 .ends_with("identity of the credentials Secret: git@example.com: Permission denied (publickey)."),
             "{e}"
         );
+
+        // Without a key at all, the message says that is the problem.
+        let keyless = Credentials { known_hosts: Some(b"x".to_vec()), ..Default::default() };
+        let e = classify(&access_with(&remote, &keyless, &flag), &eof, denied);
+        assert!(matches!(e, Error::Auth(_)), "{e:?}");
+        assert!(e.to_string().contains("the Repository gives no SSH key"), "{e}");
 
         // Anything else keeps ssh's words and gix's cause; a key echoed back is redacted.
         let refused = "ssh: connect to host example.com port 22: Connection refused\nAAAAsecretkeymaterial0123\n";

@@ -1,6 +1,7 @@
 //! The Git source: one shared object cache per process, fetched with gix.
 //!
-//! - [`url`]: remote URL normalization (one bare repository per normalized URL).
+//! - [`url`]: remote URL normalization (one bare repository per normalized URL and credential
+//!   identity).
 //! - [`git`]: the blocking gix operations (fetch, resolve, read a file).
 //! - [`checkout`]: materializing the tree of (commit, path) into a directory, with path safety
 //!   checks and size limits.
@@ -10,7 +11,9 @@
 //!
 //! Credentials come from the Secret a Repository references ([`Credentials`]); they are handed
 //! to gix through a credentials callback or private key files that live only for one operation,
-//! and never reach status, Events, logs, error messages or the cache directory names.
+//! and never reach status, Events, logs, error messages or the cache directory names. Cached
+//! content is only served to credentials of the same values as those that fetched it (see
+//! [`cache`]), and nothing of the controller's own (SSH agent, keys, configuration) is ever used.
 
 pub mod cache;
 pub mod checkout;
@@ -94,6 +97,38 @@ impl Credentials {
             known_hosts: data.get("known_hosts").cloned(),
             ca_cert: data.get("ca.crt").cloned(),
         }
+    }
+
+    /// Every value, in one unambiguous encoding (each field tagged and length-prefixed): what
+    /// [`GitCache`] digests, with a key of its own, into the credential identity its bare
+    /// repositories are keyed by. Every field counts, `known_hosts` and `ca.crt` too: they decide
+    /// which server is trusted to be the remote.
+    pub(crate) fn material(&self) -> Vec<u8> {
+        let fields: [(u8, Option<&[u8]>); 5] = [
+            (b'u', self.username.as_deref().map(str::as_bytes)),
+            (b'p', self.password.as_deref().map(str::as_bytes)),
+            (b'i', self.identity.as_deref()),
+            (b'k', self.known_hosts.as_deref()),
+            (b'c', self.ca_cert.as_deref()),
+        ];
+        let mut out = Vec::new();
+        for (tag, value) in fields {
+            out.push(tag);
+            match value {
+                None => out.push(0),
+                Some(v) => {
+                    out.push(1);
+                    out.extend_from_slice(&(v.len() as u64).to_be_bytes());
+                    out.extend_from_slice(v);
+                }
+            }
+        }
+        out
+    }
+
+    /// Whether the Secret gives no way to authenticate (no password, no SSH identity).
+    pub fn is_anonymous(&self) -> bool {
+        self.password.is_none() && self.identity.is_none()
     }
 
     /// Remove every secret value from `message` (error texts from the transport may echo them).

@@ -1,7 +1,7 @@
 //! Remote URL normalization: every spelling of one remote maps to one bare repository in the
-//! cache. Scheme and host are lower-cased, default ports, a trailing `/` and `.git` dropped,
-//! scp-like `user@host:path` becomes `ssh://user@host/path`, and a password in the URL is
-//! refused (credentials belong in a Secret).
+//! cache (one per credential identity, see [`super::cache`]). Scheme and host are lower-cased,
+//! default ports, a trailing `/` and `.git` dropped, scp-like `user@host:path` becomes
+//! `ssh://user@host/path`, and a password in the URL is refused (credentials belong in a Secret).
 
 use sha2::{Digest, Sha256};
 
@@ -83,9 +83,11 @@ impl Remote {
         })
     }
 
-    /// The directory name of this remote's bare repository: readable, and unique by a hash of
-    /// the key. Never contains credentials (the key has none).
-    pub fn dir_name(&self) -> String {
+    /// The directory name of this remote's bare repository for the credentials whose identity
+    /// is `credential_id` (see [`super::cache`]): readable, and unique by a hash of the key and
+    /// the identity. Never contains credentials (the key has none, the identity is a keyed
+    /// digest).
+    pub fn dir_name(&self, credential_id: &str) -> String {
         let digest = Sha256::digest(self.key.as_bytes());
         let hex: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
         let readable: String = self
@@ -98,7 +100,7 @@ impl Remote {
             .collect();
         let readable = readable.trim_matches('-');
         let readable: String = readable.chars().rev().take(48).collect::<Vec<_>>().into_iter().rev().collect();
-        format!("{}-{hex}.git", readable.trim_matches('-'))
+        format!("{}-{hex}-{credential_id}.git", readable.trim_matches('-'))
     }
 }
 
@@ -145,7 +147,8 @@ mod tests {
         let c = Remote::parse("http://github.com/org/repo").unwrap();
         assert_ne!(a.key, b.key);
         assert_ne!(a.key, c.key);
-        assert_ne!(a.dir_name(), b.dir_name());
+        assert_ne!(a.dir_name("c0ffee"), b.dir_name("c0ffee"));
+        assert_ne!(a.dir_name("c0ffee"), a.dir_name("decade"));
     }
 
     #[test]
@@ -158,7 +161,7 @@ mod tests {
 
     #[test]
     fn dir_names_are_plain() {
-        let d = Remote::parse("https://user@git.example.com:8443/a/b c.git").unwrap().dir_name();
+        let d = Remote::parse("https://user@git.example.com:8443/a/b c.git").unwrap().dir_name("c0ffee");
         assert!(d.ends_with(".git"));
         assert!(d.chars().all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-'), "{d}");
         assert!(!d.contains("user"));

@@ -4,8 +4,9 @@
 //! 1. `spec.suspend`: `Ready=False` (`Suspended`), nothing else.
 //! 2. Resolve the source: the Repository's `status.revision.commit`, or `spec.source.revision`
 //!    (a commit, branch or tag of the same repository, resolved at most once per the
-//!    Repository's interval). The commit is made present in the shared [`GitCache`] (no
-//!    network when it already is).
+//!    Repository's interval). The commit is made present in the shared [`GitCache`] with the
+//!    Repository's credentials (no network when it already is for those credentials; fetched
+//!    again when only other credentials fetched it, so the remote decides).
 //! 3. The Revision of the identity (Application, commit, path, render settings, service
 //!    account) is created when missing, owned by the Application, labelled with its name.
 //! 4. Materialize the source path, read Helm `valuesFrom` and render, both as the
@@ -203,7 +204,8 @@ pub struct Context {
     own_writes: Mutex<HashMap<ObjectRef<Application>, String>>,
     scopes: tokio::sync::Mutex<Option<(Instant, Arc<ClusterScopes>)>>,
     clients: Mutex<HashMap<(String, String), Client>>,
-    resolved: Mutex<HashMap<(String, String), (Instant, String)>>,
+    /// The commit each (URL, credential identity, `spec.source.revision`) last resolved to.
+    resolved: Mutex<HashMap<ResolvedKey, (Instant, String)>>,
 }
 
 impl Context {
@@ -456,10 +458,17 @@ impl Failure {
     }
 }
 
+/// What a resolved `spec.source.revision` is remembered by: (URL, credential identity of the
+/// Repository's Secret, revision). With the identity, one tenant never learns the commit another
+/// tenant's credentials resolved.
+type ResolvedKey = (String, String, String);
+
 /// The resolved source of an Application.
 struct Source {
     repository: String,
     url: String,
+    /// The Repository's credentials: the cache serves only what they fetched.
+    credentials: crate::source::Credentials,
     reference: Option<String>,
     commit: String,
 }
@@ -705,7 +714,7 @@ async fn resolve_source(app: &Application, ctx: &Context, ns: &str) -> Result<Re
         },
         Some(revision) => {
             let interval = crate::api::duration::parse(&repo.spec.interval).unwrap_or(Duration::from_secs(60));
-            let key = (url.clone(), revision.clone());
+            let key = (url.clone(), ctx.cache.credential_id(&credentials), revision.clone());
             let recent = ctx.resolved.lock().expect("resolved lock").get(&key).cloned();
             match recent {
                 Some((at, commit)) if at.elapsed() < interval.mul_f64(0.9) => (Some(revision.clone()), commit),
@@ -740,7 +749,7 @@ async fn resolve_source(app: &Application, ctx: &Context, ns: &str) -> Result<Re
     if let Err(e) = ctx.cache.resolve(&url, &Reference::Commit(commit.clone()), &credentials, timeout).await {
         return fail(credentials.redact(&format!("fetching commit {commit}: {e}")), e.retryable());
     }
-    Ok(Ok(Source { repository: repo_name.clone(), url, reference, commit }))
+    Ok(Ok(Source { repository: repo_name.clone(), url, credentials, reference, commit }))
 }
 
 /// Step 3: the Revision of this identity, created when missing.
@@ -796,7 +805,8 @@ async fn ensure_revision(
     match api.create(&PostParams::default(), &rev).await {
         Ok(created) => {
             let short = &source.commit[..source.commit.len().min(12)];
-            let subject = ctx.cache.commit_subject(&source.url, &source.commit).await.unwrap_or_default();
+            let subject =
+                ctx.cache.commit_subject(&source.url, &source.credentials, &source.commit).await.unwrap_or_default();
             let note = if subject.is_empty() {
                 format!("Revision {rev_name} for commit {short}")
             } else {
@@ -848,7 +858,7 @@ async fn desired_and_plan(
     from_cache: bool,
 ) -> Result<Result<Planned, Failure>, Error> {
     let spec = &app.spec;
-    let checkout = match ctx.cache.checkout(&source.url, &source.commit, &spec.source.path).await {
+    let checkout = match ctx.cache.checkout(&source.url, &source.credentials, &source.commit, &spec.source.path).await {
         Ok(c) => c,
         Err(e) => return Ok(Err(Failure::new(names::reasons::SOURCE_FAILURE, e.to_string(), e.retryable()))),
     };

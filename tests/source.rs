@@ -402,7 +402,7 @@ async fn chained_symlinks_cannot_leave_the_checkout() {
         ("shallow", RenderType::Yaml, "symlink x.yaml points outside the checkout"),
         ("looped", RenderType::Yaml, "symlink d -> \".\" makes a directory loop"),
     ] {
-        match cache.checkout(&url, &commit, path).await {
+        match cache.checkout(&url, &none(), &commit, path).await {
             Err(e) => {
                 assert!(matches!(e, Error::UnsafePath(_)), "{path}: {e:?}");
                 assert!(e.to_string().contains(want), "{path}: {e}");
@@ -412,7 +412,7 @@ async fn chained_symlinks_cannot_leave_the_checkout() {
         }
     }
     assert!(accepted.is_empty(), "{accepted:#?}");
-    let c = cache.checkout(&url, &commit, "inside").await.unwrap();
+    let c = cache.checkout(&url, &none(), &commit, "inside").await.unwrap();
     assert_eq!(std::fs::read_to_string(c.path().join("e.yaml")).unwrap(), "kind: ConfigMap\n");
     // Nothing refused is left behind.
     let left = std::fs::read_dir(dir.path().join("checkouts")).unwrap().count();

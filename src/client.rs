@@ -6,6 +6,12 @@
 //! `poll_ready`, so the client's queue waits, not the caller's thread). Lease renewals use a
 //! client without the budget: a busy replica must never lose its shards for want of a token.
 //!
+//! Fencing: a request carrying a [`Fenced`] extension (every write a reconcile makes, see
+//! [`crate::apply::Writer`]) is checked in [`tower::Service::call`], after the budget let it go
+//! and immediately before it is sent: when the fence is closed it is never sent
+//! ([`FenceClosed`]), and otherwise it must complete before the fence's deadline
+//! ([`FenceDeadline`]), so a replica that lost its shard cannot land a write queued earlier.
+//!
 //! Metrics: `ksync_api_requests_total{verb}` (verb as in audit logs: get, list, watch, create,
 //! update, patch, delete; `dry_run` for dry-run requests) and `ksync_api_throttle_seconds`
 //! (time spent waiting for a token).
@@ -77,6 +83,51 @@ impl<S> tower::Layer<S> for Limiter {
 
 type Wait = Pin<Box<dyn Future<Output = ()> + Send>>;
 
+/// The error type of the client's tower stack.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Until when the writer of a request may write: `None` once its fence is closed. Attached to a
+/// request as an [`http::Extensions`] entry; read at the moment the request is sent.
+#[derive(Clone)]
+pub struct Fenced(Arc<dyn Fn() -> Option<Instant> + Send + Sync>);
+
+impl Fenced {
+    /// A fence answering `until` (`None`: closed).
+    pub fn new(until: impl Fn() -> Option<Instant> + Send + Sync + 'static) -> Fenced {
+        Fenced(Arc::new(until))
+    }
+
+    /// Until when a write may complete, `None` when it may not be sent.
+    pub fn until(&self) -> Option<Instant> {
+        (self.0)().filter(|t| *t > Instant::now())
+    }
+}
+
+impl std::fmt::Debug for Fenced {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Fenced").field(&self.until()).finish()
+    }
+}
+
+/// A fenced request was not sent: the fence was closed when its turn came.
+#[derive(Debug, thiserror::Error)]
+#[error("not sent: this replica no longer owns the shard")]
+pub struct FenceClosed;
+
+/// A fenced request did not complete before its fence's deadline (it may or may not have been
+/// applied; the new owner plans from what it reads).
+#[derive(Debug, thiserror::Error)]
+#[error("abandoned: the shard's fence ended before the API server answered")]
+pub struct FenceDeadline;
+
+/// Whether `e` is a fenced request refused or abandoned by its fence.
+pub fn is_fence_error(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Service(b) => b.is::<FenceClosed>() || b.is::<FenceDeadline>(),
+        _ => false,
+    }
+}
+
 /// The service [`Limiter`] wraps around the client's stack.
 pub struct Limited<S> {
     inner: S,
@@ -88,10 +139,13 @@ pub struct Limited<S> {
 impl<S, B> tower::Service<http::Request<B>> for Limited<S>
 where
     S: tower::Service<http::Request<B>>,
+    S::Error: Into<BoxError>,
+    S::Future: Send + 'static,
+    S::Response: Send + 'static,
 {
     type Response = S::Response;
-    type Error = S::Error;
-    type Future = S::Future;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<S::Response, BoxError>> + Send>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         if !self.permitted {
@@ -110,13 +164,35 @@ where
             }
             self.permitted = true;
         }
-        self.inner.poll_ready(cx)
+        self.inner.poll_ready(cx).map_err(Into::into)
     }
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
         self.permitted = false;
+        // The fence is read here, after the budget let the request go: a wait for a token can
+        // outlast the shard's Lease.
+        let deadline = match request.extensions().get::<Fenced>().map(Fenced::until) {
+            None => None,
+            Some(Some(until)) => Some(until),
+            Some(None) => {
+                metrics::counter!("ksync_fenced_requests_total", "result" => "closed").increment(1);
+                return Box::pin(std::future::ready(Err(Box::new(FenceClosed) as BoxError)));
+            }
+        };
         metrics::counter!("ksync_api_requests_total", "verb" => verb_of(&request)).increment(1);
-        self.inner.call(request)
+        let sent = self.inner.call(request);
+        Box::pin(async move {
+            match deadline {
+                None => sent.await.map_err(Into::into),
+                Some(until) => match tokio::time::timeout_at(until.into(), sent).await {
+                    Ok(r) => r.map_err(Into::into),
+                    Err(_) => {
+                        metrics::counter!("ksync_fenced_requests_total", "result" => "deadline").increment(1);
+                        Err(Box::new(FenceDeadline) as BoxError)
+                    }
+                },
+            }
+        })
     }
 }
 
@@ -175,6 +251,91 @@ mod tests {
         assert_eq!(verb_of(&req("PATCH", "/api/v1/namespaces/a/configmaps/x?dryRun=All&fieldManager=m")), "dry_run");
         assert_eq!(verb_of(&req("DELETE", "/api/v1/namespaces/a/configmaps/x")), "delete");
         assert_eq!(verb_of(&req("POST", "/api/v1/namespaces/a/configmaps")), "create");
+    }
+
+    /// An inner service counting the requests it was given; each answers after `delay`.
+    fn counting(
+        delay: Duration,
+    ) -> (
+        Arc<std::sync::atomic::AtomicUsize>,
+        impl tower::Service<
+            http::Request<()>,
+            Response = (),
+            Error = BoxError,
+            Future = impl Future<Output = Result<(), BoxError>> + Send + 'static,
+        >,
+    ) {
+        let sent = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let seen = sent.clone();
+        let svc = tower::service_fn(move |_r: http::Request<()>| {
+            seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            async move {
+                tokio::time::sleep(delay).await;
+                Ok::<(), BoxError>(())
+            }
+        });
+        (sent, svc)
+    }
+
+    fn fenced(method: &str, fence: Fenced) -> http::Request<()> {
+        let mut r = req(method, "/api/v1/namespaces/a/configmaps/x");
+        r.extensions_mut().insert(fence);
+        r
+    }
+
+    /// The contract of fencing, one row per case: (fence, how long the server takes, sent?,
+    /// outcome).
+    #[tokio::test]
+    async fn a_fenced_request_is_sent_only_while_its_fence_is_open_and_ends_before_it_closes() {
+        use tower::{Layer, Service, ServiceExt};
+        let open = || Fenced::new(|| Some(Instant::now() + Duration::from_secs(60)));
+        let closed = || Fenced::new(|| None);
+        let past = || Fenced::new(|| Some(Instant::now() - Duration::from_millis(1)));
+        let soon = || Fenced::new(|| Some(Instant::now() + Duration::from_millis(100)));
+        let cases: Vec<(&str, Option<Fenced>, Duration, usize, &str)> = vec![
+            ("no fence: a read or an unfenced write", None, Duration::ZERO, 1, "ok"),
+            ("open", Some(open()), Duration::ZERO, 1, "ok"),
+            ("closed", Some(closed()), Duration::ZERO, 0, "closed"),
+            ("deadline already passed", Some(past()), Duration::ZERO, 0, "closed"),
+            ("the server answers after the deadline", Some(soon()), Duration::from_secs(30), 1, "deadline"),
+        ];
+        for (what, fence, delay, want_sent, want) in cases {
+            let (sent, inner) = counting(delay);
+            let mut svc = Limiter::unlimited().layer(inner);
+            let request = match fence {
+                Some(f) => fenced("PATCH", f),
+                None => req("PATCH", "/api/v1/namespaces/a/configmaps/x"),
+            };
+            let got = svc.ready().await.unwrap().call(request).await;
+            let outcome = match &got {
+                Ok(()) => "ok",
+                Err(e) if e.is::<FenceClosed>() => "closed",
+                Err(e) if e.is::<FenceDeadline>() => "deadline",
+                Err(_) => "other",
+            };
+            assert_eq!((outcome, sent.load(std::sync::atomic::Ordering::SeqCst)), (want, want_sent), "{what}");
+        }
+    }
+
+    /// The fence is read when the budget lets the request go, not when it was queued.
+    #[tokio::test]
+    async fn a_fence_that_closes_while_the_request_waits_for_a_token_stops_it() {
+        use tower::{Layer, Service, ServiceExt};
+        let open = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let o = open.clone();
+        let fence = Fenced::new(move || {
+            o.load(std::sync::atomic::Ordering::SeqCst).then(|| Instant::now() + Duration::from_secs(60))
+        });
+        let (sent, inner) = counting(Duration::ZERO);
+        let limiter = Limiter::new(Budget { qps: 5.0, burst: 1 });
+        let mut svc = limiter.layer(inner);
+        svc.ready().await.unwrap().call(fenced("PATCH", fence.clone())).await.unwrap();
+        // The next token comes in 200 ms: the fence closes meanwhile.
+        let waiting = svc.ready();
+        open.store(false, std::sync::atomic::Ordering::SeqCst);
+        let got = waiting.await.unwrap().call(fenced("PATCH", fence)).await;
+        assert!(got.is_err_and(|e| e.is::<FenceClosed>()));
+        assert_eq!(sent.load(std::sync::atomic::Ordering::SeqCst), 1);
     }
 
     #[tokio::test]

@@ -786,7 +786,80 @@ fn symlinks_out_of_the_checkout_fail_the_source_and_nothing_is_pruned(cluster: C
     });
 }
 
+/// A prune deletes only the object it listed (issue 18, item 2): an object re-created under the
+/// same name since the list, relabelled for another Application or opted out of pruning is kept;
+/// one that only changed otherwise (its data) is still deleted.
+fn a_prune_deletes_only_the_object_it_listed(cluster: Cluster) {
+    use kuvryn_sync::apply::{self, Writer};
+    use kuvryn_sync::plan::{self, Plan};
+    use kuvryn_sync::watch::discovery::ClusterScopes;
+    let runtime = support::runtime();
+    runtime.block_on(async {
+        let client = cluster.client().await;
+        let ns = "prune-listed";
+        support::deployer_namespace(&client, ns).await;
+        let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+        let cm = |name: &str, labels: serde_json::Value, annotations: serde_json::Value| {
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": name, "namespace": ns, "labels": labels, "annotations": annotations},
+                "data": {"k": "v1"}})
+        };
+        let ours = json!({names::labels::APPLICATION_ID: inventory::application_id(ns, "app")});
+        let theirs = json!({names::labels::APPLICATION_ID: inventory::application_id(ns, "other")});
+        let names = ["recreated", "relabelled", "opted-out", "edited", "untouched"];
+        let mut listed = std::collections::BTreeMap::new();
+        for n in names {
+            let o = apply_as(&client, "test", &cm(n, ours.clone(), json!({}))).await;
+            listed.insert(format!("/ConfigMap/{ns}/{n}"), o);
+        }
+        // What happens between the list and the prune.
+        cms.delete("recreated", &DeleteParams::default()).await.unwrap();
+        apply_as(&client, "test", &cm("recreated", ours.clone(), json!({}))).await;
+        apply_as(&client, "test", &cm("relabelled", theirs.clone(), json!({}))).await;
+        apply_as(&client, "test", &cm("opted-out", ours.clone(), json!({names::annotations::PRUNE: "disabled"}))).await;
+        let mut edited = cm("edited", ours.clone(), json!({}));
+        edited["data"]["k"] = json!("v2");
+        apply_as(&client, "test", &edited).await;
+
+        let entries = names
+            .iter()
+            .map(|n| plan::Entry {
+                group: String::new(),
+                kind: "ConfigMap".into(),
+                version: "v1".into(),
+                namespace: ns.into(),
+                name: n.to_string(),
+                action: plan::Action::Delete,
+                changed: Vec::new(),
+                more_changed: 0,
+                warnings: Vec::new(),
+                conflicts: Vec::new(),
+            })
+            .collect();
+        let doomed = Plan { entries, digest: String::new() };
+        let scopes = ClusterScopes::discover(&client).await.unwrap();
+        let prunable = |o: &serde_json::Value| inventory::prunable_by(o, ns, "app");
+        let mut done = apply::Applied::default();
+        let kept = apply::prune(&Writer::new(client.clone(), None), &scopes, &doomed, &listed, &prunable, &mut done)
+            .await
+            .unwrap();
+        let left: BTreeSet<String> =
+            cms.list(&Default::default()).await.unwrap().items.iter().map(|c| c.name_any()).collect();
+        let want: BTreeSet<String> = ["recreated", "relabelled", "opted-out"].map(String::from).into();
+        assert_eq!(
+            left.intersection(&names.map(String::from).into()).cloned().collect::<BTreeSet<_>>(),
+            want,
+            "kept: {kept:?}"
+        );
+        assert_eq!(kept.len(), 3, "{kept:?}");
+        assert!(kept.iter().any(|k| k.contains("recreated") && k.contains("another uid")), "{kept:?}");
+        assert!(kept.iter().any(|k| k.contains("relabelled") && k.contains("no longer")), "{kept:?}");
+        assert_eq!(done.deleted.len(), 2, "{:?}", done.deleted);
+    });
+}
+
 crate::both!(
+    a_prune_deletes_only_the_object_it_listed,
     conflicts_permissions_and_deletion_policies,
     symlinks_out_of_the_checkout_fail_the_source_and_nothing_is_pruned
 );

@@ -58,6 +58,12 @@ impl Fence {
         self.rx.borrow().shards.get(&shard).filter(|h| h.valid(self.spare)).map(|h| h.epoch)
     }
 
+    /// Until when this replica may write for `shard` (its Lease's validity less the spare time),
+    /// `None` when it may not now.
+    pub fn until(&self, shard: u32) -> Option<std::time::Instant> {
+        self.rx.borrow().shards.get(&shard).filter(|h| h.valid(self.spare)).map(|h| h.valid_until - self.spare)
+    }
+
     /// The shards owned now.
     pub fn shards(&self) -> BTreeSet<u32> {
         self.rx.borrow().shards.iter().filter(|(_, h)| h.valid(self.spare)).map(|(s, _)| *s).collect()

@@ -8,13 +8,23 @@
 //!   they define are resolved again through discovery before their objects are applied.
 //! - The first refusal stops the apply and is returned with the API server's own message; the
 //!   controller never retries a write with its own permissions.
+//! - Every write goes through a [`Writer`]: it is sent only while the shard's fence is open.
+//! - A prune deletes only the object it listed: the delete carries its `uid` and
+//!   `resourceVersion` as preconditions. When the object changed since the list, it is read
+//!   again and deleted only if it is the same object (same `uid`) and still the Application's to
+//!   prune ([`crate::plan::inventory::prunable_by`]); an object re-created under the same name,
+//!   taken by another Application or opted out of pruning meanwhile is left alone.
+
+mod writer;
+
+pub use writer::Writer;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Client;
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PropagationPolicy};
+use kube::api::{Api, ApiResource, DeleteParams, PatchParams, Preconditions, PropagationPolicy};
 use serde_json::Value;
 
 use crate::api::names;
@@ -60,14 +70,13 @@ fn what(obj: &Value) -> String {
     }
 }
 
-fn api_for(client: &Client, scopes: &ClusterScopes, obj: &Value) -> Option<Api<DynamicObject>> {
+/// The resource serving `obj` and its namespace (`None` for cluster-scoped objects).
+fn resource_of<'a>(scopes: &ClusterScopes, obj: &'a Value) -> Option<(ApiResource, Option<&'a str>)> {
     let av = obj["apiVersion"].as_str()?;
     let version = av.rsplit('/').next()?;
     let resource = scopes.resource(validate::group_of(av), version, obj["kind"].as_str()?)?;
-    Some(match obj["metadata"]["namespace"].as_str() {
-        Some(ns) if !ns.is_empty() => Api::namespaced_with(client.clone(), ns, resource),
-        _ => Api::all_with(client.clone(), resource),
-    })
+    let ns = obj["metadata"]["namespace"].as_str().filter(|ns| !ns.is_empty());
+    Some((resource.clone(), ns))
 }
 
 fn refused(action: &str, obj: &Value, e: kube::Error) -> Error {
@@ -111,7 +120,7 @@ async fn established(client: &Client, name: &str, deadline: Instant) -> Result<(
 /// `sa`, in plan order; `force` takes conflicting fields (conflict policy `adopt`). `observer`
 /// reads CRD status; `rediscover` refreshes discovery after CRDs are Established.
 pub async fn apply<F, Fut>(
-    sa: &Client,
+    sa: &Writer,
     observer: &Client,
     scopes: &ClusterScopes,
     rediscover: F,
@@ -143,7 +152,7 @@ where
             current = Some(rediscover().await?);
         }
         let s = current.as_deref().unwrap_or(scopes);
-        let Some(api) = api_for(sa, s, obj) else {
+        let Some((resource, ns)) = resource_of(s, obj) else {
             return Err(Error::Unserved(format!(
                 "{}: the cluster does not serve {} {}",
                 what(obj),
@@ -152,7 +161,7 @@ where
             )));
         };
         let applied =
-            api.patch(&e.name, &params, &Patch::Apply(obj)).await.map_err(|err| refused("applying", obj, err))?;
+            sa.apply(&resource, ns, &e.name, obj, &params).await.map_err(|err| refused("applying", obj, err))?;
         if is_crd(obj) {
             crds_pending.push(e.name.clone());
         }
@@ -165,21 +174,94 @@ where
     Ok(out)
 }
 
-/// Delete the Delete entries of `plan` (in plan order: reverse apply order) with `sa`; objects
-/// already gone are fine.
-pub async fn prune(sa: &Client, scopes: &ClusterScopes, plan: &Plan, out: &mut Applied) -> Result<(), Error> {
-    let params = DeleteParams { propagation_policy: Some(PropagationPolicy::Background), ..Default::default() };
+/// How many times a prune reads an object again after it changed since the list.
+const PRUNE_REREADS: usize = 3;
+
+/// What a prune did with one object.
+#[derive(Debug, PartialEq, Eq)]
+enum Pruned {
+    /// Deleted, or already gone.
+    Deleted,
+    /// Left alone: `why`.
+    Kept(String),
+}
+
+/// Delete the Delete entries of `plan` (in plan order: reverse apply order) with `sa`. `listed`
+/// holds the objects as listed (by identity): the `uid` and `resourceVersion` each delete is
+/// conditional on. `prunable` says whether an object read again is still the Application's to
+/// prune. Objects already gone are fine; objects left alone are returned with why.
+pub async fn prune(
+    sa: &Writer,
+    scopes: &ClusterScopes,
+    plan: &Plan,
+    listed: &BTreeMap<String, Value>,
+    prunable: &(dyn Fn(&Value) -> bool + Sync),
+    out: &mut Applied,
+) -> Result<Vec<String>, Error> {
+    let mut kept = Vec::new();
     for e in plan.entries.iter().filter(|e| e.action == Action::Delete) {
         let api_version = if e.group.is_empty() { e.version.clone() } else { format!("{}/{}", e.group, e.version) };
+        let id = format!("{}/{}/{}/{}", e.group, e.kind, e.namespace, e.name);
         let obj = serde_json::json!({"apiVersion": api_version, "kind": e.kind,
             "metadata": {"name": e.name, "namespace": e.namespace}});
-        let Some(api) = api_for(sa, scopes, &obj) else { continue };
-        match api.delete(&e.name, &params).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
-            Err(err) => return Err(refused("deleting", &obj, err)),
+        let Some((resource, ns)) = resource_of(scopes, &obj) else { continue };
+        let Some(seen) = listed.get(&id) else {
+            // Never delete what was not listed: its uid is the precondition.
+            kept.push(format!("{}: not in the list the plan was made from", what(&obj)));
+            continue;
+        };
+        match prune_one(sa, &resource, ns, &e.name, seen, prunable)
+            .await
+            .map_err(|err| refused("deleting", &obj, err))?
+        {
+            Pruned::Deleted => out.deleted.push(id),
+            Pruned::Kept(why) => kept.push(format!("{}: {why}", what(&obj))),
         }
-        out.deleted.push(format!("{}/{}/{}/{}", e.group, e.kind, e.namespace, e.name));
     }
-    Ok(())
+    Ok(kept)
+}
+
+/// Delete one listed object, conditional on its `uid` and `resourceVersion`; read it again when it
+/// changed since.
+async fn prune_one(
+    sa: &Writer,
+    resource: &ApiResource,
+    ns: Option<&str>,
+    name: &str,
+    listed: &Value,
+    prunable: &(dyn Fn(&Value) -> bool + Sync),
+) -> Result<Pruned, kube::Error> {
+    let uid = listed["metadata"]["uid"].as_str().map(str::to_string);
+    let mut rv = listed["metadata"]["resourceVersion"].as_str().map(str::to_string);
+    if uid.is_none() {
+        return Ok(Pruned::Kept("listed without a uid".into()));
+    }
+    for _ in 0..PRUNE_REREADS {
+        let params = DeleteParams {
+            propagation_policy: Some(PropagationPolicy::Background),
+            preconditions: Some(Preconditions { uid: uid.clone(), resource_version: rv.clone() }),
+            ..Default::default()
+        };
+        match sa.delete_dynamic(resource, ns, name, &params).await {
+            Ok(()) => return Ok(Pruned::Deleted),
+            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(Pruned::Deleted),
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => return Err(e),
+        }
+        // Changed since the list (a precondition failed): is it still the same object, and ours?
+        let api: Api<kube::api::DynamicObject> = match ns {
+            Some(ns) => Api::namespaced_with(sa.client().clone(), ns, resource),
+            None => Api::all_with(sa.client().clone(), resource),
+        };
+        let Some(now) = api.get_opt(name).await? else { return Ok(Pruned::Deleted) };
+        let now = serde_json::to_value(now).unwrap_or_default();
+        if now["metadata"]["uid"].as_str() != uid.as_deref() {
+            return Ok(Pruned::Kept("re-created since it was listed (another uid)".into()));
+        }
+        if !prunable(&now) {
+            return Ok(Pruned::Kept("no longer this Application's to prune".into()));
+        }
+        rv = now["metadata"]["resourceVersion"].as_str().map(str::to_string);
+    }
+    Ok(Pruned::Kept(format!("changed {PRUNE_REREADS} times while being pruned; tried again at the next rollout")))
 }

@@ -40,6 +40,18 @@ pub fn stamp(obj: &mut Value, namespace: &str, name: &str, shard: &str) {
         .insert(annotations::APPLICATION.into(), json!(format!("{namespace}/{name}")));
 }
 
+/// Whether `obj`, read again just before it is deleted, is still the Application
+/// `namespace/name`'s to prune or delete.
+///
+/// Contract: only when it carries the Application's id label and is not opted out of pruning
+/// (`sync.kuvryn.io/prune: disabled`). An object relabelled by another Application, stripped of
+/// its labels or opted out since the plan was made is never deleted.
+pub fn prunable_by(obj: &Value, namespace: &str, name: &str) -> bool {
+    let meta = &obj["metadata"];
+    meta["labels"][labels::APPLICATION_ID].as_str() == Some(application_id(namespace, name).as_str())
+        && meta["annotations"][annotations::PRUNE].as_str() != Some(annotations::PRUNE_DISABLED)
+}
+
 /// One Revision as history retention sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Kept {
@@ -89,6 +101,33 @@ mod tests {
         assert_ne!(application_id("a-b", "c"), application_id("a", "b-c"));
         let long = "x".repeat(253);
         assert_eq!(application_id(&long, &long).len(), 20);
+    }
+
+    #[test]
+    fn only_objects_still_labelled_for_the_application_and_not_opted_out_are_prunable() {
+        let id = application_id("ns", "app");
+        let other = application_id("ns", "other");
+        let obj =
+            |labels: Value, annotations: Value| json!({"metadata": {"labels": labels, "annotations": annotations}});
+        let cases = [
+            ("labelled, no annotations", obj(json!({labels::APPLICATION_ID: id}), json!(null)), true),
+            (
+                "labelled, prune enabled",
+                obj(json!({labels::APPLICATION_ID: id}), json!({annotations::PRUNE: "enabled"})),
+                true,
+            ),
+            (
+                "labelled, opted out",
+                obj(json!({labels::APPLICATION_ID: id}), json!({annotations::PRUNE: annotations::PRUNE_DISABLED})),
+                false,
+            ),
+            ("another Application's", obj(json!({labels::APPLICATION_ID: other}), json!(null)), false),
+            ("labels removed", obj(json!(null), json!(null)), false),
+            ("no metadata", json!({}), false),
+        ];
+        for (what, o, want) in cases {
+            assert_eq!(prunable_by(&o, "ns", "app"), want, "{what}");
+        }
     }
 
     #[test]

@@ -83,21 +83,39 @@ fn gvk_of(obj: &Value) -> Option<GroupVersionKind> {
     })
 }
 
+/// The step a reconcile takes on `planned` for a Revision whose status is `rs`.
+pub(super) fn step_of(
+    app: &Application,
+    old: &ApplicationStatus,
+    rs: &RevisionStatus,
+    planned: &Planned,
+    now: Timestamp,
+) -> Step {
+    let policy = policy_of(app);
+    let deployed = rs.deployed_desired_state_hash.as_deref() == Some(planned.hash.as_str());
+    let changes = planned.plan.entries.iter().any(|e| e.action != PlanAction::Unchanged);
+    let step = rollout::decide(rs, deployed, changes, &policy, now);
+    // A new `reconcile-requested-at` is an operator asking to try again now.
+    let requested = app.annotations().get(names::annotations::RECONCILE_REQUESTED_AT);
+    if matches!(step, Step::Paused | Step::Retry { .. })
+        && requested.is_some()
+        && requested != old.last_handled_reconcile_at.as_ref()
+    {
+        return Step::Start { number: rs.attempts.last().map(|a| a.number + 1).unwrap_or(1) };
+    }
+    step
+}
+
 impl Rollout<'_> {
-    /// Run the step the Revision is at.
+    /// Run the step the Revision is at. An attempt starts only on a plan made from a fresh list
+    /// (`planned.fresh`): otherwise nothing is written and `Err(Error::Stale)` asks for one.
     pub async fn run(&mut self, planned: Planned) -> Result<Action, Error> {
         let policy = policy_of(self.app);
-        let deployed = self.rs.deployed_desired_state_hash.as_deref() == Some(planned.hash.as_str());
         let changes = planned.plan.entries.iter().any(|e| e.action != PlanAction::Unchanged);
         self.rs.failure = self.rs.failure.take().filter(|_| rollout::consecutive_failures(&self.rs.attempts) > 0);
-        let mut step = rollout::decide(self.rs, deployed, changes, &policy, self.now);
-        // A new `reconcile-requested-at` is an operator asking to try again now.
-        let requested = self.app.annotations().get(names::annotations::RECONCILE_REQUESTED_AT);
-        if matches!(step, Step::Paused | Step::Retry { .. })
-            && requested.is_some()
-            && requested != self.old.last_handled_reconcile_at.as_ref()
-        {
-            step = Step::Start { number: self.rs.attempts.last().map(|a| a.number + 1).unwrap_or(1) };
+        let step = step_of(self.app, self.old, self.rs, &planned, self.now);
+        if matches!(step, Step::Start { .. }) && !planned.fresh {
+            return Err(Error::Stale);
         }
         let mut live = planned.live.clone();
         let mut managed_left: Vec<Value> = planned.managed.clone();
@@ -245,11 +263,13 @@ impl Rollout<'_> {
             self.fail_attempt(names::reasons::APPLY_CONFLICT, message, true);
             return Ok(None);
         }
-        // Fencing: ownership is checked again right before the writes.
+        // Fencing: ownership is checked before the writes, and again by the writer before each
+        // request is sent.
         super::fenced(self.ctx, self.app)?;
+        let writer = self.ctx.writer(&planned.sa, self.ns, self.name);
         let rediscover = || self.ctx.rediscover();
         let result = apply::apply(
-            &planned.sa,
+            &writer,
             &self.ctx.client,
             &planned.scopes,
             rediscover,
@@ -280,8 +300,15 @@ impl Rollout<'_> {
         // Record what we now manage before pruning, so a failed prune loses nothing.
         self.record_kinds(planned, live, managed_left);
         let scopes = self.ctx.scopes(false).await?;
-        if let Err(e) = apply::prune(&planned.sa, &scopes, &planned.plan, &mut applied).await {
-            match e {
+        // What is pruned was listed as the service account for this rollout (never from a watch
+        // cache), and each delete is conditional on the object listed.
+        let listed: BTreeMap<String, Value> =
+            planned.managed.iter().map(|o| (validate::identity(o), o.clone())).collect();
+        let (ns, name) = (self.ns, self.name);
+        let prunable = move |o: &Value| crate::plan::inventory::prunable_by(o, ns, name);
+        let kept = match apply::prune(&writer, &scopes, &planned.plan, &listed, &prunable, &mut applied).await {
+            Ok(k) => k,
+            Err(e) => match e {
                 apply::Error::Api(e) => return Err(e.into()),
                 apply::Error::Refused(m) | apply::Error::Conflict(m) | apply::Error::Unserved(m) => {
                     self.fail_attempt(
@@ -291,8 +318,8 @@ impl Rollout<'_> {
                     );
                     return Ok(None);
                 }
-            }
-        }
+            },
+        };
         let deleted: BTreeSet<&String> = applied.deleted.iter().collect();
         managed_left.retain(|o| !deleted.contains(&validate::identity(o)));
         self.record_kinds(planned, live, managed_left);
@@ -302,6 +329,7 @@ impl Rollout<'_> {
             .iter()
             .filter(|e| e.warnings.iter().any(|w| w.starts_with("prune skipped")))
             .map(|e| format!("{} ({})", describe(&reference(e)), e.warnings.join("; ")))
+            .chain(kept)
             .collect();
         if !skipped.is_empty() {
             event(

@@ -65,6 +65,7 @@ use crate::api::conditions;
 use crate::api::names;
 use crate::api::repository::Repository;
 use crate::api::revision::{self as rev, Revision, RevisionPhase, RevisionSource, RevisionSpec};
+use crate::apply::Writer;
 use crate::plan::{self, inventory, revision, validate};
 use crate::render::{self, Renderer};
 use crate::source::{GitCache, Reference};
@@ -248,6 +249,18 @@ impl Context {
         self.repositories.get()?.store.get(&ObjectRef::new(name).within(ns))
     }
 
+    /// The fence of the shard of Application `ns/name`, for its writes (`None` when not sharded).
+    pub fn fence_of(&self, ns: &str, name: &str) -> Option<crate::client::Fenced> {
+        let fence = self.fence.clone()?;
+        let shard = shard_of(self, ns, name);
+        Some(crate::client::Fenced::new(move || fence.until(shard)))
+    }
+
+    /// The writer of `client`'s requests for Application `ns/name`: each one fenced by its shard.
+    pub fn writer(&self, client: &Client, ns: &str, name: &str) -> Writer {
+        Writer::new(client.clone(), self.fence_of(ns, name))
+    }
+
     /// A client acting as `system:serviceaccount:<ns>:<sa>` (kept per service account).
     fn client_for(&self, ns: &str, sa: &str) -> Result<Client, kube::Error> {
         let key = (ns.to_string(), sa.to_string());
@@ -287,7 +300,7 @@ impl Context {
 pub enum Error {
     /// An API request failed.
     #[error("API request failed: {0}")]
-    Kube(#[from] kube::Error),
+    Kube(kube::Error),
     /// The object has no namespace.
     #[error("the Application has no namespace")]
     NoNamespace,
@@ -295,6 +308,17 @@ pub enum Error {
     /// nothing more.
     #[error("this replica no longer owns the Application's shard")]
     NotOwner,
+    /// A rollout was about to act on a plan made from watch caches (a bug if it escapes
+    /// [`reconcile`]: such plans are made again from a fresh list before anything is written).
+    #[error("a rollout needs a plan made from a fresh list")]
+    Stale,
+}
+
+impl From<kube::Error> for Error {
+    fn from(e: kube::Error) -> Error {
+        // A write the fence stopped: the shard moved, nothing to retry here.
+        if crate::client::is_fence_error(&e) { Error::NotOwner } else { Error::Kube(e) }
+    }
 }
 
 /// `Err(NotOwner)` unless this replica may write for `app` now (checked before every write
@@ -488,6 +512,9 @@ struct Planned {
     adopt: bool,
     /// Secret values (from `valuesFrom` and desired Secrets): never in a message.
     secrets: Vec<String>,
+    /// Made from lists as the service account, not from watch caches: what a rollout writes and
+    /// prunes may be decided from it.
+    fresh: bool,
 }
 
 /// Reconcile one Application (see the module documentation).
@@ -595,7 +622,7 @@ async fn plan_app(
     fenced(ctx, app)?;
     let rev = ensure_revision(ctx, app, ns, &rev_name, &source).await?;
     if let Some(previous) = status.desired_revision.clone().filter(|p| *p != rev_name) {
-        supersede(ctx, ns, &previous, &rev_name).await?;
+        supersede(ctx, app, ns, &previous, &rev_name).await?;
     }
     if status.desired_revision.as_deref() != Some(rev_name.as_str()) {
         status.sync = Some(SyncStatus {
@@ -606,7 +633,7 @@ async fn plan_app(
         });
     }
     status.desired_revision = Some(rev_name.clone());
-    let api: Api<Revision> = Api::namespaced(ctx.client.clone(), ns);
+    let writer = ctx.writer(&ctx.client, ns, name);
     let old_rs = rev.status.clone().unwrap_or_default();
     let mut rs = old_rs.clone();
     rs.observed_generation = rev.metadata.generation;
@@ -614,7 +641,16 @@ async fn plan_app(
     // inventory from the watch caches; a rollout lists it as the service account.
     let drift_check = old.desired_revision.as_deref() == Some(rev_name.as_str())
         && rev.status.as_ref().is_some_and(|s| s.deployed_desired_state_hash.is_some());
-    let action = match desired_and_plan(app, ctx, ns, name, &source, drift_check).await? {
+    let mut result = desired_and_plan(app, ctx, ns, name, &source, drift_check).await?;
+    // A drift check reads from the watch caches; when its plan would start a rollout (self-heal,
+    // a changed desired state), the plan is made again from what the service account lists now.
+    if let Ok(p) = &result
+        && !p.fresh
+        && matches!(attempt::step_of(app, old, &rs, p, now), rollout::Step::Start { .. })
+    {
+        result = desired_and_plan(app, ctx, ns, name, &source, false).await?;
+    }
+    let action = match result {
         Err(failure) => {
             // A deployed Revision stays what it is: the live state is untouched.
             if rs.deployed_desired_state_hash.is_none() {
@@ -630,12 +666,14 @@ async fn plan_app(
         }
         Ok(planned) => {
             if rev.spec.desired_state_hash.as_deref() != Some(planned.hash.as_str()) {
-                api.patch(
-                    &rev_name,
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({"spec": {"desiredStateHash": planned.hash}})),
-                )
-                .await?;
+                writer
+                    .patch::<Revision, _>(
+                        Some(ns),
+                        &rev_name,
+                        &PatchParams::default(),
+                        &Patch::Merge(json!({"spec": {"desiredStateHash": planned.hash}})),
+                    )
+                    .await?;
             }
             rs.plan = Some(planned.stored.clone());
             let mut sync = status.sync.clone().unwrap_or_default();
@@ -649,18 +687,20 @@ async fn plan_app(
     };
     if rs != old_rs {
         fenced(ctx, app)?;
-        api.patch_status(
-            &rev_name,
-            &PatchParams::apply(names::STATUS_FIELD_MANAGER).force(),
-            &Patch::Apply(json!({"apiVersion": names::API_VERSION, "kind": "Revision", "status": rs})),
-        )
-        .await?;
+        writer
+            .patch_status::<Revision, _>(
+                Some(ns),
+                &rev_name,
+                &PatchParams::apply(names::STATUS_FIELD_MANAGER).force(),
+                &Patch::Apply(json!({"apiVersion": names::API_VERSION, "kind": "Revision", "status": rs})),
+            )
+            .await?;
     }
     // History changes only with a new desired Revision or a new limit: a drift check lists no
     // Revisions.
     if old.desired_revision.as_deref() != Some(rev_name.as_str()) || old.observed_generation != app.metadata.generation
     {
-        retain_history(ctx, ns, name, &rev_name, spec.history.limit).await?;
+        retain_history(ctx, app, ns, &rev_name, spec.history.limit).await?;
     }
     Ok(action)
 }
@@ -802,7 +842,7 @@ async fn ensure_revision(
         },
         status: None,
     };
-    match api.create(&PostParams::default(), &rev).await {
+    match ctx.writer(&ctx.client, ns, &rev.spec.application).create(Some(ns), &PostParams::default(), &rev).await {
         Ok(created) => {
             let short = &source.commit[..source.commit.len().min(12)];
             let subject =
@@ -977,17 +1017,26 @@ async fn desired_and_plan(
         managed: inputs.managed,
         adopt,
         secrets,
+        fresh: !from_cache,
     }))
 }
 
 /// Delete Revisions beyond the history limit, oldest first (never `current`, never held ones).
-async fn retain_history(ctx: &Context, ns: &str, app: &str, current: &str, limit: i32) -> Result<(), Error> {
+async fn retain_history(
+    ctx: &Context,
+    application: &Application,
+    ns: &str,
+    current: &str,
+    limit: i32,
+) -> Result<(), Error> {
+    let app = &application.name_any();
     let api: Api<Revision> = Api::namespaced(ctx.client.clone(), ns);
+    let writer = ctx.writer(&ctx.client, ns, app);
     let list = api.list(&ListParams::default().labels(&format!("{}={app}", names::labels::APPLICATION))).await?;
     let kept: Vec<inventory::Kept> = list
         .items
         .iter()
-        .filter(|r| r.spec.application == app)
+        .filter(|r| r.spec.application == *app)
         .map(|r| inventory::Kept {
             name: r.name_any(),
             created: r
@@ -1000,7 +1049,7 @@ async fn retain_history(ctx: &Context, ns: &str, app: &str, current: &str, limit
         })
         .collect();
     for name in inventory::expired(&kept, current, usize::try_from(limit).unwrap_or(1)) {
-        match api.delete(&name, &DeleteParams::default()).await {
+        match writer.delete::<Revision>(Some(ns), &name, &DeleteParams::default()).await {
             Ok(_) => tracing::info!(revision = %name, namespace = %ns, "history limit: deleted Revision"),
             Err(kube::Error::Api(s)) if s.code == 404 => {}
             Err(e) => return Err(e.into()),
@@ -1057,15 +1106,21 @@ async fn write_status(
         return Ok(true);
     }
     fenced(ctx, app)?;
-    let api: Api<Application> = Api::namespaced(ctx.client.clone(), &app.namespace().unwrap_or_default());
+    let ns = app.namespace().unwrap_or_default();
+    let writer = ctx.writer(&ctx.client, &ns, &app.name_any());
     // The resourceVersion makes the write conditional: status computed from a stale copy of
     // the Application is refused (409) instead of overwriting a newer one, and the reconcile runs
     // again in a moment on the newer copy. (Not left to the newer version's watch event: when
     // that version is our own previous status write, its event triggers nothing.)
     let patch = json!({"apiVersion": names::API_VERSION, "kind": "Application",
         "metadata": {"name": app.name_any(), "resourceVersion": app.resource_version()}, "status": new});
-    match api
-        .patch_status(&app.name_any(), &PatchParams::apply(names::STATUS_FIELD_MANAGER).force(), &Patch::Apply(patch))
+    match writer
+        .patch_status::<Application, _>(
+            Some(&ns),
+            &app.name_any(),
+            &PatchParams::apply(names::STATUS_FIELD_MANAGER).force(),
+            &Patch::Apply(patch),
+        )
         .await
     {
         Ok(written) => {
@@ -1084,7 +1139,7 @@ async fn write_status(
 
 /// A Revision no longer desired whose attempt is still running: the attempt ends, `Failed` with
 /// reason `Superseded`, so no Revision stays `Progressing` forever.
-async fn supersede(ctx: &Context, ns: &str, previous: &str, by: &str) -> Result<(), Error> {
+async fn supersede(ctx: &Context, app: &Application, ns: &str, previous: &str, by: &str) -> Result<(), Error> {
     let api: Api<Revision> = Api::namespaced(ctx.client.clone(), ns);
     let Some(rev) = api.get_opt(previous).await? else { return Ok(()) };
     let mut rs = rev.status.clone().unwrap_or_default();
@@ -1100,12 +1155,14 @@ async fn supersede(ctx: &Context, ns: &str, previous: &str, by: &str) -> Result<
         message: format!("superseded by Revision {by} before its rollout completed"),
         retryable: false,
     });
-    api.patch_status(
-        previous,
-        &PatchParams::apply(names::STATUS_FIELD_MANAGER).force(),
-        &Patch::Apply(json!({"apiVersion": names::API_VERSION, "kind": "Revision", "status": rs})),
-    )
-    .await?;
+    ctx.writer(&ctx.client, ns, &app.name_any())
+        .patch_status::<Revision, _>(
+            Some(ns),
+            previous,
+            &PatchParams::apply(names::STATUS_FIELD_MANAGER).force(),
+            &Patch::Apply(json!({"apiVersion": names::API_VERSION, "kind": "Revision", "status": rs})),
+        )
+        .await?;
     Ok(())
 }
 
@@ -1115,10 +1172,11 @@ fn has_finalizer(app: &Application) -> bool {
 
 async fn set_finalizers(ctx: &Context, app: &Application, ns: &str, finalizers: Vec<String>) -> Result<(), Error> {
     fenced(ctx, app)?;
-    let api: Api<Application> = Api::namespaced(ctx.client.clone(), ns);
     // The resourceVersion makes this a compare-and-swap: a concurrent change is retried.
     let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": app.resource_version()}});
-    api.patch(&app.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await?;
+    ctx.writer(&ctx.client, ns, &app.name_any())
+        .patch::<Application, _>(Some(ns), &app.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
     Ok(())
 }
 
@@ -1224,8 +1282,17 @@ async fn delete_managed(app: &Application, ctx: &Context, ns: &str, name: &str) 
     if !may_write(ctx, app) {
         return Err("this replica no longer owns the Application's shard".into());
     }
+    let listed: std::collections::BTreeMap<String, Value> =
+        targets.iter().map(|o| (validate::identity(o), o.clone())).collect();
     let mut done = crate::apply::Applied::default();
-    crate::apply::prune(&sa, &scopes, &doomed, &mut done).await.map_err(|e| e.to_string())?;
+    let prunable = |o: &Value| inventory::prunable_by(o, ns, name);
+    let kept = crate::apply::prune(&ctx.writer(&sa, ns, name), &scopes, &doomed, &listed, &prunable, &mut done)
+        .await
+        .map_err(|e| e.to_string())?;
+    if !kept.is_empty() {
+        // Retried: the finalizer stays until every managed object is gone or no longer ours.
+        return Err(format!("not deleted yet: {}", kept.join("; ")));
+    }
     if !done.deleted.is_empty() {
         tracing::info!(application = %name, namespace = %ns, deleted = done.deleted.len(), "deleted managed resources");
     }

@@ -13,15 +13,20 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use serde_json::Value;
 
+use super::context::{Context, Error};
+use super::planning::Planned;
+use super::revision::revision_ref;
 use super::rollout::{self, Policy, Step};
-use super::{Context, Error, Failure, Planned, bounded, event, report_failure, revision_ref, with_jitter};
+use super::status::{Failure, event, report_failure};
 use crate::api::application::{Application, ApplicationStatus, HealthSummary, ResourceRef, SyncState};
 use crate::api::common::{GroupVersionKind, HealthStatus};
 use crate::api::conditions;
 use crate::api::names;
 use crate::api::revision::{self as rev, Attempt, AttemptResult, RevisionHealth, RevisionPhase, RevisionStatus};
 use crate::apply;
+use crate::controller::with_jitter;
 use crate::health;
+use crate::plan::revision::bounded;
 use crate::plan::{Action as PlanAction, validate};
 
 /// How often a rollout waiting for health looks again.
@@ -265,7 +270,7 @@ impl Rollout<'_> {
         }
         // Fencing: ownership is checked before the writes, and again by the writer before each
         // request is sent.
-        super::fenced(self.ctx, self.app)?;
+        super::context::fenced(self.ctx, self.app)?;
         let writer = self.ctx.writer(&planned.sa, self.ns, self.name);
         let rediscover = || self.ctx.rediscover();
         let result = apply::apply(
@@ -357,7 +362,7 @@ impl Rollout<'_> {
             a.reason = Some(reason.to_string());
         }
         self.rs.phase = RevisionPhase::Failed;
-        let message = super::redact(&message, &self.secrets);
+        let message = super::desired::redact(&message, &self.secrets);
         self.rs.failure =
             Some(rev::Failure { reason: reason.to_string(), message: bounded(&message, 4096), retryable });
     }

@@ -1,0 +1,298 @@
+//! What every reconcile of this replica shares: the clients, caches and settings, the shard
+//! fence, and the Repositories watch. Writes for an Application go through [`Context::writer`],
+//! fenced by its shard.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use kube::api::Api;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::events::Reporter;
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::watcher::{self, watcher};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+use std::sync::Arc;
+
+use super::progress;
+use super::source::ResolvedKey;
+use crate::api::application::Application;
+use crate::api::conditions;
+use crate::api::names;
+use crate::api::repository::Repository;
+use crate::apply::Writer;
+use crate::plan::validate;
+use crate::render::{self, Renderer};
+use crate::source::GitCache;
+use crate::watch::discovery::ClusterScopes;
+use crate::watch::managed::{ExtraKinds, Inventory};
+
+/// When an Application is looked at again after its status write was refused as stale.
+pub(super) const STALE_RETRY: Duration = Duration::from_millis(500);
+
+/// When an Application is looked at again after this replica could not write for its shard.
+pub(super) const NOT_OWNER_RETRY: Duration = Duration::from_secs(1);
+
+/// The shard label value until sharding assigns one.
+pub const DEFAULT_SHARD: &str = "0";
+
+/// Tunables.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// How often a planned Application is reconciled again without a trigger.
+    pub resync: Duration,
+    /// Applications reconciled at once.
+    pub concurrency: u16,
+    /// Validation limits.
+    pub validate: validate::Limits,
+    /// How many shards Applications are spread over (`--shards`).
+    pub shards: u32,
+    /// The replica's API request budget (`--kube-api-qps`, `--kube-api-burst`).
+    pub limiter: crate::client::Limiter,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            resync: Duration::from_secs(300),
+            concurrency: 8,
+            validate: validate::Limits::default(),
+            shards: 1,
+            limiter: crate::client::Limiter::unlimited(),
+        }
+    }
+}
+
+/// One watch of every Repository per replica: its store answers reconciles' reads, and its
+/// events fan out to the shard controllers (each maps a Repository to its Applications).
+pub(super) struct Repositories {
+    pub(super) store: reflector::Store<Repository>,
+    pub(super) events: tokio::sync::broadcast::Sender<Arc<Repository>>,
+    pub(super) task: tokio::task::JoinHandle<()>,
+}
+
+impl Repositories {
+    pub(super) fn start(client: Client) -> Repositories {
+        let (store, writer) = reflector::store();
+        let (events, _) = tokio::sync::broadcast::channel(1024);
+        let tx = events.clone();
+        let task = tokio::spawn(async move {
+            let stream =
+                watcher(Api::<Repository>::all(client), watcher::Config::default()).default_backoff().reflect(writer);
+            let mut stream = std::pin::pin!(stream);
+            // What Applications read of each Repository, as last sent.
+            let mut seen: HashMap<(Option<String>, String), String> = HashMap::new();
+            while let Some(r) = stream.next().await {
+                let (repo, deleted) = match r {
+                    Ok(watcher::Event::Apply(r) | watcher::Event::InitApply(r)) => (r, false),
+                    Ok(watcher::Event::Delete(r)) => (r, true),
+                    Ok(watcher::Event::Init | watcher::Event::InitDone) => continue,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "watching Repositories");
+                        continue;
+                    }
+                };
+                let key = (repo.namespace(), repo.name_any());
+                let changed = if deleted {
+                    seen.remove(&key).is_some()
+                } else {
+                    let now = Repositories::what_applications_read(&repo);
+                    seen.insert(key, now.clone()).as_ref() != Some(&now)
+                };
+                // No subscriber (no shard running) is fine.
+                if changed {
+                    drop(tx.send(Arc::new(repo)));
+                }
+            }
+        });
+        Repositories { store, events, task }
+    }
+
+    /// What a change of triggers the Repository's Applications: its spec and generation, the
+    /// commit it resolved and its readiness; not `status.revision.fetchedAt`, which every poll
+    /// moves (at 1,000 Applications, reconciling each on every poll kept the replicas' API budget
+    /// spent and delayed drift checks by seconds).
+    pub(super) fn what_applications_read(repo: &Repository) -> String {
+        let status = repo.status.as_ref();
+        let ready = status.and_then(|s| conditions::get(&s.conditions, names::conditions::READY));
+        json!({
+            "generation": repo.metadata.generation,
+            "spec": repo.spec,
+            "revision": status.and_then(|s| s.revision.as_ref()).map(|r| (&r.reference, &r.commit)),
+            "ready": ready.map(|c| (&c.status, &c.reason)),
+        })
+        .to_string()
+    }
+}
+
+impl Drop for Repositories {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// What the controller needs.
+pub struct Context {
+    /// The API client (the controller's own identity: Applications, Revisions, Repositories).
+    pub client: Client,
+    /// The configuration impersonating clients are derived from.
+    pub(super) config: kube::Config,
+    /// The shared Git cache.
+    pub cache: GitCache,
+    /// Renders, with its cache.
+    pub renderer: Renderer,
+    /// Who Events are reported by.
+    pub reporter: Reporter,
+    /// Tunables.
+    pub settings: Settings,
+    /// This replica's shard ownership; `None` when not sharded (one replica owns everything).
+    pub fence: Option<sharding::coordinator::Fence>,
+    /// Managed kinds watched beyond the defaults.
+    pub kinds: ExtraKinds,
+    /// The reconcile queue and when each Application was last reconciled.
+    pub progress: progress::Progress,
+    /// Managed objects' metadata as the shard watches have it.
+    pub inventory: Arc<Inventory>,
+    /// Repositories as one watch of this replica has them (started with the first shard).
+    pub(super) repositories: std::sync::OnceLock<Repositories>,
+    /// The resourceVersion of each Application's last status write by this replica: its watch
+    /// event triggers no reconcile (nothing changed that the reconcile had not just seen).
+    pub(super) own_writes: Mutex<HashMap<ObjectRef<Application>, String>>,
+    pub(super) scopes: tokio::sync::Mutex<Option<(Instant, Arc<ClusterScopes>)>>,
+    pub(super) clients: Mutex<HashMap<(String, String), Client>>,
+    /// The commit each (URL, credential identity, `spec.source.revision`) last resolved to.
+    pub(super) resolved: Mutex<HashMap<ResolvedKey, (Instant, String)>>,
+}
+
+impl Context {
+    /// A context acting as `config`'s identity, reporting Events from `instance`.
+    pub fn new(
+        config: kube::Config,
+        cache: GitCache,
+        renderer: Renderer,
+        instance: Option<String>,
+        settings: Settings,
+    ) -> Result<Context, kube::Error> {
+        let client = settings.limiter.client(config.clone())?;
+        let reporter = Reporter { controller: names::FIELD_MANAGER.to_string(), instance };
+        Ok(Context {
+            reporter,
+            client: client.clone(),
+            config,
+            cache,
+            renderer,
+            settings,
+            fence: None,
+            kinds: ExtraKinds::new(client.clone()),
+            progress: Default::default(),
+            inventory: Default::default(),
+            repositories: Default::default(),
+            own_writes: Default::default(),
+            scopes: Default::default(),
+            clients: Default::default(),
+            resolved: Default::default(),
+        })
+    }
+
+    /// The Repositories watch, started on first use.
+    pub(super) fn repositories(&self) -> &Repositories {
+        self.repositories.get_or_init(|| Repositories::start(self.client.clone()))
+    }
+
+    /// The Repository `ns/name` as the watch has it, when it has it.
+    pub(super) fn cached_repository(&self, ns: &str, name: &str) -> Option<Arc<Repository>> {
+        self.repositories.get()?.store.get(&ObjectRef::new(name).within(ns))
+    }
+
+    /// The fence of the shard of Application `ns/name`, for its writes (`None` when not sharded).
+    pub fn fence_of(&self, ns: &str, name: &str) -> Option<crate::client::Fenced> {
+        let fence = self.fence.clone()?;
+        let shard = shard_of(self, ns, name);
+        Some(crate::client::Fenced::new(move || fence.until(shard)))
+    }
+
+    /// The writer of `client`'s requests for Application `ns/name`: each one fenced by its shard.
+    pub fn writer(&self, client: &Client, ns: &str, name: &str) -> Writer {
+        Writer::new(client.clone(), self.fence_of(ns, name))
+    }
+
+    /// A client acting as `system:serviceaccount:<ns>:<sa>` (kept per service account).
+    pub(super) fn client_for(&self, ns: &str, sa: &str) -> Result<Client, kube::Error> {
+        let key = (ns.to_string(), sa.to_string());
+        if let Some(c) = self.clients.lock().expect("clients lock").get(&key) {
+            return Ok(c.clone());
+        }
+        let c = self.settings.limiter.client(render::values::impersonation(&self.config, ns, sa))?;
+        self.clients.lock().expect("clients lock").insert(key, c.clone());
+        Ok(c)
+    }
+
+    /// Run discovery now (after applying CustomResourceDefinitions).
+    pub(super) async fn rediscover(&self) -> Result<Arc<ClusterScopes>, kube::Error> {
+        let s = Arc::new(ClusterScopes::discover(&self.client).await?);
+        *self.scopes.lock().await = Some((Instant::now(), s.clone()));
+        Ok(s)
+    }
+
+    /// The discovery snapshot; `refresh` runs discovery again unless it ran in the last
+    /// two seconds (a CRD installed a moment ago).
+    pub(super) async fn scopes(&self, refresh: bool) -> Result<Arc<ClusterScopes>, kube::Error> {
+        let mut guard = self.scopes.lock().await;
+        match &*guard {
+            Some((at, s)) if !refresh || at.elapsed() < Duration::from_secs(2) => Ok(s.clone()),
+            _ => {
+                let s = Arc::new(ClusterScopes::discover(&self.client).await?);
+                *guard = Some((Instant::now(), s.clone()));
+                Ok(s)
+            }
+        }
+    }
+}
+
+/// Errors that make the controller retry with back-off (API failures of the controller's own
+/// requests; everything about the Application is reported on it instead).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// An API request failed.
+    #[error("API request failed: {0}")]
+    Kube(kube::Error),
+    /// The object has no namespace.
+    #[error("the Application has no namespace")]
+    NoNamespace,
+    /// This replica stopped owning the Application's shard: the reconcile stops, writing
+    /// nothing more.
+    #[error("this replica no longer owns the Application's shard")]
+    NotOwner,
+    /// A rollout was about to act on a plan made from watch caches (a bug if it escapes
+    /// [`super::reconcile`]: such plans are made again from a fresh list before anything is written).
+    #[error("a rollout needs a plan made from a fresh list")]
+    Stale,
+}
+
+impl From<kube::Error> for Error {
+    fn from(e: kube::Error) -> Error {
+        // A write the fence stopped: the shard moved, nothing to retry here.
+        if crate::client::is_fence_error(&e) { Error::NotOwner } else { Error::Kube(e) }
+    }
+}
+
+/// `Err(NotOwner)` unless this replica may write for `app` now (checked before every write
+/// batch).
+pub(super) fn fenced(ctx: &Context, app: &Application) -> Result<(), Error> {
+    if may_write(ctx, app) { Ok(()) } else { Err(Error::NotOwner) }
+}
+
+/// The shard of the Application `namespace/name`.
+pub fn shard_of(ctx: &Context, namespace: &str, name: &str) -> u32 {
+    sharding::ring::shard_of(&sharding::ring::application_key(namespace, name), ctx.settings.shards.max(1))
+}
+
+/// Whether this replica may write for `app` now (it owns the Application's shard).
+pub(super) fn may_write(ctx: &Context, app: &Application) -> bool {
+    match &ctx.fence {
+        None => true,
+        Some(f) => f.owns(shard_of(ctx, &app.namespace().unwrap_or_default(), &app.name_any())).is_some(),
+    }
+}

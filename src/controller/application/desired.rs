@@ -1,0 +1,152 @@
+//! The desired-state stage: the source path materialized, Helm `valuesFrom` read and rendered
+//! as the Application's service account, validated against discovery, every object stamped as
+//! managed by the Application, and the desired-state hash.
+
+use std::sync::Arc;
+
+use kube::Client;
+use serde_json::Value;
+
+use super::context::{Context, DEFAULT_SHARD, Error, shard_of};
+use super::source::Source;
+use super::status::Failure;
+use crate::api::application::{Application, RenderType};
+use crate::api::names;
+use crate::plan::{inventory, revision, validate};
+use crate::render;
+use crate::watch::discovery::ClusterScopes;
+
+/// Every string a message must not show: desired Secrets' values.
+pub(super) fn secret_strings(objects: &[Value]) -> Vec<String> {
+    use base64::Engine;
+    let mut out = Vec::new();
+    for o in objects.iter().filter(|o| o["kind"] == "Secret" && o["apiVersion"] == "v1") {
+        if let Some(data) = o["data"].as_object() {
+            for v in data.values().filter_map(Value::as_str) {
+                if let Ok(bytes) = base64::engine::general_purpose::STANDARD.decode(v) {
+                    out.push(String::from_utf8_lossy(&bytes).to_string());
+                }
+                out.push(v.to_string());
+            }
+        }
+        if let Some(data) = o["stringData"].as_object() {
+            out.extend(data.values().filter_map(Value::as_str).map(str::to_string));
+        }
+    }
+    out
+}
+
+pub(super) fn redact(message: &str, secrets: &[String]) -> String {
+    let mut secrets: Vec<&String> = secrets.iter().filter(|s| s.len() >= 4).collect();
+    // Longest first, so a value containing another is removed whole.
+    secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    secrets.iter().fold(message.to_string(), |m, s| m.replace(s.as_str(), "<redacted>"))
+}
+
+/// The desired state of an Application at a commit.
+#[derive(Clone)]
+pub(super) struct Desired {
+    /// The objects, validated and stamped as managed by the Application.
+    pub(super) objects: Vec<Value>,
+    /// Their desired-state hash.
+    pub(super) hash: String,
+    /// Secret values (from `valuesFrom` and desired Secrets): never in a message.
+    pub(super) secrets: Vec<String>,
+    /// The discovery snapshot they were validated with.
+    pub(super) scopes: Arc<ClusterScopes>,
+    /// A client acting as the Application's service account.
+    pub(super) sa: Client,
+}
+
+/// Steps 4 and 5: the desired state, or what failed.
+pub(super) async fn desired(
+    app: &Application,
+    ctx: &Context,
+    ns: &str,
+    name: &str,
+    source: &Source,
+) -> Result<Result<Desired, Failure>, Error> {
+    let spec = &app.spec;
+    let checkout = match ctx.cache.checkout(&source.url, &source.credentials, &source.commit, &spec.source.path).await {
+        Ok(c) => c,
+        Err(e) => return Ok(Err(Failure::new(names::reasons::SOURCE_FAILURE, e.to_string(), e.retryable()))),
+    };
+    let sa_client = ctx.client_for(ns, &spec.service_account_name)?;
+    let render_failure = |e: render::Error| match e {
+        render::Error::Failed { message, retryable } => {
+            Failure::new(names::reasons::RENDER_FAILURE, message, retryable)
+        }
+        render::Error::Invalid(m) => Failure::new(names::reasons::VALIDATION_FAILURE, m, false),
+        render::Error::Internal(m) => Failure::new(names::reasons::RENDER_FAILURE, m, true),
+    };
+    let (values_from, mut secrets) = match (&spec.source.render.type_, &spec.source.render.helm) {
+        (RenderType::Helm, Some(h)) if !h.values_from.is_empty() => {
+            match render::values::read(&sa_client, ns, &h.values_from).await {
+                Ok(v) => v,
+                Err(e) => return Ok(Err(render_failure(e))),
+            }
+        }
+        _ => (Vec::new(), Vec::new()),
+    };
+    let request = render::Request {
+        dir: checkout.path(),
+        tree: Some(checkout.tree.to_string()),
+        render: &spec.source.render,
+        application: name,
+        namespace: &spec.destination.namespace,
+        values_from,
+        secrets: secrets.clone(),
+    };
+    let objects = match ctx.renderer.render(&request).await {
+        Ok(o) => o,
+        Err(e) => return Ok(Err(render_failure(e))),
+    };
+    secrets.extend(secret_strings(&objects));
+    let fail = |reason: &'static str, message: String, retryable: bool| {
+        Ok(Err(Failure::new(reason, redact(&message, &secrets), retryable)))
+    };
+    let mut scopes = ctx.scopes(false).await?;
+    let mut validated = validate::validate(&objects, &spec.destination, &*scopes, ctx.settings.validate);
+    if validated.is_err() {
+        // A kind served since the last discovery (a CRD installed a moment ago).
+        scopes = ctx.scopes(true).await?;
+        validated = validate::validate(&objects, &spec.destination, &*scopes, ctx.settings.validate);
+    }
+    let mut desired = match validated {
+        Ok(v) => v,
+        Err(problems) => {
+            let n = problems.len();
+            let message =
+                format!("{n} problem{} in the desired state: {}", if n == 1 { "" } else { "s" }, problems.join("; "));
+            return fail(names::reasons::VALIDATION_FAILURE, message, false);
+        }
+    };
+    let shard = if ctx.fence.is_some() || ctx.settings.shards > 1 {
+        shard_of(ctx, ns, name).to_string()
+    } else {
+        DEFAULT_SHARD.to_string()
+    };
+    for o in &mut desired {
+        inventory::stamp(o, ns, name, &shard);
+    }
+    let hash = revision::desired_state_hash(&desired);
+    Ok(Ok(Desired { objects: desired, hash, secrets, scopes, sa: sa_client }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn secret_values_are_redacted_from_messages() {
+        let objs = vec![
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"},
+                   "data": {"password": "aHVudGVyMg=="}, "stringData": {"token": "tok-123456"}}),
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"x": "visible"}}),
+        ];
+        let secrets = secret_strings(&objs);
+        let m = redact("password hunter2 and tok-123456 (aHVudGVyMg==) visible", &secrets);
+        assert_eq!(m, "password <redacted> and <redacted> (<redacted>) visible");
+    }
+}

@@ -1,0 +1,115 @@
+//! The plan stage: the live objects and the Application's managed inventory read as its service
+//! account (or, for a drift check, the inventory from the shard's watch caches), and the plan.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use kube::Client;
+use kube::core::ApiResource;
+use serde_json::{Value, json};
+
+use super::context::{Context, Error, shard_of};
+use super::desired::{Desired, redact};
+use super::live;
+use super::status::Failure;
+use crate::api::application::Application;
+use crate::api::names;
+use crate::api::revision as rev;
+use crate::plan::{self, inventory, revision};
+use crate::watch::discovery::ClusterScopes;
+
+/// What planning produced, for the rollout.
+pub(super) struct Planned {
+    pub(super) hash: String,
+    pub(super) desired: Vec<Value>,
+    pub(super) plan: plan::Plan,
+    pub(super) stored: rev::Plan,
+    pub(super) scopes: Arc<ClusterScopes>,
+    pub(super) sa: Client,
+    /// Live objects of the desired ones, by identity.
+    pub(super) live: std::collections::BTreeMap<String, Value>,
+    /// Objects labelled as managed (metadata only).
+    pub(super) managed: Vec<Value>,
+    pub(super) adopt: bool,
+    /// Secret values (from `valuesFrom` and desired Secrets): never in a message.
+    pub(super) secrets: Vec<String>,
+    /// Made from lists as the service account, not from watch caches: what a rollout writes and
+    /// prunes may be decided from it.
+    pub(super) fresh: bool,
+}
+
+/// Steps 6 and 7: read the live state and plan `desired`. `from_cache`: the managed inventory
+/// comes from the shard's watch caches (a drift check); such a plan is never acted on
+/// (`Planned::fresh`).
+pub(super) async fn plan(
+    app: &Application,
+    ctx: &Context,
+    ns: &str,
+    name: &str,
+    desired: Desired,
+    from_cache: bool,
+) -> Result<Result<Planned, Failure>, Error> {
+    let spec = &app.spec;
+    let Desired { objects: desired, hash, secrets, scopes, sa: sa_client } = desired;
+    let fail = |reason: &'static str, message: String, retryable: bool| {
+        Ok(Err(Failure::new(reason, redact(&message, &secrets), retryable)))
+    };
+    let mut namespaces = BTreeSet::from([spec.destination.namespace.clone()]);
+    namespaces.extend(desired.iter().filter_map(|o| o["metadata"]["namespace"].as_str()).map(str::to_string));
+    let managed_kinds = app.status.as_ref().map(|s| s.managed_kinds.clone()).unwrap_or_default();
+    let adopt = spec.sync.conflict_policy == crate::api::application::ConflictPolicy::Adopt;
+    for k in live::kinds_to_search(&managed_kinds, &desired) {
+        if let Some(resource) = scopes.resource(&k.group, &k.version, &k.kind) {
+            // Changes of a kind the controller may watch trigger drift checks at once.
+            ctx.kinds.note(resource).await;
+        }
+    }
+    let selector = inventory::selector(ns, name);
+    let shard_key = ctx.fence.is_some().then(|| shard_of(ctx, ns, name));
+    let cached = |r: &ApiResource| -> Option<Vec<Value>> {
+        if !from_cache {
+            return None;
+        }
+        let found = ctx.inventory.lookup(shard_key, &r.group, &r.kind, &selector)?;
+        Some(found.into_iter().map(|m| json!({"apiVersion": r.api_version, "kind": r.kind, "metadata": m})).collect())
+    };
+    let read = live::read(&sa_client, &scopes, &desired, &managed_kinds, &selector, &namespaces, adopt, &cached).await;
+    let live = match read {
+        Ok(l) => l,
+        Err(live::Error::Forbidden(m)) => {
+            return fail(names::reasons::APPLY_FAILURE, format!("the Application's service account: {m}"), true);
+        }
+        Err(live::Error::Invalid(problems)) => {
+            let n = problems.len();
+            let message = format!(
+                "{n} object{} refused by the API server: {}",
+                if n == 1 { " was" } else { "s were" },
+                problems.join("; ")
+            );
+            return fail(names::reasons::VALIDATION_FAILURE, message, false);
+        }
+        Err(live::Error::Api(e)) => return Err(e.into()),
+    };
+    let inputs = plan::Inputs {
+        live: live.live,
+        dry_run: live.dry_run,
+        managed: live.managed,
+        prune: spec.sync.prune,
+        conflicts: live.conflicts,
+    };
+    let plan = plan::build(&desired, &inputs);
+    let stored = revision::stored(&plan, adopt);
+    Ok(Ok(Planned {
+        hash,
+        desired,
+        plan,
+        stored,
+        scopes,
+        sa: sa_client,
+        live: inputs.live,
+        managed: inputs.managed,
+        adopt,
+        secrets,
+        fresh: !from_cache,
+    }))
+}

@@ -1,0 +1,171 @@
+//! The Revision stage: the Revision of an Application's identity (created when missing), the
+//! previous one superseded, and history retention.
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::events::EventType;
+use serde_json::json;
+
+use super::context::{Context, Error};
+use super::source::Source;
+use super::status::event;
+use crate::api::application::Application;
+use crate::api::conditions;
+use crate::api::names;
+use crate::api::revision::{self as rev, Revision, RevisionPhase, RevisionSource, RevisionSpec};
+use crate::plan::inventory;
+
+/// Step 3: the Revision of this identity, created when missing.
+pub(super) async fn ensure_revision(
+    ctx: &Context,
+    app: &Application,
+    ns: &str,
+    rev_name: &str,
+    source: &Source,
+) -> Result<Revision, Error> {
+    let api: Api<Revision> = Api::namespaced(ctx.client.clone(), ns);
+    if let Some(r) = api.get_opt(rev_name).await? {
+        return Ok(r);
+    }
+    let name = app.name_any();
+    let rev = Revision {
+        metadata: ObjectMeta {
+            name: Some(rev_name.to_string()),
+            namespace: Some(ns.to_string()),
+            labels: Some(
+                [
+                    (names::labels::APPLICATION.to_string(), name.clone()),
+                    (names::labels::MANAGED_BY.to_string(), names::labels::MANAGED_BY_VALUE.to_string()),
+                ]
+                .into(),
+            ),
+            annotations: Some([(names::annotations::CREATED_AT.to_string(), Timestamp::now().to_string())].into()),
+            owner_references: Some(vec![OwnerReference {
+                api_version: names::API_VERSION.to_string(),
+                kind: "Application".to_string(),
+                name: name.clone(),
+                uid: app.uid().unwrap_or_default(),
+                controller: Some(true),
+                block_owner_deletion: None,
+            }]),
+            ..Default::default()
+        },
+        spec: RevisionSpec {
+            application: name,
+            source: RevisionSource {
+                repository: source.repository.clone(),
+                url: source.url.clone(),
+                reference: source.reference.clone(),
+                commit: source.commit.clone(),
+                path: app.spec.source.path.clone(),
+            },
+            render: app.spec.source.render.clone(),
+            service_account_name: app.spec.service_account_name.clone(),
+            desired_state_hash: None,
+        },
+        status: None,
+    };
+    match ctx.writer(&ctx.client, ns, &rev.spec.application).create(Some(ns), &PostParams::default(), &rev).await {
+        Ok(created) => {
+            let short = &source.commit[..source.commit.len().min(12)];
+            let subject =
+                ctx.cache.commit_subject(&source.url, &source.credentials, &source.commit).await.unwrap_or_default();
+            let note = if subject.is_empty() {
+                format!("Revision {rev_name} for commit {short}")
+            } else {
+                format!("Revision {rev_name} for commit {short}: {subject}")
+            };
+            event(ctx, app, Some(&revision_ref(ns, rev_name)), EventType::Normal, names::events::NEW_REVISION, &note)
+                .await;
+            Ok(created)
+        }
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(api.get(rev_name).await?),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// A Revision no longer desired whose attempt is still running: the attempt ends, `Failed` with
+/// reason `Superseded`, so no Revision stays `Progressing` forever.
+pub(super) async fn supersede(
+    ctx: &Context,
+    app: &Application,
+    ns: &str,
+    previous: &str,
+    by: &str,
+) -> Result<(), Error> {
+    let api: Api<Revision> = Api::namespaced(ctx.client.clone(), ns);
+    let Some(rev) = api.get_opt(previous).await? else { return Ok(()) };
+    let mut rs = rev.status.clone().unwrap_or_default();
+    let Some(last) = rs.attempts.last_mut().filter(|a| a.result == rev::AttemptResult::Running) else {
+        return Ok(());
+    };
+    last.result = rev::AttemptResult::Failed;
+    last.finished_at = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::now()));
+    last.reason = Some(names::reasons::SUPERSEDED.to_string());
+    rs.phase = RevisionPhase::Failed;
+    rs.failure = Some(rev::Failure {
+        reason: names::reasons::SUPERSEDED.to_string(),
+        message: format!("superseded by Revision {by} before its rollout completed"),
+        retryable: false,
+    });
+    ctx.writer(&ctx.client, ns, &app.name_any())
+        .patch_status::<Revision, _>(
+            Some(ns),
+            previous,
+            &PatchParams::apply(names::STATUS_FIELD_MANAGER).force(),
+            &Patch::Apply(json!({"apiVersion": names::API_VERSION, "kind": "Revision", "status": rs})),
+        )
+        .await?;
+    Ok(())
+}
+
+/// Delete Revisions beyond the history limit, oldest first (never `current`, never held ones).
+pub(super) async fn retain_history(
+    ctx: &Context,
+    application: &Application,
+    ns: &str,
+    current: &str,
+    limit: i32,
+) -> Result<(), Error> {
+    let app = &application.name_any();
+    let api: Api<Revision> = Api::namespaced(ctx.client.clone(), ns);
+    let writer = ctx.writer(&ctx.client, ns, app);
+    let list = api.list(&ListParams::default().labels(&format!("{}={app}", names::labels::APPLICATION))).await?;
+    let kept: Vec<inventory::Kept> = list
+        .items
+        .iter()
+        .filter(|r| r.spec.application == *app)
+        .map(|r| inventory::Kept {
+            name: r.name_any(),
+            created: r
+                .annotations()
+                .get(names::annotations::CREATED_AT)
+                .and_then(|a| a.parse().ok())
+                .or_else(|| r.metadata.creation_timestamp.as_ref().map(|t| t.0))
+                .unwrap_or_default(),
+            held: r.status.as_ref().is_some_and(|s| conditions::is_true(&s.conditions, names::conditions::ROLLED_BACK)),
+        })
+        .collect();
+    for name in inventory::expired(&kept, current, usize::try_from(limit).unwrap_or(1)) {
+        match writer.delete::<Revision>(Some(ns), &name, &DeleteParams::default()).await {
+            Ok(_) => tracing::info!(revision = %name, namespace = %ns, "history limit: deleted Revision"),
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// A reference to the Revision `name` in `ns` (no uid or resourceVersion, so it is stable).
+pub(super) fn revision_ref(ns: &str, name: &str) -> ObjectReference {
+    ObjectReference {
+        api_version: Some(names::API_VERSION.to_string()),
+        kind: Some("Revision".to_string()),
+        name: Some(name.to_string()),
+        namespace: Some(ns.to_string()),
+        ..Default::default()
+    }
+}

@@ -1,0 +1,139 @@
+//! The source stage: the commit an Application deploys (its Repository's, or
+//! `spec.source.revision` resolved at most once per the Repository's interval), made present in
+//! the shared Git cache with the Repository's credentials.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kube::api::Api;
+
+use super::context::{Context, Error};
+use super::status::Failure;
+use crate::api::application::Application;
+use crate::api::names;
+use crate::api::repository::Repository;
+use crate::source::Reference;
+
+/// What a resolved `spec.source.revision` is remembered by: (URL, credential identity of the
+/// Repository's Secret, revision). With the identity, one tenant never learns the commit another
+/// tenant's credentials resolved.
+pub(super) type ResolvedKey = (String, String, String);
+
+/// The resolved source of an Application.
+pub(super) struct Source {
+    pub(super) repository: String,
+    pub(super) url: String,
+    /// The Repository's credentials: the cache serves only what they fetched.
+    pub(super) credentials: crate::source::Credentials,
+    pub(super) reference: Option<String>,
+    pub(super) commit: String,
+}
+
+/// `spec.source.revision` as a reference: hex of 7 to 40 digits is a commit, anything else a
+/// branch (then a tag when no branch has that name).
+pub(super) fn references_of(revision: &str) -> Vec<Reference> {
+    let r = revision.trim();
+    if (7..=40).contains(&r.len()) && r.bytes().all(|b| b.is_ascii_hexdigit()) {
+        vec![Reference::Commit(r.to_ascii_lowercase())]
+    } else if let Some(tag) = r.strip_prefix("refs/tags/") {
+        vec![Reference::Tag(tag.to_string())]
+    } else {
+        let branch = r.strip_prefix("refs/heads/").unwrap_or(r);
+        vec![Reference::Branch(branch.to_string()), Reference::Tag(branch.to_string())]
+    }
+}
+
+/// Step 2. The outer error is an API failure to retry; the inner one is reported.
+pub(super) async fn resolve_source(
+    app: &Application,
+    ctx: &Context,
+    ns: &str,
+) -> Result<Result<Source, Failure>, Error> {
+    let fail =
+        |message: String, retryable: bool| Ok(Err(Failure::new(names::reasons::SOURCE_FAILURE, message, retryable)));
+    let repos: Api<Repository> = Api::namespaced(ctx.client.clone(), ns);
+    let repo_name = &app.spec.source.repository;
+    // From the watch when it has it (a Repository change triggers its Applications after the
+    // store has it); a miss asks the API server (created a moment ago, or no watch running).
+    let repo = match ctx.cached_repository(ns, repo_name) {
+        Some(r) => Some(r),
+        None => repos.get_opt(repo_name).await?.map(Arc::new),
+    };
+    let Some(repo) = repo else {
+        return fail(format!("Repository {repo_name:?} does not exist in namespace {ns}"), true);
+    };
+    let credentials =
+        match crate::controller::repository::credentials(&ctx.client, ns, repo.spec.secret_ref.as_ref()).await? {
+            Ok(c) => c,
+            Err(message) => return fail(format!("Repository {repo_name}: {message}"), true),
+        };
+    let url = repo.spec.url.clone();
+    let timeout = crate::api::duration::parse(&repo.spec.timeout).unwrap_or(Duration::from_secs(60));
+    let (reference, commit) = match &app.spec.source.revision {
+        None => match repo.status.as_ref().and_then(|s| s.revision.as_ref()) {
+            Some(r) => (Some(r.reference.clone()), r.commit.clone()),
+            None => {
+                return fail(
+                    format!("Repository {repo_name} has not resolved {} yet", repo.spec.reference.display()),
+                    true,
+                );
+            }
+        },
+        Some(revision) => {
+            let interval = crate::api::duration::parse(&repo.spec.interval).unwrap_or(Duration::from_secs(60));
+            let key = (url.clone(), ctx.cache.credential_id(&credentials), revision.clone());
+            let recent = ctx.resolved.lock().expect("resolved lock").get(&key).cloned();
+            match recent {
+                Some((at, commit)) if at.elapsed() < interval.mul_f64(0.9) => (Some(revision.clone()), commit),
+                _ => {
+                    let mut last = None;
+                    let mut found = None;
+                    for reference in references_of(revision) {
+                        match ctx.cache.resolve(&url, &reference, &credentials, timeout).await {
+                            Ok(r) => {
+                                found = Some(r.commit);
+                                break;
+                            }
+                            Err(e) => last = Some(e),
+                        }
+                    }
+                    match (found, last) {
+                        (Some(commit), _) => {
+                            ctx.resolved.lock().expect("resolved lock").insert(key, (Instant::now(), commit.clone()));
+                            (Some(revision.clone()), commit)
+                        }
+                        (None, Some(e)) => {
+                            let message = credentials.redact(&format!("spec.source.revision {revision:?}: {e}"));
+                            return fail(message, e.retryable());
+                        }
+                        (None, None) => return fail(format!("spec.source.revision {revision:?} is empty"), false),
+                    }
+                }
+            }
+        }
+    };
+    // Present in this replica's cache (no network when it already is).
+    if let Err(e) = ctx.cache.resolve(&url, &Reference::Commit(commit.clone()), &credentials, timeout).await {
+        return fail(credentials.redact(&format!("fetching commit {commit}: {e}")), e.retryable());
+    }
+    Ok(Ok(Source { repository: repo_name.clone(), url, credentials, reference, commit }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn source_revisions_are_commits_branches_or_tags() {
+        assert_eq!(references_of("0123abc"), vec![Reference::Commit("0123abc".into())]);
+        assert_eq!(references_of("ABCDEF0123"), vec![Reference::Commit("abcdef0123".into())]);
+        assert_eq!(references_of("main"), vec![Reference::Branch("main".into()), Reference::Tag("main".into())]);
+        assert_eq!(references_of("refs/tags/v1.2.0"), vec![Reference::Tag("v1.2.0".into())]);
+        assert_eq!(
+            references_of("refs/heads/release"),
+            vec![Reference::Branch("release".into()), Reference::Tag("release".into())]
+        );
+        // Too short to be a commit.
+        assert_eq!(references_of("cafe"), vec![Reference::Branch("cafe".into()), Reference::Tag("cafe".into())]);
+    }
+}

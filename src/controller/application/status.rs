@@ -1,0 +1,126 @@
+//! The status stage: how a reconcile reports on the Application (conditions, Warning Events on
+//! a changed failure, the status write that is refused when computed from a stale copy).
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::Resource;
+use kube::ResourceExt;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::reflector::ObjectRef;
+use serde_json::json;
+
+use super::context::{Context, Error, fenced};
+use super::revision::revision_ref;
+use crate::api::application::{Application, ApplicationStatus};
+use crate::api::conditions;
+use crate::api::names;
+
+/// How a failed step is reported.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct Failure {
+    pub(super) reason: &'static str,
+    pub(super) message: String,
+    pub(super) retryable: bool,
+}
+
+impl Failure {
+    pub(super) fn new(reason: &'static str, message: impl Into<String>, retryable: bool) -> Failure {
+        Failure { reason, message: message.into(), retryable }
+    }
+}
+
+/// Report `failure` on the Application: `Ready=False` (and `Stalled` when `stalled`), a Warning
+/// Event when the message changed, a log line.
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn report_failure(
+    ctx: &Context,
+    app: &Application,
+    old: &ApplicationStatus,
+    status: &mut ApplicationStatus,
+    failure: &Failure,
+    stalled: bool,
+    now: Timestamp,
+) {
+    let generation = app.metadata.generation;
+    let previous = conditions::get(&old.conditions, names::conditions::READY).map(|c| c.message.clone());
+    if stalled {
+        conditions::mark_stalled(&mut status.conditions, failure.reason, &failure.message, generation, now);
+    } else {
+        conditions::mark_failed(&mut status.conditions, failure.reason, &failure.message, generation, now);
+    }
+    if previous.as_deref() != Some(failure.message.as_str()) {
+        let ns = app.namespace().unwrap_or_default();
+        let related = status.desired_revision.as_deref().map(|r| revision_ref(&ns, r));
+        event(ctx, app, related.as_ref(), EventType::Warning, failure.reason, &failure.message).await;
+    }
+    tracing::info!(application = %app.name_any(), namespace = ?app.namespace(), reason = failure.reason, message = %failure.message, "application not ready");
+}
+
+/// Publish an Event about `app`. `related` (the Revision concerned) is part of the recorder's
+/// aggregation key, so Events about different Revisions are never merged into one series.
+pub(super) async fn event(
+    ctx: &Context,
+    app: &Application,
+    related: Option<&ObjectReference>,
+    type_: EventType,
+    reason: &str,
+    note: &str,
+) {
+    let ev = Event {
+        type_,
+        reason: reason.to_string(),
+        note: Some(note.chars().take(1024).collect()),
+        action: "Plan".to_string(),
+        secondary: related.cloned(),
+    };
+    // A fresh Recorder per Event: kube's Recorder merges Events of the same reason into one
+    // series keeping the first note, and every Event published here says something new (a new
+    // commit, a changed failure message).
+    let recorder = Recorder::new(ctx.client.clone(), ctx.reporter.clone());
+    if let Err(e) = recorder.publish(&ev, &app.object_ref(&())).await {
+        tracing::debug!(error = %e, "publishing an Event");
+    }
+}
+
+/// Write `new` unless it equals `old`. `Ok(false)`: refused, computed from a stale copy.
+pub(super) async fn write_status(
+    ctx: &Context,
+    app: &Application,
+    old: &ApplicationStatus,
+    new: &ApplicationStatus,
+) -> Result<bool, Error> {
+    if old == new {
+        return Ok(true);
+    }
+    fenced(ctx, app)?;
+    let ns = app.namespace().unwrap_or_default();
+    let writer = ctx.writer(&ctx.client, &ns, &app.name_any());
+    // The resourceVersion makes the write conditional: status computed from a stale copy of
+    // the Application is refused (409) instead of overwriting a newer one, and the reconcile runs
+    // again in a moment on the newer copy. (Not left to the newer version's watch event: when
+    // that version is our own previous status write, its event triggers nothing.)
+    let patch = json!({"apiVersion": names::API_VERSION, "kind": "Application",
+        "metadata": {"name": app.name_any(), "resourceVersion": app.resource_version()}, "status": new});
+    match writer
+        .patch_status::<Application, _>(
+            Some(&ns),
+            &app.name_any(),
+            &PatchParams::apply(names::STATUS_FIELD_MANAGER).force(),
+            &Patch::Apply(patch),
+        )
+        .await
+    {
+        Ok(written) => {
+            if let Some(rv) = written.resource_version() {
+                ctx.own_writes.lock().expect("own writes lock").insert(ObjectRef::from_obj(app), rv);
+            }
+            Ok(true)
+        }
+        Err(kube::Error::Api(s)) if s.code == 409 => {
+            tracing::debug!(application = %app.name_any(), "status computed from a stale copy; reconciling the newer one");
+            Ok(false)
+        }
+        Err(e) => Err(e.into()),
+    }
+}

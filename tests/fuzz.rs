@@ -176,6 +176,53 @@ fn mutated(corpus: &'static [&'static str]) -> impl Strategy<Value = Vec<u8>> {
         .prop_map(|(base, ms)| mutate(base.as_bytes(), &ms))
 }
 
+/// Valid YAML of odd shape: a file parsed, a few of its values replaced by arbitrary ones (or
+/// a field added or dropped), written back.
+fn edited(corpus: &'static [&'static str]) -> impl Strategy<Value = Vec<u8>> {
+    let edit = (any::<u64>(), tree(), 0u8..3);
+    (proptest::sample::select(corpus), proptest::collection::vec(edit, 1..4)).prop_map(|(base, edits)| {
+        let mut v: Value = yaml::from_str(base).unwrap();
+        for (pick, with, op) in edits {
+            edit_at(&mut v, pick, with, op);
+        }
+        yaml::to_string(&v).unwrap_or_default().into_bytes()
+    })
+}
+
+/// Walk down from `v` by the digits of `pick`, then replace the value there (op 0), add a field
+/// `extra` (1) or drop its first field (2).
+fn edit_at(v: &mut Value, mut pick: u64, with: Value, op: u8) {
+    let mut cur = v;
+    loop {
+        let n = match &*cur {
+            Value::Object(m) => m.len(),
+            Value::Array(a) => a.len(),
+            _ => 0,
+        };
+        if n == 0 || pick.is_multiple_of(5) {
+            break;
+        }
+        let i = (pick / 5) as usize % n;
+        pick /= 11;
+        cur = match cur {
+            Value::Object(m) => m.values_mut().nth(i).unwrap(),
+            Value::Array(a) => &mut a[i],
+            _ => unreachable!(),
+        };
+    }
+    match (op, cur) {
+        (1, Value::Object(m)) => {
+            m.insert("extra".into(), with);
+        }
+        (2, Value::Object(m)) => {
+            if let Some(k) = m.keys().next().cloned() {
+                m.remove(&k);
+            }
+        }
+        (_, cur) => *cur = with,
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Structured YAML.
 
@@ -446,8 +493,9 @@ proptest! {
     /// `.ksync.yaml`: Applications with valid names, or an error naming the file with a message.
     #[test]
     fn ksync_yaml(content in prop_oneof![
-        4 => mutated(KSYNC_VALID),
-        2 => mutated(CORPUS),
+        3 => edited(KSYNC_VALID),
+        2 => mutated(KSYNC_VALID),
+        1 => mutated(CORPUS),
         2 => structured().prop_map(String::into_bytes),
         1 => bombs().prop_map(String::into_bytes),
         1 => any::<Vec<u8>>(),

@@ -8,6 +8,8 @@
 //! Secrets are compared by key: `stringData` is folded into `data` first, and a change is
 //! reported as `data.<key>`; values never leave this module.
 
+use std::collections::{BTreeMap, BTreeSet};
+
 use serde_json::Value;
 
 use base64::Engine as _;
@@ -76,15 +78,18 @@ fn walk(desired: &Value, candidate: &Value, live: &Value, path: &str, out: &mut 
             let keyed = !items.is_empty() && items.iter().all(|i| i.get("name").and_then(Value::as_str).is_some());
             match (keyed, candidate.as_array(), live.as_array()) {
                 (true, Some(c), Some(l)) => {
+                    // Indexed once: looking each name up by scanning made a list of n entries
+                    // cost n² (n³ for the check below), minutes for a 1 MiB object.
+                    let (by_name_c, by_name_l) = (by_name(c), by_name(l));
                     for d in items {
                         let name = d["name"].as_str().unwrap_or_default();
-                        let find =
-                            |list: &Vec<Value>| list.iter().find(|i| i["name"] == name).cloned().unwrap_or(Value::Null);
-                        walk(d, &find(c), &find(l), &format!("{path}[name={name}]"), out);
+                        let candidate = by_name_c.get(name).copied().unwrap_or(&NULL);
+                        let live = by_name_l.get(name).copied().unwrap_or(&NULL);
+                        walk(d, candidate, live, &format!("{path}[name={name}]"), out);
                     }
                     // Entries the live list has and the candidate does not (added by hand).
-                    let names = |list: &Vec<Value>| list.iter().map(|i| i["name"].clone()).collect::<Vec<_>>();
-                    if names(c).len() != names(l).len() || names(l).iter().any(|n| !names(c).contains(n)) {
+                    let in_c: BTreeSet<String> = c.iter().map(|i| name_key(&i["name"])).collect();
+                    if c.len() != l.len() || l.iter().any(|i| !in_c.contains(&name_key(&i["name"]))) {
                         out.push(path.to_string());
                     }
                 }
@@ -105,5 +110,68 @@ fn walk(desired: &Value, candidate: &Value, live: &Value, path: &str, out: &mut 
                 out.push(path.to_string());
             }
         }
+    }
+}
+
+static NULL: Value = Value::Null;
+
+/// The first entry of each string `name`, as a scan in list order finds it.
+fn by_name(list: &[Value]) -> BTreeMap<&str, &Value> {
+    let mut m = BTreeMap::new();
+    for i in list {
+        if let Some(n) = i["name"].as_str() {
+            m.entry(n).or_insert(i);
+        }
+    }
+    m
+}
+
+/// A `name` value as text that is equal exactly when the values are: a string as itself,
+/// anything else (a number, a missing name) as its JSON, kept apart by the first character.
+fn name_key(v: &Value) -> String {
+    match v {
+        Value::String(s) => format!("s{s}"),
+        other => format!("j{other}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn deployment(containers: Value) -> Value {
+        json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "w"}, "spec": {"containers": containers}})
+    }
+
+    #[test]
+    fn keyed_lists() {
+        let d = deployment(json!([{"name": "a", "image": "1"}]));
+        let same = deployment(json!([{"name": "a", "image": "1"}]));
+        assert!(changed_paths(&d, &d, &same).is_empty());
+        // The first entry of a name counts, as before.
+        let dup = deployment(json!([{"name": "a", "image": "2"}, {"name": "a", "image": "1"}]));
+        assert_eq!(changed_paths(&d, &dup, &same), ["spec.containers", "spec.containers[name=a].image"]);
+        // An entry added by hand, with a name or without one.
+        for extra in [json!({"name": "b"}), json!({"image": "x"}), json!({"name": 1})] {
+            let live = deployment(json!([{"name": "a", "image": "1"}, extra]));
+            assert_eq!(changed_paths(&d, &d, &live), ["spec.containers"], "{extra}");
+        }
+        // A number named 1 is not the string "1".
+        let c = deployment(json!([{"name": "a", "image": "1"}, {"name": 1}]));
+        let l = deployment(json!([{"name": "a", "image": "1"}, {"name": "1"}]));
+        assert_eq!(changed_paths(&d, &c, &l), ["spec.containers"]);
+        assert!(changed_paths(&d, &c, &c).is_empty());
+    }
+
+    /// See: issue 18 (fuzz harness). 20,000 named entries (a 1 MiB object holds more): the
+    /// lookups by scanning took minutes.
+    #[test]
+    fn keyed_lists_take_linear_time() {
+        let list: Vec<Value> = (0..20_000).map(|i| json!({"name": format!("e{i}"), "v": i})).collect();
+        let d = deployment(Value::Array(list));
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || tx.send(changed_paths(&d, &d, &d).len()));
+        assert_eq!(rx.recv_timeout(std::time::Duration::from_secs(20)), Ok(0));
     }
 }

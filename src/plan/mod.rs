@@ -146,6 +146,11 @@ fn key(obj: &Value) -> (String, String, String, String) {
     )
 }
 
+/// Annotated to be left alone by prune.
+fn opted_out(obj: &Value) -> bool {
+    obj["metadata"]["annotations"][names::annotations::PRUNE] == names::annotations::PRUNE_DISABLED
+}
+
 fn sort_key(e: &Entry) -> (u8, String, String, String, String) {
     (
         order::rank(&e.group, &e.kind, !e.namespace.is_empty()),
@@ -194,7 +199,11 @@ pub fn build(desired: &[Value], inputs: &Inputs) -> Plan {
     let mut deletes = Vec::new();
     let mut skipped = Vec::new();
     let mut seen = std::collections::BTreeSet::new();
-    for m in &inputs.managed {
+    // One object can be listed twice (in two versions of its kind): which copy is used must not
+    // depend on list order. An opt-out on either copy wins, then the lowest version.
+    let mut managed: Vec<&Value> = inputs.managed.iter().collect();
+    managed.sort_by_cached_key(|m| (key(m), !opted_out(m), version_of(m)));
+    for m in managed {
         let id = validate::identity(m);
         if wanted.contains(&id) || !seen.insert(id) {
             continue;
@@ -215,7 +224,7 @@ pub fn build(desired: &[Value], inputs: &Inputs) -> Plan {
         if !inputs.prune {
             continue;
         }
-        let opted_out = m["metadata"]["annotations"][names::annotations::PRUNE] == names::annotations::PRUNE_DISABLED;
+        let opted_out = opted_out(m);
         if opted_out || high_risk(&e.group, &e.kind) {
             e.action = Action::Unchanged;
             e.warnings.push(if opted_out {

@@ -82,6 +82,28 @@ fn any_input_order_gives_the_same_plan() {
     }
 }
 
+/// See: issue 18 (fuzz harness). An object listed twice as a prune candidate (two versions of
+/// its kind) gave a different version, or with an opt-out on one copy a Delete instead of a
+/// skipped prune, depending on which copy came first.
+#[test]
+fn a_candidate_listed_twice_gives_the_same_plan_in_either_order() {
+    let v1 = json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w", "namespace": "web"}});
+    let v2 = json!({"apiVersion": "example.com/v2", "kind": "Widget", "metadata": {"name": "w", "namespace": "web",
+                    "annotations": {"sync.kuvryn.io/prune": "disabled"}}});
+    let v3 = json!({"apiVersion": "example.com/v3", "kind": "Widget", "metadata": {"name": "w", "namespace": "web"}});
+    let plan = |managed: &[&Value]| {
+        let inputs =
+            Inputs { managed: managed.iter().map(|v| (*v).clone()).collect(), prune: true, ..Default::default() };
+        build(&[], &inputs)
+    };
+    let kept = plan(&[&v1, &v2]);
+    assert_eq!(kept, plan(&[&v2, &v1]));
+    assert_eq!((kept.entries[0].action, kept.entries[0].version.as_str()), (Action::Unchanged, "v2"));
+    let deleted = plan(&[&v3, &v1]);
+    assert_eq!(deleted, plan(&[&v1, &v3]));
+    assert_eq!((deleted.entries[0].action, deleted.entries[0].version.as_str()), (Action::Delete, "v1"));
+}
+
 #[test]
 fn secret_values_never_appear_in_a_plan() {
     let desired = [json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db", "namespace": "web"},

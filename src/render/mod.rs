@@ -165,6 +165,51 @@ fn cache_key(tree: &str, req: &Request<'_>) -> String {
     h.finalize().iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// Most text (strings and keys, in bytes) the objects of one render may hold: what the YAML
+/// parser allows one stream.
+pub const MAX_DECODED_TEXT_BYTES: usize = 64 * 1024 * 1024;
+
+/// Most values (scalars, lists and maps) the objects of one render may hold: the 250,000 nodes
+/// plus 1,000,000 replayed through aliases the YAML parser allows one stream.
+pub const MAX_DECODED_NODES: usize = 1_250_000;
+
+/// What decoded objects hold so far, against [`MAX_DECODED_TEXT_BYTES`] and
+/// [`MAX_DECODED_NODES`].
+#[derive(Debug, Default)]
+pub struct Decoded {
+    text: usize,
+    nodes: usize,
+}
+
+impl Decoded {
+    /// Count `objects`; an error once the total passes a limit.
+    pub fn add(&mut self, objects: &[Value]) -> Result<(), Error> {
+        fn walk(v: &Value, d: &mut Decoded) {
+            d.nodes += 1;
+            match v {
+                Value::String(s) => d.text += s.len(),
+                Value::Array(items) => items.iter().for_each(|i| walk(i, d)),
+                Value::Object(m) => m.iter().for_each(|(k, v)| {
+                    d.text += k.len();
+                    walk(v, d)
+                }),
+                _ => {}
+            }
+        }
+        objects.iter().for_each(|o| walk(o, self));
+        if self.text > MAX_DECODED_TEXT_BYTES || self.nodes > MAX_DECODED_NODES {
+            return Err(Error::Failed {
+                message: format!(
+                    "the manifests decode to more than {} MiB of text or {MAX_DECODED_NODES} values (the render limit; YAML aliases count each time they are used)",
+                    MAX_DECODED_TEXT_BYTES >> 20
+                ),
+                retryable: false,
+            });
+        }
+        Ok(())
+    }
+}
+
 /// Split parsed YAML documents into objects: `null` documents dropped, `List` kinds flattened.
 pub fn objects_of(docs: Vec<Value>, source: &str) -> Result<Vec<Value>, Error> {
     let mut out = Vec::new();

@@ -11,6 +11,7 @@ pub mod client;
 pub mod controller;
 pub mod health;
 pub mod plan;
+pub mod redact;
 pub mod render;
 pub mod source;
 pub mod telemetry;

@@ -140,7 +140,7 @@ impl Renderer {
 }
 
 fn redact(e: Error, secrets: &[String]) -> Error {
-    let clean = |m: String| secrets.iter().filter(|s| s.len() >= 4).fold(m, |m, s| m.replace(s.as_str(), "<redacted>"));
+    let clean = |m: String| crate::redact::redact(&m, secrets.iter().map(String::as_str));
     match e {
         Error::Failed { message, retryable } => Error::Failed { message: clean(message), retryable },
         Error::Invalid(m) => Error::Invalid(clean(m)),

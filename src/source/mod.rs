@@ -133,16 +133,8 @@ impl Credentials {
 
     /// Remove every secret value from `message` (error texts from the transport may echo them).
     pub fn redact(&self, message: &str) -> String {
-        let mut out = message.to_string();
-        if let Some(p) = self.password.as_deref().filter(|p| p.len() >= 3) {
-            out = out.replace(p, "<redacted>");
-        }
-        if let Some(id) = self.identity.as_deref() {
-            for line in String::from_utf8_lossy(id).lines().filter(|l| l.len() >= 16) {
-                out = out.replace(line, "<redacted>");
-            }
-        }
-        out
+        let identity = self.identity.as_deref().map(String::from_utf8_lossy);
+        crate::redact::redact(message, self.password.as_deref().into_iter().chain(identity.as_deref()))
     }
 }
 

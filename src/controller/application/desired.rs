@@ -36,11 +36,9 @@ pub(super) fn secret_strings(objects: &[Value]) -> Vec<String> {
     out
 }
 
+/// `message` without any of `secrets` ([`crate::redact::redact`]).
 pub(super) fn redact(message: &str, secrets: &[String]) -> String {
-    let mut secrets: Vec<&String> = secrets.iter().filter(|s| s.len() >= 4).collect();
-    // Longest first, so a value containing another is removed whole.
-    secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
-    secrets.iter().fold(message.to_string(), |m, s| m.replace(s.as_str(), "<redacted>"))
+    crate::redact::redact(message, secrets.iter().map(String::as_str))
 }
 
 /// The desired state of an Application at a commit.

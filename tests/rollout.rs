@@ -858,8 +858,68 @@ fn a_prune_deletes_only_the_object_it_listed(cluster: Cluster) {
     });
 }
 
+/// One object, one Application (issue 18, item 5): an Application declaring an object another
+/// Application manages is refused with a ValidationFailure naming that Application, and applies
+/// nothing; once that Application is deleted (its objects orphaned), it takes the object over.
+fn an_object_belongs_to_one_application(cluster: Cluster) {
+    let runtime = support::runtime();
+    runtime.block_on(async {
+        let env = Env::start(&cluster, "shared").await;
+        let wt = env.repository("platform").await;
+        wt.write("first/cm.yaml", &CONFIG.replace("blue", "first"))
+            .write("second/cm.yaml", &CONFIG.replace("blue", "second"))
+            .write("second/own.yaml", &CONFIG.replace("settings", "own"));
+        let commit = wt.commit_and_push("two Applications, one ConfigMap");
+        env.refresh("platform", &commit).await;
+        let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), "shared");
+        let spec = |path: &str| {
+            json!({"source": {"repository": "platform", "path": path}, "serviceAccountName": "deployer",
+                   "destination": {"namespace": "shared"}})
+        };
+        env.create_app("first", spec("first")).await;
+        until_phase(&env, "first", &commit, RevisionPhase::Healthy, &mut BTreeSet::new()).await;
+        let color = |c: &ConfigMap| c.data.as_ref().and_then(|d| d.get("color")).cloned().unwrap_or_default();
+        assert_eq!(color(&cms.get("settings").await.unwrap()), "first");
+
+        env.create_app("second", spec("second")).await;
+        let message = eventually("the second Application refused", WAIT, || async {
+            let (status, reason, message) = ready(&env.apps().get("second").await.ok()?);
+            (status == "False" && reason == "ValidationFailure").then_some(message)
+        })
+        .await;
+        assert!(message.contains("ConfigMap shared/settings is managed by Application shared/first"), "{message}");
+        let events = env.events("second").await;
+        assert!(
+            events.iter().any(|(t, r, n)| t == "Warning" && r == "ValidationFailure" && n.contains("shared/first")),
+            "{events:?}"
+        );
+        // Nothing of the second was applied, and the first is untouched.
+        assert!(cms.get_opt("own").await.unwrap().is_none());
+        let settings = cms.get("settings").await.unwrap();
+        assert_eq!(color(&settings), "first");
+        assert_eq!(settings.annotations()[names::annotations::APPLICATION], "shared/first");
+        assert_eq!(ready(&env.apps().get("first").await.unwrap()).0, "True");
+
+        // The first Application is deleted (deletionPolicy Orphan): its objects are nobody's,
+        // and the second takes the ConfigMap over.
+        env.apps().delete("first", &DeleteParams::default()).await.unwrap();
+        eventually("the first Application gone", WAIT, || async {
+            env.apps().get_opt("first").await.ok()?.is_none().then_some(())
+        })
+        .await;
+        env.poke("second", "first-is-gone").await;
+        eventually("the second Application owning the ConfigMap", WAIT, || async {
+            let c = cms.get("settings").await.ok()?;
+            (color(&c) == "second" && c.annotations().get(names::annotations::APPLICATION)? == "shared/second")
+                .then_some(())
+        })
+        .await;
+    });
+}
+
 crate::both!(
     a_prune_deletes_only_the_object_it_listed,
+    an_object_belongs_to_one_application,
     conflicts_permissions_and_deletion_policies,
     symlinks_out_of_the_checkout_fail_the_source_and_nothing_is_pruned
 );

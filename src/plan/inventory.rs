@@ -52,6 +52,27 @@ pub fn prunable_by(obj: &Value, namespace: &str, name: &str) -> bool {
         && meta["annotations"][annotations::PRUNE].as_str() != Some(annotations::PRUNE_DISABLED)
 }
 
+/// The objects of `live` (by identity) that carry another Application's identity: (identity,
+/// that Application as `namespace/name`), in identity order.
+///
+/// Contract: an object is another Application's when its `sync.kuvryn.io/application`
+/// annotation names an Application other than `namespace/name`. Objects without the annotation
+/// (made by hand or by another tool) are nobody's: their fields are governed by the conflict
+/// policy. Whether the other Application still exists is the caller's to check.
+pub fn claimed_by_others(
+    live: &std::collections::BTreeMap<String, Value>,
+    namespace: &str,
+    name: &str,
+) -> Vec<(String, String)> {
+    let ours = format!("{namespace}/{name}");
+    live.iter()
+        .filter_map(|(id, o)| {
+            let owner = o["metadata"]["annotations"][annotations::APPLICATION].as_str()?;
+            (!owner.is_empty() && owner != ours).then(|| (id.clone(), owner.to_string()))
+        })
+        .collect()
+}
+
 /// One Revision as history retention sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Kept {
@@ -128,6 +149,30 @@ mod tests {
         for (what, o, want) in cases {
             assert_eq!(prunable_by(&o, "ns", "app"), want, "{what}");
         }
+    }
+
+    #[test]
+    fn objects_carrying_another_applications_identity_are_claimed() {
+        let with = |owner: Value| json!({"metadata": {"annotations": {annotations::APPLICATION: owner}}});
+        let live: std::collections::BTreeMap<String, Value> = [
+            ("/ConfigMap/ns/ours", with(json!("ns/app"))),
+            ("/ConfigMap/ns/theirs", with(json!("ns/other"))),
+            ("/ConfigMap/ns/other-namespace", with(json!("team-b/app"))),
+            ("/ConfigMap/ns/by-hand", json!({"metadata": {"annotations": {"note": "x"}}})),
+            ("/ConfigMap/ns/bare", json!({"metadata": {}})),
+            ("/ConfigMap/ns/empty", with(json!(""))),
+            ("/ConfigMap/ns/not-a-string", with(json!(3))),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        assert_eq!(
+            claimed_by_others(&live, "ns", "app"),
+            vec![
+                ("/ConfigMap/ns/other-namespace".to_string(), "team-b/app".to_string()),
+                ("/ConfigMap/ns/theirs".to_string(), "ns/other".to_string()),
+            ]
+        );
     }
 
     #[test]

@@ -5,6 +5,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use kube::Client;
+use kube::api::Api;
 use kube::core::ApiResource;
 use serde_json::{Value, json};
 
@@ -90,6 +91,26 @@ pub(super) async fn plan(
         }
         Err(live::Error::Api(e)) => return Err(e.into()),
     };
+    // One object, one Application: an object another Application manages is refused, naming
+    // it, unless that Application is gone (its objects were orphaned and may be taken over).
+    let mut claimed = Vec::new();
+    for (id, other) in inventory::claimed_by_others(&live.live, ns, name) {
+        let (other_ns, other_name) = other.split_once('/').unwrap_or(("", other.as_str()));
+        let apps: Api<Application> = Api::namespaced(ctx.client.clone(), other_ns);
+        if apps.get_opt(other_name).await?.is_some() {
+            claimed.push(format!("{} is managed by Application {other}", describe(&id)));
+        }
+    }
+    if !claimed.is_empty() {
+        let n = claimed.len();
+        let message = format!(
+            "{n} object{} belong{} to another Application: {}; an object is managed by one Application only (remove it from one of them)",
+            if n == 1 { "" } else { "s" },
+            if n == 1 { "s" } else { "" },
+            claimed.join("; ")
+        );
+        return fail(names::reasons::VALIDATION_FAILURE, message, false);
+    }
     let inputs = plan::Inputs {
         live: live.live,
         dry_run: live.dry_run,
@@ -112,4 +133,16 @@ pub(super) async fn plan(
         secrets,
         fresh: !from_cache,
     }))
+}
+
+/// `Kind namespace/name` (or `Kind name`) of an identity `group/Kind/namespace/name`.
+fn describe(id: &str) -> String {
+    let mut parts = id.splitn(4, '/');
+    let (_group, kind, ns, name) = (
+        parts.next(),
+        parts.next().unwrap_or_default(),
+        parts.next().unwrap_or_default(),
+        parts.next().unwrap_or_default(),
+    );
+    if ns.is_empty() { format!("{kind} {name}") } else { format!("{kind} {ns}/{name}") }
 }

@@ -743,7 +743,140 @@ fn a_commit_reaches_every_application_after_the_leader_dies(cluster: Cluster) {
     });
 }
 
+/// `/readyz` of the replica serving on `port`: status code and body; `None` while it does not
+/// answer.
+fn readyz(port: u16) -> Option<(u16, String)> {
+    let script = format!(
+        "import urllib.request, urllib.error\ntry:\n r = urllib.request.urlopen('http://127.0.0.1:{port}/readyz', timeout=5)\n print(r.status); print(r.read().decode())\nexcept urllib.error.HTTPError as e:\n print(e.code); print(e.read().decode())"
+    );
+    let out = Command::new("python3").args(["-c", &script]).output().ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let (code, body) = text.split_once('\n')?;
+    Some((code.trim().parse().ok()?, body.trim().to_string()))
+}
+
+// See: issue 18, item 10. A replica started with another `--shards` than the live replicas use
+// hashes Applications to other shards: both would pass the fence for one Application. It must
+// take no part (no Lease, no write, `/readyz` failing) until the old replicas are gone, then join
+// by itself.
+fn a_replica_with_another_shard_count_waits_until_the_old_ones_are_gone(cluster: Cluster) {
+    const N: usize = 6;
+    let (old_shards, new_shards) = (4u32, 6u32);
+    let server = GitServer::start();
+    let url = server.create_repo("platform");
+    let wt = WorkTree::clone(&url);
+    wt.write(".ksync.yaml", &ksync_yaml_of(N));
+    write_apps_of(&wt, N, "v1");
+    wt.commit_and_push("the apps");
+    let dir = temp_dir("shard-count");
+    let runtime = support::runtime();
+    runtime.block_on(async {
+        let client = cluster.client().await;
+        install_crds(&client).await;
+        apply_as(&client, "test", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM}}))
+            .await;
+        support::deployer_namespace(&client, FLEET).await;
+        let old_config = support::service_account_kubeconfig(&cluster, &client, dir.path(), SYSTEM, "ksync-old").await;
+        let new_config = support::service_account_kubeconfig(&cluster, &client, dir.path(), SYSTEM, "ksync-new").await;
+        let (old_port, new_port) = (support::free_port(), support::free_port());
+        let old_bind = format!("127.0.0.1:{old_port}");
+        let old = start_with("ksync-old", &old_config, old_shards, "5s", &["--metrics-bind-address", &old_bind]);
+        let repos: Api<Repository> = Api::namespaced(client.clone(), FLEET);
+        let repo: Repository = serde_json::from_value(json!({
+            "apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "Repository",
+            "metadata": {"name": "platform"}, "spec": {"url": url, "ref": {"branch": "main"}, "interval": "1h"},
+        }))
+        .unwrap();
+        repos.create(&PostParams::default(), &repo).await.unwrap();
+        eventually("the old replica to roll out v1 on every shard", WAIT, || async {
+            let h = holders(&client).await;
+            let all_old = h.len() == old_shards as usize && h.values().all(|x| *x == old.name);
+            (all_old && converged_of(&client, N, "v1").await).then_some(())
+        })
+        .await;
+        assert_eq!(readyz(old_port).map(|r| r.0), Some(200));
+
+        let new_bind = format!("127.0.0.1:{new_port}");
+        let new = start_with("ksync-new", &new_config, new_shards, "5s", &["--metrics-bind-address", &new_bind]);
+        let refusal = eventually("the new replica to refuse to take part", WAIT, || async {
+            match readyz(new_port)? {
+                (503, body) if body.contains("--shards") => Some(body),
+                (200, body) => panic!(
+                    "/readyz of a replica with --shards {new_shards} next to a live one with --shards {old_shards} answered 200 {body:?}"
+                ),
+                _ => None,
+            }
+        })
+        .await;
+        assert!(refusal.contains(&old_shards.to_string()) && refusal.contains(&new_shards.to_string()), "{refusal}");
+        // It stays out for two Lease durations (six of its rounds), while the old replica keeps
+        // working: a new commit reaches every Application.
+        write_apps_of(&wt, N, "v2");
+        wt.commit_and_push("v2");
+        let request = json!({"metadata": {"annotations": {names::annotations::RECONCILE_REQUESTED_AT: jiff::Timestamp::now().to_string()}}});
+        repos.patch("platform", &Default::default(), &kube::api::Patch::Merge(&request)).await.unwrap();
+        let leases: Api<Lease> = Api::namespaced(client.clone(), SYSTEM);
+        let watched = std::time::Instant::now();
+        let mut rolled_out = false;
+        while watched.elapsed() < Duration::from_secs(10) || !rolled_out {
+            assert!(watched.elapsed() < WAIT, "v2 did not reach every Application while the new replica waited");
+            let all: Vec<Lease> = leases.list(&ListParams::default()).await.unwrap().items;
+            let held_by_new: Vec<String> = all
+                .iter()
+                .filter(|l| l.spec.as_ref().and_then(|s| s.holder_identity.as_deref()) == Some(new.name.as_str()))
+                .map(|l| l.name_any())
+                .collect();
+            assert!(held_by_new.is_empty(), "the refusing replica holds Leases: {held_by_new:?}");
+            let (code, body) = readyz(new_port).expect("/readyz of the refusing replica");
+            assert_eq!(code, 503, "/readyz of the refusing replica: {body}");
+            rolled_out = rolled_out || converged_of(&client, N, "v2").await;
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        if let Some(sim) = cluster.sim() {
+            // The audit log: not one write from the refusing replica.
+            let user = format!("system:serviceaccount:{SYSTEM}:{}", new.name);
+            let writes: Vec<String> = sim
+                .audit_log()
+                .into_iter()
+                .filter(|e| e.impersonated_by.as_ref().unwrap_or(&e.user) == &user)
+                .filter(|e| !matches!(e.verb.as_str(), "get" | "list" | "watch"))
+                .map(|e| format!("{} {} {}/{}", e.verb, e.resource, e.namespace, e.name))
+                .collect();
+            assert!(writes.is_empty(), "the refusing replica wrote: {writes:?}");
+        }
+
+        // The old replica is gone (killed: its Leases expire): the new one joins by itself, takes
+        // every shard under its count, and the Applications follow it.
+        drop(old);
+        eventually("the new replica to hold every shard under its count", WAIT, || async {
+            let h = holders(&client).await;
+            let mine = h.len() == new_shards as usize && h.values().all(|x| *x == new.name);
+            (mine && readyz(new_port)?.0 == 200).then_some(())
+        })
+        .await;
+        write_apps_of(&wt, N, "v3");
+        wt.commit_and_push("v3");
+        let request = json!({"metadata": {"annotations": {names::annotations::RECONCILE_REQUESTED_AT: jiff::Timestamp::now().to_string()}}});
+        repos.patch("platform", &Default::default(), &kube::api::Patch::Merge(&request)).await.unwrap();
+        let apps: Api<Application> = Api::namespaced(client.clone(), FLEET);
+        eventually("v3 on every Application, labelled with its shard of the new count", WAIT, || async {
+            let list = apps.list(&ListParams::default()).await.ok()?;
+            let relabelled = list.items.len() == N
+                && list.items.iter().all(|a| {
+                    let shard = sharding::ring::shard_of(&sharding::ring::application_key(FLEET, &a.name_any()), new_shards);
+                    a.labels().get(names::labels::SHARD) == Some(&shard.to_string())
+                });
+            (relabelled && converged_of(&client, N, "v3").await).then_some(())
+        })
+        .await;
+    });
+}
+
 crate::both!(
+    a_replica_with_another_shard_count_waits_until_the_old_ones_are_gone,
     a_commit_reaches_every_application_after_the_leader_dies,
     a_hand_over_that_does_not_drain_holds_up_no_renewal,
     a_shard_still_draining_is_not_started_again,

@@ -4,12 +4,17 @@
 //! Rounds start every `renew_every` (a third of the Lease duration), counted from the start of
 //! the previous round, however long it took. Each round:
 //! 1. releases the Leases of handed-over shards whose work has drained since the last round;
-//! 2. renews its membership Lease `<prefix>-member-<identity>` and lists the live members;
-//! 3. closes the fence at once on shards no longer assigned to it and starts draining their work;
-//! 4. acquires or renews the Leases of its shards; work starts for newly acquired ones;
-//! 5. closes the fence at once on a shard whose Lease it lost or could not renew in time, and
+//! 2. lists every Lease of the installation and decides with [`crate::count::decide`] whether
+//!    it may take part with its shard count; if not, it holds no shard (and, unless it joined
+//!    before the other count's members, no membership Lease either) and the round ends there;
+//! 3. renews its membership Lease `<prefix>-member-<identity>`; the live members are those of
+//!    its count whose membership Lease was renewed within its duration. In the first round after
+//!    it joined it takes no shard: shards are taken only after a list that saw its membership;
+//! 4. closes the fence at once on shards no longer assigned to it and starts draining their work;
+//! 5. acquires or renews the Leases of its shards; work starts for newly acquired ones;
+//! 6. closes the fence at once on a shard whose Lease it lost or could not renew in time, and
 //!    starts draining its work;
-//! 6. publishes the [`Ownership`] every reconcile checks before it writes ([`Fence`]).
+//! 7. publishes the [`Ownership`] every reconcile checks before it writes ([`Fence`]).
 //!
 //! # Guarantees
 //!
@@ -19,6 +24,8 @@
 //! - **One worker per shard.** A shard whose previous work has not finished draining is neither
 //!   acquired nor started again until it has: two controllers for one shard never run at once
 //!   in one process.
+//! - **One shard count.** Two replicas with different shard counts never both own shards: see
+//!   [`crate::count::decide`]. [`Coordinator::status`] says whether this one takes part.
 //! - A handed-over shard's Lease is released only once its work has drained (the new owner then
 //!   need not wait for expiry); if that takes longer than the Lease lasts, it expires instead.
 //!
@@ -31,7 +38,8 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::lease::{Held, Leases, ROLE_LABEL};
+use crate::count::{Live, Verdict, decide};
+use crate::lease::{Held, Leases, ROLE_LABEL, Seen};
 
 /// The shards this replica owns, with their Leases.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -87,10 +95,25 @@ struct Drain {
     release: bool,
 }
 
+/// Whether this replica takes part in shard ownership ([`Coordinator::status`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Status {
+    /// No round has decided yet, or it has joined and not yet confirmed (one round).
+    #[default]
+    Starting,
+    /// Every live Lease carries this replica's shard count: it takes part.
+    TakingPart,
+    /// A live replica uses another shard count: this one holds no shard and must not lead. The
+    /// text says both counts and what to do.
+    Waiting(String),
+}
+
 /// What a coordinator keeps between rounds.
 #[derive(Default)]
 pub struct State {
     owned: BTreeMap<u32, Held>,
+    /// The membership Lease, while held.
+    member: Option<Held>,
     draining: BTreeMap<u32, Drain>,
 }
 
@@ -107,13 +130,22 @@ pub struct Coordinator {
     prefix: String,
     shards: u32,
     tx: watch::Sender<Ownership>,
+    status: watch::Sender<Status>,
 }
 
 impl Coordinator {
-    /// A coordinator naming its Leases `<prefix>-member-<identity>` and `<prefix>-shard-<k>`.
+    /// A coordinator naming its Leases `<prefix>-member-<identity>` and `<prefix>-shard-<k>`,
+    /// each carrying `shards` ([`crate::lease::SHARDS_ANNOTATION`]).
     pub fn new(leases: Leases, prefix: impl Into<String>, shards: u32) -> (Coordinator, watch::Receiver<Ownership>) {
+        let shards = shards.max(1);
         let (tx, rx) = watch::channel(Ownership::default());
-        (Coordinator { leases, prefix: prefix.into(), shards: shards.max(1), tx }, rx)
+        let (status, _) = watch::channel(Status::Starting);
+        (Coordinator { leases: leases.with_shards(shards), prefix: prefix.into(), shards, tx, status }, rx)
+    }
+
+    /// Whether this replica takes part: `/readyz` and leader election follow it.
+    pub fn status(&self) -> watch::Receiver<Status> {
+        self.status.subscribe()
     }
 
     /// The name of shard `k`'s Lease.
@@ -147,6 +179,44 @@ impl Coordinator {
         state.draining.insert(shard, Drain { task, release });
     }
 
+    /// Whether `name` is one of this installation's Leases: `<prefix>-leader`,
+    /// `<prefix>-member-*` or `<prefix>-shard-<k>` for any `k` (those of another count too).
+    fn is_ours_name(&self, name: &str) -> bool {
+        let Some(rest) = name.strip_prefix(&self.prefix).and_then(|r| r.strip_prefix('-')) else { return false };
+        rest == "leader"
+            || rest.starts_with("member-")
+            || rest.strip_prefix("shard-").is_some_and(|k| !k.is_empty() && k.bytes().all(|b| b.is_ascii_digit()))
+    }
+
+    fn set_status(&self, status: Status) {
+        let changed = self.status.send_if_modified(|s| {
+            if *s == status {
+                false
+            } else {
+                *s = status.clone();
+                true
+            }
+        });
+        if !changed {
+            return;
+        }
+        match &status {
+            Status::Waiting(why) => tracing::error!(shards = self.shards, "{why}"),
+            Status::TakingPart => tracing::info!(shards = self.shards, "taking part in shard ownership"),
+            Status::Starting => {}
+        }
+    }
+
+    /// Drain every shard this replica owns (the fence closes at once).
+    fn drain_all<W: Workers>(&self, workers: &mut W, state: &mut State) {
+        let all: Vec<u32> = state.owned.keys().copied().collect();
+        state.owned.clear();
+        self.publish(&state.owned);
+        for k in all {
+            Self::drain(workers, state, k, true);
+        }
+    }
+
     /// One round (see the module documentation). Errors are logged; the round goes on.
     pub async fn round<W: Workers>(&self, workers: &mut W, state: &mut State) {
         let me = self.leases.identity().to_string();
@@ -161,39 +231,96 @@ impl Coordinator {
                 tracing::info!(shard = k, "shard handed over");
             }
         }
-        let member = self.leases.acquire(&self.member_lease(), "member").await;
-        let members = match self.leases.live_holders(&format!("{ROLE_LABEL}=member")).await {
-            Ok(mut m) => {
-                if matches!(member, Ok(Some(_))) && !m.contains(&me) {
-                    m.push(me.clone());
-                    m.sort();
-                }
-                Some(m)
-            }
+        // Every Lease of this installation, and whether they all carry our shard count.
+        let census = match self.leases.census(ROLE_LABEL).await {
+            Ok(c) => Some(c.into_iter().filter(|l| self.is_ours_name(&l.name)).collect::<Vec<Seen>>()),
             Err(e) => {
-                tracing::warn!(error = %e, "listing members");
+                tracing::warn!(error = %e, "listing the Leases");
                 None
             }
         };
-        // Where the shards are now, so only what must move moves (`assign_sticky`).
-        let current = match self.leases.holders(&format!("{ROLE_LABEL}=shard")).await {
-            Ok(h) => Some(
-                h.into_iter()
-                    .filter_map(|(lease, holder)| Some((self.shard_of_lease(&lease)?, holder)))
-                    .collect::<BTreeMap<u32, String>>(),
-            ),
-            Err(e) => {
-                tracing::warn!(error = %e, "listing shard Leases");
-                None
-            }
-        };
-        let mine: Option<BTreeSet<u32>> = members.zip(current).map(|(m, current)| {
-            crate::assign::assign_sticky(self.shards, &m, &current)
-                .into_iter()
-                .filter(|(_, owner)| *owner == me)
-                .map(|(shard, _)| shard)
-                .collect()
+        let member_lease = self.member_lease();
+        let was_member = state.member.as_ref().is_some_and(|h| h.valid(Duration::ZERO));
+        let verdict = census.as_ref().map(|c| {
+            let joined = c.iter().find(|l| l.ours && l.name == member_lease).and_then(|l| l.acquired);
+            let live: Vec<Live> = c
+                .iter()
+                .filter(|l| l.live && !l.ours)
+                .map(|l| Live {
+                    lease: l.name.clone(),
+                    holder: l.holder.clone().unwrap_or_default(),
+                    shards: l.shards,
+                    joined: if l.role == "member" { l.acquired } else { None },
+                })
+                .collect();
+            decide(self.shards, joined.filter(|_| was_member), &me, &live)
         });
+        let waiting = match &verdict {
+            Some(v @ Verdict::Wait { withdraw, .. }) => {
+                self.set_status(Status::Waiting(v.explain().unwrap_or_default()));
+                Some(*withdraw)
+            }
+            Some(Verdict::TakePart) => None,
+            // The list failed: go on as the last verdict said.
+            None => matches!(*self.status.borrow(), Status::Waiting(_)).then_some(false),
+        };
+        if let Some(withdraw) = waiting {
+            // Another count is live: no shard, and (unless this replica joined first) no
+            // membership either, so the replicas running never see it.
+            self.drain_all(workers, state);
+            if withdraw {
+                if state.member.take().is_some() {
+                    if let Err(e) = self.leases.release(&member_lease).await {
+                        tracing::warn!(error = %e, "releasing the membership Lease");
+                    }
+                }
+            } else if was_member {
+                match self.leases.acquire(&member_lease, "member").await {
+                    Ok(held) => state.member = held,
+                    Err(e) => tracing::warn!(error = %e, "renewing the membership Lease"),
+                }
+            }
+            return;
+        }
+        match self.leases.acquire(&member_lease, "member").await {
+            Ok(held) => state.member = held,
+            Err(e) => tracing::warn!(error = %e, "renewing the membership Lease"),
+        }
+        let member = state.member.as_ref().is_some_and(|h| h.valid(Duration::ZERO));
+        // Shards are taken only after a list of the Leases that ran after this replica's
+        // membership Lease was written (see `count::decide`): the first round after joining
+        // only announces it.
+        let announced = was_member && member;
+        if announced && census.is_some() {
+            self.set_status(Status::TakingPart);
+        }
+        let mine: Option<BTreeSet<u32>> = match &census {
+            Some(_) if !announced => Some(BTreeSet::new()),
+            Some(c) => {
+                let mut members: Vec<String> = c
+                    .iter()
+                    .filter(|l| l.role == "member" && l.renewed && l.shards == Some(self.shards))
+                    .filter_map(|l| l.holder.clone())
+                    .collect();
+                members.push(me.clone());
+                members.sort();
+                members.dedup();
+                // Where the shards are now, so only what must move moves (`assign_sticky`).
+                let current: BTreeMap<u32, String> = c
+                    .iter()
+                    .filter(|l| l.role == "shard")
+                    .filter_map(|l| Some((self.shard_of_lease(&l.name)?, l.holder.clone()?)))
+                    .collect();
+                Some(
+                    crate::assign::assign_sticky(self.shards, &members, &current)
+                        .into_iter()
+                        .filter(|(_, owner)| *owner == me)
+                        .map(|(shard, _)| shard)
+                        .collect(),
+                )
+            }
+            None => None,
+        };
         // What is no longer ours stops being ours at once (the fence closes) and drains in the
         // background; its Lease is released once it has drained.
         if let Some(mine) = &mine {
@@ -271,5 +398,6 @@ impl Coordinator {
         if let Err(e) = self.leases.release(&self.member_lease()).await {
             tracing::warn!(error = %e, "releasing the membership Lease");
         }
+        self.set_status(Status::Starting);
     }
 }

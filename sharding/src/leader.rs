@@ -11,8 +11,24 @@ use crate::lease::{Held, Leases};
 
 /// Run `work` while this replica holds the Lease `name`, until `shutdown`. `work` receives a
 /// channel that turns `true` when it must stop; it is awaited before the Lease is released.
-pub async fn run_elected<F, Fut>(leases: &Leases, name: &str, mut work: F, shutdown: impl Future<Output = ()>)
+pub async fn run_elected<F, Fut>(leases: &Leases, name: &str, work: F, shutdown: impl Future<Output = ()>)
 where
+    F: FnMut(watch::Receiver<bool>) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    run_elected_when(leases, name, watch::channel(true).1, work, shutdown).await;
+}
+
+/// [`run_elected`], taking part in the election only while `allowed` is `true` (a replica whose
+/// shard count differs from the live replicas' must not lead: the leader labels Applications
+/// with their shard). When it turns `false` the work stops and the Lease is released.
+pub async fn run_elected_when<F, Fut>(
+    leases: &Leases,
+    name: &str,
+    allowed: watch::Receiver<bool>,
+    mut work: F,
+    shutdown: impl Future<Output = ()>,
+) where
     F: FnMut(watch::Receiver<bool>) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
 {
@@ -21,10 +37,16 @@ where
     let mut held: Option<Held> = None;
     tokio::pin!(shutdown);
     loop {
-        match leases.acquire(name, "leader").await {
-            Ok(Some(h)) => held = Some(h),
-            Ok(None) => held = None,
-            Err(e) => tracing::warn!(lease = name, error = %e, "renewing the leader Lease"),
+        // Not allowed to lead: stop the work first, then release the Lease.
+        let mut give_up = false;
+        if !*allowed.borrow() {
+            give_up = held.take().is_some();
+        } else {
+            match leases.acquire(name, "leader").await {
+                Ok(Some(h)) => held = Some(h),
+                Ok(None) => held = None,
+                Err(e) => tracing::warn!(lease = name, error = %e, "renewing the leader Lease"),
+            }
         }
         let leading = held.as_ref().is_some_and(|h| h.valid(Duration::ZERO));
         if leading && running.is_none() {
@@ -35,6 +57,9 @@ where
             tracing::warn!(lease = name, "lost the leader Lease; stopping");
             let _ = tx.send(true);
             let _ = task.await;
+        }
+        if give_up && let Err(e) = leases.release(name).await {
+            tracing::warn!(lease = name, error = %e, "releasing the leader Lease");
         }
         tokio::select! {
             _ = &mut shutdown => break,

@@ -23,6 +23,10 @@ use kube::api::PostParams;
 /// The label giving a Lease's role: `member`, `shard` or `leader`.
 pub const ROLE_LABEL: &str = "sync.kuvryn.io/lease-role";
 
+/// The annotation on every Lease a replica writes: its shard count (`--shards`). A Lease is
+/// this replica's own only if it names this identity *and* this count ([`crate::count`]).
+pub const SHARDS_ANNOTATION: &str = "sync.kuvryn.io/shards";
+
 /// A Lease this process holds.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Held {
@@ -67,6 +71,8 @@ pub struct Leases {
     api: Api<Lease>,
     identity: String,
     timing: Timing,
+    /// The shard count written on every Lease ([`SHARDS_ANNOTATION`]); `None` writes none.
+    shards: Option<u32>,
     /// Foreign Leases: name → (resourceVersion, when we first saw that version).
     observed: Mutex<HashMap<String, (String, Instant)>>,
 }
@@ -81,7 +87,32 @@ fn now_micro() -> MicroTime {
 impl Leases {
     /// Leases in `api`'s namespace, held as `identity`.
     pub fn new(api: Api<Lease>, identity: impl Into<String>, timing: Timing) -> Leases {
-        Leases { api, identity: identity.into(), timing, observed: Mutex::new(HashMap::new()) }
+        Leases { api, identity: identity.into(), timing, shards: None, observed: Mutex::new(HashMap::new()) }
+    }
+
+    /// Write `shards` on every Lease, and count as our own only Leases that carry it.
+    pub fn with_shards(mut self, shards: u32) -> Leases {
+        self.shards = Some(shards);
+        self
+    }
+
+    /// The shard count these Leases carry.
+    pub fn shards(&self) -> Option<u32> {
+        self.shards
+    }
+
+    /// Whether `lease` is ours: our identity, written under our count (an earlier process of
+    /// this identity with another `--shards` is another replica).
+    fn ours(&self, lease: &Lease) -> bool {
+        let holder = lease.spec.as_ref().and_then(|s| s.holder_identity.as_deref());
+        holder == Some(self.identity.as_str()) && (self.shards.is_none() || shards_of(lease) == self.shards)
+    }
+
+    /// Put our count on `meta`.
+    fn stamp(&self, meta: &mut ObjectMeta) {
+        if let Some(n) = self.shards {
+            meta.annotations.get_or_insert_with(Default::default).insert(SHARDS_ANNOTATION.to_string(), n.to_string());
+        }
     }
 
     /// Our identity.
@@ -141,7 +172,7 @@ impl Leases {
             valid_until: sent + self.timing.duration.saturating_sub(self.timing.margin),
         };
         let Some(current) = self.api.get_opt(name).await? else {
-            let lease = Lease {
+            let mut lease = Lease {
                 metadata: ObjectMeta {
                     name: Some(name.to_string()),
                     labels: Some(
@@ -155,6 +186,7 @@ impl Leases {
                 },
                 spec: Some(self.spec(0, None)),
             };
+            self.stamp(&mut lease.metadata);
             return match self.api.create(&PostParams::default(), &lease).await {
                 Ok(created) => Ok(Some(held(&created))),
                 Err(kube::Error::Api(s)) if s.code == 409 => Ok(None),
@@ -162,7 +194,7 @@ impl Leases {
             };
         };
         let spec = current.spec.clone().unwrap_or_default();
-        let ours = spec.holder_identity.as_deref() == Some(self.identity.as_str());
+        let ours = self.ours(&current);
         if !ours && !self.takeable(&current) {
             return Ok(None);
         }
@@ -170,6 +202,7 @@ impl Leases {
         let acquired = if ours { spec.acquire_time.clone() } else { None };
         let mut next = current.clone();
         next.spec = Some(self.spec(transitions, acquired));
+        self.stamp(&mut next.metadata);
         match self.api.replace(name, &PostParams::default(), &next).await {
             Ok(replaced) => {
                 self.observed.lock().expect("observed lock").remove(name);
@@ -183,10 +216,10 @@ impl Leases {
     /// Release `name` if we hold it (graceful hand-over: no one has to wait for expiry).
     pub async fn release(&self, name: &str) -> Result<()> {
         let Some(current) = self.api.get_opt(name).await? else { return Ok(()) };
-        let spec = current.spec.clone().unwrap_or_default();
-        if spec.holder_identity.as_deref() != Some(self.identity.as_str()) {
+        if !self.ours(&current) {
             return Ok(());
         }
+        let spec = current.spec.clone().unwrap_or_default();
         let mut next = current.clone();
         next.spec = Some(LeaseSpec { holder_identity: None, acquire_time: None, renew_time: None, ..spec });
         match self.api.replace(name, &PostParams::default(), &next).await {
@@ -206,7 +239,7 @@ impl Leases {
         let list = self.api.list(&kube::api::ListParams::default().labels(labels)).await?;
         for l in &list.items {
             let holder = l.spec.as_ref().and_then(|s| s.holder_identity.as_deref()).unwrap_or_default();
-            if !holder.is_empty() && holder != self.identity {
+            if !holder.is_empty() && !self.ours(l) {
                 self.observe(l);
             }
         }
@@ -216,6 +249,36 @@ impl Leases {
             .filter_map(|l| {
                 let holder = l.spec?.holder_identity.filter(|h| !h.is_empty())?;
                 Some((l.metadata.name?, holder))
+            })
+            .collect())
+    }
+
+    /// Every Lease selected by `labels`, as this round sees it ([`Seen`]). Each one held by
+    /// someone else is observed on the way, as in [`Leases::holders`].
+    pub async fn census(&self, labels: &str) -> Result<Vec<Seen>> {
+        let list = self.api.list(&kube::api::ListParams::default().labels(labels)).await?;
+        let now = jiff::Timestamp::now();
+        Ok(list
+            .items
+            .iter()
+            .map(|l| {
+                let spec = l.spec.clone().unwrap_or_default();
+                let holder = spec.holder_identity.clone().filter(|h| !h.is_empty());
+                let ours = self.ours(l);
+                let live = holder.is_some() && (ours || !self.takeable(l));
+                let duration = jiff::SignedDuration::from_secs(i64::from(spec.lease_duration_seconds.unwrap_or(15)));
+                let renewed =
+                    spec.renew_time.as_ref().and_then(|t| t.0.checked_add(duration).ok()).is_some_and(|end| end > now);
+                Seen {
+                    name: l.metadata.name.clone().unwrap_or_default(),
+                    role: l.metadata.labels.as_ref().and_then(|m| m.get(ROLE_LABEL)).cloned().unwrap_or_default(),
+                    holder,
+                    shards: shards_of(l),
+                    acquired: spec.acquire_time.map(|t| t.0),
+                    ours,
+                    live,
+                    renewed,
+                }
             })
             .collect())
     }
@@ -240,4 +303,31 @@ impl Leases {
         out.dedup();
         Ok(out)
     }
+}
+
+/// The shard count `lease` carries ([`SHARDS_ANNOTATION`]).
+pub fn shards_of(lease: &Lease) -> Option<u32> {
+    lease.metadata.annotations.as_ref()?.get(SHARDS_ANNOTATION)?.parse().ok()
+}
+
+/// One Lease as [`Leases::census`] saw it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Seen {
+    /// Its name.
+    pub name: String,
+    /// Its [`ROLE_LABEL`].
+    pub role: String,
+    /// Its holder, if held.
+    pub holder: Option<String>,
+    /// The count it carries ([`SHARDS_ANNOTATION`]).
+    pub shards: Option<u32>,
+    /// Its `acquireTime`.
+    pub acquired: Option<jiff::Timestamp>,
+    /// Held by us under our count.
+    pub ours: bool,
+    /// Held, and (unless ours) not seen unchanged for a whole duration on this process's
+    /// monotonic clock: the judgement a takeover uses.
+    pub live: bool,
+    /// Renewed within its duration by the wall clock (how members are picked, never fencing).
+    pub renewed: bool,
 }

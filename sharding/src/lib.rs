@@ -7,6 +7,8 @@
 //! - [`assign()`] and [`owned_by`] ([`mod@assign`]): every shard to exactly one live replica, by
 //!   rendezvous hashing of (shard, replica) with bounded loads, so loads differ by at most one; a
 //!   replica joining or leaving moves its own share of the shards plus a measured, bounded extra.
+//! - [`count`]: whether a replica may take part with its shard count (every replica must use
+//!   the same one), a pure decision from the Leases it sees.
 //! - [`lease`]: acquiring, renewing and releasing `coordination.k8s.io` Leases, with expiry judged
 //!   on the local monotonic clock (clock skew between replicas does not matter) and epochs.
 //! - [`coordinator`]: one replica's membership Lease, the shard Leases assigned to it, the work
@@ -20,6 +22,7 @@
 
 pub mod assign;
 pub mod coordinator;
+pub mod count;
 pub mod leader;
 pub mod lease;
 pub mod ring;

@@ -39,6 +39,9 @@ pub mod labels {
 pub mod annotations {
     /// On a discovered Application: the repository-relative `.ksync.yaml` that declares it.
     pub const DISCOVERED_FROM: &str = "sync.kuvryn.io/discovered-from";
+    /// On every coordination Lease a replica writes: its shard count (`--shards`). A replica
+    /// whose count differs from the one live Leases carry takes no part (`docs/sharding.md`).
+    pub const LEASE_SHARDS: &str = sharding::lease::SHARDS_ANNOTATION;
     /// On a managed object: `namespace/name` of the Application that manages it.
     pub const APPLICATION: &str = "sync.kuvryn.io/application";
     /// Per-resource prune opt-out; the only value with meaning is [`PRUNE_DISABLED`].

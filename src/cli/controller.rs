@@ -144,6 +144,9 @@ fn parse_duration(s: &str) -> std::result::Result<std::time::Duration, String> {
     crate::api::duration::parse(s)
 }
 
+/// What `/readyz` says before the controllers run.
+const STARTING: &str = "the controllers are starting";
+
 /// The log filter when `RUST_LOG` is unset.
 pub const DEFAULT_LOG_FILTER: &str = "info";
 
@@ -173,7 +176,7 @@ fn run_controllers(args: RunArgs) -> Result<()> {
         .build()
         .map_err(|e| Error::Startup(format!("starting the runtime: {e}")))?;
     runtime.block_on(async move {
-        let (ready_tx, ready_rx) = tokio::sync::watch::channel(false);
+        let (ready_tx, ready_rx) = tokio::sync::watch::channel(Err::<(), String>(STARTING.to_string()));
         let (http_stop, http_stopped) = tokio::sync::oneshot::channel::<()>();
         if !args.metrics_bind_address.is_empty() {
             let addr: std::net::SocketAddr = args
@@ -254,7 +257,7 @@ fn run_controllers(args: RunArgs) -> Result<()> {
         let Some(lease_ns) = args.lease_namespace.clone() else {
             tracing::info!(git_cache_dir = %args.git_cache_dir.display(), shards, "starting (one replica, every shard)");
             let applications = std::sync::Arc::new(applications);
-            let _ = ready_tx.send(true);
+            let _ = ready_tx.send(Ok(()));
             tokio::join!(
                 crate::controller::repository::run(repositories, on_stop(stopped.clone())),
                 crate::controller::labeller::run(client, shards, on_stop(stopped.clone())),
@@ -285,7 +288,26 @@ fn run_controllers(args: RunArgs) -> Result<()> {
         let applications = std::sync::Arc::new(applications);
         let workers = crate::controller::shards::ShardWorkers::new(applications.clone());
         tracing::info!(replica = %identity, shards, lease_namespace = %lease_ns, "starting (sharded)");
-        let leader_leases = leases(&identity);
+        // Ready, and allowed to lead, only while this replica takes part: not while a live replica
+        // uses another shard count.
+        let (may_lead_tx, may_lead) = tokio::sync::watch::channel(false);
+        let mut status = coordinator.status();
+        tokio::spawn(async move {
+            loop {
+                let now = status.borrow_and_update().clone();
+                let taking_part = now == sharding::coordinator::Status::TakingPart;
+                let _ = may_lead_tx.send(taking_part);
+                let _ = ready_tx.send(match now {
+                    sharding::coordinator::Status::TakingPart => Ok(()),
+                    sharding::coordinator::Status::Starting => Err(STARTING.to_string()),
+                    sharding::coordinator::Status::Waiting(why) => Err(why),
+                });
+                if status.changed().await.is_err() {
+                    break;
+                }
+            }
+        });
+        let leader_leases = leases(&identity).with_shards(shards);
         let leader_name = format!("{}-leader", args.lease_prefix);
         let (prefix, duration) = (args.lease_prefix.clone(), args.lease_duration);
         let singleton = |rx: tokio::sync::watch::Receiver<bool>| {
@@ -303,7 +325,6 @@ fn run_controllers(args: RunArgs) -> Result<()> {
                 );
             }
         };
-        let _ = ready_tx.send(true);
         tokio::join!(
             crate::controller::application::progress::report(
                 &applications.progress,
@@ -311,7 +332,7 @@ fn run_controllers(args: RunArgs) -> Result<()> {
                 on_stop(stopped.clone())
             ),
             coordinator.run(workers, on_stop(stopped.clone())),
-            sharding::leader::run_elected(&leader_leases, &leader_name, singleton, on_stop(stopped)),
+            sharding::leader::run_elected_when(&leader_leases, &leader_name, may_lead, singleton, on_stop(stopped)),
         );
         let _ = http_stop.send(());
         Ok(())

@@ -10,11 +10,12 @@ use axum::routing::get;
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::sync::watch;
 
-/// Serve until `shutdown`. `ready` turns true once the controllers run.
+/// Serve until `shutdown`. `ready` is `Ok` while the replica is ready; otherwise `/readyz`
+/// answers 503 with the reason.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     metrics: PrometheusHandle,
-    ready: watch::Receiver<bool>,
+    ready: watch::Receiver<Result<(), String>>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let app = Router::new()
@@ -23,12 +24,11 @@ pub async fn serve(
         .route(
             "/readyz",
             get(move || {
-                let ready = *ready.borrow();
-                std::future::ready(if ready {
-                    (StatusCode::OK, "ok")
-                } else {
-                    (StatusCode::SERVICE_UNAVAILABLE, "not ready: the controllers are starting")
-                })
+                let answer = match &*ready.borrow() {
+                    Ok(()) => (StatusCode::OK, "ok".to_string()),
+                    Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {why}")),
+                };
+                std::future::ready(answer)
             }),
         );
     axum::serve(listener, app).with_graceful_shutdown(shutdown).await

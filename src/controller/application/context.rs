@@ -160,7 +160,7 @@ pub struct Context {
     /// The resourceVersion of each Application's last status write by this replica: its watch
     /// event triggers no reconcile (nothing changed that the reconcile had not just seen).
     pub(super) own_writes: Mutex<HashMap<ObjectRef<Application>, String>>,
-    pub(super) scopes: tokio::sync::Mutex<Option<(Instant, Arc<ClusterScopes>)>>,
+    pub(super) scopes: crate::watch::discovery::Snapshots,
     pub(super) clients: Mutex<HashMap<(String, String), Client>>,
     /// The commit each (URL, credential identity, `spec.source.revision`) last resolved to.
     pub(super) resolved: Mutex<HashMap<ResolvedKey, (Instant, String)>>,
@@ -231,23 +231,13 @@ impl Context {
 
     /// Run discovery now (after applying CustomResourceDefinitions).
     pub(super) async fn rediscover(&self) -> Result<Arc<ClusterScopes>, kube::Error> {
-        let s = Arc::new(ClusterScopes::discover(&self.client).await?);
-        *self.scopes.lock().await = Some((Instant::now(), s.clone()));
-        Ok(s)
+        self.scopes.refresh(&self.client).await
     }
 
     /// The discovery snapshot; `refresh` runs discovery again unless it ran in the last
     /// two seconds (a CRD installed a moment ago).
     pub(super) async fn scopes(&self, refresh: bool) -> Result<Arc<ClusterScopes>, kube::Error> {
-        let mut guard = self.scopes.lock().await;
-        match &*guard {
-            Some((at, s)) if !refresh || at.elapsed() < Duration::from_secs(2) => Ok(s.clone()),
-            _ => {
-                let s = Arc::new(ClusterScopes::discover(&self.client).await?);
-                *guard = Some((Instant::now(), s.clone()));
-                Ok(s)
-            }
-        }
+        self.scopes.get(&self.client, refresh, Duration::from_secs(2)).await
     }
 }
 

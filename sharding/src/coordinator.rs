@@ -269,10 +269,10 @@ impl Coordinator {
             // membership either, so the replicas running never see it.
             self.drain_all(workers, state);
             if withdraw {
-                if state.member.take().is_some() {
-                    if let Err(e) = self.leases.release(&member_lease).await {
-                        tracing::warn!(error = %e, "releasing the membership Lease");
-                    }
+                if state.member.take().is_some()
+                    && let Err(e) = self.leases.release(&member_lease).await
+                {
+                    tracing::warn!(error = %e, "releasing the membership Lease");
                 }
             } else if was_member {
                 match self.leases.acquire(&member_lease, "member").await {

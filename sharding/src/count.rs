@@ -35,8 +35,8 @@ pub enum Verdict {
     Wait {
         /// This replica's count.
         ours: u32,
-        /// The other count (`None`: a Lease without a readable count).
-        theirs: Option<u32>,
+        /// The other count.
+        theirs: u32,
         /// The Lease that carries it (the first by name, when several do).
         lease: String,
         /// Its holder.
@@ -53,9 +53,12 @@ pub enum Verdict {
 /// # Contract
 ///
 /// - **The count of the live replicas wins.** If any Lease in `live` carries a count other than
-///   `ours` (or none), the verdict is [`Verdict::Wait`]: the replica holds no shard Lease and
+///   `ours`, the verdict is [`Verdict::Wait`]: the replica holds no shard Lease and
 ///   does not lead. With no such Lease (in particular when no other replica is live) it is
 ///   [`Verdict::TakePart`], with its own count.
+/// - **Only a written count counts.** A Lease without a readable count (written by hand, or by a
+///   release before counts were written) is no evidence of another count and is ignored: waiting
+///   on it would stop the shards it does not hold for as long as someone keeps it alive.
 /// - **A newcomer never disturbs running replicas.** A replica that is not a member
 ///   (`joined == None`) and waits also withdraws (`withdraw: true`): it writes no Lease at all,
 ///   so the replicas already running never see it and go on.
@@ -76,27 +79,29 @@ pub enum Verdict {
 /// use sharding::count::{Live, Verdict, decide};
 /// let old = Live { lease: "k-member-a".into(), holder: "a".into(), shards: Some(4), joined: None };
 /// assert_eq!(decide(4, None, "b", &[old.clone()]), Verdict::TakePart);
-/// assert!(matches!(decide(6, None, "b", &[old]), Verdict::Wait { theirs: Some(4), withdraw: true, .. }));
+/// assert!(matches!(decide(6, None, "b", &[old]), Verdict::Wait { theirs: 4, withdraw: true, .. }));
 /// ```
 pub fn decide(ours: u32, joined: Option<Timestamp>, me: &str, live: &[Live]) -> Verdict {
-    let mut others: Vec<&Live> = live.iter().filter(|l| l.shards != Some(ours)).collect();
-    others.sort_by(|a, b| a.lease.cmp(&b.lease));
-    let Some(first) = others.first() else { return Verdict::TakePart };
+    let mut others: Vec<(&Live, u32)> =
+        live.iter().filter_map(|l| l.shards.filter(|&n| n != ours).map(|n| (l, n))).collect();
+    others.sort_by(|a, b| a.0.lease.cmp(&b.0.lease));
+    let Some(&(first, theirs)) = others.first() else { return Verdict::TakePart };
     let withdraw = match joined {
         None => true,
-        Some(mine) => others.iter().any(|l| l.joined.is_some_and(|theirs| (theirs, l.holder.as_str()) < (mine, me))),
+        Some(mine) => {
+            others.iter().any(|(l, _)| l.joined.is_some_and(|since| (since, l.holder.as_str()) < (mine, me)))
+        }
     };
-    Verdict::Wait { ours, theirs: first.shards, lease: first.lease.clone(), holder: first.holder.clone(), withdraw }
+    Verdict::Wait { ours, theirs, lease: first.lease.clone(), holder: first.holder.clone(), withdraw }
 }
 
 impl Verdict {
     /// What a waiting replica logs and `/readyz` answers; `None` for [`Verdict::TakePart`].
     pub fn explain(&self) -> Option<String> {
         let Verdict::Wait { ours, theirs, lease, holder, .. } = self else { return None };
-        let theirs = theirs.map_or_else(|| "no readable shard count".to_string(), |n| format!("--shards {n}"));
         Some(format!(
             "not taking part: this replica has --shards {ours}, but the live replica {holder} (Lease {lease}) uses \
-             {theirs}; every replica must use the same --shards. This one holds no shard and waits until no \
+             --shards {theirs}; every replica must use the same --shards. This one holds no shard and waits until no \
              replica of another count is live (stop or scale down the old replicas: a Recreate rollout), then \
              joins by itself"
         ))
@@ -119,7 +124,7 @@ mod tests {
         Live { lease: format!("k-shard-{k}"), holder: holder.into(), shards, joined: None }
     }
 
-    fn wait(theirs: Option<u32>, lease: &str, holder: &str, withdraw: bool) -> Verdict {
+    fn wait(theirs: u32, lease: &str, holder: &str, withdraw: bool) -> Verdict {
         Verdict::Wait { ours: 6, theirs, lease: lease.into(), holder: holder.into(), withdraw }
     }
 
@@ -138,50 +143,50 @@ mod tests {
                 "a newcomer next to another count",
                 vec![member("a", Some(4), 0)],
                 None,
-                wait(Some(4), "k-member-a", "a", true),
+                wait(4, "k-member-a", "a", true),
             ),
             (
                 "only a shard Lease of another count is still live (its member is gone)",
                 vec![shard(3, "a", Some(4))],
                 None,
-                wait(Some(4), "k-shard-3", "a", true),
+                wait(4, "k-shard-3", "a", true),
             ),
             (
                 "a member that sees a shard Lease of another count waits and keeps its membership",
                 vec![shard(3, "a", Some(4))],
                 Some(5),
-                wait(Some(4), "k-shard-3", "a", false),
+                wait(4, "k-shard-3", "a", false),
             ),
-            ("a Lease without a count", vec![member("a", None, 0)], None, wait(None, "k-member-a", "a", true)),
+            ("a Lease without a count is ignored", vec![member("a", None, 0)], None, Verdict::TakePart),
             (
                 "joined at once, the other earlier: withdraw",
                 vec![member("a", Some(4), 1)],
                 Some(2),
-                wait(Some(4), "k-member-a", "a", true),
+                wait(4, "k-member-a", "a", true),
             ),
             (
                 "joined at once, this one earlier: stay",
                 vec![member("z", Some(4), 2)],
                 Some(1),
-                wait(Some(4), "k-member-z", "z", false),
+                wait(4, "k-member-z", "z", false),
             ),
             (
                 "same acquireTime: the lower identity stays",
                 vec![member("a", Some(4), 1)],
                 Some(1),
-                wait(Some(4), "k-member-a", "a", true),
+                wait(4, "k-member-a", "a", true),
             ),
             (
                 "same acquireTime, higher identity",
                 vec![member("z", Some(4), 1)],
                 Some(1),
-                wait(Some(4), "k-member-z", "z", false),
+                wait(4, "k-member-z", "z", false),
             ),
             (
                 "the first Lease by name is named; same-count Leases are ignored",
                 vec![shard(1, "b", Some(6)), shard(2, "c", Some(8)), member("a", Some(4), 9)],
                 Some(5),
-                wait(Some(4), "k-member-a", "a", false),
+                wait(4, "k-member-a", "a", false),
             ),
         ];
         for (what, live, joined, verdict) in cases {
@@ -191,7 +196,7 @@ mod tests {
 
     #[test]
     fn the_explanation_names_both_counts_and_what_to_do() {
-        let text = wait(Some(4), "k-member-a", "a", true).explain().unwrap();
+        let text = wait(4, "k-member-a", "a", true).explain().unwrap();
         for part in ["--shards 6", "--shards 4", "k-member-a", "Recreate"] {
             assert!(text.contains(part), "{part}: {text}");
         }

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::{Value, json};
 
 use crate::api::names;
@@ -74,6 +75,48 @@ pub fn object(repository: &str, namespace: &str, d: &Declared) -> Value {
     })
 }
 
+/// What of a discovered Application the Repository controller owns and reacts to: its spec
+/// (through `metadata.generation`), labels and annotations, and whether it is being deleted.
+/// Not its status, finalizers or `resourceVersion`: an Application's own progress changes
+/// those many times per rollout, and re-syncing the Repository for each change would
+/// re-apply every Application it declares.
+pub fn fingerprint(meta: &ObjectMeta) -> String {
+    json!({
+        "generation": meta.generation,
+        "labels": meta.labels,
+        "annotations": meta.annotations,
+        "deleting": meta.deletion_timestamp.is_some(),
+    })
+    .to_string()
+}
+
+/// An Application as the Repository controller last applied it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Applied {
+    body: String,
+    left: String,
+}
+
+impl Applied {
+    /// `body` was applied, and the API server answered with an object of metadata `result`.
+    pub fn new(body: &Value, result: &ObjectMeta) -> Applied {
+        Applied { body: body.to_string(), left: fingerprint(result) }
+    }
+
+    /// Whether applying `body` again to the object whose metadata is `live` would change
+    /// nothing, so the apply (and its dry run) can be skipped.
+    ///
+    /// # Contract
+    ///
+    /// True only if `body` is exactly what was applied and nothing the Repository owns changed
+    /// since: `live` has the generation, labels and annotations the apply left, and is not
+    /// being deleted. A person's edit of the spec (a new generation), a label or annotation
+    /// changed by anyone, or another body (a new commit) makes it false, and the apply runs.
+    pub fn unchanged(&self, body: &Value, live: &ObjectMeta) -> bool {
+        live.deletion_timestamp.is_none() && self.body == body.to_string() && self.left == fingerprint(live)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -129,5 +172,53 @@ mod tests {
     fn a_labelled_application_without_the_annotation_is_not_deleted() {
         let e = [Existing { name: "hand".into(), repository: Some("platform".into()), discovered_from: None }];
         assert!(plan("platform", "ns", &[], &e).delete.is_empty());
+    }
+
+    #[test]
+    fn an_apply_is_skipped_only_when_nothing_git_owns_changed() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        let body = object("r", "ns", &declared("a", ".ksync.yaml"));
+        let applied_meta = ObjectMeta {
+            generation: Some(3),
+            resource_version: Some("10".into()),
+            labels: Some([(names::labels::REPOSITORY.to_string(), "r".to_string())].into()),
+            annotations: Some([(names::annotations::DISCOVERED_FROM.to_string(), ".ksync.yaml".to_string())].into()),
+            ..Default::default()
+        };
+        let applied = Applied::new(&body, &applied_meta);
+        let with = |f: &dyn Fn(&mut ObjectMeta)| {
+            let mut m = applied_meta.clone();
+            f(&mut m);
+            m
+        };
+        let mut other_body = body.clone();
+        other_body["spec"]["path"] = json!("elsewhere");
+        let cases: Vec<(&str, &Value, ObjectMeta, bool)> = vec![
+            ("as applied", &body, applied_meta.clone(), true),
+            (
+                "its status and finalizers moved on",
+                &body,
+                with(&|m| {
+                    m.resource_version = Some("99".into());
+                    m.finalizers = Some(vec!["f".into()]);
+                }),
+                true,
+            ),
+            ("a new commit's body", &other_body, applied_meta.clone(), false),
+            ("its spec edited by hand", &body, with(&|m| m.generation = Some(4)), false),
+            ("a label removed", &body, with(&|m| m.labels = None), false),
+            (
+                "an annotation added",
+                &body,
+                with(&|m| {
+                    m.annotations.get_or_insert_default().insert("x".into(), "y".into());
+                }),
+                false,
+            ),
+            ("being deleted", &body, with(&|m| m.deletion_timestamp = Some(Time(jiff::Timestamp::UNIX_EPOCH))), false),
+        ];
+        for (what, b, live, want) in cases {
+            assert_eq!(applied.unchanged(b, &live), want, "{what}");
+        }
     }
 }

@@ -12,9 +12,14 @@
 //!    them ([`crate::source::discovery`]).
 //! 5. Decide ([`super::discovery::plan`]), server-side dry-run every apply, then apply (SSA,
 //!    field manager `kuvryn-sync-repository`, forced: Git owns discovered Applications) and
-//!    delete the Applications Git no longer declares.
+//!    delete the Applications Git no longer declares. An Application already applied with the
+//!    same body, whose generation, labels and annotations are still what that apply left
+//!    ([`discovery::Applied`]), is skipped: most syncs change one Application, or none.
 //! 6. Record `status.revision` (the last commit accepted), `status.applications`, kstatus
 //!    conditions, Events; requeue after `spec.interval` (±10 % jitter).
+//!
+//! Discovered Applications trigger a sync when what the Repository owns of them changes
+//! ([`discovery::fingerprint`]) or they are deleted; not on their status writes.
 //!
 //! # Guarantees
 //! - When any config file is missing, unreadable or invalid, names collide, an Application of
@@ -34,15 +39,15 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use jiff::Timestamp;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, ListParams, PartialObjectMeta, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 
-use super::discovery::{self, Existing};
+use super::discovery::{self, Applied, Existing};
 use crate::api::application::Application;
 use crate::api::conditions::{self, Status};
 use crate::api::names;
@@ -65,6 +70,9 @@ pub struct Context {
     /// the interval (a status write, a discovered Application changing) re-syncs the
     /// Applications from the cached commit without contacting the remote.
     resolved: std::sync::Mutex<std::collections::HashMap<String, LastResolve>>,
+    /// What was last applied for each discovered Application (namespace, name): an
+    /// Application neither Git nor anyone else changed since is not applied again.
+    applied: std::sync::Mutex<std::collections::HashMap<(String, String), Applied>>,
 }
 
 /// What a Repository last resolved to, and under which spec.
@@ -80,7 +88,7 @@ impl Context {
     /// A context reporting Events as `kuvryn-sync` from `instance`.
     pub fn new(client: Client, cache: GitCache, instance: Option<String>) -> Context {
         let reporter = Reporter { controller: names::FIELD_MANAGER.to_string(), instance };
-        Context { reporter, client, cache, resolved: Default::default() }
+        Context { reporter, client, cache, resolved: Default::default(), applied: Default::default() }
     }
 }
 
@@ -100,9 +108,8 @@ pub enum Error {
 pub async fn run(ctx: Arc<Context>, shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static) {
     let client = ctx.client.clone();
     let repos: Api<Repository> = Api::all(client.clone());
-    let apps: Api<Application> = Api::all(client);
     Controller::new(repos, watcher::Config::default())
-        .watches(apps, watcher::Config::default().labels(names::labels::REPOSITORY), |app: Application| {
+        .watches_stream(discovered_changes(client), |app: PartialObjectMeta<Application>| {
             let ns = app.namespace();
             app.labels()
                 .get(names::labels::REPOSITORY)
@@ -116,6 +123,33 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl std::future::Future<Output = 
             }
         })
         .await;
+}
+
+/// Discovered Applications (metadata only) whose [`discovery::fingerprint`] changed, and those
+/// deleted: what makes their Repository sync again. Their status writes do not.
+fn discovered_changes(
+    client: Client,
+) -> impl futures_util::Stream<Item = Result<PartialObjectMeta<Application>, watcher::Error>> + Send + 'static {
+    let mut seen: std::collections::HashMap<(Option<String>, String), String> = Default::default();
+    let apps: Api<PartialObjectMeta<Application>> = Api::all(client);
+    watcher(apps, watcher::Config::default().labels(names::labels::REPOSITORY)).default_backoff().filter_map(
+        move |event| {
+            let out = match event {
+                Ok(watcher::Event::Apply(app) | watcher::Event::InitApply(app)) => {
+                    let print = discovery::fingerprint(&app.metadata);
+                    let key = (app.namespace(), app.name_any());
+                    (seen.insert(key, print.clone()).as_ref() != Some(&print)).then_some(Ok(app))
+                }
+                Ok(watcher::Event::Delete(app)) => {
+                    seen.remove(&(app.namespace(), app.name_any()));
+                    Some(Ok(app))
+                }
+                Ok(watcher::Event::Init | watcher::Event::InitDone) => None,
+                Err(e) => Some(Err(e)),
+            };
+            std::future::ready(out)
+        },
+    )
 }
 
 fn error_policy(repo: Arc<Repository>, error: &Error, _ctx: Arc<Context>) -> Action {
@@ -285,11 +319,9 @@ async fn sync(
     };
 
     let apps: Api<Application> = Api::namespaced(ctx.client.clone(), ns);
-    let existing: Vec<Existing> = apps
-        .list_metadata(&ListParams::default())
-        .await?
-        .items
-        .into_iter()
+    let listed = apps.list_metadata(&ListParams::default()).await?.items;
+    let existing: Vec<Existing> = listed
+        .iter()
         .map(|m| Existing {
             name: m.name_any(),
             repository: m.labels().get(names::labels::REPOSITORY).cloned(),
@@ -308,9 +340,24 @@ async fn sync(
         }));
     }
 
+    // What neither Git nor anyone else changed since it was applied is not applied again: a
+    // sync triggered by one Application's change costs two requests per changed Application,
+    // not two per declared one.
+    let to_apply: Vec<&serde_json::Value> = {
+        let applied = ctx.applied.lock().expect("applied lock");
+        plan.apply
+            .iter()
+            .filter(|obj| {
+                let app = obj["metadata"]["name"].as_str().unwrap_or_default();
+                let live = listed.iter().find(|m| m.name_any() == app);
+                let record = applied.get(&(ns.to_string(), app.to_string()));
+                !matches!((record, live), (Some(r), Some(m)) if r.unchanged(obj, &m.metadata))
+            })
+            .collect()
+    };
     // Dry run first: one invalid Application blocks the whole commit.
     let dry = PatchParams::apply(MANAGER).force().dry_run();
-    for obj in &plan.apply {
+    for obj in &to_apply {
         let app = obj["metadata"]["name"].as_str().unwrap_or_default();
         if let Err(e) = apps.patch(app, &dry, &Patch::Apply(obj)).await {
             let file = obj["metadata"]["annotations"][names::annotations::DISCOVERED_FROM].as_str().unwrap_or_default();
@@ -341,9 +388,13 @@ async fn sync(
     let versions: std::collections::BTreeMap<String, Option<String>> =
         live.items.iter().map(|m| (m.name_any(), m.resource_version())).collect();
     let apply = PatchParams::apply(MANAGER).force();
-    for obj in &plan.apply {
+    for obj in to_apply {
         let app = obj["metadata"]["name"].as_str().unwrap_or_default().to_string();
         let result: Application = apps.patch(&app, &apply, &Patch::Apply(obj)).await?;
+        ctx.applied
+            .lock()
+            .expect("applied lock")
+            .insert((ns.to_string(), app.clone()), Applied::new(obj, &result.metadata));
         if !before.contains_key(&app) {
             created.push(app);
         } else if versions.get(&app).cloned().flatten() != result.resource_version() {
@@ -352,6 +403,7 @@ async fn sync(
     }
     let mut deleted = Vec::new();
     for app in &plan.delete {
+        ctx.applied.lock().expect("applied lock").remove(&(ns.to_string(), app.clone()));
         match apps.delete(app, &DeleteParams::default()).await {
             Ok(_) => deleted.push(app.clone()),
             Err(kube::Error::Api(ae)) if ae.code == 404 => {}

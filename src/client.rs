@@ -67,10 +67,23 @@ impl Limiter {
         Limiter(None)
     }
 
-    /// A client for `config` whose requests draw on this budget.
+    /// A client for `config` whose requests draw on this budget (and are never retried by
+    /// the client: [`without_retries`]).
     pub fn client(&self, config: kube::Config) -> Result<kube::Client, kube::Error> {
-        Ok(kube::client::ClientBuilder::try_from(config)?.with_layer(self).build())
+        Ok(kube::client::ClientBuilder::try_from(without_retries(config))?.with_layer(self).build())
     }
+}
+
+/// `config` with kube's built-in retries turned off.
+///
+/// kube's client retries every 429, 503 and 504 up to 15 times, with delays growing to
+/// 1,000 s, below this module's layer: one aggregated API answering 503 (a broken
+/// metrics-server) held a reconcile for over ten minutes, and retries would go out after the
+/// request budget and the shard fence let the first attempt through. The controller retries
+/// whole steps instead: reconciles requeue with back-off, Lease rounds run again on schedule.
+pub fn without_retries(mut config: kube::Config) -> kube::Config {
+    config.default_retry = false;
+    config
 }
 
 impl<S> tower::Layer<S> for Limiter {

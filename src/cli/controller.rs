@@ -200,6 +200,7 @@ fn run_controllers(args: RunArgs) -> Result<()> {
         }
         let kube_config = kube::Config::infer()
             .await
+            .map(crate::client::without_retries)
             .map_err(|e| Error::Startup(format!("loading the Kubernetes client configuration: {e}")))?;
         let limiter = crate::client::Limiter::new(crate::client::Budget {
             qps: args.kube_api_qps,

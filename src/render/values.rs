@@ -15,7 +15,7 @@ pub fn impersonating(
     namespace: &str,
     service_account: &str,
 ) -> Result<kube::Client, kube::Error> {
-    kube::Client::try_from(impersonation(config, namespace, service_account))
+    kube::Client::try_from(crate::client::without_retries(impersonation(config, namespace, service_account)))
 }
 
 /// `config` acting as `system:serviceaccount:<namespace>:<name>`.

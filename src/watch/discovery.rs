@@ -15,7 +15,15 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::APIResourceList;
 use kube::Client;
+use futures_util::StreamExt;
 use kube::core::ApiResource;
+
+/// How long one API group's discovery may take before it counts as failed (and keeps its last
+/// good answer).
+pub const GROUP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// API groups discovered at once.
+const GROUPS_AT_ONCE: usize = 8;
 
 /// What discovery found for one API group: its versions, preferred first, each with its
 /// resources and whether each is namespaced.
@@ -103,22 +111,31 @@ impl ClusterScopes {
             }
         }
         found.insert(String::new(), failure.map_or_else(|| Ok(Group::from_lists(Some("v1"), lists)), Err));
-        for g in client.list_api_groups().await?.groups {
-            let mut lists = Vec::new();
-            let mut failure = None;
-            for v in &g.versions {
-                match client.list_api_group_resources(&v.group_version).await {
-                    Ok(list) => lists.push((v.version.clone(), list)),
-                    Err(e) => {
-                        failure = Some(format!("{}: {e}", v.group_version));
-                        break;
-                    }
-                }
-            }
-            let preferred = g.preferred_version.as_ref().map(|v| v.version.as_str());
-            let answer = failure.map_or_else(|| Ok(Group::from_lists(preferred, lists)), Err);
-            found.insert(g.name, answer);
-        }
+        // Groups are asked concurrently, each bounded: an aggregated API that accepts the
+        // connection and never answers must not hold up the snapshot (and so every reconcile).
+        let answers: Vec<(String, Result<Group, String>)> =
+            futures_util::stream::iter(client.list_api_groups().await?.groups)
+                .map(|g| async move {
+                    let ask = async {
+                        let mut lists = Vec::new();
+                        for v in &g.versions {
+                            match client.list_api_group_resources(&v.group_version).await {
+                                Ok(list) => lists.push((v.version.clone(), list)),
+                                Err(e) => return Err(format!("{}: {e}", v.group_version)),
+                            }
+                        }
+                        let preferred = g.preferred_version.as_ref().map(|v| v.version.as_str());
+                        Ok(Group::from_lists(preferred, lists))
+                    };
+                    let answer = tokio::time::timeout(GROUP_TIMEOUT, ask).await.unwrap_or_else(|_| {
+                        Err(format!("no answer within {}s", GROUP_TIMEOUT.as_secs()))
+                    });
+                    (g.name.clone(), answer)
+                })
+                .buffer_unordered(GROUPS_AT_ONCE)
+                .collect()
+                .await;
+        found.extend(answers);
         let scopes = Self::merge(previous, found);
         for (group, error) in &scopes.failed {
             let kept = previous.is_some_and(|p| p.groups.contains_key(group));

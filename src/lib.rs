@@ -10,6 +10,7 @@ pub mod cli;
 pub mod client;
 pub mod controller;
 pub mod health;
+pub mod offload;
 pub mod plan;
 pub mod redact;
 pub mod render;

@@ -45,6 +45,17 @@ fn start(name: &str, kubeconfig: &std::path::Path) -> Replica {
 }
 
 fn start_with(name: &str, kubeconfig: &std::path::Path, shards: u32, lease: &str, extra: &[&str]) -> Replica {
+    start_env(name, kubeconfig, shards, lease, extra, &[])
+}
+
+fn start_env(
+    name: &str,
+    kubeconfig: &std::path::Path,
+    shards: u32,
+    lease: &str,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> Replica {
     let tools = support::Tools::get();
     let cache = temp_dir("replica-cache");
     // `KSYNC_CONTROLLER_BIN` runs another build (a release, or one of another checkout).
@@ -66,6 +77,7 @@ fn start_with(name: &str, kubeconfig: &std::path::Path, shards: u32, lease: &str
         .env("KSYNC_HELM", tools.bin.join("helm"))
         .env("KSYNC_KUBECTL", tools.bin.join("kubectl"))
         .env("RUST_LOG", std::env::var("KSYNC_TEST_REPLICA_LOG").unwrap_or_else(|_| "warn".into()))
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .spawn()
         .expect("ksync-controller");
@@ -1020,3 +1032,110 @@ mod replicas_split_the_shards_take_over_and_rebalance {
         super::replicas_split_the_shards_take_over_and_rebalance(super::support::Cluster::start());
     }
 }
+
+/// Issue 18, item 9: a replica rendering large Helm charts keeps renewing its Leases on
+/// schedule. Six Applications render a chart of 300 ConfigMaps (about 18 MB of YAML) each, at
+/// once, on a replica with two runtime workers (`TOKIO_WORKER_THREADS=2`, so the test means
+/// the same on any machine) and 3 s Leases (a round every second). Every renewal the Lease
+/// watch sees must come less than a Lease duration after the previous one: a later one means
+/// the Lease had expired and another replica could have taken the shard.
+fn lease_renewals_keep_their_schedule_during_large_renders(cluster: Cluster) {
+    const APPS_HERE: usize = 6;
+    const LEASE: Duration = Duration::from_secs(3);
+    let server = GitServer::start();
+    let url = server.create_repo("charts");
+    let wt = WorkTree::clone(&url);
+    let mut config = String::from("applications:\n");
+    for i in 0..APPS_HERE {
+        // Objects in a namespace the Application may not write: each render is parsed and
+        // validated in full, then refused, so nothing is applied.
+        config.push_str(&format!(
+            "- metadata: {{name: big-{i}}}\n  spec: {{source: {{repository: charts, path: chart, render: {{type: Helm}}}}, serviceAccountName: deployer, destination: {{namespace: {FLEET}}}}}\n"
+        ));
+    }
+    wt.write(".ksync.yaml", &config);
+    wt.write("chart/Chart.yaml", "apiVersion: v2\nname: big\nversion: 0.1.0\n");
+    wt.write(
+        "chart/templates/cms.yaml",
+        "{{- range $i := until 300 }}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: big-{{ $i }}\n  namespace: elsewhere\ndata:\n  blob: {{ repeat 60000 \"x\" | quote }}\n{{- end }}\n",
+    );
+    wt.commit_and_push("big charts");
+    let dir = temp_dir("big-renders");
+    let runtime = support::runtime();
+    runtime.block_on(async {
+        let client = cluster.client().await;
+        install_crds(&client).await;
+        apply_as(&client, "test", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM}}))
+            .await;
+        support::deployer_namespace(&client, FLEET).await;
+        let kubeconfig = support::service_account_kubeconfig(&cluster, &client, dir.path(), SYSTEM, "ksync-big").await;
+        let _replica =
+            start_env("ksync-big", &kubeconfig, 2, "3s", &[], &[("TOKIO_WORKER_THREADS", "2")]);
+        let leases: Api<Lease> = Api::namespaced(client.clone(), SYSTEM);
+        eventually("the replica to hold both shards", WAIT, || async {
+            (holders(&client).await.len() == 2).then_some(())
+        })
+        .await;
+        // Every renewal of the shard Leases, as the watch delivers them.
+        let renewals: std::sync::Arc<std::sync::Mutex<BTreeMap<String, Vec<jiff::Timestamp>>>> = Default::default();
+        let watching = {
+            let (leases, renewals) = (leases.clone(), renewals.clone());
+            tokio::spawn(async move {
+                use futures_util::StreamExt;
+                use kube::runtime::WatchStreamExt;
+                let config = kube::runtime::watcher::Config::default().labels("sync.kuvryn.io/lease-role=shard");
+                let mut events =
+                    std::pin::pin!(kube::runtime::watcher(leases, config).default_backoff().applied_objects());
+                while let Some(event) = events.next().await {
+                    let Ok(lease) = event else { continue };
+                    let Some(at) = lease.spec.as_ref().and_then(|s| s.renew_time.as_ref()) else { continue };
+                    let mut seen = renewals.lock().unwrap();
+                    let times = seen.entry(lease.name_any()).or_default();
+                    if times.last() != Some(&at.0) {
+                        times.push(at.0);
+                    }
+                }
+            })
+        };
+        let repos: Api<Repository> = Api::namespaced(client.clone(), FLEET);
+        let repo: Repository = serde_json::from_value(json!({
+            "apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "Repository",
+            "metadata": {"name": "charts"}, "spec": {"url": url, "ref": {"branch": "main"}, "interval": "1h"},
+        }))
+        .unwrap();
+        repos.create(&PostParams::default(), &repo).await.unwrap();
+        let apps: Api<Application> = Api::namespaced(client.clone(), FLEET);
+        eventually("every Application to have rendered and been refused", WAIT, || async {
+            let list = apps.list(&ListParams::default()).await.ok()?;
+            let refused = list.items.len() == APPS_HERE
+                && list.items.iter().all(|a| {
+                    a.status
+                        .as_ref()
+                        .and_then(|s| conditions::get(&s.conditions, names::conditions::READY))
+                        .is_some_and(|c| c.reason == names::reasons::VALIDATION_FAILURE)
+                });
+            refused.then_some(())
+        })
+        .await;
+        watching.abort();
+        let renewals = renewals.lock().unwrap().clone();
+        assert_eq!(renewals.len(), 2, "both shard Leases watched: {renewals:?}");
+        let mut worst = Duration::ZERO;
+        for (lease, times) in &renewals {
+            assert!(times.len() > 3, "{lease} renewed while the Applications rendered: {times:?}");
+            for pair in times.windows(2) {
+                let gap = Duration::try_from(pair[1].duration_since(pair[0])).unwrap_or_default();
+                worst = worst.max(gap);
+                assert!(
+                    gap < LEASE,
+                    "{lease}: no renewal for {gap:?} (from {} to {}), longer than the Lease duration {LEASE:?}",
+                    pair[0],
+                    pair[1]
+                );
+            }
+        }
+        eprintln!("longest time between two renewals of a shard Lease: {worst:?}");
+    });
+}
+
+crate::both!(lease_renewals_keep_their_schedule_during_large_renders,);

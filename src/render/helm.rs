@@ -60,10 +60,15 @@ pub async fn render(tools: &Tools, req: &Request<'_>, limits: &Limits) -> Result
         ("HELM_DATA_HOME", std::path::Path::new("helm-data")),
     ];
     let out = process::run(&tools.helm, &args, req.dir, &env, limits, "helm template").await?;
-    let text = String::from_utf8(out.stdout).map_err(|_| Error::Internal("helm printed non-UTF-8 output".into()))?;
-    let docs: Vec<Value> = crate::yaml::from_str_multiple(&text)
-        .map_err(|e| Error::Failed { message: format!("helm template output: {e}"), retryable: false })?;
-    objects_of(docs, "helm template output")
+    // Parsing tens of megabytes takes seconds: off the runtime.
+    crate::offload::offload(move || {
+        let text =
+            String::from_utf8(out.stdout).map_err(|_| Error::Internal("helm printed non-UTF-8 output".into()))?;
+        let docs: Vec<Value> = crate::yaml::from_str_multiple(&text)
+            .map_err(|e| Error::Failed { message: format!("helm template output: {e}"), retryable: false })?;
+        objects_of(docs, "helm template output")
+    })
+    .await
 }
 
 /// Most characters in a Helm release name (Helm's `maxReleaseNameLen`).

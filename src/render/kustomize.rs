@@ -21,13 +21,18 @@ pub async fn render(tools: &Tools, dir: &Path, limits: &Limits) -> Result<Vec<Va
             retryable: false,
         });
     }
-    check_no_remote(dir, dir)?;
+    // The walk and the parse can take seconds on a large tree or output: off the runtime.
+    let root = dir.to_path_buf();
+    crate::offload::offload(move || check_no_remote(&root, &root)).await?;
     let out = process::run(&tools.kubectl, &KUSTOMIZE_ARGS, dir, &[], limits, "kustomize build").await?;
-    let text =
-        String::from_utf8(out.stdout).map_err(|_| Error::Internal("kustomize printed non-UTF-8 output".into()))?;
-    let docs: Vec<Value> = crate::yaml::from_str_multiple(&text)
-        .map_err(|e| Error::Failed { message: format!("kustomize output: {e}"), retryable: false })?;
-    objects_of(docs, "kustomize output")
+    crate::offload::offload(move || {
+        let text = String::from_utf8(out.stdout)
+            .map_err(|_| Error::Internal("kustomize printed non-UTF-8 output".into()))?;
+        let docs: Vec<Value> = crate::yaml::from_str_multiple(&text)
+            .map_err(|e| Error::Failed { message: format!("kustomize output: {e}"), retryable: false })?;
+        objects_of(docs, "kustomize output")
+    })
+    .await
 }
 
 /// Whether an entry of `resources`, `bases` or `components` points to the network.

@@ -119,7 +119,10 @@ impl Renderer {
         metrics::counter!("ksync_render_cache_requests_total", "result" => "miss").increment(1);
         let started = std::time::Instant::now();
         let result = match req.render.type_ {
-            RenderType::Yaml => plain::render(req.dir, &self.limits),
+            RenderType::Yaml => {
+                let (dir, limits) = (req.dir.to_path_buf(), self.limits.clone());
+                crate::offload::offload(move || plain::render(&dir, &limits)).await
+            }
             RenderType::Kustomize => kustomize::render(&self.tools, req.dir, &self.limits).await,
             RenderType::Helm => helm::render(&self.tools, req, &self.limits).await,
         };

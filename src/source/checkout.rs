@@ -55,7 +55,7 @@ impl Checkout {
 
 impl Drop for Checkout {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
+        crate::offload::remove_dir_all_later(std::mem::take(&mut self.dir));
     }
 }
 

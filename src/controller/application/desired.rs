@@ -44,8 +44,9 @@ pub(super) fn redact(message: &str, secrets: &[String]) -> String {
 /// The desired state of an Application at a commit.
 #[derive(Clone)]
 pub(super) struct Desired {
-    /// The objects, validated and stamped as managed by the Application.
-    pub(super) objects: Vec<Value>,
+    /// The objects, validated and stamped as managed by the Application (shared: a drift
+    /// check may plan them twice).
+    pub(super) objects: Arc<Vec<Value>>,
     /// Their desired-state hash.
     pub(super) hash: String,
     /// Secret values (from `valuesFrom` and desired Secrets): never in a message.
@@ -99,16 +100,22 @@ pub(super) async fn desired(
         Ok(o) => o,
         Err(e) => return Ok(Err(render_failure(e))),
     };
-    secrets.extend(secret_strings(&objects));
+    let found = objects.clone();
+    secrets.extend(crate::offload::offload(move || secret_strings(&found)).await);
     let fail = |reason: &'static str, message: String, retryable: bool| {
         Ok(Err(Failure::new(reason, redact(&message, &secrets), retryable)))
     };
+    // Validating thousands of objects takes a while: off the runtime.
+    let check = |scopes: Arc<ClusterScopes>| {
+        let (objects, destination, limits) = (objects.clone(), spec.destination.clone(), ctx.settings.validate);
+        crate::offload::offload(move || validate::validate(&objects, &destination, &*scopes, limits))
+    };
     let mut scopes = ctx.scopes(false).await?;
-    let mut validated = validate::validate(&objects, &spec.destination, &*scopes, ctx.settings.validate);
+    let mut validated = check(scopes.clone()).await;
     if validated.is_err() {
         // A kind served since the last discovery (a CRD installed a moment ago).
         scopes = ctx.scopes(true).await?;
-        validated = validate::validate(&objects, &spec.destination, &*scopes, ctx.settings.validate);
+        validated = check(scopes.clone()).await;
     }
     let mut desired = match validated {
         Ok(v) => v,
@@ -124,10 +131,15 @@ pub(super) async fn desired(
     } else {
         DEFAULT_SHARD.to_string()
     };
-    for o in &mut desired {
-        inventory::stamp(o, ns, name, &shard);
-    }
-    let hash = revision::desired_state_hash(&desired);
+    let (app_ns, app_name) = (ns.to_string(), name.to_string());
+    let (desired, hash) = crate::offload::offload(move || {
+        for o in &mut desired {
+            inventory::stamp(o, &app_ns, &app_name, &shard);
+        }
+        let hash = revision::desired_state_hash(&desired);
+        (Arc::new(desired), hash)
+    })
+    .await;
     Ok(Ok(Desired { objects: desired, hash, secrets, scopes, sa: sa_client }))
 }
 

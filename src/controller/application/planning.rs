@@ -22,7 +22,7 @@ use crate::watch::discovery::ClusterScopes;
 /// What planning produced, for the rollout.
 pub(super) struct Planned {
     pub(super) hash: String,
-    pub(super) desired: Vec<Value>,
+    pub(super) desired: Arc<Vec<Value>>,
     pub(super) plan: plan::Plan,
     pub(super) stored: rev::Plan,
     pub(super) scopes: Arc<ClusterScopes>,
@@ -118,8 +118,13 @@ pub(super) async fn plan(
         prune: spec.sync.prune,
         conflicts: live.conflicts,
     };
-    let plan = plan::build(&desired, &inputs);
-    let stored = revision::stored(&plan, adopt);
+    // A plan of thousands of objects (diffs, dry-run comparisons) takes a while: off the runtime.
+    let (plan, stored, desired, inputs) = crate::offload::offload(move || {
+        let plan = plan::build(&desired, &inputs);
+        let stored = revision::stored(&plan, adopt);
+        (plan, stored, desired, inputs)
+    })
+    .await;
     Ok(Ok(Planned {
         hash,
         desired,

@@ -128,13 +128,13 @@ fn a_namespace_holding_what_the_application_does_not_manage_is_kept(cluster: Clu
         .await;
 
         delete_app(&env, "app").await;
+        let notes = prune_skipped(&env, "app").await;
         let cms = |ns: &str| Api::<ConfigMap>::namespaced(env.client.clone(), ns);
         assert!(!going(&env.client, "fin-ns-shared").await, "a Namespace holding another's object is kept");
         assert!(cms("fin-ns-shared").get_opt("unmanaged").await.unwrap().is_some());
         assert!(cms("fin-ns-shared").get_opt("settings").await.unwrap().is_none(), "its own objects in it are deleted");
         assert!(cms("fin-ns").get_opt("settings").await.unwrap().is_none());
-        assert!(going(&env.client, "fin-ns-own").await, "a Namespace holding only its objects is deleted");
-        let notes = prune_skipped(&env, "app").await;
+        assert!(going(&env.client, "fin-ns-own").await, "a Namespace holding only its objects is deleted: {notes:?}");
         assert!(
             notes
                 .iter()

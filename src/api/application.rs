@@ -403,7 +403,8 @@ pub enum DeletionPolicy {
     #[default]
     Orphan,
     /// Deleting the Application deletes its managed resources, high-risk kinds included, except
-    /// those annotated `sync.kuvryn.io/prune: disabled`.
+    /// those annotated `sync.kuvryn.io/prune: disabled`, Namespaces holding objects it does not
+    /// delete, and CustomResourceDefinitions with custom resources it does not delete.
     DeleteManagedResources,
 }
 

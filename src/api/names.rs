@@ -179,7 +179,9 @@ pub mod reasons {
 pub mod events {
     /// A Healthy Application turned Degraded while nothing changed in Git.
     pub const HEALTH_DEGRADED: &str = "HealthDegraded";
-    /// Prune skipped resources (opted out or high-risk kinds); Warning.
+    /// Prune skipped resources (opted out or high-risk kinds), or deleting an Application kept
+    /// some (opted out, Namespaces and CustomResourceDefinitions holding what it does not
+    /// delete); Warning.
     pub const PRUNE_SKIPPED: &str = "PruneSkipped";
     /// A manual rollback approved the plan it applies.
     /// Not yet implemented: never used.

@@ -18,6 +18,12 @@ pub fn selector(namespace: &str, name: &str) -> String {
     format!("{}={}", labels::APPLICATION_ID, application_id(namespace, name))
 }
 
+/// The label selector that finds every object the Application does not manage: without its id
+/// label, or with another Application's.
+pub fn not_selector(namespace: &str, name: &str) -> String {
+    format!("{}!={}", labels::APPLICATION_ID, application_id(namespace, name))
+}
+
 /// Add the labels and annotation every managed object carries: `app.kubernetes.io/managed-by`,
 /// the Application id, the shard, and `sync.kuvryn.io/application: namespace/name`.
 pub fn stamp(obj: &mut Value, namespace: &str, name: &str, shard: &str) {
@@ -186,6 +192,10 @@ mod tests {
         assert_eq!(o["metadata"]["labels"][labels::APPLICATION_ID], application_id("ns", "app"));
         assert_eq!(o["metadata"]["annotations"][annotations::APPLICATION], "ns/app");
         assert_eq!(selector("ns", "app"), format!("sync.kuvryn.io/application-id={}", application_id("ns", "app")));
+        assert_eq!(
+            not_selector("ns", "app"),
+            format!("sync.kuvryn.io/application-id!={}", application_id("ns", "app"))
+        );
     }
 
     #[test]

@@ -5,9 +5,12 @@
 //! - [`order`]: the static apply order;
 //! - [`build`]: the deterministic plan and its digest;
 //! - [`inventory`]: the labels of managed objects and history retention;
+//! - [`deletion`]: what deleting an Application deletes, and what it keeps (Namespaces and
+//!   CustomResourceDefinitions holding what it does not manage);
 //! - [`revision`]: Revision identity, the desired-state hash and the bounded plan stored on a
 //!   Revision.
 
+pub mod deletion;
 pub mod diff;
 pub mod inventory;
 pub mod order;

@@ -26,17 +26,26 @@ pub const GROUP_TIMEOUT: Duration = Duration::from_secs(10);
 const GROUPS_AT_ONCE: usize = 8;
 
 /// What discovery found for one API group: its versions, preferred first, each with its
-/// resources and whether each is namespaced.
+/// resources.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Group {
-    versions: Vec<(String, Vec<(ApiResource, bool)>)>,
+    versions: Vec<(String, Vec<Served>)>,
+}
+
+/// One resource of a group version.
+#[derive(Clone, Debug, PartialEq)]
+struct Served {
+    resource: ApiResource,
+    namespaced: bool,
+    /// It answers `list` (discovery names the verb).
+    listable: bool,
 }
 
 impl Group {
     /// A group from its versions' resource lists (`/apis/<group>/<version>`, or `/api/v1` for
     /// the core group), `preferred` first. Subresources are left out.
     pub fn from_lists(preferred: Option<&str>, lists: Vec<(String, APIResourceList)>) -> Group {
-        let mut versions: Vec<(String, Vec<(ApiResource, bool)>)> = lists
+        let mut versions: Vec<(String, Vec<Served>)> = lists
             .into_iter()
             .map(|(version, list)| {
                 let (group, _) = split_group_version(&list.group_version);
@@ -52,7 +61,7 @@ impl Group {
                             kind: r.kind.clone(),
                             plural: r.name.clone(),
                         };
-                        (resource, r.namespaced)
+                        Served { resource, namespaced: r.namespaced, listable: r.verbs.iter().any(|v| v == "list") }
                     })
                     .collect();
                 (version, resources)
@@ -168,7 +177,7 @@ impl ClusterScopes {
         for g in groups.values() {
             // The preferred version comes first: its scope wins for the kind.
             for (_, rs) in &g.versions {
-                for (r, namespaced) in rs {
+                for Served { resource: r, namespaced, .. } in rs {
                     kinds.entry((r.group.clone(), r.kind.clone())).or_insert(*namespaced);
                     resources.insert((r.group.clone(), r.version.clone(), r.kind.clone()), r.clone());
                 }
@@ -190,6 +199,29 @@ impl ClusterScopes {
     /// The resource serving `group/version` `kind`, when the cluster serves it.
     pub fn resource(&self, group: &str, version: &str, kind: &str) -> Option<&ApiResource> {
         self.resources.get(&(group.to_string(), version.to_string(), kind.to_string()))
+    }
+
+    /// Every namespaced kind that answers `list`, once, in its preferred version (in group and
+    /// kind order): what a namespace can hold.
+    pub fn namespaced_listable(&self) -> Vec<&ApiResource> {
+        let mut seen = std::collections::BTreeSet::new();
+        let mut out = Vec::new();
+        for (_, rs) in self.groups.values().flat_map(|g| g.versions.iter()) {
+            for s in rs.iter().filter(|s| s.namespaced && s.listable) {
+                if seen.insert((&s.resource.group, &s.resource.kind)) {
+                    out.push(&s.resource);
+                }
+            }
+        }
+        out.sort_by(|a, b| (&a.group, &a.kind).cmp(&(&b.group, &b.kind)));
+        out
+    }
+
+    /// The resource `plural` of `group` in its preferred served version (a CustomResourceDefinition
+    /// named `<plural>.<group>` defines it), when the cluster serves it.
+    pub fn by_plural(&self, group: &str, plural: &str) -> Option<&ApiResource> {
+        let g = self.groups.get(group)?;
+        g.versions.iter().flat_map(|(_, rs)| rs.iter()).map(|s| &s.resource).find(|r| r.plural == plural)
     }
 
     /// The groups whose discovery failed in the run that made this snapshot, with the error
@@ -324,6 +356,53 @@ mod tests {
         assert_eq!(third.namespaced("metrics.k8s.io", "NodeMetrics"), Some(false));
         assert_eq!(third.namespaced("apps", "Deployment"), None);
         assert!(third.failed().is_empty());
+    }
+
+    #[test]
+    fn what_a_namespace_can_hold_is_every_namespaced_kind_that_answers_list_once() {
+        let with_verbs = |gv: &str, resources: &[(&str, &str, bool, &[&str])]| APIResourceList {
+            group_version: gv.into(),
+            resources: resources
+                .iter()
+                .map(|(name, kind, namespaced, verbs)| APIResource {
+                    name: (*name).into(),
+                    kind: (*kind).into(),
+                    namespaced: *namespaced,
+                    verbs: verbs.iter().map(|v| v.to_string()).collect(),
+                    ..Default::default()
+                })
+                .collect(),
+        };
+        let all: &[&str] = &["create", "delete", "get", "list", "watch"];
+        let core = Group::from_lists(
+            Some("v1"),
+            vec![(
+                "v1".into(),
+                with_verbs(
+                    "v1",
+                    &[
+                        ("configmaps", "ConfigMap", true, all),
+                        ("bindings", "Binding", true, &["create"]),
+                        ("namespaces", "Namespace", false, all),
+                        ("pods/log", "Pod", true, &["get"]),
+                    ],
+                ),
+            )],
+        );
+        let widgets = Group::from_lists(
+            Some("v2"),
+            vec![
+                ("v1".into(), with_verbs("example.com/v1", &[("widgets", "Widget", true, all)])),
+                ("v2".into(), with_verbs("example.com/v2", &[("widgets", "Widget", true, all)])),
+            ],
+        );
+        let s = ClusterScopes::merge(None, found(vec![("", Ok(core)), ("example.com", Ok(widgets))]));
+        let kinds: Vec<String> =
+            s.namespaced_listable().iter().map(|r| format!("{}/{}", r.api_version, r.kind)).collect();
+        assert_eq!(kinds, vec!["v1/ConfigMap", "example.com/v2/Widget"]);
+        assert_eq!(s.by_plural("example.com", "widgets").map(|r| r.version.as_str()), Some("v2"));
+        assert_eq!(s.by_plural("", "namespaces").map(|r| r.kind.as_str()), Some("Namespace"));
+        assert_eq!(s.by_plural("example.com", "gadgets"), None);
     }
 
     #[test]

@@ -1069,8 +1069,7 @@ fn lease_renewals_keep_their_schedule_during_large_renders(cluster: Cluster) {
             .await;
         support::deployer_namespace(&client, FLEET).await;
         let kubeconfig = support::service_account_kubeconfig(&cluster, &client, dir.path(), SYSTEM, "ksync-big").await;
-        let _replica =
-            start_env("ksync-big", &kubeconfig, 2, "3s", &[], &[("TOKIO_WORKER_THREADS", "2")]);
+        let _replica = start_env("ksync-big", &kubeconfig, 2, "3s", &[], &[("TOKIO_WORKER_THREADS", "2")]);
         let leases: Api<Lease> = Api::namespaced(client.clone(), SYSTEM);
         eventually("the replica to hold both shards", WAIT, || async {
             (holders(&client).await.len() == 2).then_some(())

@@ -88,9 +88,7 @@ pub fn decide(ours: u32, joined: Option<Timestamp>, me: &str, live: &[Live]) -> 
     let Some(&(first, theirs)) = others.first() else { return Verdict::TakePart };
     let withdraw = match joined {
         None => true,
-        Some(mine) => {
-            others.iter().any(|(l, _)| l.joined.is_some_and(|since| (since, l.holder.as_str()) < (mine, me)))
-        }
+        Some(mine) => others.iter().any(|(l, _)| l.joined.is_some_and(|since| (since, l.holder.as_str()) < (mine, me))),
     };
     Verdict::Wait { ours, theirs, lease: first.lease.clone(), holder: first.holder.clone(), withdraw }
 }
@@ -139,12 +137,7 @@ mod tests {
                 None,
                 Verdict::TakePart,
             ),
-            (
-                "a newcomer next to another count",
-                vec![member("a", Some(4), 0)],
-                None,
-                wait(4, "k-member-a", "a", true),
-            ),
+            ("a newcomer next to another count", vec![member("a", Some(4), 0)], None, wait(4, "k-member-a", "a", true)),
             (
                 "only a shard Lease of another count is still live (its member is gone)",
                 vec![shard(3, "a", Some(4))],

@@ -93,14 +93,14 @@ pub fn fingerprint(meta: &ObjectMeta) -> String {
 /// An Application as the Repository controller last applied it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Applied {
-    body: String,
+    body: Value,
     left: String,
 }
 
 impl Applied {
     /// `body` was applied, and the API server answered with an object of metadata `result`.
     pub fn new(body: &Value, result: &ObjectMeta) -> Applied {
-        Applied { body: body.to_string(), left: fingerprint(result) }
+        Applied { body: body.clone(), left: fingerprint(result) }
     }
 
     /// Whether applying `body` again to the object whose metadata is `live` would change
@@ -113,7 +113,7 @@ impl Applied {
     /// being deleted. A person's edit of the spec (a new generation), a label or annotation
     /// changed by anyone, or another body (a new commit) makes it false, and the apply runs.
     pub fn unchanged(&self, body: &Value, live: &ObjectMeta) -> bool {
-        live.deletion_timestamp.is_none() && self.body == body.to_string() && self.left == fingerprint(live)
+        live.deletion_timestamp.is_none() && &self.body == body && self.left == fingerprint(live)
     }
 }
 

@@ -26,8 +26,8 @@ pub async fn render(tools: &Tools, dir: &Path, limits: &Limits) -> Result<Vec<Va
     crate::offload::offload(move || check_no_remote(&root, &root)).await?;
     let out = process::run(&tools.kubectl, &KUSTOMIZE_ARGS, dir, &[], limits, "kustomize build").await?;
     crate::offload::offload(move || {
-        let text = String::from_utf8(out.stdout)
-            .map_err(|_| Error::Internal("kustomize printed non-UTF-8 output".into()))?;
+        let text =
+            String::from_utf8(out.stdout).map_err(|_| Error::Internal("kustomize printed non-UTF-8 output".into()))?;
         let docs: Vec<Value> = crate::yaml::from_str_multiple(&text)
             .map_err(|e| Error::Failed { message: format!("kustomize output: {e}"), retryable: false })?;
         objects_of(docs, "kustomize output")

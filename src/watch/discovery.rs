@@ -13,9 +13,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures_util::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::APIResourceList;
 use kube::Client;
-use futures_util::StreamExt;
 use kube::core::ApiResource;
 
 /// How long one API group's discovery may take before it counts as failed (and keeps its last
@@ -136,9 +136,9 @@ impl ClusterScopes {
                         let preferred = g.preferred_version.as_ref().map(|v| v.version.as_str());
                         Ok(Group::from_lists(preferred, lists))
                     };
-                    let answer = tokio::time::timeout(GROUP_TIMEOUT, ask).await.unwrap_or_else(|_| {
-                        Err(format!("no answer within {}s", GROUP_TIMEOUT.as_secs()))
-                    });
+                    let answer = tokio::time::timeout(GROUP_TIMEOUT, ask)
+                        .await
+                        .unwrap_or_else(|_| Err(format!("no answer within {}s", GROUP_TIMEOUT.as_secs())));
                     (g.name.clone(), answer)
                 })
                 .buffer_unordered(GROUPS_AT_ONCE)

@@ -445,16 +445,27 @@ async fn evicted_checkouts_are_deleted_once_no_reader_holds_them() {
     // The size bound evicted at least one of the four (each ~200 KiB, room for ~450 KiB), and
     // an evicted checkout's directory is gone.
     let checkouts = dir.path().join("checkouts");
-    // moka drops an evicted value during a later maintenance pass.
+    // moka drops an evicted value during a later maintenance pass, and the directory is removed
+    // on the blocking pool (off the runtime), so each removal is waited for.
     cache.run_pending_tasks();
-    assert!(std::fs::read_dir(&checkouts).unwrap().count() <= 3);
+    let count = || std::fs::read_dir(&checkouts).unwrap().count();
+    support::eventually("an evicted checkout's directory removed", Duration::from_secs(30), || async {
+        (count() <= 3).then_some(())
+    })
+    .await;
     cache.clear_checkouts();
     // Every checkout nobody holds is gone; the held one is intact until dropped.
-    assert_eq!(std::fs::read_dir(&checkouts).unwrap().count(), 1);
+    support::eventually("every checkout nobody holds removed", Duration::from_secs(30), || async {
+        (count() == 1).then_some(())
+    })
+    .await;
     assert!(held.path().join("big.txt").exists());
     let path = held.path().to_path_buf();
     drop(held);
-    assert!(!path.exists());
+    support::eventually("the held checkout removed once dropped", Duration::from_secs(30), || async {
+        (!path.exists()).then_some(())
+    })
+    .await;
 }
 
 fn walk(root: &std::path::Path) -> Vec<String> {

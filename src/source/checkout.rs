@@ -55,7 +55,11 @@ impl Checkout {
 
 impl Drop for Checkout {
     fn drop(&mut self) {
-        crate::offload::remove_dir_all_later(std::mem::take(&mut self.dir));
+        // The last reader may drop it on the async runtime: the removal goes to the blocking
+        // pool. An empty path: already removed.
+        if !self.dir.as_os_str().is_empty() {
+            crate::offload::remove_dir_all_later(std::mem::take(&mut self.dir));
+        }
     }
 }
 
@@ -483,12 +487,19 @@ pub fn materialize(
     label: &str,
 ) -> Result<Checkout> {
     std::fs::create_dir_all(&dest).map_err(|e| Error::Internal(format!("creating the checkout directory: {e}")))?;
-    // From here on, dropping the handle removes the directory, on success and on error.
+    // From here on, dropping the handle removes the directory.
     let mut checkout = Checkout { dir: dest, tree, files: 0, bytes: 0 };
     let mut w = Writer { repo, limits, files: 0, bytes: 0, label: label.to_string(), entries: Entries::new() };
-    w.tree(tree, &checkout.dir.clone(), "")?;
-    check_symlinks(&w.entries).map_err(|refused| Error::UnsafePath(refused.to_string()))?;
-    check_on_disk(&checkout.dir, &w.entries)?;
+    let written = w.tree(tree, &checkout.dir.clone(), "").and_then(|()| {
+        check_symlinks(&w.entries).map_err(|refused| Error::UnsafePath(refused.to_string()))?;
+        check_on_disk(&checkout.dir, &w.entries)
+    });
+    if let Err(e) = written {
+        // This runs on the blocking pool: remove what was written before the error is
+        // returned, so a failed checkout leaves nothing behind.
+        let _ = std::fs::remove_dir_all(std::mem::take(&mut checkout.dir));
+        return Err(e);
+    }
     checkout.files = w.files;
     checkout.bytes = w.bytes;
     Ok(checkout)

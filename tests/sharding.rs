@@ -259,8 +259,11 @@ fn replicas_split_the_shards_take_over_and_rebalance(cluster: Cluster) {
         phase("converged: v3 everywhere on the new split");
 
         // The audit log: for each Application, the replicas that wrote for it, in time order,
-        // change only at the ownership phases (a, b and c; b and c; b, c and d): two replicas
-        // writing at once would alternate many more times.
+        // change only at hand-overs, and no replica writes again once another has written: two
+        // replicas writing at once would alternate. Usually that is one writer per ownership
+        // phase (a, b and c; b and c; b, c and d); on a loaded machine a replica that renews
+        // late can lose a shard between phases (seen once in CI: a, c, d, then b), which is a
+        // hand-over, not two writers.
         // simcluster only: the audit log of who wrote what.
         if !cluster.require_simcluster("the writers of each Application", "the audit log") {
             return;
@@ -308,7 +311,8 @@ fn replicas_split_the_shards_take_over_and_rebalance(cluster: Cluster) {
                     runs.push(r);
                 }
             }
-            assert!(runs.len() <= 3, "{app}: writers alternated {runs:?}");
+            let distinct: BTreeSet<&str> = runs.iter().copied().collect();
+            assert_eq!(distinct.len(), runs.len(), "{app}: writers alternated {runs:?}");
             assert!(!runs.contains(&killed.as_str()) || runs[0] == killed, "{app}: {runs:?}");
             let shard = sharding::ring::shard_of(&sharding::ring::application_key(FLEET, &app), SHARDS);
             let owner = &now_owner[&sharding::coordinator::Coordinator::shard_lease("kuvryn-sync", shard)];

@@ -10,7 +10,7 @@
 
 use serde_json::Value;
 
-use super::{Error, Limits, Request, Tools, objects_of, process};
+use super::{Error, Limits, Request, Tools, process};
 
 /// Render the chart of `req`.
 pub async fn render(tools: &Tools, req: &Request<'_>, limits: &Limits) -> Result<Vec<Value>, Error> {
@@ -60,15 +60,7 @@ pub async fn render(tools: &Tools, req: &Request<'_>, limits: &Limits) -> Result
         ("HELM_DATA_HOME", std::path::Path::new("helm-data")),
     ];
     let out = process::run(&tools.helm, &args, req.dir, &env, limits, "helm template").await?;
-    // Parsing tens of megabytes takes seconds: off the runtime.
-    crate::offload::offload(move || {
-        let text =
-            String::from_utf8(out.stdout).map_err(|_| Error::Internal("helm printed non-UTF-8 output".into()))?;
-        let docs: Vec<Value> = crate::yaml::from_str_multiple(&text)
-            .map_err(|e| Error::Failed { message: format!("helm template output: {e}"), retryable: false })?;
-        objects_of(docs, "helm template output")
-    })
-    .await
+    super::parse_output(out.stdout, "helm", "helm template output").await
 }
 
 /// Most characters in a Helm release name (Helm's `maxReleaseNameLen`).

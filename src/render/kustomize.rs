@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::{Error, Limits, Tools, objects_of, process};
+use super::{Error, Limits, Tools, process};
 
 const FILES: [&str; 3] = ["kustomization.yaml", "kustomization.yml", "Kustomization"];
 
@@ -25,14 +25,7 @@ pub async fn render(tools: &Tools, dir: &Path, limits: &Limits) -> Result<Vec<Va
     let root = dir.to_path_buf();
     crate::offload::offload(move || check_no_remote(&root, &root)).await?;
     let out = process::run(&tools.kubectl, &KUSTOMIZE_ARGS, dir, &[], limits, "kustomize build").await?;
-    crate::offload::offload(move || {
-        let text =
-            String::from_utf8(out.stdout).map_err(|_| Error::Internal("kustomize printed non-UTF-8 output".into()))?;
-        let docs: Vec<Value> = crate::yaml::from_str_multiple(&text)
-            .map_err(|e| Error::Failed { message: format!("kustomize output: {e}"), retryable: false })?;
-        objects_of(docs, "kustomize output")
-    })
-    .await
+    super::parse_output(out.stdout, "kustomize", "kustomize output").await
 }
 
 /// Whether an entry of `resources`, `bases` or `components` points to the network.

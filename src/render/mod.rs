@@ -151,6 +151,19 @@ fn redact(e: Error, secrets: &[String]) -> Error {
     }
 }
 
+/// The objects of a renderer's `stdout`, parsed on the blocking pool (tens of megabytes take
+/// seconds). `tool` names the program in errors, `output` what it printed.
+async fn parse_output(stdout: Vec<u8>, tool: &'static str, output: &'static str) -> Result<Vec<Value>, Error> {
+    crate::offload::offload(move || {
+        let text =
+            String::from_utf8(stdout).map_err(|_| Error::Internal(format!("{tool} printed non-UTF-8 output")))?;
+        let docs: Vec<Value> = crate::yaml::from_str_multiple(&text)
+            .map_err(|e| Error::Failed { message: format!("{output}: {e}"), retryable: false })?;
+        objects_of(docs, output)
+    })
+    .await
+}
+
 /// sha256 over the tree, the settings and the values (a digest, never the values themselves).
 fn cache_key(tree: &str, req: &Request<'_>) -> String {
     let mut h = Sha256::new();

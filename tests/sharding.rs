@@ -1142,3 +1142,87 @@ fn lease_renewals_keep_their_schedule_during_large_renders(cluster: Cluster) {
 }
 
 crate::both!(lease_renewals_keep_their_schedule_during_large_renders,);
+
+/// A Lease this replica holds is renewed from the copy it last wrote: one conditional write,
+/// no read. A renewal therefore succeeds while reads of Leases fail; once someone else has
+/// written the Lease, the copy is stale and the renewal reads the Lease again.
+fn a_held_lease_is_renewed_without_reading_it(cluster: Cluster) {
+    const NS: &str = "renewals";
+    let sim = cluster.sim().expect("simcluster: the test injects faults");
+    support::runtime().block_on(async {
+        let client = cluster.client().await;
+        apply_as(&client, "test", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})).await;
+        let timing = sharding::lease::Timing::new(Duration::from_secs(30));
+        let a = sharding::lease::Leases::new(Api::namespaced(client.clone(), NS), "a", timing);
+        let first = a.acquire("one", "shard").await.unwrap().expect("a takes the free Lease");
+        sim.add_fault(simcluster::faults::FaultRule {
+            verb: Some("get".into()),
+            resource: Some("leases".into()),
+            action: Some(simcluster::faults::FaultAction::Status { code: 500 }),
+            ..Default::default()
+        });
+        for _ in 0..3 {
+            let renewed = a.acquire("one", "shard").await.expect("renewed without a read").expect("still a's");
+            assert_eq!(renewed.epoch, first.epoch, "a renewal is no new transition");
+        }
+        // Someone else writes the Lease: a's copy is stale, so a must read, which fails.
+        let api: Api<Lease> = Api::namespaced(client.clone(), NS);
+        api.patch(
+            "one",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"metadata": {"annotations": {"touched": "by-hand"}}})),
+        )
+        .await
+        .unwrap();
+        assert!(a.acquire("one", "shard").await.is_err(), "a stale copy is not written over");
+        sim.clear_faults();
+        let after = a.acquire("one", "shard").await.unwrap().expect("still a's after reading it");
+        assert_eq!(after.epoch, first.epoch);
+        let lease = api.get("one").await.unwrap();
+        assert_eq!(lease.annotations().get("touched").map(String::as_str), Some("by-hand"), "the edit is kept");
+        // Another replica cannot take the live Lease, and a's copy stays usable.
+        let b = sharding::lease::Leases::new(Api::namespaced(client.clone(), NS), "b", timing);
+        assert_eq!(b.acquire("one", "shard").await.unwrap(), None);
+        assert!(a.acquire("one", "shard").await.unwrap().is_some());
+    });
+}
+
+/// A Lease request the API server never answers fails after a third of the Lease duration
+/// (the client's own read timeout is minutes), so one hung request cannot hold up every
+/// renewal queued behind it until the Leases have expired.
+fn a_lease_request_without_an_answer_fails_in_time(cluster: Cluster) {
+    const NS: &str = "hung";
+    let sim = cluster.sim().expect("simcluster: the test pauses the server");
+    support::runtime().block_on(async {
+        let client = cluster.client().await;
+        apply_as(&client, "test", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})).await;
+        let timing = sharding::lease::Timing::new(Duration::from_secs(3));
+        let a = sharding::lease::Leases::new(Api::namespaced(client.clone(), NS), "a", timing);
+        a.acquire("one", "shard").await.unwrap().expect("a takes the free Lease");
+        sim.pause();
+        let answer = tokio::time::timeout(Duration::from_secs(60), a.acquire("one", "shard")).await;
+        sim.resume();
+        let error = answer.expect("the renewal waited for an answer that never came").unwrap_err();
+        let timed_out = std::error::Error::source(&error)
+            .and_then(|e| e.downcast_ref::<sharding::lease::TimedOut>())
+            .unwrap_or_else(|| panic!("a TimedOut error, not {error:?}"));
+        assert_eq!(timed_out.after, timing.request_timeout());
+        assert!(timed_out.to_string().contains("to the write of Lease one"), "{timed_out}");
+        let census = tokio::time::timeout(WAIT, a.census("sync.kuvryn.io/lease-role=shard")).await;
+        assert!(census.expect("answered once resumed").is_ok());
+    });
+}
+
+mod a_held_lease_is_renewed_without_reading_it {
+    #[test]
+    fn simcluster() {
+        super::a_held_lease_is_renewed_without_reading_it(super::support::Cluster::start());
+    }
+}
+
+mod a_lease_request_without_an_answer_fails_in_time {
+    #[test]
+    fn simcluster() {
+        super::a_lease_request_without_an_answer_fails_in_time(super::support::Cluster::start());
+    }
+}

@@ -64,7 +64,33 @@ impl Timing {
     pub fn renew_every(&self) -> Duration {
         self.duration / 3
     }
+
+    /// How long one Lease request may take: a third of the duration. An answer later than that
+    /// would leave the holder almost no validity, and a request the server never answers must
+    /// not hold up the renewals queued behind it.
+    pub fn request_timeout(&self) -> Duration {
+        (self.duration / 3).max(Duration::from_millis(100))
+    }
 }
+
+/// A Lease request the API server did not answer within [`Timing::request_timeout`].
+#[derive(Debug)]
+pub struct TimedOut {
+    /// What was asked.
+    pub what: &'static str,
+    /// What it was about: `Lease <name>` or `Leases labelled <selector>`.
+    pub subject: String,
+    /// How long it was given.
+    pub after: Duration,
+}
+
+impl std::fmt::Display for TimedOut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "no answer from the API server within {:?} to the {} of {}", self.after, self.what, self.subject)
+    }
+}
+
+impl std::error::Error for TimedOut {}
 
 /// Acquires, renews and releases Leases in one namespace as one identity.
 pub struct Leases {
@@ -75,6 +101,9 @@ pub struct Leases {
     shards: Option<u32>,
     /// Foreign Leases: name → (resourceVersion, when we first saw that version).
     observed: Mutex<HashMap<String, (String, Instant)>>,
+    /// The Leases we hold as we last wrote them: a renewal replaces from this copy (one request,
+    /// conditioned on its `resourceVersion`) and reads the Lease only when that copy is stale.
+    written: Mutex<HashMap<String, Lease>>,
 }
 
 /// Why a Lease operation failed (other than losing a race, which is `Ok(None)`).
@@ -87,7 +116,14 @@ fn now_micro() -> MicroTime {
 impl Leases {
     /// Leases in `api`'s namespace, held as `identity`.
     pub fn new(api: Api<Lease>, identity: impl Into<String>, timing: Timing) -> Leases {
-        Leases { api, identity: identity.into(), timing, shards: None, observed: Mutex::new(HashMap::new()) }
+        Leases {
+            api,
+            identity: identity.into(),
+            timing,
+            shards: None,
+            observed: Mutex::new(HashMap::new()),
+            written: Mutex::new(HashMap::new()),
+        }
     }
 
     /// Write `shards` on every Lease, and count as our own only Leases that carry it.
@@ -162,6 +198,21 @@ impl Leases {
         entry.1.elapsed()
     }
 
+    /// `request`, failing with [`TimedOut`] if the server has not answered within
+    /// [`Timing::request_timeout`].
+    async fn bounded<T>(
+        &self,
+        what: &'static str,
+        subject: impl FnOnce() -> String,
+        request: impl std::future::Future<Output = Result<T>>,
+    ) -> Result<T> {
+        let after = self.timing.request_timeout();
+        match tokio::time::timeout(after, request).await {
+            Ok(answer) => answer,
+            Err(_) => Err(kube::Error::Service(Box::new(TimedOut { what, subject: subject(), after }))),
+        }
+    }
+
     /// Acquire or renew `name` (created labelled [`ROLE_LABEL`]`=role`). `Ok(None)`: someone
     /// else holds it (or won a race).
     pub async fn acquire(&self, name: &str, role: &str) -> Result<Option<Held>> {
@@ -171,7 +222,10 @@ impl Leases {
             epoch: lease.spec.as_ref().and_then(|s| s.lease_transitions).unwrap_or(0),
             valid_until: sent + self.timing.duration.saturating_sub(self.timing.margin),
         };
-        let Some(current) = self.api.get_opt(name).await? else {
+        if let Some(renewed) = self.renew_written(name).await? {
+            return Ok(Some(held(&renewed)));
+        }
+        let Some(current) = self.bounded("read", || format!("Lease {name}"), self.api.get_opt(name)).await? else {
             let mut lease = Lease {
                 metadata: ObjectMeta {
                     name: Some(name.to_string()),
@@ -187,8 +241,11 @@ impl Leases {
                 spec: Some(self.spec(0, None)),
             };
             self.stamp(&mut lease.metadata);
-            return match self.api.create(&PostParams::default(), &lease).await {
-                Ok(created) => Ok(Some(held(&created))),
+            return match self
+                .bounded("create", || format!("Lease {name}"), self.api.create(&PostParams::default(), &lease))
+                .await
+            {
+                Ok(created) => Ok(Some(self.remember(created, held))),
                 Err(kube::Error::Api(s)) if s.code == 409 => Ok(None),
                 Err(e) => Err(e),
             };
@@ -203,26 +260,71 @@ impl Leases {
         let mut next = current.clone();
         next.spec = Some(self.spec(transitions, acquired));
         self.stamp(&mut next.metadata);
-        match self.api.replace(name, &PostParams::default(), &next).await {
+        match self
+            .bounded("write", || format!("Lease {name}"), self.api.replace(name, &PostParams::default(), &next))
+            .await
+        {
             Ok(replaced) => {
                 self.observed.lock().expect("observed lock").remove(name);
-                Ok(Some(held(&replaced)))
+                Ok(Some(self.remember(replaced, held)))
             }
             Err(kube::Error::Api(s)) if s.code == 409 => Ok(None),
             Err(e) => Err(e),
         }
     }
 
+    /// Keep `lease` as the copy the next renewal writes from; answer what `held` makes of it.
+    fn remember(&self, lease: Lease, held: impl Fn(&Lease) -> Held) -> Held {
+        let h = held(&lease);
+        if let Some(name) = lease.metadata.name.clone() {
+            self.written.lock().expect("written lock").insert(name, lease);
+        }
+        h
+    }
+
+    /// Renew `name` from the copy we last wrote, in one request. `Ok(None)` when there is no
+    /// copy or it is stale (someone else wrote the Lease since, or it is gone): the caller reads
+    /// the Lease and decides afresh. A request without an answer keeps the copy: if it was
+    /// written after all, the next renewal finds it stale and reads.
+    async fn renew_written(&self, name: &str) -> Result<Option<Lease>> {
+        let Some(mut next) = self.written.lock().expect("written lock").get(name).cloned() else {
+            return Ok(None);
+        };
+        let spec = next.spec.clone().unwrap_or_default();
+        next.spec = Some(self.spec(spec.lease_transitions.unwrap_or(0), spec.acquire_time));
+        self.stamp(&mut next.metadata);
+        match self
+            .bounded("write", || format!("Lease {name}"), self.api.replace(name, &PostParams::default(), &next))
+            .await
+        {
+            Ok(replaced) => {
+                self.written.lock().expect("written lock").insert(name.to_string(), replaced.clone());
+                Ok(Some(replaced))
+            }
+            Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => {
+                self.written.lock().expect("written lock").remove(name);
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// Release `name` if we hold it (graceful hand-over: no one has to wait for expiry).
     pub async fn release(&self, name: &str) -> Result<()> {
-        let Some(current) = self.api.get_opt(name).await? else { return Ok(()) };
+        self.written.lock().expect("written lock").remove(name);
+        let Some(current) = self.bounded("read", || format!("Lease {name}"), self.api.get_opt(name)).await? else {
+            return Ok(());
+        };
         if !self.ours(&current) {
             return Ok(());
         }
         let spec = current.spec.clone().unwrap_or_default();
         let mut next = current.clone();
         next.spec = Some(LeaseSpec { holder_identity: None, acquire_time: None, renew_time: None, ..spec });
-        match self.api.replace(name, &PostParams::default(), &next).await {
+        match self
+            .bounded("release", || format!("Lease {name}"), self.api.replace(name, &PostParams::default(), &next))
+            .await
+        {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
             Err(e) => Err(e),
@@ -236,7 +338,13 @@ impl Leases {
     /// assigned a dead one's shards after the membership Lease expired would otherwise wait
     /// a second duration).
     pub async fn holders(&self, labels: &str) -> Result<std::collections::BTreeMap<String, String>> {
-        let list = self.api.list(&kube::api::ListParams::default().labels(labels)).await?;
+        let list = self
+            .bounded(
+                "list",
+                || format!("Leases labelled {labels}"),
+                self.api.list(&kube::api::ListParams::default().labels(labels)),
+            )
+            .await?;
         for l in &list.items {
             let holder = l.spec.as_ref().and_then(|s| s.holder_identity.as_deref()).unwrap_or_default();
             if !holder.is_empty() && !self.ours(l) {
@@ -256,7 +364,13 @@ impl Leases {
     /// Every Lease selected by `labels`, as this round sees it ([`Seen`]). Each one held by
     /// someone else is observed on the way, as in [`Leases::holders`].
     pub async fn census(&self, labels: &str) -> Result<Vec<Seen>> {
-        let list = self.api.list(&kube::api::ListParams::default().labels(labels)).await?;
+        let list = self
+            .bounded(
+                "list",
+                || format!("Leases labelled {labels}"),
+                self.api.list(&kube::api::ListParams::default().labels(labels)),
+            )
+            .await?;
         let now = jiff::Timestamp::now();
         Ok(list
             .items
@@ -286,7 +400,13 @@ impl Leases {
     /// The holders of the Leases selected by `labels` that are live: renewed within their
     /// duration (wall clock: used only to pick members, never for fencing).
     pub async fn live_holders(&self, labels: &str) -> Result<Vec<String>> {
-        let list = self.api.list(&kube::api::ListParams::default().labels(labels)).await?;
+        let list = self
+            .bounded(
+                "list",
+                || format!("Leases labelled {labels}"),
+                self.api.list(&kube::api::ListParams::default().labels(labels)),
+            )
+            .await?;
         let now = jiff::Timestamp::now();
         let mut out: Vec<String> = list
             .items

@@ -604,9 +604,16 @@ fn a_commit_reaches_every_application_after_the_leader_dies(cluster: Cluster) {
             .await;
         support::deployer_namespace(&client, FLEET).await;
         let mut replicas = BTreeMap::new();
+        let mut ports = BTreeMap::new();
         for name in ["ksync-a", "ksync-b"] {
             let kubeconfig = support::service_account_kubeconfig(&cluster, &client, dir.path(), SYSTEM, name).await;
-            replicas.insert(name.to_string(), start_with(name, &kubeconfig, SHARDS_HERE, "10s", &[]));
+            let port = support::free_port();
+            let bind = format!("127.0.0.1:{port}");
+            replicas.insert(
+                name.to_string(),
+                start_with(name, &kubeconfig, SHARDS_HERE, "10s", &["--metrics-bind-address", &bind]),
+            );
+            ports.insert(name.to_string(), port);
         }
         let repos: Api<Repository> = Api::namespaced(client.clone(), FLEET);
         let repo: Repository = serde_json::from_value(json!({
@@ -671,6 +678,7 @@ fn a_commit_reaches_every_application_after_the_leader_dies(cluster: Cluster) {
             .find_map(|l| l.spec?.holder_identity.filter(|h| !h.is_empty()))
             .expect("a leader");
         let survivor = replicas.keys().find(|n| **n != leader).cloned().unwrap();
+        let before = http_get(ports[&survivor], "/metrics").unwrap_or_default();
         drop(replicas.remove(&leader));
         let killed_at = std::time::Instant::now();
         write_apps_of(&wt, N, "v2");
@@ -744,11 +752,20 @@ fn a_commit_reaches_every_application_after_the_leader_dies(cluster: Cluster) {
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
+        let on_v2 = killed_at.elapsed();
+        // What the survivor sent meanwhile, and how long its requests waited for the budget.
+        let after = http_get(ports[&survivor], "/metrics").unwrap_or_default();
+        let sent = |text: &str, verb: &str| sample(text, &format!("ksync_api_requests_total{{verb=\"{verb}\"}}"));
+        let verbs = ["get", "list", "watch", "dry_run", "create", "update", "patch", "delete"]
+            .map(|v| format!("{v} {}", sent(&after, v) - sent(&before, v)))
+            .join(", ");
+        let throttled = sample(&after, "ksync_api_throttle_seconds_sum") - sample(&before, "ksync_api_throttle_seconds_sum");
         eprintln!(
-            "leader killed: survivor held every shard after {:.1}s, Repository on v2 after {:.1}s, every Application on v2 after {:.1}s",
+            "leader killed: survivor held every shard after {:.1}s, Repository on v2 after {:.1}s, every Application on v2 after {:.1}s; \
+             the survivor sent {verbs}; its requests waited {throttled:.1}s in all for the budget",
             took_over.as_secs_f64(),
             resolved_at.as_secs_f64(),
-            killed_at.elapsed().as_secs_f64()
+            on_v2.as_secs_f64()
         );
         // The new leader deletes the dead replica's membership Lease once it has expired.
         eventually("the dead replica's membership Lease deleted", WAIT, || async {

@@ -300,6 +300,9 @@ impl Rollout<'_> {
             }
         };
         for (id, obj) in std::mem::take(&mut applied.objects) {
+            let (group, kind) =
+                id.split_once('/').map(|(g, rest)| (g, rest.split('/').next().unwrap_or_default())).unwrap_or_default();
+            self.ctx.echoes.applied(group, kind, id.clone(), obj["metadata"]["resourceVersion"].as_str());
             live.insert(id, obj);
         }
         // Record what we now manage before pruning, so a failed prune loses nothing.

@@ -160,6 +160,10 @@ pub struct Context {
     /// The resourceVersion of each Application's last status write by this replica: its watch
     /// event triggers no reconcile (nothing changed that the reconcile had not just seen).
     pub(super) own_writes: Mutex<HashMap<ObjectRef<Application>, String>>,
+    /// Our applies, so their watch events trigger no reconcile.
+    pub(super) echoes: super::echoes::Echoes,
+    /// Kinds each service account may not list across the cluster.
+    pub(super) narrow_lists: super::live::NarrowLists,
     pub(super) scopes: crate::watch::discovery::Snapshots,
     pub(super) clients: Mutex<HashMap<(String, String), Client>>,
     /// The commit each (URL, credential identity, `spec.source.revision`) last resolved to.
@@ -190,6 +194,8 @@ impl Context {
             inventory: Default::default(),
             repositories: Default::default(),
             own_writes: Default::default(),
+            echoes: Default::default(),
+            narrow_lists: Default::default(),
             scopes: Default::default(),
             clients: Default::default(),
             resolved: Default::default(),

@@ -217,7 +217,9 @@ async fn delete_managed(
         namespaces.remove(ns);
     }
     let mut found = live::Live::default();
-    live::read_managed(&sa, &scopes, &kinds, &inventory::selector(ns, name), &namespaces, &live::uncached, &mut found)
+    let who = format!("{ns}/{}", app.spec.service_account_name);
+    let search = live::Search { namespaces: &namespaces, narrow: Some((&ctx.narrow_lists, &who)) };
+    live::read_managed(&sa, &scopes, &kinds, &inventory::selector(ns, name), search, &live::uncached, &mut found)
         .await
         .map_err(|e| e.to_string())?;
     let mut managed = found.managed;

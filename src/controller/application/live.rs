@@ -260,6 +260,51 @@ async fn list_meta(
     }
 }
 
+/// How long a kind a service account may not list across the cluster is listed namespace by
+/// namespace without asking the cluster-wide list again (RBAC may be granted later).
+const NARROW_FOR: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// The kinds each service account may not list across the cluster (the API server answered
+/// 403), with when it said so: the next plans list them in each namespace at once instead of
+/// being refused first, one request fewer per kind and plan.
+#[derive(Default)]
+pub struct NarrowLists(std::sync::Mutex<std::collections::HashMap<(String, String, String), std::time::Instant>>);
+
+impl NarrowLists {
+    fn key(who: &str, r: &ApiResource) -> (String, String, String) {
+        (who.to_string(), r.group.clone(), r.kind.clone())
+    }
+
+    /// Whether `who` was refused the cluster-wide list of `r` less than [`NARROW_FOR`] ago.
+    fn refused(&self, who: &str, r: &ApiResource) -> bool {
+        let mut refused = self.0.lock().expect("narrow lists lock");
+        let key = Self::key(who, r);
+        match refused.get(&key) {
+            Some(at) if at.elapsed() < NARROW_FOR => true,
+            Some(_) => {
+                refused.remove(&key);
+                false
+            }
+            None => false,
+        }
+    }
+
+    fn note(&self, who: &str, r: &ApiResource) {
+        self.0.lock().expect("narrow lists lock").insert(Self::key(who, r), std::time::Instant::now());
+    }
+}
+
+/// Where managed objects are looked for: across the cluster, or, for a namespaced kind the
+/// service account may not list there, in each of `namespaces`. `narrow` remembers refusals
+/// for the service account it names.
+#[derive(Clone, Copy)]
+pub struct Search<'a> {
+    /// The namespaces to list in when the cluster-wide list is refused.
+    pub namespaces: &'a BTreeSet<String>,
+    /// Refusals remembered, and the service account (`namespace/name`) they are about.
+    pub narrow: Option<(&'a NarrowLists, &'a str)>,
+}
+
 /// Where a kind's managed objects can be found without a request: a watch cache's answer (with
 /// apiVersion and kind), or `None` to list them.
 pub type Cached<'a> = &'a (dyn Fn(&ApiResource) -> Option<Vec<Value>> + Sync);
@@ -277,10 +322,11 @@ pub async fn read_managed(
     scopes: &ClusterScopes,
     kinds: &[GroupVersionKind],
     selector: &str,
-    namespaces: &BTreeSet<String>,
+    search: Search<'_>,
     cached: Cached<'_>,
     out: &mut Live,
 ) -> Result<(), Error> {
+    let namespaces = search.namespaces;
     let requests: Vec<_> = kinds
         .iter()
         .map(|k| async move {
@@ -293,20 +339,30 @@ pub async fn read_managed(
             metrics::counter!("ksync_inventory_reads_total", "source" => "api").increment(1);
             let namespaced = crate::plan::validate::Scopes::namespaced(scopes, &k.group, &k.kind).unwrap_or(true);
             let all = Api::<DynamicObject>::all_with(client.clone(), r);
-            match list_meta(&all, selector, &mut found, r).await {
-                Ok(()) => return Ok(found),
-                Err(kube::Error::Api(s)) if s.code == 403 && namespaced => {}
-                Err(kube::Error::Api(s)) if s.code == 403 => {
-                    return Err(Error::Forbidden(format!("listing {} managed objects: {}", k.kind, s.message)));
+            // Refused across the cluster a moment ago: straight to the namespaces.
+            let narrow = namespaced && search.narrow.is_some_and(|(n, who)| n.refused(who, r));
+            if !narrow {
+                match list_meta(&all, selector, &mut found, r).await {
+                    Ok(()) => return Ok(found),
+                    Err(kube::Error::Api(s)) if s.code == 403 && namespaced => {
+                        if let Some((n, who)) = search.narrow {
+                            n.note(who, r);
+                        }
+                    }
+                    Err(kube::Error::Api(s)) if s.code == 403 => {
+                        return Err(Error::Forbidden(format!("listing {} managed objects: {}", k.kind, s.message)));
+                    }
+                    // A kind that is no longer served holds nothing.
+                    Err(kube::Error::Api(s)) if s.code == 404 => return Ok(found),
+                    Err(e) => return Err(e.into()),
                 }
-                // A kind that is no longer served holds nothing.
-                Err(kube::Error::Api(s)) if s.code == 404 => return Ok(found),
-                Err(e) => return Err(e.into()),
             }
             for ns in namespaces {
                 let api = Api::<DynamicObject>::namespaced_with(client.clone(), ns, r);
                 match list_meta(&api, selector, &mut found, r).await {
                     Ok(()) => {}
+                    // A kind that is no longer served holds nothing.
+                    Err(kube::Error::Api(s)) if s.code == 404 => return Ok(found),
                     Err(e @ kube::Error::Api(_)) if matches!(&e, kube::Error::Api(s) if s.code == 403) => {
                         return Err(Error::Forbidden(format!(
                             "listing {} managed objects in {ns}: {}",
@@ -336,14 +392,14 @@ pub async fn read(
     desired: &[Value],
     managed_kinds: &[GroupVersionKind],
     selector: &str,
-    namespaces: &BTreeSet<String>,
+    search: Search<'_>,
     adopt: bool,
     cached: Cached<'_>,
 ) -> Result<Live, Error> {
     let mut out = Live::default();
     read_desired(client, scopes, desired, adopt, &mut out).await?;
     let kinds = kinds_to_search(managed_kinds, desired);
-    read_managed(client, scopes, &kinds, selector, namespaces, cached, &mut out).await?;
+    read_managed(client, scopes, &kinds, selector, search, cached, &mut out).await?;
     Ok(out)
 }
 
@@ -351,6 +407,36 @@ pub async fn read(
 mod tests {
     use super::*;
     use kube::core::response::{StatusCause, StatusDetails};
+
+    #[test]
+    fn a_refusal_is_remembered_per_service_account_and_kind() {
+        let narrow = NarrowLists::default();
+        let cm = ApiResource {
+            group: String::new(),
+            version: "v1".into(),
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            plural: "configmaps".into(),
+        };
+        let deploy = ApiResource {
+            group: "apps".into(),
+            version: "v1".into(),
+            api_version: "apps/v1".into(),
+            kind: "Deployment".into(),
+            plural: "deployments".into(),
+        };
+        assert!(!narrow.refused("a/deployer", &cm));
+        narrow.note("a/deployer", &cm);
+        // (service account, kind, refused)
+        let cases = [("a/deployer", &cm, true), ("b/deployer", &cm, false), ("a/deployer", &deploy, false)];
+        for (who, r, refused) in cases {
+            assert_eq!(narrow.refused(who, r), refused, "{who} {}", r.kind);
+        }
+        // A refusal older than NARROW_FOR is asked again.
+        narrow.0.lock().unwrap().insert(NarrowLists::key("a/deployer", &cm), std::time::Instant::now() - NARROW_FOR);
+        assert!(!narrow.refused("a/deployer", &cm));
+        assert!(narrow.0.lock().unwrap().is_empty(), "an expired refusal is forgotten");
+    }
 
     #[test]
     fn conflicts_name_each_field_and_its_manager() {

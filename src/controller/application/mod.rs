@@ -39,6 +39,7 @@
 mod attempt;
 mod context;
 mod desired;
+mod echoes;
 mod finalize;
 pub mod live;
 mod planning;
@@ -172,10 +173,17 @@ pub async fn run_shard(
     ctx.progress.shard_stopped(shard, started);
 }
 
-/// Maps a managed object's watch event to its Application, counting the trigger.
-fn tracked<M: ResourceExt>(ctx: &Arc<Context>) -> impl Fn(M) -> Option<ObjectRef<Application>> + Send + Sync + 'static {
+/// Maps a managed object's watch event to its Application, counting the trigger. Our own
+/// apply coming back ([`echoes`]) triggers nothing.
+fn tracked<M: kube::Resource<DynamicType = ()>>(
+    ctx: &Arc<Context>,
+) -> impl Fn(M) -> Option<ObjectRef<Application>> + Send + Sync + 'static {
     let ctx = ctx.clone();
     move |m: M| {
+        let id = format!("{}/{}/{}/{}", M::group(&()), M::kind(&()), m.namespace().unwrap_or_default(), m.name_any());
+        if ctx.echoes.is_echo(&id, m.resource_version().as_deref()) {
+            return None;
+        }
         let r = watched::owner_app(&m)?;
         ctx.progress.triggered(&r);
         Some(r)
@@ -283,7 +291,8 @@ async fn plan_app(
     };
     let rev_name = identity::name(&identity);
     fenced(ctx, app)?;
-    let rev = revision::ensure_revision(ctx, app, ns, &rev_name, &source).await?;
+    let new = status.desired_revision.as_deref() != Some(rev_name.as_str());
+    let rev = revision::ensure_revision(ctx, app, ns, &rev_name, &source, new).await?;
     if let Some(previous) = status.desired_revision.clone().filter(|p| *p != rev_name) {
         revision::supersede(ctx, app, ns, &previous, &rev_name).await?;
     }

@@ -74,7 +74,9 @@ pub(super) async fn plan(
         let found = ctx.inventory.lookup(shard_key, &r.group, &r.kind, &selector)?;
         Some(found.into_iter().map(|m| json!({"apiVersion": r.api_version, "kind": r.kind, "metadata": m})).collect())
     };
-    let read = live::read(&sa_client, &scopes, &desired, &managed_kinds, &selector, &namespaces, adopt, &cached).await;
+    let who = format!("{ns}/{}", spec.service_account_name);
+    let search = live::Search { namespaces: &namespaces, narrow: Some((&ctx.narrow_lists, &who)) };
+    let read = live::read(&sa_client, &scopes, &desired, &managed_kinds, &selector, search, adopt, &cached).await;
     let live = match read {
         Ok(l) => l,
         Err(live::Error::Forbidden(m)) => {

@@ -18,16 +18,19 @@ use crate::api::names;
 use crate::api::revision::{self as rev, Revision, RevisionPhase, RevisionSource, RevisionSpec};
 use crate::plan::inventory;
 
-/// Step 3: the Revision of this identity, created when missing.
+/// Step 3: the Revision of this identity, created when missing. `new` (the Application does
+/// not desire it yet: a new commit or spec) tries the create first, since the Revision rarely
+/// exists then, and reads it only when the create finds it (409); otherwise it is read first.
 pub(super) async fn ensure_revision(
     ctx: &Context,
     app: &Application,
     ns: &str,
     rev_name: &str,
     source: &Source,
+    new: bool,
 ) -> Result<Revision, Error> {
     let api: Api<Revision> = Api::namespaced(ctx.client.clone(), ns);
-    if let Some(r) = api.get_opt(rev_name).await? {
+    if !new && let Some(r) = api.get_opt(rev_name).await? {
         return Ok(r);
     }
     let name = app.name_any();

@@ -1057,12 +1057,18 @@ mod replicas_split_the_shards_take_over_and_rebalance {
 /// Issue 18, item 9: a replica rendering large Helm charts keeps renewing its Leases on
 /// schedule. Six Applications render a chart of 300 ConfigMaps (about 18 MB of YAML) each, at
 /// once, on a replica with two runtime workers (`TOKIO_WORKER_THREADS=2`, so the test means
-/// the same on any machine) and 3 s Leases (a round every second). Every renewal the Lease
+/// the same on any machine) and 3 s Leases on simcluster (a round every second; 9 s on the
+/// real server, see below). Every renewal the Lease
 /// watch sees must come less than a Lease duration after the previous one: a later one means
 /// the Lease had expired and another replica could have taken the shard.
 fn lease_renewals_keep_their_schedule_during_large_renders(cluster: Cluster) {
     const APPS_HERE: usize = 6;
-    const LEASE: Duration = Duration::from_secs(3);
+    // The real API server on this loaded 2-core machine sometimes takes over a second to answer
+    // a Lease write (CI saw writes unanswered within 1 s for 20 s): 3 s Leases there would
+    // measure the server, not the replica. simcluster answers at once, so its 3 s stay strict.
+    let lease_secs = if cluster.sim().is_some() { 3 } else { 9 };
+    let lease_flag = format!("{lease_secs}s");
+    let lease_duration = Duration::from_secs(lease_secs);
     let server = GitServer::start();
     let url = server.create_repo("charts");
     let wt = WorkTree::clone(&url);
@@ -1090,7 +1096,7 @@ fn lease_renewals_keep_their_schedule_during_large_renders(cluster: Cluster) {
             .await;
         support::deployer_namespace(&client, FLEET).await;
         let kubeconfig = support::service_account_kubeconfig(&cluster, &client, dir.path(), SYSTEM, "ksync-big").await;
-        let _replica = start_env("ksync-big", &kubeconfig, 2, "3s", &[], &[("TOKIO_WORKER_THREADS", "2")]);
+        let _replica = start_env("ksync-big", &kubeconfig, 2, &lease_flag, &[], &[("TOKIO_WORKER_THREADS", "2")]);
         let leases: Api<Lease> = Api::namespaced(client.clone(), SYSTEM);
         eventually("the replica to hold both shards", WAIT, || async {
             (holders(&client).await.len() == 2).then_some(())
@@ -1147,8 +1153,8 @@ fn lease_renewals_keep_their_schedule_during_large_renders(cluster: Cluster) {
                 let gap = Duration::try_from(pair[1].duration_since(pair[0])).unwrap_or_default();
                 worst = worst.max(gap);
                 assert!(
-                    gap < LEASE,
-                    "{lease}: no renewal for {gap:?} (from {} to {}), longer than the Lease duration {LEASE:?}",
+                    gap < lease_duration,
+                    "{lease}: no renewal for {gap:?} (from {} to {}), longer than the Lease duration {lease_duration:?}",
                     pair[0],
                     pair[1]
                 );

@@ -213,6 +213,12 @@ impl Leases {
         }
     }
 
+    /// The Leases selected by `labels`, within [`Timing::request_timeout`].
+    async fn list(&self, labels: &str) -> Result<kube::core::ObjectList<Lease>> {
+        let params = kube::api::ListParams::default().labels(labels);
+        self.bounded("list", || format!("Leases labelled {labels}"), self.api.list(&params)).await
+    }
+
     /// Acquire or renew `name` (created labelled [`ROLE_LABEL`]`=role`). `Ok(None)`: someone
     /// else holds it (or won a race).
     pub async fn acquire(&self, name: &str, role: &str) -> Result<Option<Held>> {
@@ -338,13 +344,7 @@ impl Leases {
     /// assigned a dead one's shards after the membership Lease expired would otherwise wait
     /// a second duration).
     pub async fn holders(&self, labels: &str) -> Result<std::collections::BTreeMap<String, String>> {
-        let list = self
-            .bounded(
-                "list",
-                || format!("Leases labelled {labels}"),
-                self.api.list(&kube::api::ListParams::default().labels(labels)),
-            )
-            .await?;
+        let list = self.list(labels).await?;
         for l in &list.items {
             let holder = l.spec.as_ref().and_then(|s| s.holder_identity.as_deref()).unwrap_or_default();
             if !holder.is_empty() && !self.ours(l) {
@@ -364,13 +364,7 @@ impl Leases {
     /// Every Lease selected by `labels`, as this round sees it ([`Seen`]). Each one held by
     /// someone else is observed on the way, as in [`Leases::holders`].
     pub async fn census(&self, labels: &str) -> Result<Vec<Seen>> {
-        let list = self
-            .bounded(
-                "list",
-                || format!("Leases labelled {labels}"),
-                self.api.list(&kube::api::ListParams::default().labels(labels)),
-            )
-            .await?;
+        let list = self.list(labels).await?;
         let now = jiff::Timestamp::now();
         Ok(list
             .items
@@ -400,13 +394,7 @@ impl Leases {
     /// The holders of the Leases selected by `labels` that are live: renewed within their
     /// duration (wall clock: used only to pick members, never for fencing).
     pub async fn live_holders(&self, labels: &str) -> Result<Vec<String>> {
-        let list = self
-            .bounded(
-                "list",
-                || format!("Leases labelled {labels}"),
-                self.api.list(&kube::api::ListParams::default().labels(labels)),
-            )
-            .await?;
+        let list = self.list(labels).await?;
         let now = jiff::Timestamp::now();
         let mut out: Vec<String> = list
             .items

@@ -1,10 +1,21 @@
 //! The Kubernetes clients a replica makes requests with: one QPS/burst budget shared by all of
-//! them (`--kube-api-qps`, `--kube-api-burst`), and request metrics.
+//! them (`--kube-api-qps`, `--kube-api-burst`), bounded retries of `429 Too Many Requests`, and
+//! request metrics.
 //!
 //! The API server, not our CPU, is the first limit at scale: the budget keeps one replica from
 //! flooding it. A request waits for a token before it is sent (in the tower service's
 //! `poll_ready`, so the client's queue waits, not the caller's thread). Lease renewals use a
 //! client without the budget: a busy replica must never lose its shards for want of a token.
+//!
+//! An API server with API Priority and Fairness (on by default since Kubernetes 1.20) protects
+//! itself, per flow and fairly, and says so on every response with the
+//! `X-Kubernetes-PF-FlowSchema-UID` header. A client-side bucket in front of it only adds waiting:
+//! after a leader died, the survivor's 850 requests waited 10 to 15 s for tokens. So unless
+//! `--kube-api-qps` is given, the budget ([`Budget::until_priority_and_fairness`]) is lifted for
+//! every client of the replica at the first response carrying that header, as client-go and
+//! controller-runtime do. The server then answers overload with 429 and `Retry-After`, which
+//! [`TooManyRequests`] retries a few times; each retry waits for the budget and passes the fence
+//! again.
 //!
 //! Fencing: a request carrying a [`Fenced`] extension (every write a reconcile makes, see
 //! [`crate::apply::Writer`]) is checked in [`tower::Service::call`], after the budget let it go
@@ -20,6 +31,7 @@ use std::future::Future;
 use std::num::NonZeroU32;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -32,21 +44,55 @@ pub struct Budget {
     pub qps: f64,
     /// Requests that may be sent at once after a quiet period.
     pub burst: u32,
+    /// Whether the budget is lifted once the API server shows it applies API Priority and
+    /// Fairness (the `--kube-api-qps` default); `false` keeps it whatever the server does.
+    pub until_priority_and_fairness: bool,
 }
 
 impl Default for Budget {
     fn default() -> Self {
-        Budget { qps: 50.0, burst: 100 }
+        Budget { qps: 50.0, burst: 100, until_priority_and_fairness: false }
+    }
+}
+
+/// The response header by which an API server with API Priority and Fairness names the flow
+/// schema that classified the request.
+pub const FLOW_SCHEMA_HEADER: &str = "x-kubernetes-pf-flowschema-uid";
+
+/// The token bucket of a limited budget.
+struct Bucket {
+    rate: DefaultDirectRateLimiter,
+    until_priority_and_fairness: bool,
+    lifted: AtomicBool,
+}
+
+impl Bucket {
+    fn applies(&self) -> bool {
+        !self.lifted.load(Ordering::Relaxed)
+    }
+
+    /// Lifts the bucket when it yields to API Priority and Fairness and `headers` show it.
+    fn observe(&self, headers: &http::HeaderMap) {
+        if self.until_priority_and_fairness
+            && self.applies()
+            && headers.contains_key(FLOW_SCHEMA_HEADER)
+            && !self.lifted.swap(true, Ordering::Relaxed)
+        {
+            metrics::gauge!("ksync_api_budget_qps").set(0.0);
+            tracing::info!(
+                "the API server applies API Priority and Fairness: requests are no longer held to a client-side budget (--kube-api-qps keeps one)"
+            );
+        }
     }
 }
 
 /// A shared budget (cheap to clone); a tower [`tower::Layer`] for [`kube::client::ClientBuilder`].
 #[derive(Clone, Default)]
-pub struct Limiter(Option<Arc<DefaultDirectRateLimiter>>);
+pub struct Limiter(Option<Arc<Bucket>>);
 
 impl std::fmt::Debug for Limiter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(if self.0.is_some() { "Limiter(limited)" } else { "Limiter(unlimited)" })
+        f.write_str(if self.limits() { "Limiter(limited)" } else { "Limiter(unlimited)" })
     }
 }
 
@@ -54,12 +100,20 @@ impl Limiter {
     /// A budget of `budget`.
     pub fn new(budget: Budget) -> Limiter {
         if budget.qps <= 0.0 || !budget.qps.is_finite() {
+            metrics::gauge!("ksync_api_budget_qps").set(0.0);
             return Limiter(None);
         }
         let period = Duration::from_secs_f64(1.0 / budget.qps).max(Duration::from_nanos(1));
         let burst = NonZeroU32::new(budget.burst.max(1)).unwrap_or(NonZeroU32::MIN);
         let quota = Quota::with_period(period).map(|q| q.allow_burst(burst));
-        Limiter(quota.map(|q| Arc::new(RateLimiter::direct(q))))
+        metrics::gauge!("ksync_api_budget_qps").set(if quota.is_some() { budget.qps } else { 0.0 });
+        Limiter(quota.map(|q| {
+            Arc::new(Bucket {
+                rate: RateLimiter::direct(q),
+                until_priority_and_fairness: budget.until_priority_and_fairness,
+                lifted: AtomicBool::new(false),
+            })
+        }))
     }
 
     /// No budget.
@@ -67,10 +121,118 @@ impl Limiter {
         Limiter(None)
     }
 
-    /// A client for `config` whose requests draw on this budget (and are never retried by
-    /// the client: [`without_retries`]).
+    /// Whether requests still wait for tokens.
+    pub fn limits(&self) -> bool {
+        self.0.as_ref().is_some_and(|b| b.applies())
+    }
+
+    /// A client for `config` whose requests draw on this budget and whose `429 Too Many
+    /// Requests` answers are retried a few times ([`TooManyRequests`]); kube's own retries are
+    /// off ([`without_retries`]).
     pub fn client(&self, config: kube::Config) -> Result<kube::Client, kube::Error> {
-        Ok(kube::client::ClientBuilder::try_from(without_retries(config))?.with_layer(self).build())
+        let limiter = self.clone();
+        let layers = tower::layer::layer_fn(move |inner| stack(&limiter, TooManyRequests::default(), inner));
+        Ok(kube::client::ClientBuilder::try_from(without_retries(config))?.with_layer(&layers).build())
+    }
+}
+
+/// The service [`Limiter::client`] wraps around kube's: `retry` above the budget and the fence,
+/// so that each retry waits for a token and passes the fence again (`Retry` needs a cloneable
+/// service below it, hence the buffer).
+pub fn stack<S, R>(
+    limiter: &Limiter,
+    retry: TooManyRequests,
+    inner: S,
+) -> impl tower::Service<
+    http::Request<kube::client::Body>,
+    Response = http::Response<R>,
+    Error = BoxError,
+    Future = impl Future<Output = Result<http::Response<R>, BoxError>> + Send + use<S, R>,
+> + Clone
++ Send
++ use<S, R>
+where
+    S: tower::Service<http::Request<kube::client::Body>, Response = http::Response<R>> + Send + 'static,
+    S::Error: Into<BoxError>,
+    S::Future: Send + 'static,
+    R: Send + 'static,
+{
+    use tower::Layer;
+    let limited = limiter.layer(inner);
+    tower::retry::RetryLayer::new(retry).layer(tower::buffer::Buffer::new(limited, 1024))
+}
+
+/// Retries a request the API server answered `429 Too Many Requests` (API Priority and
+/// Fairness rejected it before doing anything), after the `Retry-After` it names.
+///
+/// Contract: only 429 is retried, never 5xx (a broken aggregated API answering 503 must fail
+/// the step, not hold it); at most [`TooManyRequests::RETRIES`] times; each wait is
+/// `Retry-After` (1 s when absent or unreadable) capped at [`TooManyRequests::MAX_WAIT`]; a
+/// retry is a new request to the layers below, so it waits for the budget and is refused once
+/// its fence closed.
+#[derive(Clone, Copy, Debug)]
+pub struct TooManyRequests {
+    left: u32,
+    max_wait: Duration,
+}
+
+impl TooManyRequests {
+    /// Retries of one request.
+    pub const RETRIES: u32 = 5;
+    /// The longest wait before a retry, whatever `Retry-After` says.
+    pub const MAX_WAIT: Duration = Duration::from_secs(10);
+
+    /// The policy with waits capped at `max_wait` instead of [`Self::MAX_WAIT`].
+    pub fn with_max_wait(max_wait: Duration) -> TooManyRequests {
+        TooManyRequests { left: Self::RETRIES, max_wait }
+    }
+
+    /// How long to wait before retrying an answer with these `headers`.
+    pub fn wait_of(&self, headers: &http::HeaderMap) -> Duration {
+        headers
+            .get(http::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map_or(Duration::from_secs(1), Duration::from_secs)
+            .min(self.max_wait)
+    }
+}
+
+impl Default for TooManyRequests {
+    fn default() -> Self {
+        TooManyRequests::with_max_wait(Self::MAX_WAIT)
+    }
+}
+
+impl<Res> tower::retry::Policy<http::Request<kube::client::Body>, http::Response<Res>, BoxError> for TooManyRequests {
+    type Future = tokio::time::Sleep;
+
+    fn retry(
+        &mut self,
+        _request: &mut http::Request<kube::client::Body>,
+        result: &mut Result<http::Response<Res>, BoxError>,
+    ) -> Option<Self::Future> {
+        match result {
+            Ok(response) if response.status() == http::StatusCode::TOO_MANY_REQUESTS && self.left > 0 => {
+                self.left -= 1;
+                metrics::counter!("ksync_api_retries_total").increment(1);
+                Some(tokio::time::sleep(self.wait_of(response.headers())))
+            }
+            _ => None,
+        }
+    }
+
+    fn clone_request(
+        &mut self,
+        request: &http::Request<kube::client::Body>,
+    ) -> Option<http::Request<kube::client::Body>> {
+        let mut copy = http::Request::new(request.body().try_clone()?);
+        *copy.method_mut() = request.method().clone();
+        *copy.uri_mut() = request.uri().clone();
+        *copy.version_mut() = request.version();
+        *copy.headers_mut() = request.headers().clone();
+        *copy.extensions_mut() = request.extensions().clone();
+        Some(copy)
     }
 }
 
@@ -149,12 +311,12 @@ pub struct Limited<S> {
     permitted: bool,
 }
 
-impl<S, B> tower::Service<http::Request<B>> for Limited<S>
+impl<S, B, R> tower::Service<http::Request<B>> for Limited<S>
 where
-    S: tower::Service<http::Request<B>>,
+    S: tower::Service<http::Request<B>, Response = http::Response<R>>,
     S::Error: Into<BoxError>,
     S::Future: Send + 'static,
-    S::Response: Send + 'static,
+    R: Send + 'static,
 {
     type Response = S::Response;
     type Error = BoxError;
@@ -162,11 +324,11 @@ where
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         if !self.permitted {
-            if let Some(limiter) = self.limiter.0.clone() {
+            if let Some(bucket) = self.limiter.0.clone().filter(|b| b.applies()) {
                 let wait = self.wait.get_or_insert_with(|| {
                     Box::pin(async move {
                         let started = Instant::now();
-                        limiter.until_ready().await;
+                        bucket.rate.until_ready().await;
                         metrics::histogram!("ksync_api_throttle_seconds").record(started.elapsed().as_secs_f64());
                     })
                 });
@@ -194,8 +356,9 @@ where
         };
         metrics::counter!("ksync_api_requests_total", "verb" => verb_of(&request)).increment(1);
         let sent = self.inner.call(request);
+        let bucket = self.limiter.0.clone();
         Box::pin(async move {
-            match deadline {
+            let answered = match deadline {
                 None => sent.await.map_err(Into::into),
                 Some(until) => match tokio::time::timeout_at(until.into(), sent).await {
                     Ok(r) => r.map_err(Into::into),
@@ -204,7 +367,11 @@ where
                         Err(Box::new(FenceDeadline) as BoxError)
                     }
                 },
+            };
+            if let (Some(bucket), Ok(response)) = (&bucket, &answered) {
+                bucket.observe(response.headers());
             }
+            answered
         })
     }
 }
@@ -266,6 +433,10 @@ mod tests {
         assert_eq!(verb_of(&req("POST", "/api/v1/namespaces/a/configmaps")), "create");
     }
 
+    type Answer = http::Response<()>;
+    /// Statuses a scripted server answers with, and their `Retry-After`.
+    type Script = &'static [(u16, Option<&'static str>)];
+
     /// An inner service counting the requests it was given; each answers after `delay`.
     fn counting(
         delay: Duration,
@@ -273,9 +444,9 @@ mod tests {
         Arc<std::sync::atomic::AtomicUsize>,
         impl tower::Service<
             http::Request<()>,
-            Response = (),
+            Response = Answer,
             Error = BoxError,
-            Future = impl Future<Output = Result<(), BoxError>> + Send + 'static,
+            Future = impl Future<Output = Result<Answer, BoxError>> + Send + 'static,
         >,
     ) {
         let sent = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -284,7 +455,7 @@ mod tests {
             seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             async move {
                 tokio::time::sleep(delay).await;
-                Ok::<(), BoxError>(())
+                Ok::<_, BoxError>(http::Response::new(()))
             }
         });
         (sent, svc)
@@ -321,7 +492,7 @@ mod tests {
             };
             let got = svc.ready().await.unwrap().call(request).await;
             let outcome = match &got {
-                Ok(()) => "ok",
+                Ok(_) => "ok",
                 Err(e) if e.is::<FenceClosed>() => "closed",
                 Err(e) if e.is::<FenceDeadline>() => "deadline",
                 Err(_) => "other",
@@ -340,7 +511,7 @@ mod tests {
             o.load(std::sync::atomic::Ordering::SeqCst).then(|| Instant::now() + Duration::from_secs(60))
         });
         let (sent, inner) = counting(Duration::ZERO);
-        let limiter = Limiter::new(Budget { qps: 5.0, burst: 1 });
+        let limiter = Limiter::new(Budget { qps: 5.0, burst: 1, ..Budget::default() });
         let mut svc = limiter.layer(inner);
         svc.ready().await.unwrap().call(fenced("PATCH", fence.clone())).await.unwrap();
         // The next token comes in 200 ms: the fence closes meanwhile.
@@ -353,8 +524,8 @@ mod tests {
 
     #[tokio::test]
     async fn the_budget_spaces_requests_after_the_burst() {
-        let limiter = Limiter::new(Budget { qps: 2.0, burst: 2 });
-        let l = limiter.0.clone().unwrap();
+        let limiter = Limiter::new(Budget { qps: 2.0, burst: 2, ..Budget::default() });
+        let l = &limiter.0.as_ref().unwrap().rate;
         // The burst is available at once; the next token comes after 1/qps.
         assert!(l.check().is_ok());
         assert!(l.check().is_ok());
@@ -362,6 +533,133 @@ mod tests {
         let started = Instant::now();
         l.until_ready().await;
         assert!(started.elapsed() >= Duration::from_millis(100), "waited {:?}", started.elapsed());
-        assert!(Limiter::new(Budget { qps: 0.0, burst: 1 }).0.is_none());
+        assert!(Limiter::new(Budget { qps: 0.0, burst: 1, ..Budget::default() }).0.is_none());
+    }
+
+    /// The default budget yields to API Priority and Fairness, an explicit one never does: one
+    /// row per (budget, does the answer carry the flow-schema header, still limited after?).
+    #[tokio::test]
+    async fn the_default_budget_is_lifted_by_an_api_server_with_priority_and_fairness() {
+        use tower::{Layer, Service, ServiceExt};
+        let yielding = Budget { until_priority_and_fairness: true, ..Budget::default() };
+        let explicit = Budget::default();
+        let cases = [
+            ("default budget, APF server", yielding, true, false),
+            ("default budget, server without APF", yielding, false, true),
+            ("explicit budget, APF server", explicit, true, true),
+            ("explicit budget, server without APF", explicit, false, true),
+        ];
+        for (what, budget, header, want_limited) in cases {
+            let limiter = Limiter::new(budget);
+            assert!(limiter.limits(), "{what}: limited before any answer");
+            let inner = tower::service_fn(move |_r: http::Request<()>| async move {
+                let mut response = http::Response::new(());
+                if header {
+                    response.headers_mut().insert(FLOW_SCHEMA_HEADER, http::HeaderValue::from_static("uid"));
+                }
+                Ok::<_, BoxError>(response)
+            });
+            let mut svc = limiter.layer(inner);
+            svc.ready().await.unwrap().call(req("GET", "/api/v1/namespaces/a/configmaps/x")).await.unwrap();
+            assert_eq!(limiter.limits(), want_limited, "{what}");
+            // Every client of the replica shares the budget, so all of them are lifted.
+            assert_eq!(limiter.clone().limits(), want_limited, "{what}: a clone");
+        }
+    }
+
+    /// A server answering each request from a script of statuses (the last repeats), counting
+    /// what it was sent, behind the stack [`Limiter::client`] builds.
+    fn scripted<F: Fn() + Clone + Send + 'static>(
+        limiter: Limiter,
+        statuses: Script,
+        on_send: F,
+    ) -> (
+        Arc<std::sync::atomic::AtomicUsize>,
+        impl tower::Service<http::Request<kube::client::Body>, Response = http::Response<()>, Error = BoxError> + use<F>,
+    ) {
+        let sent = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let seen = sent.clone();
+        let inner = tower::service_fn(move |_r: http::Request<kube::client::Body>| {
+            let n = seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            on_send();
+            let (code, retry_after) = statuses[n.min(statuses.len() - 1)];
+            async move {
+                let mut response = http::Response::new(());
+                *response.status_mut() = http::StatusCode::from_u16(code).unwrap();
+                if let Some(after) = retry_after {
+                    response.headers_mut().insert(http::header::RETRY_AFTER, http::HeaderValue::from_static(after));
+                }
+                Ok::<_, BoxError>(response)
+            }
+        });
+        // Waits of at most 10 ms keep the table quick; `wait_of` is tested on its own.
+        (sent, stack(&limiter, TooManyRequests::with_max_wait(Duration::from_millis(10)), inner))
+    }
+
+    fn body_request(fence: Option<Fenced>) -> http::Request<kube::client::Body> {
+        let mut r = http::Request::builder()
+            .method("PATCH")
+            .uri("/api/v1/namespaces/a/configmaps/x")
+            .body(kube::client::Body::from(b"{}".to_vec()))
+            .unwrap();
+        if let Some(f) = fence {
+            r.extensions_mut().insert(f);
+        }
+        r
+    }
+
+    /// The contract of [`TooManyRequests`], one row per case: (answers, requests sent, final
+    /// status).
+    #[tokio::test]
+    async fn only_too_many_requests_is_retried_a_few_times_after_retry_after() {
+        use tower::ServiceExt;
+        let max = TooManyRequests::RETRIES as usize + 1;
+        let cases: Vec<(&str, Script, usize, u16)> = vec![
+            ("answered", &[(200, None)], 1, 200),
+            ("429 once, then answered", &[(429, Some("1")), (200, None)], 2, 200),
+            ("429 without Retry-After", &[(429, None), (200, None)], 2, 200),
+            ("429 every time: given up", &[(429, Some("1"))], max, 429),
+            ("503 is not retried", &[(503, None), (200, None)], 1, 503),
+            ("504 is not retried", &[(504, None), (200, None)], 1, 504),
+            ("409 is not retried", &[(409, None), (200, None)], 1, 409),
+        ];
+        for (what, statuses, want_sent, want_status) in cases {
+            let (sent, svc) = scripted(Limiter::unlimited(), statuses, || {});
+            let got = svc.oneshot(body_request(None)).await.unwrap();
+            assert_eq!(
+                (sent.load(std::sync::atomic::Ordering::SeqCst), got.status().as_u16()),
+                (want_sent, want_status),
+                "{what}"
+            );
+        }
+        let policy = TooManyRequests::default();
+        let wait = |v: &'static str| {
+            let mut h = http::HeaderMap::new();
+            h.insert(http::header::RETRY_AFTER, http::HeaderValue::from_static(v));
+            policy.wait_of(&h)
+        };
+        assert_eq!(wait("2"), Duration::from_secs(2));
+        assert_eq!(wait("86400"), TooManyRequests::MAX_WAIT, "a server cannot park a request for a day");
+        assert_eq!(wait("Wed, 21 Oct 2026 07:28:00 GMT"), Duration::from_secs(1));
+        assert_eq!(policy.wait_of(&http::HeaderMap::new()), Duration::from_secs(1));
+    }
+
+    /// A retry passes the fence again: a fence that closed while the server answered 429 (or
+    /// during `Retry-After`) stops it.
+    #[tokio::test]
+    async fn a_retry_after_the_fence_closed_is_not_sent() {
+        use tower::ServiceExt;
+        let open = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let o = open.clone();
+        let fence = Fenced::new(move || {
+            o.load(std::sync::atomic::Ordering::SeqCst).then(|| Instant::now() + Duration::from_secs(60))
+        });
+        let close = open.clone();
+        let (sent, svc) = scripted(Limiter::unlimited(), &[(429, Some("1")), (200, None)], move || {
+            close.store(false, std::sync::atomic::Ordering::SeqCst)
+        });
+        let got = svc.oneshot(body_request(Some(fence))).await;
+        assert!(got.is_err_and(|e| e.is::<FenceClosed>()));
+        assert_eq!(sent.load(std::sync::atomic::Ordering::SeqCst), 1);
     }
 }

@@ -86,9 +86,34 @@ pub async fn handle(state: Arc<State>, req: Request<Body>) -> Response<Body> {
     };
     let path = parts.uri.path().to_string();
     let enc = req.accept.iter().find_map(Encoding::of).unwrap_or(Encoding::Json);
-    match route(&state, &req, &path).await {
+    let mut response = match route(&state, &req, &path).await {
         Ok(out) => out,
         Err(e) => error_response(&e, enc),
+    };
+    // API Priority and Fairness classifies every authenticated request (after impersonation,
+    // before authorization), and names its flow schema and priority level on the answer.
+    let (schema, level) = flow_schema_of(&req.user, &path);
+    let headers = response.headers_mut();
+    headers.insert("X-Kubernetes-PF-FlowSchema-UID", HeaderValue::from_static(schema));
+    headers.insert("X-Kubernetes-PF-PriorityLevel-UID", HeaderValue::from_static(level));
+    response
+}
+
+/// The UIDs of the default flow schema and priority level (v1.36's suggested configuration)
+/// that classify a request of `user` to `path`. UIDs are fixed here; a real cluster makes its own.
+fn flow_schema_of(user: &crate::rbac::UserInfo, path: &str) -> (&'static str, &'static str) {
+    const EXEMPT_LEVEL: &str = "5d1e4c6a-0000-4000-8000-00000000e1e0";
+    let probe = matches!(path.trim_start_matches('/').split('/').next(), Some("healthz" | "livez" | "readyz"));
+    if crate::auth::is_admin(user) {
+        ("5d1e4c6a-0000-4000-8000-0000000e1e01", EXEMPT_LEVEL)
+    } else if probe {
+        ("5d1e4c6a-0000-4000-8000-00000000b0be", EXEMPT_LEVEL)
+    } else if user.name.starts_with("system:serviceaccount:kube-system:") {
+        ("5d1e4c6a-0000-4000-8000-0000005a0001", "5d1e4c6a-0000-4000-8000-00000000a1f1")
+    } else if user.name.starts_with("system:serviceaccount:") {
+        ("5d1e4c6a-0000-4000-8000-0000005a0002", "5d1e4c6a-0000-4000-8000-00000000a1f2")
+    } else {
+        ("5d1e4c6a-0000-4000-8000-000000009d0f", "5d1e4c6a-0000-4000-8000-000000009d1f")
     }
 }
 

@@ -116,9 +116,10 @@ pub struct RunArgs {
 
     /// Sustained Kubernetes API requests per second of this replica, for every client it makes
     /// (its own and the Applications' service accounts); 0 for no limit. Lease renewals are
-    /// not counted.
-    #[arg(long, env = "KSYNC_KUBE_API_QPS", default_value_t = 50.0)]
-    pub kube_api_qps: f64,
+    /// not counted. Default: 50 until the API server shows it applies API Priority and
+    /// Fairness, then no limit (the server's fairness applies instead).
+    #[arg(long, env = "KSYNC_KUBE_API_QPS")]
+    pub kube_api_qps: Option<f64>,
 
     /// Kubernetes API requests this replica may send at once after a quiet period.
     #[arg(long, env = "KSYNC_KUBE_API_BURST", default_value_t = 100)]
@@ -203,8 +204,9 @@ fn run_controllers(args: RunArgs) -> Result<()> {
             .map(crate::client::without_retries)
             .map_err(|e| Error::Startup(format!("loading the Kubernetes client configuration: {e}")))?;
         let limiter = crate::client::Limiter::new(crate::client::Budget {
-            qps: args.kube_api_qps,
+            qps: args.kube_api_qps.unwrap_or(crate::client::Budget::default().qps),
             burst: args.kube_api_burst,
+            until_priority_and_fairness: args.kube_api_qps.is_none(),
         });
         let client = limiter
             .client(kube_config.clone())

@@ -587,6 +587,16 @@ fn a_hand_over_that_does_not_drain_holds_up_no_renewal(cluster: Cluster) {
 /// SIGKILL of the replica holding the leader Lease, a new commit and a reconcile request on the
 /// Repository. The commit must reach every Application once the survivor holds the Leases.
 fn a_commit_reaches_every_application_after_the_leader_dies(cluster: Cluster) {
+    a_commit_reaches_every_application_after_a_replica_dies(cluster, true)
+}
+
+/// The same sequence, killing the replica that does not lead: the leader keeps the Repository
+/// and takes the dead replica's shards once their Leases expire.
+fn a_commit_reaches_every_application_after_a_follower_dies(cluster: Cluster) {
+    a_commit_reaches_every_application_after_a_replica_dies(cluster, false)
+}
+
+fn a_commit_reaches_every_application_after_a_replica_dies(cluster: Cluster, kill_leader: bool) {
     const N: usize = 40;
     const SHARDS_HERE: u32 = 8;
     let server = GitServer::start();
@@ -667,7 +677,7 @@ fn a_commit_reaches_every_application_after_the_leader_dies(cluster: Cluster) {
             .await;
         }
 
-        // SIGKILL the leader; a new commit and a reconcile request on the Repository.
+        // SIGKILL one replica; a new commit and a reconcile request on the Repository.
         let leases: Api<Lease> = Api::namespaced(client.clone(), SYSTEM);
         let leader = leases
             .list(&ListParams::default().labels("sync.kuvryn.io/lease-role=leader"))
@@ -677,9 +687,10 @@ fn a_commit_reaches_every_application_after_the_leader_dies(cluster: Cluster) {
             .into_iter()
             .find_map(|l| l.spec?.holder_identity.filter(|h| !h.is_empty()))
             .expect("a leader");
-        let survivor = replicas.keys().find(|n| **n != leader).cloned().unwrap();
+        let follower = replicas.keys().find(|n| **n != leader).cloned().unwrap();
+        let (killed, survivor) = if kill_leader { (leader, follower) } else { (follower, leader) };
         let before = http_get(ports[&survivor], "/metrics").unwrap_or_default();
-        drop(replicas.remove(&leader));
+        drop(replicas.remove(&killed));
         let killed_at = std::time::Instant::now();
         write_apps_of(&wt, N, "v2");
         let v2 = wt.commit_and_push("v2");
@@ -761,15 +772,19 @@ fn a_commit_reaches_every_application_after_the_leader_dies(cluster: Cluster) {
             .join(", ");
         let throttled = sample(&after, "ksync_api_throttle_seconds_sum") - sample(&before, "ksync_api_throttle_seconds_sum");
         eprintln!(
-            "leader killed: survivor held every shard after {:.1}s, Repository on v2 after {:.1}s, every Application on v2 after {:.1}s; \
+            "{} killed: survivor held every shard after {:.1}s, Repository on v2 after {:.1}s, every Application on v2 after {:.1}s; \
              the survivor sent {verbs}; its requests waited {throttled:.1}s in all for the budget",
+            if kill_leader { "leader" } else { "follower" },
             took_over.as_secs_f64(),
             resolved_at.as_secs_f64(),
             on_v2.as_secs_f64()
         );
+        // Both servers apply API Priority and Fairness: the default budget was lifted.
+        let budget: Vec<&str> = after.lines().filter(|l| l.starts_with("ksync_api_budget_qps")).collect();
+        assert_eq!(budget, ["ksync_api_budget_qps 0"], "the survivor's client-side budget");
         // The new leader deletes the dead replica's membership Lease once it has expired.
         eventually("the dead replica's membership Lease deleted", WAIT, || async {
-            let gone = leases.get_opt(&format!("kuvryn-sync-member-{leader}")).await.ok()?.is_none();
+            let gone = leases.get_opt(&format!("kuvryn-sync-member-{killed}")).await.ok()?.is_none();
             gone.then_some(())
         })
         .await;
@@ -911,6 +926,7 @@ fn a_replica_with_another_shard_count_waits_until_the_old_ones_are_gone(cluster:
 crate::both!(
     a_replica_with_another_shard_count_waits_until_the_old_ones_are_gone,
     a_commit_reaches_every_application_after_the_leader_dies,
+    a_commit_reaches_every_application_after_a_follower_dies,
     a_hand_over_that_does_not_drain_holds_up_no_renewal,
     a_shard_still_draining_is_not_started_again,
     an_orphaned_shard_is_reported_on_its_applications,

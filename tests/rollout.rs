@@ -834,6 +834,7 @@ fn a_prune_deletes_only_the_object_it_listed(cluster: Cluster) {
                 more_changed: 0,
                 warnings: Vec::new(),
                 conflicts: Vec::new(),
+                wave: 0,
             })
             .collect();
         let doomed = Plan { entries, digest: String::new() };

@@ -2,7 +2,7 @@
 //! policy, health timeout, history, failure policy, dependencies and deletion policy.
 //!
 //! Not yet implemented (accepted and ignored by the controller): `spec.dependsOn`,
-//! `spec.strategy` (waves and hooks), `failurePolicy.action: rollback` (handled as `pause`);
+//! `spec.strategy.hooks`, `failurePolicy.action: rollback` (handled as `pause`);
 //! never written: `status.diagnosis` and the `DependenciesReady` condition.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -74,7 +74,7 @@ pub struct ApplicationSpec {
     pub depends_on: Vec<LocalObjectReference>,
 
     /// Rollout strategy: waves and hooks. Part of what a manual approval is bound to.
-    /// Not yet implemented: accepted and ignored (no waves, no hooks, no approvals).
+    /// Hooks are not yet implemented (accepted and ignored), nor are approvals.
     #[serde(default)]
     pub strategy: Strategy,
 
@@ -375,13 +375,12 @@ fn default_backoff_max() -> String {
     "5m".into()
 }
 
-/// Rollout strategy. Not yet implemented: accepted and ignored.
+/// Rollout strategy.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct Strategy {
     /// Apply in waves (`sync.kuvryn.io/sync-wave`), each Healthy before the next; `false`
-    /// applies everything in one group (still in kind order). Not yet implemented: accepted and
-    /// ignored; every object is in wave 0.
+    /// applies everything in one group (still in kind order), every object in wave 0.
     #[serde(default = "yes")]
     pub waves: bool,
     /// Run sync hooks (`sync.kuvryn.io/hook`); `false` skips hook objects. Not yet implemented:

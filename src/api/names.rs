@@ -2,7 +2,7 @@
 //! condition reasons and Event reasons. Controllers, the CLI, the webhook and tests use these
 //! constants and never spell a name inline (see `docs/api.md` for what each one means).
 //!
-//! Some names belong to features that are Not yet implemented (the admission webhook, waves,
+//! Some names belong to features that are Not yet implemented (the admission webhook,
 //! hooks, manual approval, rollback, dependencies, HealthCheck evaluation); their constants say
 //! so, and nothing reads or writes them yet.
 
@@ -48,8 +48,8 @@ pub mod annotations {
     pub const PRUNE: &str = "sync.kuvryn.io/prune";
     /// Value of [`PRUNE`] that keeps a resource from ever being pruned.
     pub const PRUNE_DISABLED: &str = "disabled";
-    /// Rollout ordering: the wave (an integer, default 0) of a desired object. Not yet implemented:
-    /// ignored (every object is in wave 0).
+    /// Rollout ordering: the wave (an integer, default 0, negative allowed) of a desired object;
+    /// each wave is applied, and must be Healthy, before the next higher one.
     pub const SYNC_WAVE: &str = "sync.kuvryn.io/sync-wave";
     /// Marks a desired object as a sync hook: `PreSync`, `Sync`, `PostSync` or `SyncFail`.
     /// Not yet implemented: ignored (a hook object is applied as an ordinary object).

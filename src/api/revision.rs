@@ -3,8 +3,8 @@
 //! Written only by the controller; bounded and redacted so it suits CLIs, Events and dashboards.
 //!
 //! Not yet implemented (never written by the controller): `status.conditions` (no condition is
-//! set on Revisions yet, `RolledBack` included), `status.approval`, `status.plan.warnings`
-//! (always empty), and plan entries' `wave` (always 0).
+//! set on Revisions yet, `RolledBack` included), `status.approval` and `status.plan.warnings`
+//! (always empty).
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, KubeSchema};
@@ -209,7 +209,8 @@ pub struct PlanEntry {
     pub version: String,
     /// What happens to it.
     pub action: PlanAction,
-    /// Rollout wave. Not yet implemented: always 0 (omitted).
+    /// Rollout wave (`sync.kuvryn.io/sync-wave`; 0, omitted, when absent or when
+    /// `spec.strategy.waves` is false).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub wave: i32,
     /// Changed field paths (`spec.template.spec.containers[name=api].image`), the first 32.
@@ -289,6 +290,14 @@ pub struct Attempt {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 80))]
     pub plan_digest: Option<String>,
+    /// The wave applied last, when the plan has several (`sync.kuvryn.io/sync-wave`): the
+    /// attempt waits for it, and every lower wave, to be Healthy before applying the next.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wave: Option<i32>,
+    /// When that wave was applied: its health wait counts from here against
+    /// `spec.health.timeout`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wave_started_at: Option<Time>,
 }
 
 /// Outcome of an attempt.

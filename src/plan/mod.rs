@@ -2,7 +2,7 @@
 //!
 //! - [`validate`]: the desired state is well-formed and inside the Application's destination;
 //! - [`diff`]: normalized comparison of desired and live objects (only managed fields);
-//! - [`order`]: the static apply order;
+//! - [`order`]: the static apply order within a wave;
 //! - [`build`]: the deterministic plan and its digest;
 //! - [`inventory`]: the labels of managed objects and history retention;
 //! - [`deletion`]: what deleting an Application deletes, and what it keeps (Namespaces and
@@ -79,10 +79,35 @@ pub struct Entry {
     /// Fields taken from other managers (conflict policy `adopt`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conflicts: Vec<Conflict>,
+    /// The rollout wave ([`wave_of`]; 0 for every entry when waves are off). Left out of the
+    /// canonical JSON when 0, so plans without waves keep their digests.
+    #[serde(default, skip_serializing_if = "is_wave_zero")]
+    pub wave: i32,
 }
 
 fn is_zero(n: &usize) -> bool {
     *n == 0
+}
+
+fn is_wave_zero(n: &i32) -> bool {
+    *n == 0
+}
+
+/// The wave of `obj`: its `sync.kuvryn.io/sync-wave` annotation, an integer (negative allowed,
+/// surrounding spaces ignored), 0 when absent. A wave applies, and must be Healthy, before the
+/// next higher one; prune deletes higher waves first.
+pub fn wave_of(obj: &Value) -> Result<i32, String> {
+    match &obj["metadata"]["annotations"][names::annotations::SYNC_WAVE] {
+        Value::Null => Ok(0),
+        Value::String(s) => s.trim().parse::<i32>().map_err(|_| {
+            format!(
+                "annotation {}: {:?} is not a wave (an integer such as -1, 0 or 5)",
+                names::annotations::SYNC_WAVE,
+                revision::bounded(s, 64)
+            )
+        }),
+        other => Err(format!("annotation {}: {other} is not a string", names::annotations::SYNC_WAVE)),
+    }
 }
 
 /// A deterministic plan.
@@ -96,6 +121,14 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// The waves of the objects the rollout applies or keeps (not those it deletes), lowest
+    /// first.
+    pub fn waves(&self) -> Vec<i32> {
+        let waves: std::collections::BTreeSet<i32> =
+            self.entries.iter().filter(|e| e.action != Action::Delete).map(|e| e.wave).collect();
+        waves.into_iter().collect()
+    }
+
     /// Count of entries per action.
     pub fn counts(&self) -> BTreeMap<Action, usize> {
         let mut m = BTreeMap::new();
@@ -120,6 +153,8 @@ pub struct Inputs {
     pub prune: bool,
     /// Conflicting fields per identity (conflict policy `adopt`).
     pub conflicts: BTreeMap<String, Vec<Conflict>>,
+    /// Every object in one wave (`spec.strategy.waves: false`).
+    pub one_wave: bool,
 }
 
 /// Kinds prune never deletes: losing them loses data or other workloads' state.
@@ -154,8 +189,9 @@ fn opted_out(obj: &Value) -> bool {
     obj["metadata"]["annotations"][names::annotations::PRUNE] == names::annotations::PRUNE_DISABLED
 }
 
-fn sort_key(e: &Entry) -> (u8, String, String, String, String) {
+fn sort_key(e: &Entry) -> (i32, u8, String, String, String, String) {
     (
+        e.wave,
         order::rank(&e.group, &e.kind, !e.namespace.is_empty()),
         e.group.clone(),
         e.kind.clone(),
@@ -164,9 +200,12 @@ fn sort_key(e: &Entry) -> (u8, String, String, String, String) {
     )
 }
 
-/// Build the plan for validated `desired` objects. The same inputs in any order give a
-/// byte-identical plan and digest.
+/// Build the plan for validated `desired` objects: applies by wave, then by kind
+/// ([`order::rank`]); deletes the other way round, higher waves first. The same inputs in any
+/// order give a byte-identical plan and digest.
 pub fn build(desired: &[Value], inputs: &Inputs) -> Plan {
+    // Validation refused bad wave annotations; a pruned object's may be anything.
+    let wave = |o: &Value| if inputs.one_wave { 0 } else { wave_of(o).unwrap_or(0) };
     let mut applies = Vec::new();
     let mut wanted = std::collections::BTreeSet::new();
     for d in desired {
@@ -196,6 +235,7 @@ pub fn build(desired: &[Value], inputs: &Inputs) -> Plan {
             more_changed,
             warnings: Vec::new(),
             conflicts,
+            wave: wave(d),
         });
     }
     applies.sort_by_key(sort_key);
@@ -223,6 +263,7 @@ pub fn build(desired: &[Value], inputs: &Inputs) -> Plan {
             more_changed: 0,
             warnings: Vec::new(),
             conflicts: Vec::new(),
+            wave: wave(m),
         };
         if !inputs.prune {
             continue;

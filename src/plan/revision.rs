@@ -113,7 +113,7 @@ pub fn stored(plan: &Plan, adopt: bool) -> rev::Plan {
                 Action::Unchanged => PlanAction::Unchanged,
                 Action::Delete => PlanAction::Delete,
             },
-            wave: 0,
+            wave: e.wave,
             fields,
             warning: (!e.warnings.is_empty()).then(|| bounded(&e.warnings.join("; "), 1024)),
             conflicts: if adopt { Vec::new() } else { owners.clone() },

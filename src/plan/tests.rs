@@ -32,6 +32,9 @@ fn show(e: &Entry) -> String {
         s.push_str(&format!("{}/", e.namespace));
     }
     s.push_str(&e.name);
+    if e.wave != 0 {
+        s.push_str(&format!(" (wave {})", e.wave));
+    }
     if !e.changed.is_empty() {
         s.push_str(&format!(" {}", e.changed.join(",")));
     }
@@ -170,4 +173,48 @@ fn conflicts_are_listed_sorted() {
     let plan = build(&desired, &Inputs { conflicts: BTreeMap::from([(id, conflicts)]), ..Default::default() });
     assert_eq!(plan.entries[0].conflicts[0].field, "data.x");
     assert_eq!(plan.entries[0].conflicts[1].manager, "kubectl");
+}
+
+/// `spec.strategy.waves: false`: one group, in kind order, every entry in wave 0.
+#[test]
+fn without_waves_everything_is_one_group() {
+    let desired = [
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "late", "namespace": "web",
+               "annotations": {"sync.kuvryn.io/sync-wave": "5"}}}),
+        json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "app", "namespace": "web",
+               "annotations": {"sync.kuvryn.io/sync-wave": "-1"}}}),
+    ];
+    let plan = build(&desired, &Inputs { one_wave: true, ..Default::default() });
+    let got: Vec<String> = plan.entries.iter().map(show).collect();
+    assert_eq!(got, ["Create /ConfigMap web/late", "Create apps/Deployment web/app"]);
+    assert_eq!(plan.waves(), [0]);
+    assert_eq!(build(&desired, &Inputs::default()).waves(), [-1, 5]);
+}
+
+/// The wave annotation: an integer, or the object is refused with the value named.
+#[test]
+fn waves_are_integers() {
+    let with = |v: Value| json!({"metadata": {"annotations": {"sync.kuvryn.io/sync-wave": v}}});
+    let cases: Vec<(Value, Result<i32, &str>)> = vec![
+        (json!({"metadata": {}}), Ok(0)),
+        (with(json!("3")), Ok(3)),
+        (with(json!("-10")), Ok(-10)),
+        (with(json!(" 2 ")), Ok(2)),
+        (
+            with(json!("1.5")),
+            Err("annotation sync.kuvryn.io/sync-wave: \"1.5\" is not a wave (an integer such as -1, 0 or 5)"),
+        ),
+        (
+            with(json!("")),
+            Err("annotation sync.kuvryn.io/sync-wave: \"\" is not a wave (an integer such as -1, 0 or 5)"),
+        ),
+        (
+            with(json!("99999999999")),
+            Err("annotation sync.kuvryn.io/sync-wave: \"99999999999\" is not a wave (an integer such as -1, 0 or 5)"),
+        ),
+        (with(json!(2)), Err("annotation sync.kuvryn.io/sync-wave: 2 is not a string")),
+    ];
+    for (obj, want) in cases {
+        assert_eq!(super::wave_of(&obj), want.map_err(str::to_string), "{obj}");
+    }
 }

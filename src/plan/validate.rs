@@ -8,6 +8,7 @@
 //! - cluster-scoped objects must be of a kind in `spec.destination.clusterResources`;
 //! - a kind must be known to the cluster (discovery) or defined by a CustomResourceDefinition in
 //!   the same desired state;
+//! - `sync.kuvryn.io/sync-wave`, when set, is an integer ([`super::wave_of`]);
 //! - limits on the number of objects and on the size of each.
 //!
 //! Every problem is listed (sorted, deduplicated), not just the first: the Application reports
@@ -157,6 +158,9 @@ pub fn validate(
         let name = o["metadata"]["name"].as_str().unwrap_or_default();
         if let Some(p) = name_problem(name) {
             problems.insert(at(p.into()));
+        }
+        if let Err(p) = super::wave_of(o) {
+            problems.insert(at(p));
         }
         let size = serde_json::to_vec(o).map(|v| v.len()).unwrap_or(0);
         if size > limits.max_object_bytes {

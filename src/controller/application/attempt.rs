@@ -2,6 +2,12 @@
 //! its health until the timeout, retry or pause after failures, and once deployed observe
 //! health and drift. Decisions come from [`super::rollout::decide`]; this file does the I/O and
 //! keeps the Revision and Application status.
+//!
+//! Waves: when the plan has several (`sync.kuvryn.io/sync-wave`), an attempt applies the
+//! lowest, and each later one only once every object of the waves before it is Healthy
+//! (`Attempt::wave` records the wave applied last, `waveStartedAt` when). Each wave has the
+//! whole `spec.health.timeout`; a wave that degrades or times out fails the attempt, naming it,
+//! and later waves are never applied. Prune runs with the last wave.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -172,24 +178,26 @@ impl Rollout<'_> {
             Step::Start { number } => {
                 match self.start(number, &planned, &policy, &mut live, &mut managed_left).await? {
                     Some(deadline) => deadline,
-                    None => {
-                        // The attempt failed at once.
-                        let at = rollout::decide(self.rs, false, true, &policy, self.now);
-                        let failure = self.last_failure(&policy, None);
-                        let stalled = matches!(at, Step::Paused);
-                        report_failure(self.ctx, self.app, self.old, self.status, &failure, stalled, self.now).await;
-                        self.set_sync(pending(&planned), &planned);
-                        return Ok(match at {
-                            Step::Retry { at } => Action::requeue(
-                                self.now.duration_until(at).unsigned_abs().max(Duration::from_millis(200)),
-                            ),
-                            _ => Action::requeue(with_jitter(self.ctx.settings.resync, self.name)),
-                        });
-                    }
+                    None => return Ok(self.failed_at_once(&planned, &policy).await),
                 }
             }
         };
-        self.watch(&planned, &live, deadline, &policy).await
+        self.watch(&planned, &mut live, &mut managed_left, deadline, &policy).await
+    }
+
+    /// The running attempt failed while applying (recorded): report it, and when to retry.
+    async fn failed_at_once(&mut self, planned: &Planned, policy: &Policy) -> Action {
+        let at = rollout::decide(self.rs, false, true, policy, self.now);
+        let failure = self.last_failure(policy, None);
+        let stalled = matches!(at, Step::Paused);
+        report_failure(self.ctx, self.app, self.old, self.status, &failure, stalled, self.now).await;
+        self.set_sync(pending(planned), planned);
+        match at {
+            Step::Retry { at } => {
+                Action::requeue(self.now.duration_until(at).unsigned_abs().max(Duration::from_millis(200)))
+            }
+            _ => Action::requeue(with_jitter(self.ctx.settings.resync, self.name)),
+        }
     }
 
     /// Counts the Application's managed kinds from what exists.
@@ -234,6 +242,8 @@ impl Rollout<'_> {
                 result: AttemptResult::Running,
                 reason: None,
                 plan_digest: Some(planned.plan.digest.clone()),
+                wave: None,
+                wave_started_at: None,
             },
         );
         self.rs.phase = RevisionPhase::Applying;
@@ -271,32 +281,85 @@ impl Rollout<'_> {
         // Fencing: ownership is checked before the writes, and again by the writer before each
         // request is sent.
         super::context::fenced(self.ctx, self.app)?;
+        let waves = waves_of(planned);
+        let first = waves.as_ref().and_then(|w| w.first().copied());
+        if let Some(a) = self.rs.attempts.last_mut() {
+            a.wave = first;
+            a.wave_started_at = first.map(|_| Time(self.now));
+        }
+        let last = waves.as_ref().is_none_or(|w| w.len() == 1);
+        if !self.apply_group(planned, first, last, live, managed_left).await? {
+            return Ok(None);
+        }
+        let timeout = jiff::SignedDuration::try_from(policy.health_timeout).unwrap_or(jiff::SignedDuration::MAX);
+        Ok(Some(self.now.checked_add(timeout).unwrap_or(Timestamp::MAX)))
+    }
+
+    /// Apply the Create and Update entries of `wave` (all of them when `None`), and prune when
+    /// `last`. `false` when the attempt failed (recorded).
+    async fn apply_group(
+        &mut self,
+        planned: &Planned,
+        wave: Option<i32>,
+        last: bool,
+        live: &mut BTreeMap<String, Value>,
+        managed_left: &mut Vec<Value>,
+    ) -> Result<bool, Error> {
+        let related = revision_ref(self.ns, self.rev);
+        let group;
+        let plan = match wave {
+            None => &planned.plan,
+            Some(w) => {
+                let entries = planned
+                    .plan
+                    .entries
+                    .iter()
+                    .filter(|e| e.wave == w && e.action != PlanAction::Delete)
+                    .cloned()
+                    .collect();
+                group = crate::plan::Plan { entries, digest: planned.plan.digest.clone() };
+                let changes = group.entries.iter().filter(|e| e.action != PlanAction::Unchanged).count();
+                let number = self.rs.attempts.last().map(|a| a.number).unwrap_or(1);
+                event(
+                    self.ctx,
+                    self.app,
+                    Some(&related),
+                    EventType::Normal,
+                    names::reasons::PROGRESSING,
+                    &format!(
+                        "Revision {} attempt {number}: wave {w}: applying {changes} of its {} object{}",
+                        self.rev,
+                        group.entries.len(),
+                        if group.entries.len() == 1 { "" } else { "s" }
+                    ),
+                )
+                .await;
+                &group
+            }
+        };
+        let in_wave = |m: String| match wave {
+            Some(w) => format!("wave {w}: {m}"),
+            None => m,
+        };
         let writer = self.ctx.writer(&planned.sa, self.ns, self.name);
         let rediscover = || self.ctx.rediscover();
-        let result = apply::apply(
-            &writer,
-            &self.ctx.client,
-            &planned.scopes,
-            rediscover,
-            &planned.plan,
-            &planned.desired,
-            planned.adopt,
-        )
-        .await;
+        let result =
+            apply::apply(&writer, &self.ctx.client, &planned.scopes, rediscover, plan, &planned.desired, planned.adopt)
+                .await;
         let mut applied = match result {
             Ok(a) => a,
             Err(apply::Error::Api(e)) => return Err(e.into()),
             Err(apply::Error::Conflict(m)) => {
-                self.fail_attempt(names::reasons::APPLY_CONFLICT, m, true);
-                return Ok(None);
+                self.fail_attempt(names::reasons::APPLY_CONFLICT, in_wave(m), true);
+                return Ok(false);
             }
             Err(apply::Error::Refused(m) | apply::Error::Unserved(m)) => {
                 self.fail_attempt(
                     names::reasons::APPLY_FAILURE,
-                    format!("the Application's service account: {m}"),
+                    in_wave(format!("the Application's service account: {m}")),
                     true,
                 );
-                return Ok(None);
+                return Ok(false);
             }
         };
         for (id, obj) in std::mem::take(&mut applied.objects) {
@@ -307,6 +370,10 @@ impl Rollout<'_> {
         }
         // Record what we now manage before pruning, so a failed prune loses nothing.
         self.record_kinds(planned, live, managed_left);
+        if !last {
+            self.rs.phase = RevisionPhase::Progressing;
+            return Ok(true);
+        }
         let scopes = self.ctx.scopes(false).await?;
         // What is pruned was listed as the service account for this rollout (never from a watch
         // cache), and each delete is conditional on the object listed.
@@ -324,7 +391,7 @@ impl Rollout<'_> {
                         format!("the Application's service account: {m}"),
                         true,
                     );
-                    return Ok(None);
+                    return Ok(false);
                 }
             },
         };
@@ -351,8 +418,7 @@ impl Rollout<'_> {
             .await;
         }
         self.rs.phase = RevisionPhase::Progressing;
-        let timeout = jiff::SignedDuration::try_from(policy.health_timeout).unwrap_or(jiff::SignedDuration::MAX);
-        Ok(Some(self.now.checked_add(timeout).unwrap_or(Timestamp::MAX)))
+        Ok(true)
     }
 
     /// Mark the running attempt failed.
@@ -396,83 +462,126 @@ impl Rollout<'_> {
         }
     }
 
-    /// A running attempt: Healthy completes it, Degraded fails it, Progressing waits until
-    /// `deadline`.
+    /// A running attempt: Healthy completes it (with waves: applies the next wave, or completes
+    /// it after the last), Degraded fails it, Progressing waits until `deadline`.
     async fn watch(
         &mut self,
         planned: &Planned,
-        live: &BTreeMap<String, Value>,
-        deadline: Timestamp,
+        live: &mut BTreeMap<String, Value>,
+        managed_left: &mut Vec<Value>,
+        mut deadline: Timestamp,
         policy: &Policy,
     ) -> Result<Action, Error> {
-        let pods = self.pods_of(planned, live).await;
-        let summary = self.summarize(planned, live, &pods, false);
-        self.record_health(&summary);
-        match summary.status {
-            HealthStatus::Healthy => {
-                if let Some(a) = self.rs.attempts.last_mut() {
-                    a.result = AttemptResult::Succeeded;
-                    a.finished_at = Some(Time(self.now));
-                }
-                self.rs.phase = RevisionPhase::Healthy;
-                self.rs.failure = None;
-                self.rs.deployed_desired_state_hash = Some(planned.hash.clone());
-                self.status.last_healthy_revision = Some(self.rev.to_string());
-                self.set_sync(SyncState::Synced, planned);
-                let message = format!("Revision {} is Healthy", self.rev);
-                conditions::mark_ready(
-                    &mut self.status.conditions,
-                    names::reasons::SUCCEEDED,
-                    &message,
-                    self.app.metadata.generation,
-                    self.now,
-                );
-                let related = revision_ref(self.ns, self.rev);
-                event(self.ctx, self.app, Some(&related), EventType::Normal, names::reasons::SUCCEEDED, &message).await;
-                Ok(Action::requeue(with_jitter(self.ctx.settings.resync, self.name)))
-            }
-            HealthStatus::Degraded | HealthStatus::Progressing | HealthStatus::Unknown
-                if summary.status == HealthStatus::Degraded || self.now >= deadline =>
-            {
-                let (reason, message) = if summary.status == HealthStatus::Degraded {
-                    (names::reasons::DEGRADED, format!("the rollout degraded: {}", summary.message))
-                } else {
-                    (
-                        names::reasons::HEALTH_TIMEOUT,
-                        format!(
-                            "not Healthy within spec.health.timeout ({}): {}",
-                            self.app.spec.health.timeout, summary.message
-                        ),
-                    )
-                };
-                self.fail_attempt(reason, message, true);
-                self.set_sync(pending(planned), planned);
-                let next = rollout::decide(self.rs, false, true, policy, self.now);
-                let at = match next {
-                    Step::Retry { at } => Some(at),
-                    _ => None,
-                };
-                let failure = self.last_failure(policy, at);
-                report_failure(self.ctx, self.app, self.old, self.status, &failure, at.is_none(), self.now).await;
-                Ok(match at {
-                    Some(at) => {
-                        Action::requeue(self.now.duration_until(at).unsigned_abs().max(Duration::from_millis(200)))
+        let waves = waves_of(planned);
+        loop {
+            // The wave applied last; every object up to it is waited for.
+            let upto = waves.as_ref().and(self.rs.attempts.last().and_then(|a| a.wave));
+            let pods = self.pods_of(planned, live, upto).await;
+            let summary = self.summarize(planned, live, &pods, false, upto);
+            self.record_health(&summary);
+            let in_wave = |m: String| match upto {
+                Some(w) => format!("wave {w}: {m}"),
+                None => m,
+            };
+            let next = waves.as_ref().zip(upto).and_then(|(ws, w)| ws.iter().copied().find(|x| *x > w));
+            match summary.status {
+                HealthStatus::Healthy if next.is_some() => {
+                    let (Some(done), Some(next)) = (upto, next) else { unreachable!("checked above") };
+                    // The next wave is written from a plan made from fresh lists only.
+                    if !planned.fresh {
+                        return Err(Error::Stale);
                     }
-                    None => Action::requeue(with_jitter(self.ctx.settings.resync, self.name)),
-                })
-            }
-            _ => {
-                self.rs.phase = RevisionPhase::Progressing;
-                self.set_sync(SyncState::Synced, planned);
-                let message = format!("Revision {}: waiting for {}", self.rev, summary.message);
-                conditions::mark_reconciling(
-                    &mut self.status.conditions,
-                    names::reasons::PROGRESSING,
-                    &bounded(&message, 1024),
-                    self.app.metadata.generation,
-                    self.now,
-                );
-                Ok(Action::requeue(HEALTH_POLL))
+                    let related = revision_ref(self.ns, self.rev);
+                    let number = self.rs.attempts.last().map(|a| a.number).unwrap_or(1);
+                    event(
+                        self.ctx,
+                        self.app,
+                        Some(&related),
+                        EventType::Normal,
+                        names::reasons::PROGRESSING,
+                        &format!("Revision {} attempt {number}: wave {done} is Healthy", self.rev),
+                    )
+                    .await;
+                    super::context::fenced(self.ctx, self.app)?;
+                    if let Some(a) = self.rs.attempts.last_mut() {
+                        a.wave = Some(next);
+                        a.wave_started_at = Some(Time(self.now));
+                    }
+                    let last = waves.as_ref().and_then(|w| w.last()) == Some(&next);
+                    if !self.apply_group(planned, Some(next), last, live, managed_left).await? {
+                        return Ok(self.failed_at_once(planned, policy).await);
+                    }
+                    let timeout =
+                        jiff::SignedDuration::try_from(policy.health_timeout).unwrap_or(jiff::SignedDuration::MAX);
+                    deadline = self.now.checked_add(timeout).unwrap_or(Timestamp::MAX);
+                }
+                HealthStatus::Healthy => {
+                    if let Some(a) = self.rs.attempts.last_mut() {
+                        a.result = AttemptResult::Succeeded;
+                        a.finished_at = Some(Time(self.now));
+                    }
+                    self.rs.phase = RevisionPhase::Healthy;
+                    self.rs.failure = None;
+                    self.rs.deployed_desired_state_hash = Some(planned.hash.clone());
+                    self.status.last_healthy_revision = Some(self.rev.to_string());
+                    self.set_sync(SyncState::Synced, planned);
+                    let message = format!("Revision {} is Healthy", self.rev);
+                    conditions::mark_ready(
+                        &mut self.status.conditions,
+                        names::reasons::SUCCEEDED,
+                        &message,
+                        self.app.metadata.generation,
+                        self.now,
+                    );
+                    let related = revision_ref(self.ns, self.rev);
+                    event(self.ctx, self.app, Some(&related), EventType::Normal, names::reasons::SUCCEEDED, &message)
+                        .await;
+                    return Ok(Action::requeue(with_jitter(self.ctx.settings.resync, self.name)));
+                }
+                HealthStatus::Degraded | HealthStatus::Progressing | HealthStatus::Unknown
+                    if summary.status == HealthStatus::Degraded || self.now >= deadline =>
+                {
+                    let (reason, message) = if summary.status == HealthStatus::Degraded {
+                        (names::reasons::DEGRADED, in_wave(format!("the rollout degraded: {}", summary.message)))
+                    } else {
+                        (
+                            names::reasons::HEALTH_TIMEOUT,
+                            in_wave(format!(
+                                "not Healthy within spec.health.timeout ({}): {}",
+                                self.app.spec.health.timeout, summary.message
+                            )),
+                        )
+                    };
+                    self.fail_attempt(reason, message, true);
+                    self.set_sync(pending(planned), planned);
+                    let next = rollout::decide(self.rs, false, true, policy, self.now);
+                    let at = match next {
+                        Step::Retry { at } => Some(at),
+                        _ => None,
+                    };
+                    let failure = self.last_failure(policy, at);
+                    report_failure(self.ctx, self.app, self.old, self.status, &failure, at.is_none(), self.now).await;
+                    return Ok(match at {
+                        Some(at) => {
+                            Action::requeue(self.now.duration_until(at).unsigned_abs().max(Duration::from_millis(200)))
+                        }
+                        None => Action::requeue(with_jitter(self.ctx.settings.resync, self.name)),
+                    });
+                }
+                _ => {
+                    self.rs.phase = RevisionPhase::Progressing;
+                    self.set_sync(SyncState::Synced, planned);
+                    let message =
+                        format!("Revision {}: {}", self.rev, in_wave(format!("waiting for {}", summary.message)));
+                    conditions::mark_reconciling(
+                        &mut self.status.conditions,
+                        names::reasons::PROGRESSING,
+                        &bounded(&message, 1024),
+                        self.app.metadata.generation,
+                        self.now,
+                    );
+                    return Ok(Action::requeue(HEALTH_POLL));
+                }
             }
         }
     }
@@ -537,8 +646,8 @@ impl Rollout<'_> {
         live: &BTreeMap<String, Value>,
         deployed: bool,
     ) -> health::Summary {
-        let pods = self.pods_of(planned, live).await;
-        let summary = self.summarize(planned, live, &pods, deployed);
+        let pods = self.pods_of(planned, live, None).await;
+        let summary = self.summarize(planned, live, &pods, deployed, None);
         if deployed {
             self.record_health(&summary);
         }
@@ -564,10 +673,16 @@ impl Rollout<'_> {
 
     /// The Pods of every workload that is not Healthy, as the service account (evidence of why;
     /// a failed list only means no evidence).
-    async fn pods_of(&self, planned: &Planned, live: &BTreeMap<String, Value>) -> BTreeMap<String, Vec<Value>> {
+    /// `upto`: only the objects of that wave and lower ones.
+    async fn pods_of(
+        &self,
+        planned: &Planned,
+        live: &BTreeMap<String, Value>,
+        upto: Option<i32>,
+    ) -> BTreeMap<String, Vec<Value>> {
         let mut out = BTreeMap::new();
         for e in &planned.plan.entries {
-            if !health::is_workload(&e.group, &e.kind) {
+            if !health::is_workload(&e.group, &e.kind) || upto.is_some_and(|w| e.wave > w) {
                 continue;
             }
             let id = format!("{}/{}/{}/{}", e.group, e.kind, e.namespace, e.name);
@@ -600,12 +715,14 @@ impl Rollout<'_> {
         live: &BTreeMap<String, Value>,
         pods: &BTreeMap<String, Vec<Value>>,
         pods_degrade: bool,
+        upto: Option<i32>,
     ) -> health::Summary {
         let observed: Vec<health::Observed<'_>> = planned
             .plan
             .entries
             .iter()
             .filter(|e| e.action != PlanAction::Delete && e.warnings.is_empty())
+            .filter(|e| upto.is_none_or(|w| e.wave <= w))
             .map(|e| {
                 let id = format!("{}/{}/{}/{}", e.group, e.kind, e.namespace, e.name);
                 health::Observed {
@@ -652,6 +769,12 @@ impl Rollout<'_> {
             Vec::new()
         };
     }
+}
+
+/// The plan's waves, lowest first, when it has several; `None` when it is one group.
+fn waves_of(planned: &Planned) -> Option<Vec<i32>> {
+    let waves = planned.plan.waves();
+    (waves.len() > 1).then_some(waves)
 }
 
 /// The sync state before the plan is applied: OutOfSync when it would change something.

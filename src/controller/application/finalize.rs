@@ -258,6 +258,8 @@ async fn delete_managed(
         let av = o["apiVersion"].as_str().unwrap_or_default();
         let namespaced = !namespace_of(o).is_empty();
         (
+            // Higher waves go first, as prune deletes them.
+            plan::wave_of(o).unwrap_or(0),
             plan::order::rank(validate::group_of(av), o["kind"].as_str().unwrap_or_default(), namespaced),
             validate::identity(o),
         )
@@ -278,6 +280,7 @@ async fn delete_managed(
                 more_changed: 0,
                 warnings: Vec::new(),
                 conflicts: Vec::new(),
+                wave: plan::wave_of(o).unwrap_or(0),
             }
         })
         .collect();

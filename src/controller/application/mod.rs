@@ -72,7 +72,7 @@ use crate::api::application::{Application, ApplicationStatus, SyncState, SyncSta
 use crate::api::conditions;
 use crate::api::names;
 use crate::api::repository::Repository;
-use crate::api::revision::{self as rev, Revision, RevisionPhase};
+use crate::api::revision::{self as rev, AttemptResult, Revision, RevisionPhase};
 use crate::plan::revision as identity;
 use crate::plan::revision::bounded;
 use crate::watch::managed as watched;
@@ -318,11 +318,12 @@ async fn plan_app(
         Ok(desired) => {
             let mut planned = planning::plan(app, ctx, ns, name, desired.clone(), drift_check).await?;
             // A drift check reads from the watch caches; when its plan would start a rollout
-            // (self-heal, a changed desired state), the plan is made again from what the service
-            // account lists now.
+            // (self-heal, a changed desired state) or may apply an attempt's next wave, the plan
+            // is made again from what the service account lists now.
+            let next_wave = rs.attempts.last().is_some_and(|a| a.result == AttemptResult::Running && a.wave.is_some());
             if let Ok(p) = &planned
                 && !p.fresh
-                && matches!(attempt::step_of(app, old, &rs, p, now), rollout::Step::Start { .. })
+                && (next_wave || matches!(attempt::step_of(app, old, &rs, p, now), rollout::Step::Start { .. }))
             {
                 planned = planning::plan(app, ctx, ns, name, desired, false).await?;
             }

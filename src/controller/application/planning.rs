@@ -119,6 +119,7 @@ pub(super) async fn plan(
         managed: live.managed,
         prune: spec.sync.prune,
         conflicts: live.conflicts,
+        one_wave: !spec.strategy.waves,
     };
     // A plan of thousands of objects (diffs, dry-run comparisons) takes a while: off the runtime.
     let (plan, stored, desired, inputs) = crate::offload::offload(move || {

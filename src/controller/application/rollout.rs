@@ -36,7 +36,8 @@ pub enum Step {
         /// The attempt's number.
         number: i32,
     },
-    /// Attempt `number` applied its plan: wait for health until `deadline`.
+    /// Attempt `number` applied its plan (or, with waves, its latest wave): wait for health
+    /// until `deadline`.
     Watch {
         /// The attempt's number.
         number: i32,
@@ -79,7 +80,9 @@ pub fn decide(status: &RevisionStatus, deployed: bool, drifted: bool, policy: &P
         && a.result == AttemptResult::Running
     {
         let timeout = jiff::SignedDuration::try_from(policy.health_timeout).unwrap_or(jiff::SignedDuration::MAX);
-        let deadline = a.started_at.0.checked_add(timeout).unwrap_or(Timestamp::MAX);
+        // With waves, each wave has the whole timeout from when it was applied.
+        let since = a.wave_started_at.as_ref().unwrap_or(&a.started_at).0;
+        let deadline = since.checked_add(timeout).unwrap_or(Timestamp::MAX);
         return Step::Watch { number: a.number, deadline };
     }
     let needs_rollout = !deployed || (drifted && policy.self_heal);
@@ -138,6 +141,8 @@ mod tests {
             result,
             reason: None,
             plan_digest: None,
+            wave: None,
+            wave_started_at: None,
         }
     }
 
@@ -160,6 +165,14 @@ mod tests {
         assert_eq!(
             decide(&s, false, true, &policy(), t(NOW)),
             Step::Watch { number: 1, deadline: t("2026-01-01T00:13:00Z") }
+        );
+        // A later wave: its own timeout, from when it was applied.
+        let mut waves = attempt(1, AttemptResult::Running, "2026-01-01T00:08:00Z", None);
+        waves.wave = Some(2);
+        waves.wave_started_at = Some(Time(t("2026-01-01T00:09:30Z")));
+        assert_eq!(
+            decide(&with(vec![waves]), false, true, &policy(), t(NOW)),
+            Step::Watch { number: 1, deadline: t("2026-01-01T00:14:30Z") }
         );
     }
 

@@ -1,0 +1,177 @@
+//! Rollout order within an Application, end to end on both servers (simcluster, and realkube with
+//! simulated Nodes): sync waves, each Healthy before the next is applied.
+
+mod support;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::Api;
+use kuvryn_sync::api::names;
+use kuvryn_sync::api::revision::{AttemptResult, PlanAction, RevisionPhase};
+use serde_json::json;
+use support::Cluster;
+use support::apps::{Env, entries};
+
+const SETTINGS: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\ndata:\n  color: blue\n";
+
+/// A Job whose one Pod runs for `run_ms`, in wave `wave`.
+fn job(wave: i32, run_ms: u32) -> String {
+    format!(
+        "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: migrate\n  annotations: {{sync.kuvryn.io/sync-wave: \"{wave}\"}}\nspec:\n  backoffLimit: 0\n  template:\n    metadata:\n      annotations: {{simcluster.kuvryn.io/run-ms: \"{run_ms}\"}}\n    spec:\n      restartPolicy: Never\n      containers:\n      - name: migrate\n        image: busybox:1.36\n"
+    )
+}
+
+/// A Deployment in wave `wave` whose Pods read the `settings` ConfigMap.
+fn deployment(wave: i32, image: &str) -> String {
+    format!(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\n  annotations: {{sync.kuvryn.io/sync-wave: \"{wave}\"}}\nspec:\n  replicas: 1\n  selector:\n    matchLabels: {{app: web}}\n  template:\n    metadata:\n      labels: {{app: web}}\n      annotations: {{simcluster.kuvryn.io/ready-ms: \"1000\"}}\n    spec:\n      containers:\n      - name: web\n        image: {image}\n        env:\n        - name: COLOR\n          valueFrom: {{configMapKeyRef: {{name: settings, key: color}}}}\n"
+    )
+}
+
+/// A ConfigMap `name` in wave `wave`.
+fn config(name: &str, wave: i32) -> String {
+    format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n  annotations: {{sync.kuvryn.io/sync-wave: \"{wave}\"}}\ndata:\n  k: v\n"
+    )
+}
+
+fn time_of(t: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>, what: &str) -> jiff::Timestamp {
+    t.unwrap_or_else(|| panic!("{what} has no time")).0
+}
+
+/// Wave 0 (a ConfigMap and a Job running for 3 s), wave 1 (a Deployment reading the ConfigMap),
+/// wave 2 (a ConfigMap): each wave is created only once the waves before it are Healthy.
+fn waves_are_applied_in_order_each_healthy_before_the_next(cluster: Cluster) {
+    const NS: &str = "waves";
+    let runtime = support::runtime();
+    runtime.block_on(async {
+        let env = Env::start(&cluster, NS).await;
+        let wt = env.repository("platform").await;
+        wt.write("app/settings.yaml", SETTINGS)
+            .write("app/job.yaml", &job(0, 3000))
+            .write("app/deploy.yaml", &deployment(1, "nginx:1.27"))
+            .write("app/after.yaml", &config("after", 2));
+        let commit = wt.commit_and_push("app in three waves");
+        env.refresh("platform", &commit).await;
+        env.create_app(
+            "app",
+            json!({"source": {"repository": "platform", "path": "app"}, "serviceAccountName": "deployer",
+                   "destination": {"namespace": NS}, "health": {"timeout": "60s"}, "failurePolicy": {"maxAttempts": 1}}),
+        )
+        .await;
+        let rev = env
+            .revision_where("app", "the Revision Healthy", |r| {
+                r.status.as_ref().is_some_and(|s| s.phase == RevisionPhase::Healthy)
+            })
+            .await;
+        let st = rev.status.clone().unwrap();
+        let attempt = st.attempts.last().unwrap();
+        assert_eq!((attempt.result, attempt.wave), (AttemptResult::Succeeded, Some(2)));
+        let waves: Vec<(String, i32)> = entries(&rev).iter().map(|e| (e.resource.name.clone(), e.wave)).collect();
+        assert_eq!(
+            waves,
+            [("settings".to_string(), 0), ("migrate".into(), 0), ("web".into(), 1), ("after".into(), 2)],
+            "the stored plan in apply order, with waves"
+        );
+
+        // Created in order, each after the wave before was Healthy (API times have seconds).
+        let jobs: Api<Job> = Api::namespaced(env.client.clone(), NS);
+        let deployments: Api<Deployment> = Api::namespaced(env.client.clone(), NS);
+        let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), NS);
+        let job = jobs.get("migrate").await.unwrap();
+        let completed = time_of(job.status.as_ref().and_then(|s| s.completion_time.as_ref()), "the Job's completion");
+        let web = deployments.get("web").await.unwrap();
+        let created = time_of(web.metadata.creation_timestamp.as_ref(), "the Deployment");
+        assert!(completed <= created, "wave 1 created at {created}, before wave 0's Job completed at {completed}");
+        let available = web
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_.as_deref() == Some("Available") && c.status.as_deref() == Some("True")))
+            .map(|c| time_of(c.last_transition_time.as_ref(), "Available"))
+            .expect("the Deployment Available");
+        let after = cms.get("after").await.unwrap();
+        let after_created = time_of(after.metadata.creation_timestamp.as_ref(), "the wave 2 ConfigMap");
+        assert!(available <= after_created, "wave 2 created at {after_created}, before wave 1 was Available at {available}");
+        if let Some(sim) = cluster.sim() {
+            // simcluster's audit log, in order: every write of wave 0 before any of wave 1.
+            let writes: Vec<String> = sim
+                .audit_log()
+                .into_iter()
+                .filter(|e| e.field_manager == names::FIELD_MANAGER && e.verb == "patch" && !e.dry_run)
+                .map(|e| format!("{}/{}", e.resource, e.name))
+                .collect();
+            assert_eq!(
+                writes,
+                ["configmaps/settings", "jobs/migrate", "deployments/web", "configmaps/after"],
+                "the writes of the rollout"
+            );
+        }
+        // Each wave is named as it starts and completes.
+        let events: Vec<String> = env.events("app").await.into_iter().map(|e| e.2).collect();
+        for want in ["wave 0: applying 2 of its 2 objects", "wave 0 is Healthy", "wave 1: applying", "wave 1 is Healthy", "wave 2: applying"] {
+            assert!(events.iter().any(|m| m.contains(want)), "no Event saying {want:?}: {events:#?}");
+        }
+    });
+}
+
+/// A wave that never turns Healthy fails the attempt, naming the wave, and the waves after it
+/// are never applied.
+fn a_wave_that_never_turns_healthy_stops_the_rollout(cluster: Cluster) {
+    const NS: &str = "stuck-wave";
+    let runtime = support::runtime();
+    runtime.block_on(async {
+        let env = Env::start(&cluster, NS).await;
+        let wt = env.repository("platform").await;
+        wt.write("app/settings.yaml", SETTINGS)
+            .write("app/deploy.yaml", &deployment(0, "registry.invalid/web:1"))
+            .write("app/never.yaml", &config("never", 1));
+        let commit = wt.commit_and_push("a broken first wave");
+        env.refresh("platform", &commit).await;
+        env.create_app(
+            "app",
+            json!({"source": {"repository": "platform", "path": "app"}, "serviceAccountName": "deployer",
+                   "destination": {"namespace": NS}, "health": {"timeout": "5s"}, "failurePolicy": {"maxAttempts": 1}}),
+        )
+        .await;
+        let rev = env
+            .revision_where("app", "the Revision Failed", |r| {
+                r.status.as_ref().is_some_and(|s| s.phase == RevisionPhase::Failed)
+            })
+            .await;
+        let st = rev.status.clone().unwrap();
+        let failure = st.failure.clone().unwrap();
+        assert_eq!(failure.reason, "HealthTimeout");
+        assert!(
+            failure.message.starts_with("wave 0: not Healthy within spec.health.timeout (5s)"),
+            "{}",
+            failure.message
+        );
+        assert!(failure.message.contains("Deployment stuck-wave/web"), "{}", failure.message);
+        assert_eq!(st.attempts.last().map(|a| (a.result, a.wave)), Some((AttemptResult::Failed, Some(0))));
+        let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), NS);
+        assert!(cms.get_opt("never").await.unwrap().is_none(), "wave 1 was applied");
+        let e = entries(&rev);
+        let never = e.iter().find(|e| e.resource.name == "never").expect("wave 1 in the plan");
+        assert_eq!((never.action, never.wave), (PlanAction::Create, 1));
+        if let Some(sim) = cluster.sim() {
+            let touched: Vec<_> = sim.audit_log().into_iter().filter(|e| e.name == "never").collect();
+            assert!(touched.iter().all(|e| e.dry_run), "only dry runs of wave 1: {touched:#?}");
+        }
+        let ready = env.apps().get("app").await.unwrap();
+        let ready = ready
+            .status
+            .as_ref()
+            .and_then(|s| kuvryn_sync::api::conditions::get(&s.conditions, names::conditions::READY))
+            .cloned()
+            .unwrap();
+        assert_eq!(ready.reason, "HealthTimeout");
+        assert!(ready.message.contains("wave 0: "), "{}", ready.message);
+    });
+}
+
+crate::both!(
+    waves_are_applied_in_order_each_healthy_before_the_next,
+    a_wave_that_never_turns_healthy_stops_the_rollout
+);

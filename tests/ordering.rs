@@ -168,6 +168,25 @@ fn a_wave_that_never_turns_healthy_stops_the_rollout(cluster: Cluster) {
             .unwrap();
         assert_eq!(ready.reason, "HealthTimeout");
         assert!(ready.message.contains("wave 0: "), "{}", ready.message);
+
+        // `spec.strategy.waves: false` and a new attempt: one group, so wave 1 is written with
+        // the broken Deployment, and every entry is in wave 0.
+        let patch = json!({"spec": {"strategy": {"waves": false}},
+                           "metadata": {"annotations": {names::annotations::RECONCILE_REQUESTED_AT: "one group"}}});
+        env.apps().patch("app", &Default::default(), &kube::api::Patch::Merge(&patch)).await.unwrap();
+        support::eventually("wave 1 written with wave 0", support::apps::WAIT, || async {
+            cms.get_opt("never").await.ok()?.map(|_| ())
+        })
+        .await;
+        let rev = env
+            .revision_where("app", "a plan in one group", |r| {
+                let e = entries(r);
+                !e.is_empty()
+                    && e.iter().all(|e| e.wave == 0)
+                    && r.status.as_ref().is_some_and(|s| s.attempts.len() == 2)
+            })
+            .await;
+        assert_eq!(rev.status.unwrap().attempts[1].wave, None);
     });
 }
 

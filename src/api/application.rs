@@ -74,7 +74,7 @@ pub struct ApplicationSpec {
     pub depends_on: Vec<LocalObjectReference>,
 
     /// Rollout strategy: waves and hooks. Part of what a manual approval is bound to.
-    /// Hooks are not yet implemented (accepted and ignored), nor are approvals.
+    /// Not yet implemented: hooks (accepted and ignored) and manual approval.
     #[serde(default)]
     pub strategy: Strategy,
 

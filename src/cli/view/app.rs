@@ -13,7 +13,7 @@ use super::{
 };
 use crate::api::application::{Application, RenderType, ResourceRef};
 use crate::api::common::HealthStatus;
-use crate::api::revision::{PlanAction, PlanEntry, Revision, RevisionPhase};
+use crate::api::revision::{AttemptResult, PlanAction, PlanEntry, Revision, RevisionPhase};
 
 /// What reading one managed resource gave.
 #[derive(Clone, Debug, PartialEq)]
@@ -86,8 +86,11 @@ fn revision_line(name: Option<&str>, rev: Option<&Revision>, palette: Palette) -
         1 => ", 1 attempt".to_string(),
         n => format!(", {n} attempts"),
     };
+    // A rollout in waves says which one it is at.
+    let running = rev.status.as_ref().and_then(|s| s.attempts.last()).filter(|a| a.result == AttemptResult::Running);
+    let wave = running.and_then(|a| a.wave).map(|w| format!(", at wave {w}")).unwrap_or_default();
     format!(
-        "{name} (commit {}, {}{attempts})",
+        "{name} (commit {}, {}{attempts}{wave})",
         short_commit(&rev.spec.source.commit),
         palette.paint(phase_tone(phase), phase_name(phase))
     )
@@ -276,6 +279,29 @@ mod tests {
             ),
             "{out}"
         );
+    }
+
+    #[test]
+    fn a_rollout_in_waves_says_which_wave_it_is_at() {
+        let rev = |result: &str, wave: Option<i32>| -> Revision {
+            serde_json::from_value(json!({
+                "apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "Revision", "metadata": {"name": "web-1", "namespace": "a"},
+                "spec": {"application": "web", "source": {"repository": "r", "url": "git://example/r", "commit": "0123456789abcdef", "path": "."},
+                         "serviceAccountName": "deployer"},
+                "status": {"phase": "Progressing", "attempts": [{"number": 1, "startedAt": "2026-03-01T12:00:00Z",
+                           "result": result, "wave": wave}]},
+            }))
+            .unwrap()
+        };
+        let line = |r: &Revision| revision_line(Some("web-1"), Some(r), Palette { enabled: false });
+        let commit = super::super::short_commit("0123456789abcdef");
+        let plain = format!("web-1 (commit {commit}, Progressing, 1 attempt)");
+        assert_eq!(
+            line(&rev("Running", Some(2))),
+            format!("web-1 (commit {commit}, Progressing, 1 attempt, at wave 2)")
+        );
+        assert_eq!(line(&rev("Running", None)), plain);
+        assert_eq!(line(&rev("Succeeded", Some(2))), plain, "a finished attempt is at no wave");
     }
 
     #[test]

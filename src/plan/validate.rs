@@ -2,7 +2,8 @@
 //!
 //! - every object has `apiVersion`, `kind` and a valid `metadata.name`;
 //! - no two objects share group, kind, namespace and name;
-//! - a namespaced object without a namespace gets the destination namespace;
+//! - a namespaced object without a namespace gets the destination namespace; a namespace is a
+//!   valid namespace name;
 //! - namespaced objects must be in the destination namespace or one of
 //!   `spec.destination.allowedNamespaces` (`*` matches any run of characters);
 //! - cluster-scoped objects must be of a kind in `spec.destination.clusterResources`;
@@ -91,6 +92,18 @@ fn glob(pattern: &str, s: &str) -> bool {
         }
     }
     p[pi..].iter().all(|&b| b == b'*')
+}
+
+/// Whether `ns` is a valid namespace name: a DNS-1123 label (lowercase letters, digits and
+/// `-`, starting and ending with a letter or digit, at most 63 characters). Anything else could
+/// change the request path it goes into (`team-a/../kube-system` matches the pattern `team-*`).
+fn valid_namespace(ns: &str) -> bool {
+    let b = ns.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b[0] != b'-'
+        && b[b.len() - 1] != b'-'
 }
 
 fn name_problem(name: &str) -> Option<&'static str> {
@@ -188,7 +201,12 @@ pub fn validate(
                     ns
                 };
                 let allowed = ns == destination.namespace || destination.allowed_namespaces.iter().any(|p| glob(p, ns));
-                if !allowed {
+                if !valid_namespace(ns) {
+                    problems.insert(at(format!(
+                        "metadata.namespace {:?} is not a namespace name (lowercase letters, digits and '-', at most 63)",
+                        super::revision::bounded(ns, 80)
+                    )));
+                } else if !allowed {
                     problems.insert(at(format!(
                         "namespace {ns:?} is outside the destination ({}{})",
                         destination.namespace,

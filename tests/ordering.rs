@@ -190,7 +190,49 @@ fn a_wave_that_never_turns_healthy_stops_the_rollout(cluster: Cluster) {
     });
 }
 
+/// Waves turned off while an attempt waits for wave 0: the rest is applied at once, in one
+/// group, and the attempt completes.
+fn waves_turned_off_mid_rollout_apply_the_rest_at_once(cluster: Cluster) {
+    const NS: &str = "waves-off";
+    let runtime = support::runtime();
+    runtime.block_on(async {
+        let env = Env::start(&cluster, NS).await;
+        let wt = env.repository("platform").await;
+        wt.write("app/job.yaml", &job(0, 15_000)).write("app/after.yaml", &config("after", 1));
+        let commit = wt.commit_and_push("a slow wave 0");
+        env.refresh("platform", &commit).await;
+        env.create_app(
+            "app",
+            json!({"source": {"repository": "platform", "path": "app"}, "serviceAccountName": "deployer",
+                   "destination": {"namespace": NS}, "health": {"timeout": "60s"}, "failurePolicy": {"maxAttempts": 1}}),
+        )
+        .await;
+        env.revision_where("app", "the attempt waiting for wave 0", |r| {
+            r.status.as_ref().and_then(|s| s.attempts.last()).is_some_and(|a| a.result == AttemptResult::Running && a.wave == Some(0))
+        })
+        .await;
+        let patch = json!({"spec": {"strategy": {"waves": false}}});
+        env.apps().patch("app", &Default::default(), &kube::api::Patch::Merge(&patch)).await.unwrap();
+        let rev = env
+            .revision_where("app", "the Revision Healthy", |r| {
+                r.status.as_ref().is_some_and(|s| s.phase == RevisionPhase::Healthy)
+            })
+            .await;
+        let st = rev.status.unwrap();
+        assert_eq!(st.attempts.len(), 1, "one attempt: {:?}", st.attempts);
+        assert_eq!((st.attempts[0].result, st.attempts[0].wave), (AttemptResult::Succeeded, None));
+        let jobs: Api<Job> = Api::namespaced(env.client.clone(), NS);
+        let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), NS);
+        let job = jobs.get("migrate").await.unwrap();
+        let completed = time_of(job.status.as_ref().and_then(|s| s.completion_time.as_ref()), "the Job's completion");
+        let after = cms.get("after").await.unwrap();
+        let created = time_of(after.metadata.creation_timestamp.as_ref(), "the wave 1 ConfigMap");
+        assert!(created < completed, "wave 1 waited for wave 0 ({created}, {completed}) after waves were turned off");
+    });
+}
+
 crate::both!(
     waves_are_applied_in_order_each_healthy_before_the_next,
-    a_wave_that_never_turns_healthy_stops_the_rollout
+    a_wave_that_never_turns_healthy_stops_the_rollout,
+    waves_turned_off_mid_rollout_apply_the_rest_at_once,
 );

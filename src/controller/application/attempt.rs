@@ -473,6 +473,23 @@ impl Rollout<'_> {
         policy: &Policy,
     ) -> Result<Action, Error> {
         let waves = waves_of(planned);
+        if waves.is_none() && self.rs.attempts.last().is_some_and(|a| a.wave.is_some()) {
+            // Waves were turned off (or the plan lost them) mid-attempt: the rest in one group,
+            // with a new health deadline.
+            if !planned.fresh {
+                return Err(Error::Stale);
+            }
+            super::context::fenced(self.ctx, self.app)?;
+            if let Some(a) = self.rs.attempts.last_mut() {
+                a.wave = None;
+                a.wave_started_at = Some(Time(self.now));
+            }
+            if !self.apply_group(planned, None, true, live, managed_left).await? {
+                return Ok(self.failed_at_once(planned, policy).await);
+            }
+            let timeout = jiff::SignedDuration::try_from(policy.health_timeout).unwrap_or(jiff::SignedDuration::MAX);
+            deadline = self.now.checked_add(timeout).unwrap_or(Timestamp::MAX);
+        }
         loop {
             // The wave applied last; every object up to it is waited for.
             let upto = waves.as_ref().and(self.rs.attempts.last().and_then(|a| a.wave));

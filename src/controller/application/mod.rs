@@ -201,6 +201,8 @@ async fn reconcile_tracked(app: Arc<Application>, ctx: Arc<Context>) -> Result<A
     let label = match &result {
         Ok(_) => "ok",
         Err(Error::NotOwner) => "not_owner",
+        // A rollout about to act on a plan from the watch caches: a bug, counted apart.
+        Err(Error::Stale) => "stale_plan",
         Err(_) => "error",
     };
     metrics::counter!("ksync_reconciles_total", "result" => label).increment(1);

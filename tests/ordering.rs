@@ -159,14 +159,17 @@ fn a_wave_that_never_turns_healthy_stops_the_rollout(cluster: Cluster) {
             let touched: Vec<_> = sim.audit_log().into_iter().filter(|e| e.name == "never").collect();
             assert!(touched.iter().all(|e| e.dry_run), "only dry runs of wave 1: {touched:#?}");
         }
-        let ready = env.apps().get("app").await.unwrap();
-        let ready = ready
-            .status
-            .as_ref()
-            .and_then(|s| kuvryn_sync::api::conditions::get(&s.conditions, names::conditions::READY))
-            .cloned()
-            .unwrap();
-        assert_eq!(ready.reason, "HealthTimeout");
+        // The Application's status is written after the Revision's.
+        let ready = support::eventually("the Application to report the failure", support::apps::WAIT, || async {
+            let app = env.apps().get("app").await.ok()?;
+            let ready = app
+                .status
+                .as_ref()
+                .and_then(|s| kuvryn_sync::api::conditions::get(&s.conditions, names::conditions::READY))
+                .cloned()?;
+            (ready.reason == "HealthTimeout").then_some(ready)
+        })
+        .await;
         assert!(ready.message.contains("wave 0: "), "{}", ready.message);
 
         // `spec.strategy.waves: false` and a new attempt: one group, so wave 1 is written with

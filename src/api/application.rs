@@ -1,9 +1,8 @@
 //! `Application`: a deployable unit — source, identity it acts as, destination constraints, sync
 //! policy, health timeout, history, failure policy, dependencies and deletion policy.
 //!
-//! Not yet implemented (accepted and ignored by the controller): `spec.dependsOn`,
-//! `spec.strategy.hooks`, `failurePolicy.action: rollback` (handled as `pause`);
-//! never written: `status.diagnosis` and the `DependenciesReady` condition.
+//! Not yet implemented (accepted and ignored by the controller): `spec.strategy.hooks`,
+//! `failurePolicy.action: rollback` (handled as `pause`); never written: `status.diagnosis`.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, KubeSchema};
@@ -30,6 +29,7 @@ use super::common::{
     printcolumn(name = "Revision", type_ = "string", json_path = ".status.sync.revision"),
     printcolumn(name = "Ready", type_ = "string", json_path = r#".status.conditions[?(@.type=="Ready")].status"#),
     printcolumn(name = "Status", type_ = "string", json_path = r#".status.conditions[?(@.type=="Ready")].message"#, priority = 1),
+    printcolumn(name = "Dependencies", type_ = "string", json_path = r#".status.conditions[?(@.type=="DependenciesReady")].message"#, priority = 1),
     printcolumn(name = "Suspended", type_ = "boolean", json_path = ".spec.suspend", priority = 1),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
     selectable = ".spec.source.repository",
@@ -67,8 +67,8 @@ pub struct ApplicationSpec {
     pub failure_policy: FailurePolicy,
 
     /// Applications in the same namespace that must be Healthy, at the revision they want, before
-    /// this one's rollout starts. Not yet implemented: accepted and ignored (the rollout does not
-    /// wait).
+    /// this one's rollout starts (reading live state and planning included); a rollout under way
+    /// or a self-heal checks them again before it applies. Reported in `DependenciesReady`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 32), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub depends_on: Vec<LocalObjectReference>,
@@ -414,7 +414,7 @@ pub struct ApplicationStatus {
     /// The `metadata.generation` this status reflects.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// `Ready`, `Reconciling`, `Stalled`; `DependenciesReady` is Not yet implemented (never set).
+    /// `Ready`, `Reconciling`, `Stalled`, and `DependenciesReady` with `spec.dependsOn`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "conditions_schema")]
     pub conditions: Vec<Condition>,

@@ -3,7 +3,7 @@
 //! constants and never spell a name inline (see `docs/api.md` for what each one means).
 //!
 //! Some names belong to features that are Not yet implemented (the admission webhook,
-//! hooks, manual approval, rollback, dependencies, HealthCheck evaluation); their constants say
+//! hooks, manual approval, rollback, HealthCheck evaluation); their constants say
 //! so, and nothing reads or writes them yet.
 
 /// The API group of every Kuvryn Sync kind.
@@ -113,7 +113,6 @@ pub mod conditions {
     /// Repository: the source was fetched and the ref resolved.
     pub const SOURCE_READY: &str = "SourceReady";
     /// Application: every `spec.dependsOn` Application is Healthy at the revision it wants.
-    /// Not yet implemented: never set.
     pub const DEPENDENCIES_READY: &str = "DependenciesReady";
     /// Revision: this Revision was rolled back from and is held (never deployed again).
     /// Not yet implemented: never set.
@@ -149,14 +148,11 @@ pub mod reasons {
     /// A HealthCheck's CEL expression does not compile or does not return a bool.
     /// Not yet implemented: never used.
     pub const INVALID_EXPRESSION: &str = "InvalidExpression";
-    /// Waiting for `spec.dependsOn` Applications.
-    /// Not yet implemented: never used.
+    /// Waiting for `spec.dependsOn` Applications (or on a dependency cycle).
     pub const DEPENDENCY_NOT_READY: &str = "DependencyNotReady";
     /// A dependency does not exist.
-    /// Not yet implemented: never used.
     pub const DEPENDENCY_NOT_FOUND: &str = "DependencyNotFound";
     /// All dependencies are Healthy at the revision they want.
-    /// Not yet implemented: never used.
     pub const DEPENDENCIES_HEALTHY: &str = "DependenciesHealthy";
     /// Manual sync: the plan waits for `ksync sync` (approving: Not yet implemented).
     pub const AWAITING_APPROVAL: &str = "AwaitingApproval";

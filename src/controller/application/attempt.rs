@@ -53,6 +53,8 @@ pub(super) struct Rollout<'a> {
     pub now: Timestamp,
     /// Strings no message may show (Secret values).
     pub secrets: Vec<String>,
+    /// The dependencies are not ready: nothing is applied (no attempt starts, no next wave).
+    pub hold: Option<&'a super::dependencies::Verdict>,
 }
 
 fn policy_of(app: &Application) -> Policy {
@@ -132,6 +134,11 @@ impl Rollout<'_> {
         let mut managed_left: Vec<Value> = planned.managed.clone();
         // The inventory is what exists: recomputed every time from the cluster.
         self.record_kinds(&planned, &live, &managed_left);
+        if let Some(verdict) = self.hold
+            && matches!(step, Step::Start { .. })
+        {
+            return self.wait_for_dependencies(&planned, &live, changes, verdict).await;
+        }
         let deadline = match step {
             Step::AwaitApproval => {
                 self.rs.phase = RevisionPhase::AwaitingApproval;
@@ -183,6 +190,24 @@ impl Rollout<'_> {
             }
         };
         self.watch(&planned, &mut live, &mut managed_left, deadline, &policy).await
+    }
+
+    /// An attempt would start but the dependencies are not ready: a deployed desired state is
+    /// observed (a self-heal waits), anything else waits without an attempt.
+    async fn wait_for_dependencies(
+        &mut self,
+        planned: &Planned,
+        live: &BTreeMap<String, Value>,
+        changes: bool,
+        verdict: &super::dependencies::Verdict,
+    ) -> Result<Action, Error> {
+        if self.rs.deployed_desired_state_hash.as_deref() == Some(planned.hash.as_str()) {
+            return self.observe(planned, live, changes).await;
+        }
+        self.set_sync(pending(planned), planned);
+        self.observe_health(planned, live, false).await;
+        super::gate::report_wait(self.app, self.status, verdict, self.now);
+        Ok(Action::requeue(with_jitter(self.ctx.settings.resync, self.name)))
     }
 
     /// The running attempt failed while applying (recorded): report it, and when to retry.
@@ -504,6 +529,14 @@ impl Rollout<'_> {
             match summary.status {
                 HealthStatus::Healthy if next.is_some() => {
                     let (Some(done), Some(next)) = (upto, next) else { unreachable!("checked above") };
+                    if let Some(verdict) = self.hold {
+                        // The next wave waits for the dependencies; its deadline starts when
+                        // it is applied.
+                        self.rs.phase = RevisionPhase::Progressing;
+                        self.set_sync(SyncState::Synced, planned);
+                        super::gate::report_wait(self.app, self.status, verdict, self.now);
+                        return Ok(Action::requeue(with_jitter(self.ctx.settings.resync, self.name)));
+                    }
                     // The next wave is written from a plan made from fresh lists only.
                     if !planned.fresh {
                         return Err(Error::Stale);

@@ -155,6 +155,9 @@ pub struct Context {
     pub progress: progress::Progress,
     /// Managed objects' metadata as the shard watches have it.
     pub inventory: Arc<Inventory>,
+    /// Every Application's readiness as a dependency (`spec.dependsOn`), watched once per
+    /// replica from the first reconcile that needs it.
+    pub(super) dependencies: super::dependency_watch::Dependencies,
     /// Repositories as one watch of this replica has them (started with the first shard).
     pub(super) repositories: std::sync::OnceLock<Repositories>,
     /// The resourceVersion of each Application's last status write by this replica: its watch
@@ -192,6 +195,7 @@ impl Context {
             kinds: ExtraKinds::new(client.clone()),
             progress: Default::default(),
             inventory: Default::default(),
+            dependencies: Default::default(),
             repositories: Default::default(),
             own_writes: Default::default(),
             echoes: Default::default(),

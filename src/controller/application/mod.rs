@@ -38,9 +38,12 @@
 
 mod attempt;
 mod context;
+pub mod dependencies;
+mod dependency_watch;
 mod desired;
 mod echoes;
 mod finalize;
+mod gate;
 pub mod live;
 mod planning;
 pub mod progress;
@@ -129,6 +132,7 @@ pub async fn run_shard(
             .debounce(Duration::from_millis(200)),
     );
     let (c1, c2) = (ctx.clone(), ctx.clone());
+    let (c3, deps_store) = (ctx.clone(), store.clone());
     let extra = watched::extra_triggers(client, ctx.kinds.subscribe(), selector.clone(), ctx.inventory.clone(), shard)
         .map(move |r| noted(r, &c1));
     // A Repository change: its Applications in this shard (all of them if events were missed).
@@ -151,6 +155,29 @@ pub async fn run_shard(
             .collect();
         futures_util::stream::iter(apps)
     });
+    // A dependency changed: its dependents in this shard (those with dependencies if events
+    // were missed).
+    let dep_events = ctx.dependencies.triggers.subscribe();
+    let dep_triggers = futures_util::stream::unfold(dep_events, |mut rx| async move {
+        use tokio::sync::broadcast::error::RecvError;
+        match rx.recv().await {
+            Ok(r) => Some((Some(r), rx)),
+            Err(RecvError::Lagged(_)) => Some((None, rx)),
+            Err(RecvError::Closed) => None,
+        }
+    })
+    .flat_map(move |r: Option<ObjectRef<Application>>| {
+        let apps: Vec<_> = match r {
+            Some(r) => deps_store.get(&r).map(|_| noted(r, &c3)).into_iter().collect(),
+            None => deps_store
+                .state()
+                .into_iter()
+                .filter(|a| !a.spec.depends_on.is_empty())
+                .map(|a| noted(ObjectRef::from_obj(&*a), &c3))
+                .collect(),
+        };
+        futures_util::stream::iter(apps)
+    });
     let inv = &ctx.inventory;
     controller
         .watches_stream(watched::touched::<Deployment>(&ctx.client, &selector, inv, shard), tracked(&ctx))
@@ -161,6 +188,7 @@ pub async fn run_shard(
         .watches_stream(watched::touched::<Service>(&ctx.client, &selector, inv, shard), tracked(&ctx))
         .reconcile_on(extra)
         .reconcile_on(repo_triggers)
+        .reconcile_on(dep_triggers)
         .graceful_shutdown_on(shutdown)
         .run(reconcile_tracked, error_policy, ctx.clone())
         .for_each(|r| async move {
@@ -258,14 +286,22 @@ pub async fn reconcile(app: Arc<Application>, ctx: Arc<Context>) -> Result<Actio
         return Ok(Action::await_change());
     }
 
-    let action = plan_app(&app, &ctx, &ns, &name, &old, &mut status, now).await?;
+    let hold = match gate::check(&ctx, &app, &old, &mut status, now).await {
+        gate::Gate::Free => None,
+        gate::Gate::Unknown => return Ok(Action::requeue(Duration::from_secs(2))),
+        gate::Gate::Checked(v) => Some(v).filter(|v| !v.ready()),
+    };
+    let action = plan_app(&app, &ctx, &ns, &name, &old, &mut status, now, hold.as_ref()).await?;
     if !write_status(&ctx, &app, &old, &status).await? {
         return Ok(Action::requeue(STALE_RETRY));
     }
     Ok(action)
 }
 
-/// Steps 2 to 8, and the rollout.
+/// Steps 2 to 8, and the rollout. `hold`: the dependencies are not ready, so nothing may be
+/// applied; only the Revision already desired is looked at (health, drift), and a new one is
+/// not even rendered.
+#[allow(clippy::too_many_arguments)]
 async fn plan_app(
     app: &Application,
     ctx: &Context,
@@ -274,6 +310,7 @@ async fn plan_app(
     old: &ApplicationStatus,
     status: &mut ApplicationStatus,
     now: Timestamp,
+    hold: Option<&dependencies::Verdict>,
 ) -> Result<Action, Error> {
     let retry_soon = Action::requeue(with_jitter(Duration::from_secs(30), name));
     let source = match source::resolve_source(app, ctx, ns).await? {
@@ -292,6 +329,13 @@ async fn plan_app(
         service_account: &spec.service_account_name,
     };
     let rev_name = identity::name(&identity);
+    if let Some(verdict) = hold
+        && old.desired_revision.as_deref() != Some(rev_name.as_str())
+    {
+        // Not even rendered: the kinds it uses may come with a dependency.
+        gate::report_wait(app, status, verdict, now);
+        return Ok(Action::requeue(with_jitter(ctx.settings.resync, name)));
+    }
     fenced(ctx, app)?;
     let new = status.desired_revision.as_deref() != Some(rev_name.as_str());
     let rev = revision::ensure_revision(ctx, app, ns, &rev_name, &source, new).await?;
@@ -324,6 +368,7 @@ async fn plan_app(
             // is made again from what the service account lists now.
             let next_wave = rs.attempts.last().is_some_and(|a| a.result == AttemptResult::Running && a.wave.is_some());
             if let Ok(p) = &planned
+                && hold.is_none()
                 && !p.fresh
                 && (next_wave || matches!(attempt::step_of(app, old, &rs, p, now), rollout::Step::Start { .. }))
             {
@@ -333,6 +378,14 @@ async fn plan_app(
         }
     };
     let action = match result {
+        // The desired Revision failed validation while a dependency is not ready (a kind a
+        // dependency serves is gone for a moment): a wait, not a failure.
+        Err(failure) if hold.is_some() && failure.reason == names::reasons::VALIDATION_FAILURE => {
+            if let Some(verdict) = hold {
+                gate::report_wait(app, status, verdict, now);
+            }
+            Action::requeue(with_jitter(ctx.settings.resync, name))
+        }
         Err(failure) => {
             // A deployed Revision stays what it is: the live state is untouched.
             if rs.deployed_desired_state_hash.is_none() {
@@ -363,7 +416,7 @@ async fn plan_app(
             sync.commit = Some(source.commit.clone());
             status.sync = Some(sync);
             let secrets = planned.secrets.clone();
-            let mut run = Rollout { ctx, app, ns, name, rev: &rev_name, old, status, rs: &mut rs, now, secrets };
+            let mut run = Rollout { ctx, app, ns, name, rev: &rev_name, old, status, rs: &mut rs, now, secrets, hold };
             run.run(planned).await?
         }
     };

@@ -38,28 +38,6 @@ fn custom(kind: &str, namespace: &str, name: &str) -> String {
     )
 }
 
-/// Everything, cluster-wide, for the `deployer` service account of `env`: it may create
-/// Namespaces and CRDs and list every kind in them.
-async fn allow_everything(env: &Env) {
-    let name = format!("{}-everything", env.ns);
-    apply_as(
-        &env.client,
-        "test",
-        &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-        "metadata": {"name": name}, "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]}),
-    )
-    .await;
-    apply_as(
-        &env.client,
-        "test",
-        &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-        "metadata": {"name": name},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
-        "subjects": [{"kind": "ServiceAccount", "name": "deployer", "namespace": env.ns}]}),
-    )
-    .await;
-}
-
 /// Wait until the Application's desired Revision is Healthy.
 async fn until_healthy(env: &Env, app: &str) {
     env.revision_where(app, &format!("{app} Healthy"), |r| {
@@ -107,7 +85,7 @@ fn a_namespace_holding_what_the_application_does_not_manage_is_kept(cluster: Clu
     let runtime = support::runtime();
     runtime.block_on(async {
         let env = Env::start(&cluster, "fin-ns").await;
-        allow_everything(&env).await;
+        env.allow_everything().await;
         let wt = env.repository("platform").await;
         wt.write("app/shared.yaml", &namespace("fin-ns-shared"))
             .write("app/own.yaml", &namespace("fin-ns-own"))
@@ -152,7 +130,7 @@ fn a_crd_with_custom_resources_the_application_does_not_manage_is_kept(cluster: 
     let runtime = support::runtime();
     runtime.block_on(async {
         let env = Env::start(&cluster, "fin-crd").await;
-        allow_everything(&env).await;
+        env.allow_everything().await;
         support::deployer_namespace(&env.client, "fin-crd-other").await;
         let wt = env.repository("platform").await;
         wt.write("app/widgets.yaml", &crd("widgets", "Widget"))

@@ -124,6 +124,28 @@ impl Env {
         .await
     }
 
+    /// Everything, cluster-wide, for the `deployer` service account: it may create Namespaces
+    /// and CRDs and list every kind in them.
+    pub async fn allow_everything(&self) {
+        let name = format!("{}-everything", self.ns);
+        apply_as(
+            &self.client,
+            "test",
+            &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": name}, "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]}),
+        )
+        .await;
+        apply_as(
+            &self.client,
+            "test",
+            &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": "deployer", "namespace": self.ns}]}),
+        )
+        .await;
+    }
+
     pub async fn events(&self, regarding: &str) -> Vec<(String, String, String)> {
         super::events_about(&self.client, &self.ns, regarding).await
     }

@@ -127,6 +127,11 @@ impl Rollout<'_> {
         let changes = planned.plan.entries.iter().any(|e| e.action != PlanAction::Unchanged);
         self.rs.failure = self.rs.failure.take().filter(|_| rollout::consecutive_failures(&self.rs.attempts) > 0);
         let step = step_of(self.app, self.old, self.rs, &planned, self.now);
+        if let Some(verdict) = self.hold
+            && matches!(step, Step::Start { .. })
+        {
+            return self.wait_for_dependencies(&planned, &planned.live, changes, verdict).await;
+        }
         if matches!(step, Step::Start { .. }) && !planned.fresh {
             return Err(Error::Stale);
         }
@@ -134,11 +139,6 @@ impl Rollout<'_> {
         let mut managed_left: Vec<Value> = planned.managed.clone();
         // The inventory is what exists: recomputed every time from the cluster.
         self.record_kinds(&planned, &live, &managed_left);
-        if let Some(verdict) = self.hold
-            && matches!(step, Step::Start { .. })
-        {
-            return self.wait_for_dependencies(&planned, &live, changes, verdict).await;
-        }
         let deadline = match step {
             Step::AwaitApproval => {
                 self.rs.phase = RevisionPhase::AwaitingApproval;

@@ -86,10 +86,6 @@ const NOT_YET_IMPLEMENTED: &[&str] = &[
     "DependenciesReady",
     "DependencyNotFound",
     "DependenciesHealthy",
-    // Sync hooks.
-    "spec.strategy.hooks",
-    "sync.kuvryn.io/hook",
-    "hook-delete-policy",
     // Manual approval (a manual-sync plan waits in AwaitingApproval and nothing can approve it).
     "approv",
     "ManualSync",
@@ -116,7 +112,6 @@ const NOT_YET_IMPLEMENTED: &[&str] = &[
 /// (`[]` for list items; the empty path is the kind itself). Shrinks with [`NOT_YET_IMPLEMENTED`].
 const NOT_YET_IMPLEMENTED_FIELDS: &[(&str, &str)] = &[
     ("Application", "spec.dependsOn"),
-    ("Application", "spec.strategy.hooks"),
     ("Application", "status.diagnosis"),
     ("Application", "status.diagnosis.resource"),
     ("Application", "status.diagnosis.reason"),

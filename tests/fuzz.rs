@@ -890,7 +890,15 @@ proptest! {
         }
         let mut managed: Vec<Value> = desired.iter().chain(&others).cloned().collect();
         managed.extend(others.iter().map(|o| live_of(o, seeds[1], &extra)));
-        let inputs = Inputs { live, dry_run, managed: managed.clone(), prune, conflicts, one_wave: seeds[0] & 1 == 0 };
+        let inputs = Inputs {
+            live,
+            dry_run,
+            managed: managed.clone(),
+            prune,
+            conflicts,
+            one_wave: seeds[0] & 1 == 0,
+            ..Default::default()
+        };
 
         let p = plan::build(&desired, &inputs);
         prop_assert!(p.digest.starts_with("sha256:") && p.digest.len() == 71);

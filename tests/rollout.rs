@@ -835,6 +835,7 @@ fn a_prune_deletes_only_the_object_it_listed(cluster: Cluster) {
                 warnings: Vec::new(),
                 conflicts: Vec::new(),
                 wave: 0,
+                hook: None,
             })
             .collect();
         let doomed = Plan { entries, digest: String::new() };

@@ -1,8 +1,8 @@
 //! `Application`: a deployable unit — source, identity it acts as, destination constraints, sync
 //! policy, health timeout, history, failure policy, dependencies and deletion policy.
 //!
-//! Not yet implemented (accepted and ignored by the controller): `spec.strategy.hooks`,
-//! `failurePolicy.action: rollback` (handled as `pause`); never written: `status.diagnosis`.
+//! Not yet implemented (accepted and ignored by the controller): `failurePolicy.action: rollback`
+//! (handled as `pause`); never written: `status.diagnosis`.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, KubeSchema};
@@ -74,7 +74,7 @@ pub struct ApplicationSpec {
     pub depends_on: Vec<LocalObjectReference>,
 
     /// Rollout strategy: waves and hooks. Part of what a manual approval is bound to.
-    /// Not yet implemented: hooks (accepted and ignored) and manual approval.
+    /// Not yet implemented: manual approval.
     #[serde(default)]
     pub strategy: Strategy,
 
@@ -383,8 +383,8 @@ pub struct Strategy {
     /// applies everything in one group (still in kind order), every object in wave 0.
     #[serde(default = "yes")]
     pub waves: bool,
-    /// Run sync hooks (`sync.kuvryn.io/hook`); `false` skips hook objects. Not yet implemented:
-    /// accepted and ignored; hook objects are applied as ordinary objects.
+    /// Run sync hooks (`sync.kuvryn.io/hook`, or Helm's `helm.sh/hook`) at their stage of each
+    /// rollout; `false`: hook objects are not created at all, and their plan entries say so.
     #[serde(default = "yes")]
     pub hooks: bool,
 }

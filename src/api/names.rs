@@ -3,7 +3,7 @@
 //! constants and never spell a name inline (see `docs/api.md` for what each one means).
 //!
 //! Some names belong to features that are Not yet implemented (the admission webhook,
-//! hooks, manual approval, rollback, HealthCheck evaluation); their constants say
+//! manual approval, rollback, HealthCheck evaluation); their constants say
 //! so, and nothing reads or writes them yet.
 
 /// The API group of every Kuvryn Sync kind.
@@ -33,6 +33,10 @@ pub mod labels {
     /// On managed objects: a hash of the owning Application's `namespace/name`, short enough for a
     /// label value; the readable identity is in [`super::annotations::APPLICATION`].
     pub const APPLICATION_ID: &str = "sync.kuvryn.io/application-id";
+    /// On a sync hook object Kuvryn Sync created: the Application id, as in
+    /// [`APPLICATION_ID`]. Hooks carry this instead of the id label, so they are never in the
+    /// managed inventory (never pruned, never checked for drift).
+    pub const HOOK_OF: &str = "sync.kuvryn.io/hook-of";
 }
 
 /// Annotations read or written by Kuvryn Sync.
@@ -51,12 +55,21 @@ pub mod annotations {
     /// Rollout ordering: the wave (an integer, default 0, negative allowed) of a desired object;
     /// each wave is applied, and must be Healthy, before the next higher one.
     pub const SYNC_WAVE: &str = "sync.kuvryn.io/sync-wave";
-    /// Marks a desired object as a sync hook: `PreSync`, `Sync`, `PostSync` or `SyncFail`.
-    /// Not yet implemented: ignored (a hook object is applied as an ordinary object).
+    /// Marks a desired object as a sync hook: `PreSync`, `Sync`, `PostSync` or `SyncFail`
+    /// ([`crate::plan::hooks`]).
     pub const HOOK: &str = "sync.kuvryn.io/hook";
-    /// When a hook object is deleted: `BeforeHookCreation` (default), `HookSucceeded`, `HookFailed`.
-    /// Not yet implemented: ignored.
+    /// When a hook object is deleted: `BeforeHookCreation` (default), `HookSucceeded`,
+    /// `HookFailed`, or a comma-separated list of them.
     pub const HOOK_DELETE_POLICY: &str = "sync.kuvryn.io/hook-delete-policy";
+    /// On a hook object Kuvryn Sync created: `<revision>/<attempt>/<phase>`, the run it belongs
+    /// to (an object of an earlier run is never taken for this run's).
+    pub const HOOK_RUN: &str = "sync.kuvryn.io/hook-run";
+    /// Helm's hook annotation (`pre-install`, `post-upgrade`, ...), mapped to a hook phase.
+    pub const HELM_HOOK: &str = "helm.sh/hook";
+    /// Helm's hook weight, the wave of a Helm hook without `sync.kuvryn.io/sync-wave`.
+    pub const HELM_HOOK_WEIGHT: &str = "helm.sh/hook-weight";
+    /// Helm's hook delete policy (`before-hook-creation`, `hook-succeeded`, `hook-failed`).
+    pub const HELM_HOOK_DELETE_POLICY: &str = "helm.sh/hook-delete-policy";
     /// Ask for an immediate reconcile: any new value (conventionally a timestamp) triggers one;
     /// the value handled last is echoed in `status.lastHandledReconcileAt`.
     pub const RECONCILE_REQUESTED_AT: &str = "sync.kuvryn.io/reconcile-requested-at";
@@ -195,4 +208,6 @@ pub mod events {
     pub const NEW_REVISION: &str = "NewRevision";
     /// A Repository created, updated or deleted discovered Applications.
     pub const DISCOVERY_CHANGED: &str = "DiscoveryChanged";
+    /// A sync hook failed (or was not done within `spec.health.timeout`); Warning.
+    pub const HOOK_FAILED: &str = "HookFailed";
 }

@@ -181,6 +181,10 @@ pub struct PlanSummary {
     pub unchanged: i32,
     /// Objects to delete (prune).
     pub delete: i32,
+    /// Sync hooks (`sync.kuvryn.io/hook`, or Helm's `helm.sh/hook`), run or skipped: not counted
+    /// above.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub hooks: i32,
 }
 
 /// Plan action of one object.
@@ -195,6 +199,43 @@ pub enum PlanAction {
     Unchanged,
     /// Managed, no longer desired, pruned.
     Delete,
+    /// A sync hook that is not run (`spec.strategy.hooks: false`, or a Helm hook of a kind Kuvryn
+    /// Sync does not run); `warning` says why.
+    Skip,
+}
+
+/// The phase of a rollout a sync hook runs in (`sync.kuvryn.io/hook`).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, schemars::JsonSchema)]
+pub enum HookPhase {
+    /// Before anything of the plan is applied.
+    PreSync,
+    /// With the wave application: created with the objects of its wave.
+    Sync,
+    /// Once every object is Healthy.
+    PostSync,
+    /// When the attempt fails.
+    SyncFail,
+}
+
+impl HookPhase {
+    /// Every phase, in rollout order.
+    pub const ALL: [HookPhase; 4] = [HookPhase::PreSync, HookPhase::Sync, HookPhase::PostSync, HookPhase::SyncFail];
+
+    /// Its name, as written in `sync.kuvryn.io/hook`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HookPhase::PreSync => "PreSync",
+            HookPhase::Sync => "Sync",
+            HookPhase::PostSync => "PostSync",
+            HookPhase::SyncFail => "SyncFail",
+        }
+    }
+}
+
+impl std::fmt::Display for HookPhase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// One object in the plan.
@@ -213,6 +254,10 @@ pub struct PlanEntry {
     /// `spec.strategy.waves` is false).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub wave: i32,
+    /// The phase this object runs in when it is a sync hook (omitted for ordinary objects): a
+    /// hook is created fresh each rollout and is not part of the managed inventory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hook: Option<HookPhase>,
     /// Changed field paths (`spec.template.spec.containers[name=api].image`), the first 32.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 32), inner(length(max = 512)))]
@@ -298,6 +343,11 @@ pub struct Attempt {
     /// `spec.health.timeout`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wave_started_at: Option<Time>,
+    /// The hook phase the attempt is running (`PreSync`, `PostSync`, `SyncFail`); `wave` is then
+    /// the wave of that phase's hooks and `waveStartedAt` when they were created. Omitted while
+    /// the attempt applies its waves (Sync hooks run with them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hook: Option<HookPhase>,
 }
 
 /// Outcome of an attempt.

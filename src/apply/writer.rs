@@ -74,6 +74,20 @@ impl Writer {
         self.send::<Value>(Request::new(url).delete(name, params)).await.map(drop)
     }
 
+    /// Create `obj` as a new object of `resource` (in `namespace` when namespaced): a POST,
+    /// refused by the API server when the name is taken.
+    pub async fn create_dynamic(
+        &self,
+        resource: &ApiResource,
+        namespace: Option<&str>,
+        obj: &Value,
+        params: &PostParams,
+    ) -> kube::Result<Value> {
+        let url = DynamicObject::url_path(resource, namespace);
+        let body = serde_json::to_vec(obj).map_err(kube::Error::SerdeError)?;
+        self.send(Request::new(url).create(params, body)).await
+    }
+
     /// Patch `name` of kind `K`.
     pub async fn patch<K, P>(
         &self,

@@ -46,6 +46,20 @@ pub fn stamp(obj: &mut Value, namespace: &str, name: &str, shard: &str) {
         .insert(annotations::APPLICATION.into(), json!(format!("{namespace}/{name}")));
 }
 
+/// Mark a sync hook as created by the Application `namespace/name`:
+/// `app.kubernetes.io/managed-by`, [`labels::HOOK_OF`] with the Application id, and
+/// `sync.kuvryn.io/application`. It gets neither the Application id label nor the shard label, so
+/// it is never in the managed inventory: never pruned, never checked for drift, never deleted
+/// with the Application.
+pub fn stamp_hook(obj: &mut Value, namespace: &str, name: &str) {
+    stamp(obj, namespace, name, "");
+    if let Some(l) = obj["metadata"]["labels"].as_object_mut() {
+        l.remove(labels::APPLICATION_ID);
+        l.remove(labels::SHARD);
+        l.insert(labels::HOOK_OF.into(), json!(application_id(namespace, name)));
+    }
+}
+
 /// Whether `obj`, read again just before it is deleted, is still the Application
 /// `namespace/name`'s to prune or delete.
 ///
@@ -114,6 +128,19 @@ pub fn expired(revisions: &[Kept], current: &str, limit: usize) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Hooks stay out of the inventory: not found by its selector, never prunable.
+    #[test]
+    fn hooks_are_not_inventory() {
+        let mut hook = json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "migrate",
+                              "labels": {labels::APPLICATION_ID: "forged"}}});
+        stamp_hook(&mut hook, "shop", "web");
+        let l = &hook["metadata"]["labels"];
+        assert!(l[labels::APPLICATION_ID].is_null() && l[labels::SHARD].is_null(), "{l}");
+        assert_eq!(l[labels::HOOK_OF], application_id("shop", "web"));
+        assert!(!prunable_by(&hook, "shop", "web"));
+        assert!(crate::plan::hooks::ours(&hook, &application_id("shop", "web")));
+    }
 
     fn kept(name: &str, created: &str, held: bool) -> Kept {
         Kept { name: name.into(), created: created.parse().unwrap(), held }

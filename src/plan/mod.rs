@@ -3,6 +3,8 @@
 //! - [`validate`]: the desired state is well-formed and inside the Application's destination;
 //! - [`diff`]: normalized comparison of desired and live objects (only managed fields);
 //! - [`order`]: the static apply order within a wave;
+//! - [`hooks`]: sync hooks: their phases, delete policies, Helm's hook annotations, completion,
+//!   and the order of an attempt's hook stages;
 //! - [`build`]: the deterministic plan and its digest;
 //! - [`inventory`]: the labels of managed objects and history retention;
 //! - [`deletion`]: what deleting an Application deletes, and what it keeps (Namespaces and
@@ -12,6 +14,7 @@
 
 pub mod deletion;
 pub mod diff;
+pub mod hooks;
 pub mod inventory;
 pub mod order;
 pub mod revision;
@@ -24,6 +27,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::api::names;
+use crate::api::revision::HookPhase;
 
 /// Most changed paths listed per entry.
 pub const MAX_PATHS: usize = 20;
@@ -39,6 +43,8 @@ pub enum Action {
     Unchanged,
     /// Managed, no longer desired, pruned.
     Delete,
+    /// A sync hook that is not run; `warnings` say why.
+    Skip,
 }
 
 /// A field another manager owns that applying would take (conflict policy `adopt`).
@@ -83,6 +89,18 @@ pub struct Entry {
     /// canonical JSON when 0, so plans without waves keep their digests.
     #[serde(default, skip_serializing_if = "is_wave_zero")]
     pub wave: i32,
+    /// The phase of a sync hook ([`hooks`]); `None` for ordinary objects and for Helm hooks that
+    /// are never run (action [`Action::Skip`]). Left out of the canonical JSON when `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hook: Option<HookPhase>,
+}
+
+impl Entry {
+    /// Whether this entry is a sync hook (run or skipped): never applied, pruned or checked for
+    /// drift.
+    pub fn is_hook(&self) -> bool {
+        self.hook.is_some() || self.action == Action::Skip
+    }
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -94,19 +112,22 @@ fn is_wave_zero(n: &i32) -> bool {
 }
 
 /// The wave of `obj`: its `sync.kuvryn.io/sync-wave` annotation, an integer (negative allowed,
-/// surrounding spaces ignored), 0 when absent. A wave applies, and must be Healthy, before the
-/// next higher one; prune deletes higher waves first.
+/// surrounding spaces ignored), 0 when absent. A Helm hook (`helm.sh/hook`) without it is in the
+/// wave of its `helm.sh/hook-weight`. A wave applies, and must be Healthy, before the next
+/// higher one; prune deletes higher waves first.
 pub fn wave_of(obj: &Value) -> Result<i32, String> {
-    match &obj["metadata"]["annotations"][names::annotations::SYNC_WAVE] {
+    let a = &obj["metadata"]["annotations"];
+    let key = if a[names::annotations::SYNC_WAVE].is_null() && !a[names::annotations::HELM_HOOK].is_null() {
+        names::annotations::HELM_HOOK_WEIGHT
+    } else {
+        names::annotations::SYNC_WAVE
+    };
+    match &a[key] {
         Value::Null => Ok(0),
         Value::String(s) => s.trim().parse::<i32>().map_err(|_| {
-            format!(
-                "annotation {}: {:?} is not a wave (an integer such as -1, 0 or 5)",
-                names::annotations::SYNC_WAVE,
-                revision::bounded(s, 64)
-            )
+            format!("annotation {key}: {:?} is not a wave (an integer such as -1, 0 or 5)", revision::bounded(s, 64))
         }),
-        other => Err(format!("annotation {}: {other} is not a string", names::annotations::SYNC_WAVE)),
+        other => Err(format!("annotation {key}: {other} is not a string")),
     }
 }
 
@@ -121,12 +142,23 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// The waves of the objects the rollout applies or keeps (not those it deletes), lowest
-    /// first.
+    /// The waves of the objects the rollout applies or keeps (not those it deletes), and of
+    /// the Sync hooks it runs with them, lowest first.
     pub fn waves(&self) -> Vec<i32> {
-        let waves: std::collections::BTreeSet<i32> =
-            self.entries.iter().filter(|e| e.action != Action::Delete).map(|e| e.wave).collect();
+        let waves: std::collections::BTreeSet<i32> = self
+            .entries
+            .iter()
+            .filter(|e| e.action != Action::Delete)
+            .filter(|e| !e.is_hook() || (e.hook == Some(HookPhase::Sync) && e.action == Action::Create))
+            .map(|e| e.wave)
+            .collect();
         waves.into_iter().collect()
+    }
+
+    /// Whether applying the plan would change an object (hooks aside: they are created each
+    /// rollout, and are never drift).
+    pub fn changes(&self) -> bool {
+        self.entries.iter().any(|e| !e.is_hook() && e.action != Action::Unchanged)
     }
 
     /// Count of entries per action.
@@ -155,6 +187,11 @@ pub struct Inputs {
     pub conflicts: BTreeMap<String, Vec<Conflict>>,
     /// Every object in one wave (`spec.strategy.waves: false`).
     pub one_wave: bool,
+    /// The desired sync hooks ([`hooks::hooked`] is not `No`), validated: planned apart from
+    /// the objects, never compared with live state.
+    pub hooks: Vec<Value>,
+    /// Whether hooks are run (`spec.strategy.hooks`); when not, their entries are skipped.
+    pub run_hooks: bool,
 }
 
 /// Kinds prune never deletes: losing them loses data or other workloads' state.
@@ -189,8 +226,19 @@ fn opted_out(obj: &Value) -> bool {
     obj["metadata"]["annotations"][names::annotations::PRUNE] == names::annotations::PRUNE_DISABLED
 }
 
-fn sort_key(e: &Entry) -> (i32, u8, String, String, String, String) {
+/// PreSync hooks first, then the waves (with their Sync hooks), PostSync and SyncFail hooks.
+fn phase_rank(e: &Entry) -> u8 {
+    match e.hook {
+        Some(HookPhase::PreSync) => 0,
+        None | Some(HookPhase::Sync) => 1,
+        Some(HookPhase::PostSync) => 2,
+        Some(HookPhase::SyncFail) => 3,
+    }
+}
+
+fn sort_key(e: &Entry) -> (u8, i32, u8, String, String, String, String) {
     (
+        phase_rank(e),
         e.wave,
         order::rank(&e.group, &e.kind, !e.namespace.is_empty()),
         e.group.clone(),
@@ -236,6 +284,33 @@ pub fn build(desired: &[Value], inputs: &Inputs) -> Plan {
             warnings: Vec::new(),
             conflicts,
             wave: wave(d),
+            hook: None,
+        });
+    }
+    for h in &inputs.hooks {
+        let (group, kind, namespace, name) = key(h);
+        let (action, hook, warnings) = match hooks::hooked(h) {
+            Ok(hooks::Hooked::Run(phase)) if !inputs.run_hooks => {
+                (Action::Skip, Some(phase), vec!["not run: spec.strategy.hooks is false".to_string()])
+            }
+            Ok(hooks::Hooked::Run(phase)) => (Action::Create, Some(phase), Vec::new()),
+            Ok(hooks::Hooked::NotRun(why)) => (Action::Skip, None, vec![why]),
+            // Validation refused these.
+            Ok(hooks::Hooked::No) | Err(_) => continue,
+        };
+        applies.push(Entry {
+            group,
+            kind,
+            version: version_of(h),
+            namespace,
+            name,
+            action,
+            changed: Vec::new(),
+            more_changed: 0,
+            warnings,
+            conflicts: Vec::new(),
+            wave: wave(h),
+            hook,
         });
     }
     applies.sort_by_key(sort_key);
@@ -264,6 +339,7 @@ pub fn build(desired: &[Value], inputs: &Inputs) -> Plan {
             warnings: Vec::new(),
             conflicts: Vec::new(),
             wave: wave(m),
+            hook: None,
         };
         if !inputs.prune {
             continue;

@@ -74,7 +74,12 @@ pub fn bounded(s: &str, max: usize) -> String {
 pub fn stored(plan: &Plan, adopt: bool) -> rev::Plan {
     let mut summary = PlanSummary::default();
     for e in &plan.entries {
+        if e.is_hook() {
+            summary.hooks += 1;
+            continue;
+        }
         match e.action {
+            Action::Skip => summary.hooks += 1,
             Action::Create => summary.create += 1,
             Action::Update => summary.update += 1,
             Action::Unchanged => summary.unchanged += 1,
@@ -112,8 +117,10 @@ pub fn stored(plan: &Plan, adopt: bool) -> rev::Plan {
                 Action::Update => PlanAction::Update,
                 Action::Unchanged => PlanAction::Unchanged,
                 Action::Delete => PlanAction::Delete,
+                Action::Skip => PlanAction::Skip,
             },
             wave: e.wave,
+            hook: e.hook,
             fields,
             warning: (!e.warnings.is_empty()).then(|| bounded(&e.warnings.join("; "), 1024)),
             conflicts: if adopt { Vec::new() } else { owners.clone() },

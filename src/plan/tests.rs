@@ -14,7 +14,16 @@ struct Case {
     live: Vec<Value>,
     #[serde(default)]
     managed: Vec<Value>,
+    #[serde(default)]
+    hooks: Vec<Value>,
+    /// `spec.strategy.hooks` (default true).
+    #[serde(default = "yes")]
+    run_hooks: bool,
     want: Vec<String>,
+}
+
+fn yes() -> bool {
+    true
 }
 
 fn inputs(c: &Case) -> Inputs {
@@ -22,6 +31,8 @@ fn inputs(c: &Case) -> Inputs {
         live: c.live.iter().map(|o| (validate::identity(o), o.clone())).collect(),
         managed: c.managed.clone(),
         prune: c.prune,
+        hooks: c.hooks.clone(),
+        run_hooks: c.run_hooks,
         ..Default::default()
     }
 }
@@ -34,6 +45,9 @@ fn show(e: &Entry) -> String {
     s.push_str(&e.name);
     if e.wave != 0 {
         s.push_str(&format!(" (wave {})", e.wave));
+    }
+    if let Some(h) = e.hook {
+        s.push_str(&format!(" ({h} hook)"));
     }
     if !e.changed.is_empty() {
         s.push_str(&format!(" {}", e.changed.join(",")));
@@ -69,7 +83,8 @@ fn any_input_order_gives_the_same_plan() {
         for _ in 0..50 {
             let mut desired = c.desired.clone();
             let mut managed = c.managed.clone();
-            for list in [&mut desired, &mut managed] {
+            let mut hooks = c.hooks.clone();
+            for list in [&mut desired, &mut managed, &mut hooks] {
                 for i in (1..list.len()).rev() {
                     seed ^= seed << 13;
                     seed ^= seed >> 7;
@@ -77,8 +92,16 @@ fn any_input_order_gives_the_same_plan() {
                     list.swap(i, (seed % (i as u64 + 1)) as usize);
                 }
             }
-            let shuffled =
-                Case { name: c.name.clone(), prune: c.prune, desired, live: c.live.clone(), managed, want: Vec::new() };
+            let shuffled = Case {
+                name: c.name.clone(),
+                prune: c.prune,
+                desired,
+                live: c.live.clone(),
+                managed,
+                hooks,
+                run_hooks: c.run_hooks,
+                want: Vec::new(),
+            };
             let plan = build(&shuffled.desired, &inputs(&shuffled));
             assert_eq!(serde_json::to_vec(&plan).unwrap(), serde_json::to_vec(&reference).unwrap(), "{}", c.name);
         }
@@ -217,4 +240,28 @@ fn waves_are_integers() {
     for (obj, want) in cases {
         assert_eq!(super::wave_of(&obj), want.map_err(str::to_string), "{obj}");
     }
+}
+
+/// Hooks: Sync hooks add their waves; no hook is a change (drift) of the plan.
+#[test]
+fn hooks_are_not_changes_and_sync_hooks_have_waves() {
+    let hook = |name: &str, phase: &str, wave: &str| {
+        json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "namespace": "web",
+               "annotations": {"sync.kuvryn.io/hook": phase, "sync.kuvryn.io/sync-wave": wave}}})
+    };
+    let live = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "web"}});
+    let inputs = Inputs {
+        live: BTreeMap::from([(validate::identity(&live), live.clone())]),
+        hooks: vec![hook("pre", "PreSync", "-3"), hook("seed", "Sync", "4"), hook("post", "PostSync", "9")],
+        run_hooks: true,
+        ..Default::default()
+    };
+    let plan = build(std::slice::from_ref(&live), &inputs);
+    assert!(!plan.changes(), "{:?}", plan.entries);
+    assert_eq!(plan.waves(), [0, 4]);
+    let off = build(std::slice::from_ref(&live), &Inputs { run_hooks: false, ..inputs });
+    assert_eq!(off.waves(), [0]);
+    assert!(off.entries.iter().filter(|e| e.is_hook()).all(|e| e.action == Action::Skip));
+    let stored = revision::stored(&plan, false);
+    assert_eq!((stored.summary.hooks, stored.summary.unchanged, stored.summary.create), (3, 1, 0));
 }

@@ -10,6 +10,9 @@
 //! - a kind must be known to the cluster (discovery) or defined by a CustomResourceDefinition in
 //!   the same desired state;
 //! - `sync.kuvryn.io/sync-wave`, when set, is an integer ([`super::wave_of`]);
+//! - hook annotations (`sync.kuvryn.io/hook`, `sync.kuvryn.io/hook-delete-policy` and Helm's)
+//!   name known phases and policies ([`super::hooks`]); hooks are validated like every other
+//!   object, namespace rules included;
 //! - limits on the number of objects and on the size of each.
 //!
 //! Every problem is listed (sorted, deduplicated), not just the first: the Application reports
@@ -173,6 +176,9 @@ pub fn validate(
             problems.insert(at(p.into()));
         }
         if let Err(p) = super::wave_of(o) {
+            problems.insert(at(p));
+        }
+        for p in super::hooks::problems(o) {
             problems.insert(at(p));
         }
         let size = serde_json::to_vec(o).map(|v| v.len()).unwrap_or(0);

@@ -37,9 +37,10 @@ pub struct ResourceHealth {
     pub message: String,
 }
 
-/// The plan entries that name managed resources: every one but those being pruned.
+/// The plan entries that name managed resources: every one but those being pruned and sync
+/// hooks (not managed: created each rollout, never pruned).
 pub fn managed(entries: &[PlanEntry]) -> impl Iterator<Item = &PlanEntry> {
-    entries.iter().filter(|e| e.action != PlanAction::Delete)
+    entries.iter().filter(|e| e.action != PlanAction::Delete && e.action != PlanAction::Skip && e.hook.is_none())
 }
 
 /// The health of the resource of `entry`, by the product's health rules ([`crate::health`]).

@@ -13,12 +13,21 @@ pub fn action_style(a: PlanAction) -> (&'static str, &'static str, Tone) {
         PlanAction::Update => ("~", "update", Tone::Warn),
         PlanAction::Delete => ("-", "delete", Tone::Bad),
         PlanAction::Unchanged => ("=", "unchanged", Tone::Dim),
+        PlanAction::Skip => ("!", "skip", Tone::Dim),
     }
 }
 
-/// `Plan: 2 to create, 1 to update, 0 to delete, 3 unchanged`.
+/// `Plan: 2 to create, 1 to update, 0 to delete, 3 unchanged` (`, 2 hooks` when there are).
 pub fn summary_line(s: &PlanSummary) -> String {
-    format!("Plan: {} to create, {} to update, {} to delete, {} unchanged", s.create, s.update, s.delete, s.unchanged)
+    let hooks = match s.hooks {
+        0 => String::new(),
+        1 => ", 1 hook".to_string(),
+        n => format!(", {n} hooks"),
+    };
+    format!(
+        "Plan: {} to create, {} to update, {} to delete, {} unchanged{hooks}",
+        s.create, s.update, s.delete, s.unchanged
+    )
 }
 
 /// The entries, warnings and summary of a plan.
@@ -29,7 +38,12 @@ pub fn entries(plan: &Plan, palette: Palette) -> String {
     let mut out = String::new();
     for e in &plan.entries {
         let (symbol, word, tone) = action_style(e.action);
-        let wave = if e.wave != 0 { format!(" (wave {})", e.wave) } else { String::new() };
+        let wave = match (e.wave, e.hook) {
+            (0, None) => String::new(),
+            (w, None) => format!(" (wave {w})"),
+            (0, Some(h)) => format!(" ({h} hook)"),
+            (w, Some(h)) => format!(" ({h} hook, wave {w})"),
+        };
         let head = format!("{symbol} {word:<width$}");
         out.push_str(&format!("  {}  {}{wave}\n", palette.paint(tone, &head), resource_id(&e.resource)));
         for f in &e.fields {

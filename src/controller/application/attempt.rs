@@ -3,11 +3,9 @@
 //! health and drift. Decisions come from [`super::rollout::decide`]; this file does the I/O and
 //! keeps the Revision and Application status.
 //!
-//! Waves: when the plan has several (`sync.kuvryn.io/sync-wave`), an attempt applies the
-//! lowest, and each later one only once every object of the waves before it is Healthy
-//! (`Attempt::wave` records the wave applied last, `waveStartedAt` when). Each wave has the
-//! whole `spec.health.timeout`; a wave that degrades or times out fails the attempt, naming it,
-//! and later waves are never applied. Prune runs with the last wave.
+//! The order of an attempt's stages (sync hooks and waves) is in [`super::stages`]; this file
+//! applies one group of objects ([`Rollout::apply_group`]; prune runs with the last wave) and
+//! keeps the Revision's and the Application's status.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -36,7 +34,7 @@ use crate::plan::revision::bounded;
 use crate::plan::{Action as PlanAction, validate};
 
 /// How often a rollout waiting for health looks again.
-const HEALTH_POLL: Duration = Duration::from_secs(2);
+pub(super) const HEALTH_POLL: Duration = Duration::from_secs(2);
 /// Most drifted resources listed on the Application.
 const MAX_DRIFTED: usize = 50;
 
@@ -57,7 +55,7 @@ pub(super) struct Rollout<'a> {
     pub hold: Option<&'a super::dependencies::Verdict>,
 }
 
-fn policy_of(app: &Application) -> Policy {
+pub(super) fn policy_of(app: &Application) -> Policy {
     let spec = &app.spec;
     let parse = |s: &str, d: u64| crate::api::duration::parse(s).unwrap_or(Duration::from_secs(d));
     Policy {
@@ -71,7 +69,7 @@ fn policy_of(app: &Application) -> Policy {
     }
 }
 
-fn reference(e: &crate::plan::Entry) -> ResourceRef {
+pub(super) fn reference(e: &crate::plan::Entry) -> ResourceRef {
     ResourceRef {
         group: e.group.clone(),
         kind: e.kind.clone(),
@@ -80,7 +78,7 @@ fn reference(e: &crate::plan::Entry) -> ResourceRef {
     }
 }
 
-fn describe(r: &ResourceRef) -> String {
+pub(super) fn describe(r: &ResourceRef) -> String {
     match &r.namespace {
         Some(ns) => format!("{} {ns}/{}", r.kind, r.name),
         None => format!("{} {}", r.kind, r.name),
@@ -106,7 +104,7 @@ pub(super) fn step_of(
 ) -> Step {
     let policy = policy_of(app);
     let deployed = rs.deployed_desired_state_hash.as_deref() == Some(planned.hash.as_str());
-    let changes = planned.plan.entries.iter().any(|e| e.action != PlanAction::Unchanged);
+    let changes = planned.plan.changes();
     let step = rollout::decide(rs, deployed, changes, &policy, now);
     // A new `reconcile-requested-at` is an operator asking to try again now.
     let requested = app.annotations().get(names::annotations::RECONCILE_REQUESTED_AT);
@@ -124,8 +122,13 @@ impl Rollout<'_> {
     /// (`planned.fresh`): otherwise nothing is written and `Err(Error::Stale)` asks for one.
     pub async fn run(&mut self, planned: Planned) -> Result<Action, Error> {
         let policy = policy_of(self.app);
-        let changes = planned.plan.entries.iter().any(|e| e.action != PlanAction::Unchanged);
-        self.rs.failure = self.rs.failure.take().filter(|_| rollout::consecutive_failures(&self.rs.attempts) > 0);
+        let changes = planned.plan.changes();
+        // A failed attempt running its SyncFail hooks keeps its failure.
+        let sync_fail = self.rs.attempts.last().is_some_and(|a| {
+            a.result == AttemptResult::Running && a.hook == Some(crate::api::revision::HookPhase::SyncFail)
+        });
+        self.rs.failure =
+            self.rs.failure.take().filter(|_| sync_fail || rollout::consecutive_failures(&self.rs.attempts) > 0);
         let step = step_of(self.app, self.old, self.rs, &planned, self.now);
         if let Some(verdict) = self.hold
             && matches!(step, Step::Start { .. })
@@ -185,7 +188,7 @@ impl Rollout<'_> {
             Step::Start { number } => {
                 match self.start(number, &planned, &policy, &mut live, &mut managed_left).await? {
                     Some(deadline) => deadline,
-                    None => return Ok(self.failed_at_once(&planned, &policy).await),
+                    None => return self.failed_at_once(&planned, &policy).await,
                 }
             }
         };
@@ -210,19 +213,34 @@ impl Rollout<'_> {
         Ok(Action::requeue(with_jitter(self.ctx.settings.resync, self.name)))
     }
 
-    /// The running attempt failed while applying (recorded): report it, and when to retry.
-    async fn failed_at_once(&mut self, planned: &Planned, policy: &Policy) -> Action {
+    /// The running attempt would apply its next stage (a wave, or the first after its PreSync
+    /// hooks) but the dependencies are not ready: it waits, and that stage's deadline starts
+    /// when it is applied. `None` when the dependencies are ready.
+    pub(super) fn hold_stage(&mut self, planned: &Planned) -> Option<Action> {
+        let verdict = self.hold?;
+        self.rs.phase = RevisionPhase::Progressing;
+        self.set_sync(pending(planned), planned);
+        super::gate::report_wait(self.app, self.status, verdict, self.now);
+        Some(Action::requeue(with_jitter(self.ctx.settings.resync, self.name)))
+    }
+
+    /// The running attempt failed (recorded): run its SyncFail hooks first when it has any
+    /// ([`Rollout::sync_fail`]), else report the failure, and when to retry.
+    pub(super) async fn failed_at_once(&mut self, planned: &Planned, policy: &Policy) -> Result<Action, Error> {
+        if let Some(action) = self.sync_fail(planned) {
+            return Ok(action);
+        }
         let at = rollout::decide(self.rs, false, true, policy, self.now);
         let failure = self.last_failure(policy, None);
         let stalled = matches!(at, Step::Paused);
         report_failure(self.ctx, self.app, self.old, self.status, &failure, stalled, self.now).await;
         self.set_sync(pending(planned), planned);
-        match at {
+        Ok(match at {
             Step::Retry { at } => {
                 Action::requeue(self.now.duration_until(at).unsigned_abs().max(Duration::from_millis(200)))
             }
             _ => Action::requeue(with_jitter(self.ctx.settings.resync, self.name)),
-        }
+        })
     }
 
     /// Counts the Application's managed kinds from what exists.
@@ -269,6 +287,7 @@ impl Rollout<'_> {
                 plan_digest: Some(planned.plan.digest.clone()),
                 wave: None,
                 wave_started_at: None,
+                hook: None,
             },
         );
         self.rs.phase = RevisionPhase::Applying;
@@ -306,23 +325,12 @@ impl Rollout<'_> {
         // Fencing: ownership is checked before the writes, and again by the writer before each
         // request is sent.
         super::context::fenced(self.ctx, self.app)?;
-        let waves = waves_of(planned);
-        let first = waves.as_ref().and_then(|w| w.first().copied());
-        if let Some(a) = self.rs.attempts.last_mut() {
-            a.wave = first;
-            a.wave_started_at = first.map(|_| Time(self.now));
-        }
-        let last = waves.as_ref().is_none_or(|w| w.len() == 1);
-        if !self.apply_group(planned, first, last, live, managed_left).await? {
-            return Ok(None);
-        }
-        let timeout = jiff::SignedDuration::try_from(policy.health_timeout).unwrap_or(jiff::SignedDuration::MAX);
-        Ok(Some(self.now.checked_add(timeout).unwrap_or(Timestamp::MAX)))
+        self.begin(planned, policy, live, managed_left).await
     }
 
     /// Apply the Create and Update entries of `wave` (all of them when `None`), and prune when
     /// `last`. `false` when the attempt failed (recorded).
-    async fn apply_group(
+    pub(super) async fn apply_group(
         &mut self,
         planned: &Planned,
         wave: Option<i32>,
@@ -331,37 +339,25 @@ impl Rollout<'_> {
         managed_left: &mut Vec<Value>,
     ) -> Result<bool, Error> {
         let related = revision_ref(self.ns, self.rev);
-        let group;
-        let plan = match wave {
-            None => &planned.plan,
-            Some(w) => {
-                let entries = planned
-                    .plan
-                    .entries
-                    .iter()
-                    .filter(|e| e.wave == w && e.action != PlanAction::Delete)
-                    .cloned()
-                    .collect();
-                group = crate::plan::Plan { entries, digest: planned.plan.digest.clone() };
-                let changes = group.entries.iter().filter(|e| e.action != PlanAction::Unchanged).count();
-                let number = self.rs.attempts.last().map(|a| a.number).unwrap_or(1);
-                event(
-                    self.ctx,
-                    self.app,
-                    Some(&related),
-                    EventType::Normal,
-                    names::reasons::PROGRESSING,
-                    &format!(
-                        "Revision {} attempt {number}: wave {w}: applying {changes} of its {} object{}",
-                        self.rev,
-                        group.entries.len(),
-                        if group.entries.len() == 1 { "" } else { "s" }
-                    ),
-                )
-                .await;
-                &group
-            }
-        };
+        // Hooks are never applied: they are created by their stage ([`super::stages`]).
+        let entries = planned
+            .plan
+            .entries
+            .iter()
+            .filter(|e| !e.is_hook() && wave.is_none_or(|w| e.wave == w && e.action != PlanAction::Delete))
+            .cloned()
+            .collect();
+        let group = crate::plan::Plan { entries, digest: planned.plan.digest.clone() };
+        if let Some(w) = wave {
+            let changes = group.entries.iter().filter(|e| e.action != PlanAction::Unchanged).count();
+            let n = group.entries.len();
+            self.wave_event(&format!(
+                "wave {w}: applying {changes} of its {n} object{}",
+                if n == 1 { "" } else { "s" }
+            ))
+            .await;
+        }
+        let plan = &group;
         let in_wave = |m: String| match wave {
             Some(w) => format!("wave {w}: {m}"),
             None => m,
@@ -447,7 +443,7 @@ impl Rollout<'_> {
     }
 
     /// Mark the running attempt failed.
-    fn fail_attempt(&mut self, reason: &str, message: String, retryable: bool) {
+    pub(super) fn fail_attempt(&mut self, reason: &str, message: String, retryable: bool) {
         if let Some(a) = self.rs.attempts.last_mut()
             && a.result == AttemptResult::Running
         {
@@ -463,7 +459,7 @@ impl Rollout<'_> {
 
     /// The Revision's failure as reported on the Application, with the attempt count and the
     /// next retry.
-    fn last_failure(&self, policy: &Policy, next: Option<Timestamp>) -> Failure {
+    pub(super) fn last_failure(&self, policy: &Policy, next: Option<Timestamp>) -> Failure {
         let f = self.rs.failure.clone().unwrap_or_else(|| rev::Failure {
             reason: names::reasons::APPLY_FAILURE.to_string(),
             message: "the last attempt failed".to_string(),
@@ -484,155 +480,6 @@ impl Rollout<'_> {
             reason: reason_const(&f.reason),
             message: bounded(&format!("{}{suffix}", f.message), 4096),
             retryable: f.retryable,
-        }
-    }
-
-    /// A running attempt: Healthy completes it (with waves: applies the next wave, or completes
-    /// it after the last), Degraded fails it, Progressing waits until `deadline`.
-    async fn watch(
-        &mut self,
-        planned: &Planned,
-        live: &mut BTreeMap<String, Value>,
-        managed_left: &mut Vec<Value>,
-        mut deadline: Timestamp,
-        policy: &Policy,
-    ) -> Result<Action, Error> {
-        let waves = waves_of(planned);
-        if waves.is_none() && self.rs.attempts.last().is_some_and(|a| a.wave.is_some()) {
-            // Waves were turned off (or the plan lost them) mid-attempt: the rest in one group,
-            // with a new health deadline.
-            if !planned.fresh {
-                return Err(Error::Stale);
-            }
-            super::context::fenced(self.ctx, self.app)?;
-            if let Some(a) = self.rs.attempts.last_mut() {
-                a.wave = None;
-                a.wave_started_at = Some(Time(self.now));
-            }
-            if !self.apply_group(planned, None, true, live, managed_left).await? {
-                return Ok(self.failed_at_once(planned, policy).await);
-            }
-            let timeout = jiff::SignedDuration::try_from(policy.health_timeout).unwrap_or(jiff::SignedDuration::MAX);
-            deadline = self.now.checked_add(timeout).unwrap_or(Timestamp::MAX);
-        }
-        loop {
-            // The wave applied last; every object up to it is waited for.
-            let upto = waves.as_ref().and(self.rs.attempts.last().and_then(|a| a.wave));
-            let pods = self.pods_of(planned, live, upto).await;
-            let summary = self.summarize(planned, live, &pods, false, upto);
-            self.record_health(&summary);
-            let in_wave = |m: String| match upto {
-                Some(w) => format!("wave {w}: {m}"),
-                None => m,
-            };
-            let next = waves.as_ref().zip(upto).and_then(|(ws, w)| ws.iter().copied().find(|x| *x > w));
-            match summary.status {
-                HealthStatus::Healthy if next.is_some() => {
-                    let (Some(done), Some(next)) = (upto, next) else { unreachable!("checked above") };
-                    if let Some(verdict) = self.hold {
-                        // The next wave waits for the dependencies; its deadline starts when
-                        // it is applied.
-                        self.rs.phase = RevisionPhase::Progressing;
-                        self.set_sync(SyncState::Synced, planned);
-                        super::gate::report_wait(self.app, self.status, verdict, self.now);
-                        return Ok(Action::requeue(with_jitter(self.ctx.settings.resync, self.name)));
-                    }
-                    // The next wave is written from a plan made from fresh lists only.
-                    if !planned.fresh {
-                        return Err(Error::Stale);
-                    }
-                    let related = revision_ref(self.ns, self.rev);
-                    let number = self.rs.attempts.last().map(|a| a.number).unwrap_or(1);
-                    event(
-                        self.ctx,
-                        self.app,
-                        Some(&related),
-                        EventType::Normal,
-                        names::reasons::PROGRESSING,
-                        &format!("Revision {} attempt {number}: wave {done} is Healthy", self.rev),
-                    )
-                    .await;
-                    super::context::fenced(self.ctx, self.app)?;
-                    if let Some(a) = self.rs.attempts.last_mut() {
-                        a.wave = Some(next);
-                        a.wave_started_at = Some(Time(self.now));
-                    }
-                    let last = waves.as_ref().and_then(|w| w.last()) == Some(&next);
-                    if !self.apply_group(planned, Some(next), last, live, managed_left).await? {
-                        return Ok(self.failed_at_once(planned, policy).await);
-                    }
-                    let timeout =
-                        jiff::SignedDuration::try_from(policy.health_timeout).unwrap_or(jiff::SignedDuration::MAX);
-                    deadline = self.now.checked_add(timeout).unwrap_or(Timestamp::MAX);
-                }
-                HealthStatus::Healthy => {
-                    if let Some(a) = self.rs.attempts.last_mut() {
-                        a.result = AttemptResult::Succeeded;
-                        a.finished_at = Some(Time(self.now));
-                    }
-                    self.rs.phase = RevisionPhase::Healthy;
-                    self.rs.failure = None;
-                    self.rs.deployed_desired_state_hash = Some(planned.hash.clone());
-                    self.status.last_healthy_revision = Some(self.rev.to_string());
-                    self.set_sync(SyncState::Synced, planned);
-                    let message = format!("Revision {} is Healthy", self.rev);
-                    conditions::mark_ready(
-                        &mut self.status.conditions,
-                        names::reasons::SUCCEEDED,
-                        &message,
-                        self.app.metadata.generation,
-                        self.now,
-                    );
-                    let related = revision_ref(self.ns, self.rev);
-                    event(self.ctx, self.app, Some(&related), EventType::Normal, names::reasons::SUCCEEDED, &message)
-                        .await;
-                    return Ok(Action::requeue(with_jitter(self.ctx.settings.resync, self.name)));
-                }
-                HealthStatus::Degraded | HealthStatus::Progressing | HealthStatus::Unknown
-                    if summary.status == HealthStatus::Degraded || self.now >= deadline =>
-                {
-                    let (reason, message) = if summary.status == HealthStatus::Degraded {
-                        (names::reasons::DEGRADED, in_wave(format!("the rollout degraded: {}", summary.message)))
-                    } else {
-                        (
-                            names::reasons::HEALTH_TIMEOUT,
-                            in_wave(format!(
-                                "not Healthy within spec.health.timeout ({}): {}",
-                                self.app.spec.health.timeout, summary.message
-                            )),
-                        )
-                    };
-                    self.fail_attempt(reason, message, true);
-                    self.set_sync(pending(planned), planned);
-                    let next = rollout::decide(self.rs, false, true, policy, self.now);
-                    let at = match next {
-                        Step::Retry { at } => Some(at),
-                        _ => None,
-                    };
-                    let failure = self.last_failure(policy, at);
-                    report_failure(self.ctx, self.app, self.old, self.status, &failure, at.is_none(), self.now).await;
-                    return Ok(match at {
-                        Some(at) => {
-                            Action::requeue(self.now.duration_until(at).unsigned_abs().max(Duration::from_millis(200)))
-                        }
-                        None => Action::requeue(with_jitter(self.ctx.settings.resync, self.name)),
-                    });
-                }
-                _ => {
-                    self.rs.phase = RevisionPhase::Progressing;
-                    self.set_sync(SyncState::Synced, planned);
-                    let message =
-                        format!("Revision {}: {}", self.rev, in_wave(format!("waiting for {}", summary.message)));
-                    conditions::mark_reconciling(
-                        &mut self.status.conditions,
-                        names::reasons::PROGRESSING,
-                        &bounded(&message, 1024),
-                        self.app.metadata.generation,
-                        self.now,
-                    );
-                    return Ok(Action::requeue(HEALTH_POLL));
-                }
-            }
         }
     }
 
@@ -690,7 +537,7 @@ impl Rollout<'_> {
 
     /// Health of the managed resources onto the Application (and the Revision when `deployed`),
     /// with a `HealthDegraded` Event when it turns Degraded.
-    async fn observe_health(
+    pub(super) async fn observe_health(
         &mut self,
         planned: &Planned,
         live: &BTreeMap<String, Value>,
@@ -724,7 +571,7 @@ impl Rollout<'_> {
     /// The Pods of every workload that is not Healthy, as the service account (evidence of why;
     /// a failed list only means no evidence).
     /// `upto`: only the objects of that wave and lower ones.
-    async fn pods_of(
+    pub(super) async fn pods_of(
         &self,
         planned: &Planned,
         live: &BTreeMap<String, Value>,
@@ -732,7 +579,7 @@ impl Rollout<'_> {
     ) -> BTreeMap<String, Vec<Value>> {
         let mut out = BTreeMap::new();
         for e in &planned.plan.entries {
-            if !health::is_workload(&e.group, &e.kind) || upto.is_some_and(|w| e.wave > w) {
+            if e.is_hook() || !health::is_workload(&e.group, &e.kind) || upto.is_some_and(|w| e.wave > w) {
                 continue;
             }
             let id = format!("{}/{}/{}/{}", e.group, e.kind, e.namespace, e.name);
@@ -759,7 +606,7 @@ impl Rollout<'_> {
         out
     }
 
-    fn summarize(
+    pub(super) fn summarize(
         &self,
         planned: &Planned,
         live: &BTreeMap<String, Value>,
@@ -771,7 +618,7 @@ impl Rollout<'_> {
             .plan
             .entries
             .iter()
-            .filter(|e| e.action != PlanAction::Delete && e.warnings.is_empty())
+            .filter(|e| e.action != PlanAction::Delete && e.warnings.is_empty() && !e.is_hook())
             .filter(|e| upto.is_none_or(|w| e.wave <= w))
             .map(|e| {
                 let id = format!("{}/{}/{}/{}", e.group, e.kind, e.namespace, e.name);
@@ -789,7 +636,7 @@ impl Rollout<'_> {
         health::summarize(&observed)
     }
 
-    fn record_health(&mut self, summary: &health::Summary) {
+    pub(super) fn record_health(&mut self, summary: &health::Summary) {
         self.rs.health = Some(RevisionHealth {
             status: summary.status,
             healthy: summary.healthy,
@@ -803,7 +650,7 @@ impl Rollout<'_> {
         });
     }
 
-    fn set_sync(&mut self, state: SyncState, planned: &Planned) {
+    pub(super) fn set_sync(&mut self, state: SyncState, planned: &Planned) {
         let sync = self.status.sync.get_or_insert_with(Default::default);
         sync.status = state;
         sync.drifted = if state == SyncState::Drifted {
@@ -811,7 +658,7 @@ impl Rollout<'_> {
                 .plan
                 .entries
                 .iter()
-                .filter(|e| e.action != PlanAction::Unchanged)
+                .filter(|e| !e.is_hook() && e.action != PlanAction::Unchanged)
                 .take(MAX_DRIFTED)
                 .map(reference)
                 .collect()
@@ -821,28 +668,20 @@ impl Rollout<'_> {
     }
 }
 
-/// The plan's waves, lowest first, when it has several; `None` when it is one group.
-fn waves_of(planned: &Planned) -> Option<Vec<i32>> {
-    let waves = planned.plan.waves();
-    (waves.len() > 1).then_some(waves)
-}
-
 /// The sync state before the plan is applied: OutOfSync when it would change something.
-fn pending(planned: &Planned) -> SyncState {
-    if planned.plan.entries.iter().any(|e| e.action != PlanAction::Unchanged) {
-        SyncState::OutOfSync
-    } else {
-        SyncState::Synced
-    }
+pub(super) fn pending(planned: &Planned) -> SyncState {
+    if planned.plan.changes() { SyncState::OutOfSync } else { SyncState::Synced }
 }
 
 fn counts(p: &rev::Plan) -> String {
     let s = &p.summary;
-    format!("{} to create, {} to update, {} to delete, {} unchanged", s.create, s.update, s.delete, s.unchanged)
+    let hooks =
+        if s.hooks > 0 { format!(", {} hook{}", s.hooks, if s.hooks == 1 { "" } else { "s" }) } else { String::new() };
+    format!("{} to create, {} to update, {} to delete, {} unchanged{hooks}", s.create, s.update, s.delete, s.unchanged)
 }
 
 /// The reason constant for a stored reason string.
-fn reason_const(reason: &str) -> &'static str {
+pub(super) fn reason_const(reason: &str) -> &'static str {
     use names::reasons::*;
     [
         SOURCE_FAILURE,

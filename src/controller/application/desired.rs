@@ -45,8 +45,11 @@ pub(super) fn redact(message: &str, secrets: &[String]) -> String {
 #[derive(Clone)]
 pub(super) struct Desired {
     /// The objects, validated and stamped as managed by the Application (shared: a drift
-    /// check may plan them twice).
+    /// check may plan them twice). Sync hooks are not among them.
     pub(super) objects: Arc<Vec<Value>>,
+    /// The sync hooks ([`crate::plan::hooks`]), validated like the objects and stamped as the
+    /// Application's hooks ([`inventory::stamp_hook`]), not as managed.
+    pub(super) hooks: Arc<Vec<Value>>,
     /// Their desired-state hash.
     pub(super) hash: String,
     /// Secret values (from `valuesFrom` and desired Secrets): never in a message.
@@ -132,15 +135,24 @@ pub(super) async fn desired(
         DEFAULT_SHARD.to_string()
     };
     let (app_ns, app_name) = (ns.to_string(), name.to_string());
-    let (desired, hash) = crate::offload::offload(move || {
+    let (desired, hooks, hash) = crate::offload::offload(move || {
+        // Hooks are split off after validation: they pass the same checks as every object.
+        let (mut hooks, mut desired): (Vec<Value>, Vec<Value>) = std::mem::take(&mut desired)
+            .into_iter()
+            .partition(|o| !matches!(crate::plan::hooks::hooked(o), Ok(crate::plan::hooks::Hooked::No)));
         for o in &mut desired {
             inventory::stamp(o, &app_ns, &app_name, &shard);
         }
-        let hash = revision::desired_state_hash(&desired);
-        (Arc::new(desired), hash)
+        for h in &mut hooks {
+            inventory::stamp_hook(h, &app_ns, &app_name);
+        }
+        // A changed hook is a new desired state (a rollout runs it).
+        let all: Vec<Value> = desired.iter().chain(&hooks).cloned().collect();
+        let hash = revision::desired_state_hash(&all);
+        (Arc::new(desired), Arc::new(hooks), hash)
     })
     .await;
-    Ok(Ok(Desired { objects: desired, hash, secrets, scopes, sa: sa_client }))
+    Ok(Ok(Desired { objects: desired, hooks, hash, secrets, scopes, sa: sa_client }))
 }
 
 #[cfg(test)]

@@ -281,6 +281,7 @@ async fn delete_managed(
                 warnings: Vec::new(),
                 conflicts: Vec::new(),
                 wave: plan::wave_of(o).unwrap_or(0),
+                hook: None,
             }
         })
         .collect();

@@ -50,6 +50,7 @@ pub mod progress;
 mod revision;
 pub mod rollout;
 mod source;
+mod stages;
 mod status;
 
 pub use context::{Context, DEFAULT_SHARD, Error, Settings, shard_of};

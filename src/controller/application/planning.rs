@@ -23,6 +23,8 @@ use crate::watch::discovery::ClusterScopes;
 pub(super) struct Planned {
     pub(super) hash: String,
     pub(super) desired: Arc<Vec<Value>>,
+    /// The sync hooks, as they are created (stamped as the Application's hooks).
+    pub(super) hooks: Arc<Vec<Value>>,
     pub(super) plan: plan::Plan,
     pub(super) stored: rev::Plan,
     pub(super) scopes: Arc<ClusterScopes>,
@@ -51,7 +53,7 @@ pub(super) async fn plan(
     from_cache: bool,
 ) -> Result<Result<Planned, Failure>, Error> {
     let spec = &app.spec;
-    let Desired { objects: desired, hash, secrets, scopes, sa: sa_client } = desired;
+    let Desired { objects: desired, hooks, hash, secrets, scopes, sa: sa_client } = desired;
     let fail = |reason: &'static str, message: String, retryable: bool| {
         Ok(Err(Failure::new(reason, redact(&message, &secrets), retryable)))
     };
@@ -120,6 +122,8 @@ pub(super) async fn plan(
         prune: spec.sync.prune,
         conflicts: live.conflicts,
         one_wave: !spec.strategy.waves,
+        hooks: hooks.to_vec(),
+        run_hooks: spec.strategy.hooks,
     };
     // A plan of thousands of objects (diffs, dry-run comparisons) takes a while: off the runtime.
     let (plan, stored, desired, inputs) = crate::offload::offload(move || {
@@ -131,6 +135,7 @@ pub(super) async fn plan(
     Ok(Ok(Planned {
         hash,
         desired,
+        hooks,
         plan,
         stored,
         scopes,

@@ -143,6 +143,7 @@ mod tests {
             plan_digest: None,
             wave: None,
             wave_started_at: None,
+            hook: None,
         }
     }
 

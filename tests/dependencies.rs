@@ -280,7 +280,62 @@ fn a_dependency_cycle_is_reported_on_every_member(cluster: Cluster) {
     });
 }
 
-crate::both!(a_dependent_waits_for_the_operator_that_serves_its_kind, a_dependency_cycle_is_reported_on_every_member);
+/// A rollout under way checks its dependencies again before each wave: the dependency suspended
+/// while wave 0 runs, wave 1 is not applied until it is resumed (and Healthy).
+fn a_rollout_under_way_waits_for_its_dependencies_before_its_next_wave(cluster: Cluster) {
+    const NS: &str = "deps-waves";
+    let runtime = support::runtime();
+    runtime.block_on(async {
+        let env = Env::start(&cluster, NS).await;
+        let wt = env.repository("platform").await;
+        let job = "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: migrate\nspec:\n  backoffLimit: 0\n  template:\n    metadata:\n      annotations: {simcluster.kuvryn.io/run-ms: \"6000\"}\n    spec:\n      restartPolicy: Never\n      containers:\n      - {name: migrate, image: busybox:1.36}\n";
+        wt.write("db/cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: db\ndata:\n  k: v\n")
+            .write("app/job.yaml", job)
+            .write("app/later.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: later\n  annotations: {sync.kuvryn.io/sync-wave: \"1\"}\ndata:\n  k: v\n");
+        let commit = wt.commit_and_push("a dependency, and an app in two waves");
+        env.refresh("platform", &commit).await;
+        env.create_app("db", spec(NS, "db", &[])).await;
+        env.create_app("app", spec(NS, "app", &["db"])).await;
+        env.revision_where("app", "wave 0 applied", |r| {
+            r.status.as_ref().and_then(|s| s.attempts.last()).is_some_and(|a| a.wave == Some(0))
+        })
+        .await;
+        let patch = json!({"spec": {"suspend": true}});
+        env.apps().patch("db", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+        let jobs: Api<k8s_openapi::api::batch::v1::Job> = Api::namespaced(env.client.clone(), NS);
+        eventually("wave 0's Job to complete", WAIT, || async {
+            jobs.get("migrate").await.ok()?.status?.completion_time.map(|_| ())
+        })
+        .await;
+        let app = eventually("the attempt to wait for its dependency before wave 1", WAIT, || async {
+            let a = env.apps().get("app").await.ok()?;
+            let ready = condition(&a, names::conditions::READY)?;
+            (ready.1 == names::reasons::DEPENDENCY_NOT_READY).then_some(a)
+        })
+        .await;
+        let deps = condition(&app, names::conditions::DEPENDENCIES_READY).unwrap();
+        assert_eq!(deps.2, "waiting for db (it is suspended (spec.suspend))");
+        let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), NS);
+        assert!(cms.get_opt("later").await.unwrap().is_none(), "wave 1 applied while its dependency was suspended");
+        let rev = env.revision_where("app", "the attempt", |_| true).await;
+        let attempt = rev.status.unwrap().attempts.last().cloned().unwrap();
+        assert_eq!((attempt.result, attempt.wave), (kuvryn_sync::api::revision::AttemptResult::Running, Some(0)));
+
+        let patch = json!({"spec": {"suspend": false}});
+        env.apps().patch("db", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+        env.revision_where("app", "the Revision Healthy", |r| {
+            r.status.as_ref().is_some_and(|s| s.phase == RevisionPhase::Healthy)
+        })
+        .await;
+        assert!(cms.get_opt("later").await.unwrap().is_some());
+    });
+}
+
+crate::both!(
+    a_rollout_under_way_waits_for_its_dependencies_before_its_next_wave,
+    a_dependent_waits_for_the_operator_that_serves_its_kind,
+    a_dependency_cycle_is_reported_on_every_member
+);
 
 /// The time from a dependency turning Healthy to its dependent's first write, over 100 pairs
 /// (recorded in docs/performance.md; printed, not asserted: speed targets live in benchmarks).

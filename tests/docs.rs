@@ -81,11 +81,6 @@ const NOT_YET_IMPLEMENTED: &[&str] = &[
     "resource graph",
     "root cause",
     "ksync graph",
-    // Dependencies.
-    "dependsOn",
-    "DependenciesReady",
-    "DependencyNotFound",
-    "DependenciesHealthy",
     // Manual approval (a manual-sync plan waits in AwaitingApproval and nothing can approve it).
     "approv",
     "ManualSync",
@@ -111,7 +106,6 @@ const NOT_YET_IMPLEMENTED: &[&str] = &[
 /// `kubectl explain` shows for them), whatever words it uses: `kind` and a path of properties
 /// (`[]` for list items; the empty path is the kind itself). Shrinks with [`NOT_YET_IMPLEMENTED`].
 const NOT_YET_IMPLEMENTED_FIELDS: &[(&str, &str)] = &[
-    ("Application", "spec.dependsOn"),
     ("Application", "status.diagnosis"),
     ("Application", "status.diagnosis.resource"),
     ("Application", "status.diagnosis.reason"),

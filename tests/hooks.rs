@@ -335,7 +335,45 @@ fn a_helm_charts_hooks_map_to_sync_hooks(cluster: Cluster) {
     });
 }
 
+/// An object already under a hook's name that this Application did not create as its hook (made
+/// by hand here) is never deleted nor taken for the hook: the attempt fails naming it and
+/// nothing of the plan is applied.
+fn a_hook_never_takes_an_object_it_did_not_make(cluster: Cluster) {
+    const NS: &str = "hooks-theirs";
+    let runtime = support::runtime();
+    runtime.block_on(async {
+        let env = Env::start(&cluster, NS).await;
+        let theirs = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "lock", "namespace": NS}, "data": {"owner": "a person"}});
+        let made = support::apply_as(&env.client, "kubectl", &theirs).await;
+        let lock = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: lock\n  annotations: {sync.kuvryn.io/hook: PreSync}\ndata:\n  owner: the hook\n";
+        app_with(
+            &env,
+            &[("app/lock.yaml", lock), ("app/settings.yaml", &config("settings", "1"))],
+            spec(NS, "app", json!({})),
+        )
+        .await;
+        let rev = env
+            .revision_where("app", "the Revision Failed", |r| {
+                r.status.as_ref().is_some_and(|s| s.phase == RevisionPhase::Failed)
+            })
+            .await;
+        let failure = rev.status.unwrap().failure.unwrap();
+        assert!(
+            failure.message.contains("ConfigMap hooks-theirs/lock exists and is not a hook of this Application"),
+            "{}",
+            failure.message
+        );
+        let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), NS);
+        let kept = cms.get("lock").await.unwrap();
+        assert_eq!(kept.metadata.uid, made["metadata"]["uid"].as_str().map(str::to_string), "the same object");
+        assert_eq!(kept.data.unwrap()["owner"], "a person");
+        assert!(cms.get_opt("settings").await.unwrap().is_none(), "applied after a failed PreSync hook");
+    });
+}
+
 crate::both!(
+    a_hook_never_takes_an_object_it_did_not_make,
     presync_before_any_apply_and_postsync_after_healthy,
     a_failing_presync_hook_fails_the_attempt_and_runs_syncfail,
     a_helm_charts_hooks_map_to_sync_hooks,

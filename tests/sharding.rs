@@ -923,7 +923,102 @@ fn a_replica_with_another_shard_count_waits_until_the_old_ones_are_gone(cluster:
     });
 }
 
+/// A dependency and its dependent in shards held by different replicas: the dependent waits,
+/// re-queued by its own replica's watch of every Application, and deploys once the dependency is
+/// Healthy, after it.
+fn a_dependent_on_another_replica_deploys_once_its_dependency_is_healthy(cluster: Cluster) {
+    let server = GitServer::start();
+    let url = server.create_repo("platform");
+    let wt = WorkTree::clone(&url);
+    wt.write(".ksync.yaml", "applications: []\n")
+        .write("db/deploy.yaml", "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: db}\nspec:\n  replicas: 1\n  selector: {matchLabels: {app: db}}\n  template:\n    metadata:\n      labels: {app: db}\n      annotations: {simcluster.kuvryn.io/ready-ms: \"3000\"}\n    spec:\n      containers: [{name: db, image: postgres:17}]\n")
+        .write("web/cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: web}\ndata: {k: v}\n");
+    wt.commit_and_push("a database and its dependent");
+    let dir = temp_dir("dependencies");
+    let runtime = support::runtime();
+    runtime.block_on(async {
+        let client = cluster.client().await;
+        install_crds(&client).await;
+        apply_as(&client, "test", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM}}))
+            .await;
+        support::deployer_namespace(&client, FLEET).await;
+        let mut replicas = Vec::new();
+        for name in ["ksync-a", "ksync-b"] {
+            let config = support::service_account_kubeconfig(&cluster, &client, dir.path(), SYSTEM, name).await;
+            replicas.push(start(name, &config));
+        }
+        let split = eventually("two replicas to split the shards", WAIT, || async {
+            let h = holders(&client).await;
+            let owners: BTreeSet<&String> = h.values().collect();
+            (h.len() == SHARDS as usize && owners.len() == 2).then_some(h.clone())
+        })
+        .await;
+        let holder = |app: &str| {
+            let shard = sharding::ring::shard_of(&sharding::ring::application_key(FLEET, app), SHARDS);
+            split[&format!("kuvryn-sync-shard-{shard}")].clone()
+        };
+        let db = "db".to_string();
+        let web = (0..).map(|i| format!("web-{i}")).find(|w| holder(w) != holder(&db)).unwrap();
+        let repos: Api<Repository> = Api::namespaced(client.clone(), FLEET);
+        let repo: Repository = serde_json::from_value(json!({
+            "apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "Repository",
+            "metadata": {"name": "platform"}, "spec": {"url": url, "ref": {"branch": "main"}, "interval": "1h"},
+        }))
+        .unwrap();
+        repos.create(&PostParams::default(), &repo).await.unwrap();
+        let apps: Api<Application> = Api::namespaced(client.clone(), FLEET);
+        for (name, path, deps) in [(&web, "web", json!([{"name": db}])), (&db, "db", json!([]))] {
+            let app: Application =
+                serde_json::from_value(json!({"apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "Application",
+                "metadata": {"name": name, "namespace": FLEET},
+                "spec": {"source": {"repository": "platform", "path": path}, "serviceAccountName": "deployer",
+                         "destination": {"namespace": FLEET}, "dependsOn": deps}}))
+                .unwrap();
+            apps.create(&PostParams::default(), &app).await.unwrap();
+        }
+        let reason = |a: &Application, t: &str| {
+            a.status.as_ref().and_then(|s| conditions::get(&s.conditions, t)).map(|c| c.reason.clone())
+        };
+        eventually("the dependent to wait for its dependency", WAIT, || async {
+            let a = apps.get(&web).await.ok()?;
+            (reason(&a, names::conditions::DEPENDENCIES_READY).as_deref() == Some(names::reasons::DEPENDENCY_NOT_READY))
+                .then_some(())
+        })
+        .await;
+        let cms: Api<ConfigMap> = Api::namespaced(client.clone(), FLEET);
+        let cm = eventually("the dependent deployed", WAIT, || async { cms.get_opt("web").await.ok()? }).await;
+        let deployments: Api<k8s_openapi::api::apps::v1::Deployment> = Api::namespaced(client.clone(), FLEET);
+        let available = deployments
+            .get("db")
+            .await
+            .unwrap()
+            .status
+            .and_then(|s| s.conditions)
+            .and_then(|c| {
+                c.into_iter()
+                    .find(|c| c.type_.as_deref() == Some("Available") && c.status.as_deref() == Some("True"))
+                    .and_then(|c| c.last_transition_time)
+            })
+            .expect("the dependency Available before its dependent deployed")
+            .0;
+        let created = cm.metadata.creation_timestamp.unwrap().0;
+        assert!(available <= created, "the dependent deployed at {created}, its dependency Available at {available}");
+        let a = eventually("the dependent Ready", WAIT, || async {
+            let a = apps.get(&web).await.ok()?;
+            (reason(&a, names::conditions::READY).as_deref() == Some(names::reasons::SUCCEEDED)).then_some(a)
+        })
+        .await;
+        assert_eq!(
+            reason(&a, names::conditions::DEPENDENCIES_READY).as_deref(),
+            Some(names::reasons::DEPENDENCIES_HEALTHY)
+        );
+        assert_ne!(holder(&web), holder(&db), "on different replicas");
+        drop(replicas);
+    });
+}
+
 crate::both!(
+    a_dependent_on_another_replica_deploys_once_its_dependency_is_healthy,
     a_replica_with_another_shard_count_waits_until_the_old_ones_are_gone,
     a_commit_reaches_every_application_after_the_leader_dies,
     a_commit_reaches_every_application_after_a_follower_dies,

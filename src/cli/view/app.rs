@@ -138,6 +138,15 @@ pub fn render(d: Detail<'_>, now: Timestamp, palette: Palette) -> String {
     rows.push(("Sync policy", policy.join(", ")));
     if !spec.depends_on.is_empty() {
         rows.push(("Depends on", spec.depends_on.iter().map(|d| d.name.as_str()).collect::<Vec<_>>().join(", ")));
+        if let Some(c) =
+            crate::api::conditions::get(&status.conditions, crate::api::names::conditions::DEPENDENCIES_READY)
+            && c.status != "True"
+        {
+            rows.push((
+                "Waits for",
+                format!("{}: {}", palette.paint(Tone::Warn, &c.reason), super::one_line(&c.message)),
+            ));
+        }
     }
     if spec.suspend {
         rows.push(("Suspended", palette.paint(Tone::Warn, "true")));
@@ -303,6 +312,27 @@ mod tests {
         );
         assert_eq!(line(&rev("Running", None)), plain);
         assert_eq!(line(&rev("Succeeded", Some(2))), plain, "a finished attempt is at no wave");
+    }
+
+    /// What an Application waits for, with the message the controller writes.
+    #[test]
+    fn a_dependent_says_what_it_waits_for() {
+        use crate::controller::application::dependencies::{Node, verdict};
+        let nodes = [("db".to_string(), Node { waiting: Some("it is Progressing".into()), ..Default::default() })];
+        let v = verdict(&nodes.into_iter().collect(), "web", &["db".to_string()], |_| None);
+        let app: Application = serde_json::from_value(json!({
+            "apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "Application",
+            "metadata": {"name": "web", "namespace": "a"},
+            "spec": {"source": {"repository": "r", "path": "."}, "serviceAccountName": "deployer",
+                     "destination": {"namespace": "a"}, "dependsOn": [{"name": "db"}]},
+            "status": {"conditions": [{"type": "DependenciesReady", "status": "False", "reason": v.reason(),
+                                       "message": v.message(), "lastTransitionTime": "2026-03-01T12:00:00Z"}]},
+        }))
+        .unwrap();
+        let d = Detail { app: &app, desired: None, last_healthy: None, resources: None };
+        let out = render(d, "2026-03-01T12:00:00Z".parse().unwrap(), Palette { enabled: false });
+        assert!(out.contains("Depends on:        db\n"), "{out}");
+        assert!(out.contains("Waits for:         DependencyNotReady: waiting for db (it is Progressing)\n"), "{out}");
     }
 
     #[test]

@@ -116,8 +116,10 @@ pub(super) async fn desired(
     let mut scopes = ctx.scopes(false).await?;
     let mut validated = check(scopes.clone()).await;
     if validated.is_err() {
-        // A kind served since the last discovery (a CRD installed a moment ago).
-        scopes = ctx.scopes(true).await?;
+        // A kind served since the last discovery (a CRD installed a moment ago). With
+        // dependencies, discovery runs again whatever its age: a dependency that just turned
+        // Healthy may have installed the CRD within the last two seconds.
+        scopes = if app.spec.depends_on.is_empty() { ctx.scopes(true).await? } else { ctx.rediscover().await? };
         validated = check(scopes.clone()).await;
     }
     let mut desired = match validated {

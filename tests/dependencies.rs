@@ -30,8 +30,11 @@ const CRD: &str = "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefi
 /// exits with code 3 (a crash loop).
 fn operator(version: &str, crash: bool) -> String {
     let env = if crash { "\n        env: [{name: SIMCLUSTER_EXIT_CODE, value: \"3\"}]" } else { "" };
+    // A short progress deadline only for the crash: a loaded machine may take seconds to start
+    // a healthy Pod.
+    let deadline = if crash { 5 } else { 600 };
     format!(
-        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: operator\nspec:\n  replicas: 1\n  progressDeadlineSeconds: 5\n  selector:\n    matchLabels: {{app: operator}}\n  template:\n    metadata:\n      labels: {{app: operator}}\n      annotations: {{simcluster.kuvryn.io/ready-ms: \"3000\", version: \"{version}\"}}\n    spec:\n      containers:\n      - name: operator\n        image: operator:1{env}\n"
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: operator\nspec:\n  replicas: 1\n  progressDeadlineSeconds: {deadline}\n  selector:\n    matchLabels: {{app: operator}}\n  template:\n    metadata:\n      labels: {{app: operator}}\n      annotations: {{simcluster.kuvryn.io/ready-ms: \"3000\", version: \"{version}\"}}\n    spec:\n      containers:\n      - name: operator\n        image: operator:1{env}\n"
     )
 }
 

@@ -166,6 +166,21 @@ fn a_rollout_applies_waits_for_health_and_prunes_safely(cluster: Cluster) {
         let deployments: Api<Deployment> = Api::namespaced(env.client.clone(), "rollout");
         let d = deployments.get("web").await.unwrap();
         assert_eq!(d.spec.template.spec.as_ref().unwrap().containers[0].image.as_deref(), Some("nginx:1.28"));
+        // The Revision keeps the plan its rollout applied, after drift checks too.
+        env.poke("web", "drift-check").await;
+        eventually("a drift check of the deployed Revision", WAIT, || async {
+            let a = env.apps().get("web").await.ok()?;
+            (a.status?.last_handled_reconcile_at.as_deref() == Some("drift-check")).then_some(())
+        })
+        .await;
+        let rev2 = env.revisions().get(&rev2.name_any()).await.unwrap();
+        let st = rev2.status.as_ref().unwrap();
+        let plan = st.plan.as_ref().unwrap();
+        assert_eq!(st.attempts.last().and_then(|a| a.plan_digest.as_deref()), Some(plan.digest.as_str()));
+        assert_eq!(plan.summary.update, 1, "{:?}", plan.summary);
+        let web = entries(&rev2).into_iter().find(|e| e.resource.kind == "Deployment").unwrap();
+        assert_eq!(web.action, PlanAction::Update);
+        assert!(web.fields.iter().any(|f| f.contains("image")), "{:?}", web.fields);
 
         // Files removed with prune on: the ConfigMap and the Widget go; the opted-out
         // ConfigMap, the Secret and the CRD stay, labelled, with a warning and an Event.
@@ -240,8 +255,8 @@ fn a_rollout_applies_waits_for_health_and_prunes_safely(cluster: Cluster) {
         env.refresh("platform", &fifth).await;
         let rev5 = until_phase(&env, "web", &fifth, RevisionPhase::Healthy, &mut BTreeSet::new()).await;
         assert_eq!(cms.get("keep").await.unwrap().data.unwrap()["k"], "v2");
-        // The stored plan is the latest comparison: everything is in place now.
-        assert_eq!(action_of(&rev5, "ConfigMap", "keep"), Some(PlanAction::Unchanged));
+        // The stored plan is what the rollout applied: the skipped object was updated.
+        assert_eq!(action_of(&rev5, "ConfigMap", "keep"), Some(PlanAction::Update));
         let app = eventually("Ready again", WAIT, || async {
             let a = env.apps().get("web").await.ok()?;
             (ready(&a).0 == "True").then_some(a)
@@ -435,6 +450,18 @@ fn drift_is_reported_or_repaired_and_health_keeps_being_observed(cluster: Cluste
         let r = env.revisions().get(&rev.name_any()).await.unwrap();
         assert_eq!(phase(&r), Some(RevisionPhase::Healthy));
         assert_eq!(r.status.as_ref().unwrap().attempts.len(), 1);
+        // The drift check's findings are the Application's, and an Event's; the Revision keeps
+        // the plan its rollout applied (both objects created).
+        let summary = r.status.as_ref().unwrap().plan.as_ref().unwrap().summary.clone();
+        assert_eq!((summary.create, summary.update, summary.unchanged), (2, 0, 0), "{summary:?}");
+        let events = eventually("a Drifted Event", WAIT, || async {
+            let ev = env.events("web").await;
+            ev.iter().any(|e| e.1 == names::events::DRIFTED).then_some(ev)
+        })
+        .await;
+        let drift = events.iter().find(|e| e.1 == names::events::DRIFTED).unwrap();
+        assert_eq!(drift.0, "Warning");
+        assert!(drift.2.contains("(left in place: spec.sync.selfHeal is off): ConfigMap drift/settings"), "{drift:?}");
 
         // Undoing the edit returns to Synced without a rollout.
         edit_as("kubectl-edit", "blue").await;
@@ -669,6 +696,18 @@ fn a_deployment_edited_by_hand_other_watched_kinds_and_zero_writes_at_rest(clust
         let r = env.revisions().get(&rev.name_any()).await.unwrap();
         assert_eq!(phase(&r), Some(RevisionPhase::Healthy));
         assert_eq!(r.status.as_ref().unwrap().attempts.len(), 1);
+        // The drift check's findings are the Application's, and an Event's; the Revision keeps
+        // the plan its rollout applied (both objects created).
+        let summary = r.status.as_ref().unwrap().plan.as_ref().unwrap().summary.clone();
+        assert_eq!((summary.create, summary.update, summary.unchanged), (2, 0, 0), "{summary:?}");
+        let events = eventually("a Drifted Event", WAIT, || async {
+            let ev = env.events("web").await;
+            ev.iter().any(|e| e.1 == names::events::DRIFTED).then_some(ev)
+        })
+        .await;
+        let drift = events.iter().find(|e| e.1 == names::events::DRIFTED).unwrap();
+        assert_eq!(drift.0, "Warning");
+        assert!(drift.2.contains("(left in place: spec.sync.selfHeal is off): ConfigMap drift/settings"), "{drift:?}");
         deployments.patch("web", &edit, &Patch::Strategic(&scale(2))).await.unwrap();
         let app = until_sync(&env, "Synced").await;
         assert_eq!(app.status.unwrap().desired_revision.as_deref(), Some(rev.name_any().as_str()));

@@ -188,6 +188,10 @@ pub mod reasons {
 pub mod events {
     /// A Healthy Application turned Degraded while nothing changed in Git.
     pub const HEALTH_DEGRADED: &str = "HealthDegraded";
+    /// A drift check found live state that differs from the deployed Revision (without
+    /// self-heal, or while self-heal waits for `spec.dependsOn`), naming what drifted; Warning,
+    /// sent when the set of drifted resources changes.
+    pub const DRIFTED: &str = "Drifted";
     /// Prune skipped resources (opted out or high-risk kinds), or deleting an Application kept
     /// some (opted out, Namespaces and CustomResourceDefinitions holding what it does not
     /// delete); Warning.

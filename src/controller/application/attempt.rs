@@ -290,6 +290,8 @@ impl Rollout<'_> {
                 hook: None,
             },
         );
+        // The plan this attempt applies stays on the Revision: later drift checks do not replace it.
+        self.rs.plan = Some(planned.stored.clone());
         self.rs.phase = RevisionPhase::Applying;
         let related = revision_ref(self.ns, self.rev);
         event(
@@ -497,9 +499,29 @@ impl Rollout<'_> {
         } else {
             self.set_sync(SyncState::Synced, planned);
         }
+        let drifted = self.status.sync.as_ref().map(|s| s.drifted.clone()).unwrap_or_default();
+        let before = self.old.sync.as_ref().map(|s| s.drifted.clone()).unwrap_or_default();
+        if changes && drifted != before {
+            let sync = &self.app.spec.sync;
+            let why = match (sync.self_heal, self.hold.is_some(), sync.automatic) {
+                (false, _, _) => "left in place: spec.sync.selfHeal is off",
+                (true, true, _) => "self-heal waits for spec.dependsOn",
+                (true, false, false) => "self-heal waits for approval: spec.sync.automatic is false",
+                (true, false, true) => "self-heal repairs it",
+            };
+            let message = bounded(
+                &format!(
+                    "Revision {}: live state differs from what it deployed ({why}): {}",
+                    self.rev,
+                    drifted.iter().map(describe).collect::<Vec<_>>().join(", ")
+                ),
+                1024,
+            );
+            let related = revision_ref(self.ns, self.rev);
+            event(self.ctx, self.app, Some(&related), EventType::Warning, names::events::DRIFTED, &message).await;
+        }
         let summary = self.observe_health(planned, live, true).await;
         let drift = if changes {
-            let drifted = &self.status.sync.as_ref().map(|s| s.drifted.clone()).unwrap_or_default();
             format!("; drifted: {}", drifted.iter().map(describe).collect::<Vec<_>>().join(", "))
         } else {
             String::new()

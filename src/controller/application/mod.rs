@@ -411,7 +411,11 @@ async fn plan_app(
                     )
                     .await?;
             }
-            rs.plan = Some(planned.stored.clone());
+            // Until an attempt starts, the plan it would apply; from then on, the plan the last
+            // attempt applied (set as it starts), which drift checks leave alone.
+            if rs.attempts.is_empty() || rs.plan.is_none() {
+                rs.plan = Some(planned.stored.clone());
+            }
             let mut sync = status.sync.clone().unwrap_or_default();
             sync.revision = Some(rev_name.clone());
             sync.commit = Some(source.commit.clone());

@@ -46,18 +46,6 @@ fn job_finished(job: &Job, what: &str) -> jiff::Timestamp {
     })
 }
 
-/// One Application `app` in `ns` from the files `files` of a fresh repository.
-async fn app_with(env: &Env, files: &[(&str, &str)], spec: serde_json::Value) -> support::WorkTree {
-    let wt = env.repository("platform").await;
-    for (path, text) in files {
-        wt.write(path, text);
-    }
-    let commit = wt.commit_and_push("an app with hooks");
-    env.refresh("platform", &commit).await;
-    env.create_app("app", spec).await;
-    wt
-}
-
 fn spec(ns: &str, path: &str, extra: serde_json::Value) -> serde_json::Value {
     let mut s = json!({"source": {"repository": "platform", "path": path}, "serviceAccountName": "deployer",
                        "destination": {"namespace": ns}, "health": {"timeout": "60s"},
@@ -92,17 +80,18 @@ fn presync_before_any_apply_and_postsync_after_healthy(cluster: Cluster) {
     runtime.block_on(async {
         let env = Env::start(&cluster, NS).await;
         let post = hook_job("smoke", "PostSync", "sync.kuvryn.io/hook-delete-policy: HookSucceeded, ", 500, 0);
-        let wt = app_with(
-            &env,
-            &[
-                ("app/pre.yaml", &hook_job("migrate", "PreSync", "", 3000, 0)),
-                ("app/settings.yaml", &config("settings", "1")),
-                ("app/deploy.yaml", DEPLOYMENT),
-                ("app/post.yaml", &post),
-            ],
-            spec(NS, "app", json!({})),
-        )
-        .await;
+        let wt = env
+            .app_from(
+                "app",
+                &[
+                    ("app/pre.yaml", &hook_job("migrate", "PreSync", "", 3000, 0)),
+                    ("app/settings.yaml", &config("settings", "1")),
+                    ("app/deploy.yaml", DEPLOYMENT),
+                    ("app/post.yaml", &post),
+                ],
+                spec(NS, "app", json!({})),
+            )
+            .await;
         let jobs: Api<Job> = Api::namespaced(env.client.clone(), NS);
         let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), NS);
         let deployments: Api<Deployment> = Api::namespaced(env.client.clone(), NS);
@@ -219,8 +208,8 @@ fn a_failing_presync_hook_fails_the_attempt_and_runs_syncfail(cluster: Cluster) 
     let runtime = support::runtime();
     runtime.block_on(async {
         let env = Env::start(&cluster, NS).await;
-        app_with(
-            &env,
+        env.app_from(
+            "app",
             &[
                 ("app/pre.yaml", &hook_job("migrate", "PreSync", "", 500, 1)),
                 ("app/settings.yaml", &config("settings", "1")),
@@ -272,7 +261,7 @@ fn a_failing_presync_hook_fails_the_attempt_and_runs_syncfail(cluster: Cluster) 
 
 /// A Helm chart's own hooks: `pre-install,pre-upgrade` runs as PreSync (in the wave of its
 /// `helm.sh/hook-weight`) and is deleted once it succeeded (`hook-succeeded`); a `test` hook is
-/// never created; with `spec.strategy.hooks: false` the plan says every hook is skipped.
+/// never created; with `spec.strategy.hooks: false` no hook is created and the plan says why.
 fn a_helm_charts_hooks_map_to_sync_hooks(cluster: Cluster) {
     const NS: &str = "helm-hooks";
     let runtime = support::runtime();
@@ -280,8 +269,8 @@ fn a_helm_charts_hooks_map_to_sync_hooks(cluster: Cluster) {
         let env = Env::start(&cluster, NS).await;
         let job = "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: {{ .Release.Name }}-migrate\n  annotations:\n    helm.sh/hook: pre-install,pre-upgrade\n    helm.sh/hook-weight: \"-1\"\n    helm.sh/hook-delete-policy: hook-succeeded\nspec:\n  backoffLimit: 0\n  template:\n    metadata:\n      annotations: {simcluster.kuvryn.io/run-ms: \"2000\"}\n    spec:\n      restartPolicy: Never\n      containers:\n      - name: migrate\n        image: busybox:1.36\n";
         let test = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {{ .Release.Name }}-test\n  annotations:\n    helm.sh/hook: test\nspec:\n  restartPolicy: Never\n  containers:\n  - name: test\n    image: busybox:1.36\n";
-        app_with(
-            &env,
+        env.app_from(
+            "app",
             &[
                 ("chart/Chart.yaml", "apiVersion: v2\nname: web\nversion: 0.1.0\n"),
                 ("chart/templates/migrate.yaml", job),
@@ -320,17 +309,28 @@ fn a_helm_charts_hooks_map_to_sync_hooks(cluster: Cluster) {
         let pods: Api<Pod> = Api::namespaced(env.client.clone(), NS);
         assert!(pods.get_opt("app-test").await.unwrap().is_none(), "a Helm test hook was created");
 
-        // Hooks off: the plan of a new attempt skips every hook and says why; nothing is run.
-        let patch = json!({"spec": {"strategy": {"hooks": false}},
-                           "metadata": {"annotations": {names::annotations::RECONCILE_REQUESTED_AT: "hooks off"}}});
-        env.apps().patch("app", &Default::default(), &kube::api::Patch::Merge(&patch)).await.unwrap();
+        // Hooks off: another Application of the same chart skips every hook, its plan says why,
+        // and no hook object is created.
+        env.create_app(
+            "off",
+            spec(
+                NS,
+                "chart",
+                json!({"source": {"repository": "platform", "path": "chart", "render": {"type": "Helm"}},
+                       "strategy": {"hooks": false}}),
+            ),
+        )
+        .await;
         let rev = env
-            .revision_where("app", "a plan with hooks skipped", |r| {
-                entries(r).iter().any(|e| e.resource.name == "app-migrate" && e.action == PlanAction::Skip)
+            .revision_where("off", "the Revision Healthy without hooks", |r| {
+                r.status.as_ref().is_some_and(|s| s.phase == RevisionPhase::Healthy)
             })
             .await;
+        assert!(cms.get_opt("off-settings").await.unwrap().is_some());
+        assert!(jobs.get_opt("off-migrate").await.unwrap().is_none(), "a hook ran with spec.strategy.hooks false");
         let e = entries(&rev);
-        let m = entry(&e, "Job", "app-migrate");
+        let m = entry(&e, "Job", "off-migrate");
+        assert_eq!(m.action, PlanAction::Skip);
         assert_eq!(m.warning.as_deref(), Some("not run: spec.strategy.hooks is false"));
     });
 }
@@ -347,8 +347,8 @@ fn a_hook_never_takes_an_object_it_did_not_make(cluster: Cluster) {
             "metadata": {"name": "lock", "namespace": NS}, "data": {"owner": "a person"}});
         let made = support::apply_as(&env.client, "kubectl", &theirs).await;
         let lock = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: lock\n  annotations: {sync.kuvryn.io/hook: PreSync}\ndata:\n  owner: the hook\n";
-        app_with(
-            &env,
+        env.app_from(
+            "app",
             &[("app/lock.yaml", lock), ("app/settings.yaml", &config("settings", "1"))],
             spec(NS, "app", json!({})),
         )

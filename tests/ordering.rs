@@ -36,6 +36,16 @@ fn config(name: &str, wave: i32) -> String {
     )
 }
 
+/// The Application `app` of this file's scenarios: path `app`, one attempt, `timeout` per wave.
+fn spec(ns: &str, timeout: &str) -> serde_json::Value {
+    json!({"source": {"repository": "platform", "path": "app"}, "serviceAccountName": "deployer",
+           "destination": {"namespace": ns}, "health": {"timeout": timeout}, "failurePolicy": {"maxAttempts": 1}})
+}
+
+fn borrowed<'a>(files: &'a [(&'a str, String)]) -> Vec<(&'a str, &'a str)> {
+    files.iter().map(|(p, t)| (*p, t.as_str())).collect()
+}
+
 fn time_of(t: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>, what: &str) -> jiff::Timestamp {
     t.unwrap_or_else(|| panic!("{what} has no time")).0
 }
@@ -47,19 +57,13 @@ fn waves_are_applied_in_order_each_healthy_before_the_next(cluster: Cluster) {
     let runtime = support::runtime();
     runtime.block_on(async {
         let env = Env::start(&cluster, NS).await;
-        let wt = env.repository("platform").await;
-        wt.write("app/settings.yaml", SETTINGS)
-            .write("app/job.yaml", &job(0, 3000))
-            .write("app/deploy.yaml", &deployment(1, "nginx:1.27"))
-            .write("app/after.yaml", &config("after", 2));
-        let commit = wt.commit_and_push("app in three waves");
-        env.refresh("platform", &commit).await;
-        env.create_app(
-            "app",
-            json!({"source": {"repository": "platform", "path": "app"}, "serviceAccountName": "deployer",
-                   "destination": {"namespace": NS}, "health": {"timeout": "60s"}, "failurePolicy": {"maxAttempts": 1}}),
-        )
-        .await;
+        let files = [
+            ("app/settings.yaml", SETTINGS.to_string()),
+            ("app/job.yaml", job(0, 3000)),
+            ("app/deploy.yaml", deployment(1, "nginx:1.27")),
+            ("app/after.yaml", config("after", 2)),
+        ];
+        env.app_from("app", &borrowed(&files), spec(NS, "60s")).await;
         let rev = env
             .revision_where("app", "the Revision Healthy", |r| {
                 r.status.as_ref().is_some_and(|s| s.phase == RevisionPhase::Healthy)
@@ -88,12 +92,17 @@ fn waves_are_applied_in_order_each_healthy_before_the_next(cluster: Cluster) {
             .status
             .as_ref()
             .and_then(|s| s.conditions.as_ref())
-            .and_then(|c| c.iter().find(|c| c.type_.as_deref() == Some("Available") && c.status.as_deref() == Some("True")))
+            .and_then(|c| {
+                c.iter().find(|c| c.type_.as_deref() == Some("Available") && c.status.as_deref() == Some("True"))
+            })
             .map(|c| time_of(c.last_transition_time.as_ref(), "Available"))
             .expect("the Deployment Available");
         let after = cms.get("after").await.unwrap();
         let after_created = time_of(after.metadata.creation_timestamp.as_ref(), "the wave 2 ConfigMap");
-        assert!(available <= after_created, "wave 2 created at {after_created}, before wave 1 was Available at {available}");
+        assert!(
+            available <= after_created,
+            "wave 2 created at {after_created}, before wave 1 was Available at {available}"
+        );
         if let Some(sim) = cluster.sim() {
             // simcluster's audit log, in order: every write of wave 0 before any of wave 1.
             let writes: Vec<String> = sim
@@ -110,7 +119,13 @@ fn waves_are_applied_in_order_each_healthy_before_the_next(cluster: Cluster) {
         }
         // Each wave is named as it starts and completes.
         let events: Vec<String> = env.events("app").await.into_iter().map(|e| e.2).collect();
-        for want in ["wave 0: applying 2 of its 2 objects", "wave 0 is Healthy", "wave 1: applying", "wave 1 is Healthy", "wave 2: applying"] {
+        for want in [
+            "wave 0: applying 2 of its 2 objects",
+            "wave 0 is Healthy",
+            "wave 1: applying",
+            "wave 1 is Healthy",
+            "wave 2: applying",
+        ] {
             assert!(events.iter().any(|m| m.contains(want)), "no Event saying {want:?}: {events:#?}");
         }
     });
@@ -123,18 +138,12 @@ fn a_wave_that_never_turns_healthy_stops_the_rollout(cluster: Cluster) {
     let runtime = support::runtime();
     runtime.block_on(async {
         let env = Env::start(&cluster, NS).await;
-        let wt = env.repository("platform").await;
-        wt.write("app/settings.yaml", SETTINGS)
-            .write("app/deploy.yaml", &deployment(0, "registry.invalid/web:1"))
-            .write("app/never.yaml", &config("never", 1));
-        let commit = wt.commit_and_push("a broken first wave");
-        env.refresh("platform", &commit).await;
-        env.create_app(
-            "app",
-            json!({"source": {"repository": "platform", "path": "app"}, "serviceAccountName": "deployer",
-                   "destination": {"namespace": NS}, "health": {"timeout": "5s"}, "failurePolicy": {"maxAttempts": 1}}),
-        )
-        .await;
+        let files = [
+            ("app/settings.yaml", SETTINGS.to_string()),
+            ("app/deploy.yaml", deployment(0, "registry.invalid/web:1")),
+            ("app/never.yaml", config("never", 1)),
+        ];
+        env.app_from("app", &borrowed(&files), spec(NS, "5s")).await;
         let rev = env
             .revision_where("app", "the Revision Failed", |r| {
                 r.status.as_ref().is_some_and(|s| s.phase == RevisionPhase::Failed)
@@ -200,18 +209,13 @@ fn waves_turned_off_mid_rollout_apply_the_rest_at_once(cluster: Cluster) {
     let runtime = support::runtime();
     runtime.block_on(async {
         let env = Env::start(&cluster, NS).await;
-        let wt = env.repository("platform").await;
-        wt.write("app/job.yaml", &job(0, 15_000)).write("app/after.yaml", &config("after", 1));
-        let commit = wt.commit_and_push("a slow wave 0");
-        env.refresh("platform", &commit).await;
-        env.create_app(
-            "app",
-            json!({"source": {"repository": "platform", "path": "app"}, "serviceAccountName": "deployer",
-                   "destination": {"namespace": NS}, "health": {"timeout": "60s"}, "failurePolicy": {"maxAttempts": 1}}),
-        )
-        .await;
+        let files = [("app/job.yaml", job(0, 15_000)), ("app/after.yaml", config("after", 1))];
+        env.app_from("app", &borrowed(&files), spec(NS, "60s")).await;
         env.revision_where("app", "the attempt waiting for wave 0", |r| {
-            r.status.as_ref().and_then(|s| s.attempts.last()).is_some_and(|a| a.result == AttemptResult::Running && a.wave == Some(0))
+            r.status
+                .as_ref()
+                .and_then(|s| s.attempts.last())
+                .is_some_and(|a| a.result == AttemptResult::Running && a.wave == Some(0))
         })
         .await;
         let patch = json!({"spec": {"strategy": {"waves": false}}});

@@ -107,6 +107,19 @@ impl Env {
         self.apps().create(&PostParams::default(), &app).await.unwrap();
     }
 
+    /// A Repository `platform` whose `main` holds `files` (path, text), and the Application `app`
+    /// of `spec`; the work tree, for later commits.
+    pub async fn app_from(&self, app: &str, files: &[(&str, &str)], spec: Value) -> WorkTree {
+        let wt = self.repository("platform").await;
+        for (path, text) in files {
+            wt.write(path, text);
+        }
+        let commit = wt.commit_and_push(&format!("{app} and its files"));
+        self.refresh("platform", &commit).await;
+        self.create_app(app, spec).await;
+        wt
+    }
+
     /// Ask for a reconcile of the Application.
     pub async fn poke(&self, app: &str, token: &str) {
         let patch = json!({"metadata": {"annotations": {names::annotations::RECONCILE_REQUESTED_AT: token}}});

@@ -405,10 +405,13 @@ fn product_tables_and_root_rules() {
     let t = app.table_at(std::slice::from_ref(&obj), IncludeObject::None, json!({"resourceVersion": "7"}), now);
     let names: Vec<&str> =
         t["columnDefinitions"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
-    assert_eq!(names, vec!["Name", "Sync", "Health", "Revision", "Ready", "Status", "Suspended", "Age"]);
+    assert_eq!(
+        names,
+        vec!["Name", "Sync", "Health", "Revision", "Ready", "Status", "Dependencies", "Suspended", "Age"]
+    );
     let cells = &t["rows"][0]["cells"];
     assert_eq!(cells[0], obj["metadata"]["name"]);
-    assert_eq!(cells[7], json!("2d1h"));
+    assert_eq!(cells[8], json!("2d1h"));
     assert_eq!(t["metadata"], json!({"resourceVersion": "7"}));
     // Root rules see metadata.name; their causes have the `<nil>` field.
     let mut long = obj.clone();

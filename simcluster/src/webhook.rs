@@ -69,6 +69,35 @@ impl Services {
     }
 }
 
+/// The defaults of a stored webhook configuration (`SetDefaults_ValidatingWebhook`,
+/// `SetDefaults_MutatingWebhook`, `SetDefaults_Rule`).
+pub fn default_configuration(rt: &ResourceType, obj: &mut Value) {
+    let mutating = match (rt.group.as_str(), rt.resource.as_str()) {
+        ("admissionregistration.k8s.io", "mutatingwebhookconfigurations") => true,
+        ("admissionregistration.k8s.io", "validatingwebhookconfigurations") => false,
+        _ => return,
+    };
+    for w in obj["webhooks"].as_array_mut().into_iter().flatten() {
+        let Some(m) = w.as_object_mut() else { continue };
+        m.entry("failurePolicy").or_insert(json!("Fail"));
+        m.entry("matchPolicy").or_insert(json!("Equivalent"));
+        m.entry("namespaceSelector").or_insert(json!({}));
+        m.entry("objectSelector").or_insert(json!({}));
+        m.entry("timeoutSeconds").or_insert(json!(10));
+        if mutating {
+            m.entry("reinvocationPolicy").or_insert(json!("Never"));
+        }
+        if let Some(s) = m.get_mut("clientConfig").and_then(|c| c.get_mut("service")).and_then(Value::as_object_mut) {
+            s.entry("port").or_insert(json!(443));
+        }
+        for r in m.get_mut("rules").and_then(Value::as_array_mut).into_iter().flatten() {
+            if let Some(r) = r.as_object_mut() {
+                r.entry("scope").or_insert(json!("*"));
+            }
+        }
+    }
+}
+
 /// Whether any webhook configuration is stored (writes then may block on calls).
 pub fn configured(state: &State) -> bool {
     let txn = state.store.lock();

@@ -498,7 +498,7 @@ fn call(state: &State, hook: &Value, review: &Value) -> Result<Value, String> {
     }
     let body = serde_json::to_vec(review).map_err(|e| e.to_string())?;
     let url = ep.url.clone();
-    let run = move || -> Result<(u16, Vec<u8>), String> {
+    let run = move || -> Result<(u16, String, Vec<u8>), String> {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
         rt.block_on(async move {
             match tokio::time::timeout(Duration::from_secs(timeout), post(&ep, roots, body)).await {
@@ -518,12 +518,15 @@ fn call(state: &State, hook: &Value, review: &Value) -> Result<Value, String> {
     })
     .map_err(|_| "webhook call panicked".to_string())?;
     out.map_err(|e| format!("failed to call webhook: Post {url:?}: {e}"))
-        .and_then(|(code, bytes)| response_of(code, &bytes))
+        .and_then(|(code, content_type, bytes)| response_of(code, &content_type, &bytes))
 }
 
-fn response_of(code: u16, bytes: &[u8]) -> Result<Value, String> {
+/// client-go's reading of the answer: a non-2xx answer's body is quoted only when it is text
+/// (no Content-Type or `text/*`), else "unknown".
+fn response_of(code: u16, content_type: &str, bytes: &[u8]) -> Result<Value, String> {
     if !(200..300).contains(&code) {
-        let text = String::from_utf8_lossy(bytes).trim().to_string();
+        let is_text = content_type.is_empty() || content_type.starts_with("text/");
+        let text = if is_text { String::from_utf8_lossy(bytes).trim().to_string() } else { "unknown".into() };
         let status: Value = serde_json::from_slice(bytes).unwrap_or(Value::Null);
         let msg = match (status["kind"].as_str(), status["message"].as_str()) {
             (Some("Status"), Some(m)) => m.to_string(),
@@ -535,7 +538,7 @@ fn response_of(code: u16, bytes: &[u8]) -> Result<Value, String> {
     serde_json::from_slice(bytes).map_err(|e| format!("received invalid webhook response: {e}"))
 }
 
-async fn post(ep: &Endpoint, roots: rustls::RootCertStore, body: Vec<u8>) -> Result<(u16, Vec<u8>), String> {
+async fn post(ep: &Endpoint, roots: rustls::RootCertStore, body: Vec<u8>) -> Result<(u16, String, Vec<u8>), String> {
     let addr = ep.addr.clone()?;
     let tcp = tokio::net::TcpStream::connect(&addr).await.map_err(|e| {
         let why = match e.kind() {
@@ -567,10 +570,12 @@ async fn post(ep: &Endpoint, roots: rustls::RootCertStore, body: Vec<u8>) -> Res
         .map_err(|e| e.to_string())?;
     let resp = sender.send_request(req).await.map_err(|e| e.to_string())?;
     let code = resp.status().as_u16();
+    let content_type =
+        resp.headers().get("Content-Type").and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
     let bytes = axum::body::to_bytes(axum::body::Body::new(resp.into_body()), 64 << 20)
         .await
         .map_err(|e| e.to_string())?;
-    Ok((code, bytes.to_vec()))
+    Ok((code, content_type, bytes.to_vec()))
 }
 
 /// Go's wording of TLS failures.

@@ -125,10 +125,10 @@ fn serve_one<S: std::io::Read + std::io::Write>(s: &mut S, log: &Log) -> std::io
         Value::String(s) => s,
         v => v.to_string(),
     };
-    let status = if code == 200 { "200 OK" } else { "500 Internal Server Error" };
+    let (status, ct) = if code == 200 { ("200 OK", "application/json") } else { ("500 Internal Server Error", "text/plain") };
     write!(
         s,
-        "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "HTTP/1.1 {status}\r\nContent-Type: {ct}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     )?;
     s.flush()
@@ -170,12 +170,12 @@ fn webhook(name: &str, url: &str, ca: &str, case: &str, extra: Value) -> Value {
 
 /// Wait (with a deadline) until a ConfigMap of `case` is admitted, so the configurations are
 /// in force (a real server loads them asynchronously).
-async fn wait_in_force(client: &kube::Client) {
+async fn wait_in_force(client: &kube::Client, ns: &str) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
         let cm = json!({"metadata": {"name": "probe", "labels": {"case": "deny"}}});
         let (code, _, _) =
-            send(client, "POST", "/api/v1/namespaces/wh/configmaps?dryRun=All", Some(cm)).await;
+            send(client, "POST", &format!("/api/v1/namespaces/{ns}/configmaps?dryRun=All"), Some(cm)).await;
         if code == 403 {
             return;
         }
@@ -186,6 +186,9 @@ async fn wait_in_force(client: &kube::Client) {
 
 /// The scenarios, on one API server.
 async fn scenarios(client: kube::Client, sim: Option<&simcluster::SimCluster>) {
+    // A namespace of this run's own: a real server deletes namespaces in the background.
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("time").subsec_nanos();
+    let ns = format!("wh-{nanos}");
     let (ca, cert, key) = private_ca();
     let (addr, log) = start_webhook_server(&cert, &key);
     let base = format!("https://{addr}");
@@ -222,7 +225,7 @@ async fn scenarios(client: kube::Client, sim: Option<&simcluster::SimCluster>) {
             w("badpatch.example.com", "/badpatch", "badpatch", json!({})),
         ]
     });
-    let (code, _, _) = send(&client, "POST", "/api/v1/namespaces", Some(json!({"metadata": {"name": "wh"}}))).await;
+    let (code, _, _) = send(&client, "POST", "/api/v1/namespaces", Some(json!({"metadata": {"name": ns}}))).await;
     assert!(code == 201 || code == 409, "namespace: {code}");
     let vpath = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations";
     let mpath = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations";
@@ -235,15 +238,16 @@ async fn scenarios(client: kube::Client, sim: Option<&simcluster::SimCluster>) {
     let (code, stored, _) = send(&client, "POST", mpath, Some(mutating)).await;
     assert_eq!(code, 201, "{stored}");
     assert_eq!(stored["webhooks"][0]["reinvocationPolicy"], "Never", "defaulted");
-    wait_in_force(&client).await;
+    wait_in_force(&client, &ns).await;
 
     let create = |case: &str| {
         let client = client.clone();
         let case = case.to_string();
+        let ns = ns.clone();
         async move {
-            let _ = send(&client, "DELETE", &format!("/api/v1/namespaces/wh/configmaps/c-{case}"), None).await;
+            let _ = send(&client, "DELETE", &format!("/api/v1/namespaces/{ns}/configmaps/c-{case}"), None).await;
             let cm = json!({"metadata": {"name": format!("c-{case}"), "labels": {"case": case}}, "data": {"x": "y"}});
-            send(&client, "POST", "/api/v1/namespaces/wh/configmaps", Some(cm)).await
+            send(&client, "POST", &format!("/api/v1/namespaces/{ns}/configmaps"), Some(cm)).await
         }
     };
     let failed = |name: &str, err: &str| {
@@ -273,7 +277,7 @@ async fn scenarios(client: kube::Client, sim: Option<&simcluster::SimCluster>) {
     assert_eq!(r["resource"], json!({"group": "", "version": "v1", "resource": "configmaps"}));
     assert_eq!(r["requestKind"], r["kind"]);
     assert_eq!(r["requestResource"], r["resource"]);
-    assert_eq!((r["name"].as_str(), r["namespace"].as_str(), r["operation"].as_str()), (Some("c-allow"), Some("wh"), Some("CREATE")));
+    assert_eq!((r["name"].as_str(), r["namespace"].as_str(), r["operation"].as_str()), (Some("c-allow"), Some(ns.as_str()), Some("CREATE")));
     assert!(r["userInfo"]["username"].is_string() && r["userInfo"]["groups"].is_array(), "{r}");
     assert!(r["object"]["metadata"]["uid"].is_string() && r["object"]["metadata"]["creationTimestamp"].is_string());
     assert!(r["object"]["metadata"].get("resourceVersion").is_none(), "{r}");
@@ -283,13 +287,13 @@ async fn scenarios(client: kube::Client, sim: Option<&simcluster::SimCluster>) {
 
     // Update and delete.
     let (code, _, _) =
-        send(&client, "PATCH", "/api/v1/namespaces/wh/configmaps/c-allow?fieldManager=me", Some(json!({"data": {"x": "z"}}))).await;
+        send(&client, "PATCH", &format!("/api/v1/namespaces/{ns}/configmaps/c-allow?fieldManager=me"), Some(json!({"data": {"x": "z"}}))).await;
     assert_eq!(code, 200);
     let r = log.lock().unwrap().last().cloned().expect("called").1["request"].clone();
     assert_eq!(r["operation"], "UPDATE");
     assert_eq!((r["object"]["data"]["x"].as_str(), r["oldObject"]["data"]["x"].as_str()), (Some("z"), Some("y")));
     assert_eq!(r["options"], json!({"kind": "UpdateOptions", "apiVersion": "meta.k8s.io/v1", "fieldManager": "me"}));
-    let (code, _, _) = send(&client, "DELETE", "/api/v1/namespaces/wh/configmaps/c-allow", None).await;
+    let (code, _, _) = send(&client, "DELETE", &format!("/api/v1/namespaces/{ns}/configmaps/c-allow"), None).await;
     assert_eq!(code, 200);
     let r = log.lock().unwrap().last().cloned().expect("called").1["request"].clone();
     assert_eq!((r["operation"].as_str(), &r["object"]), (Some("DELETE"), &Value::Null));
@@ -298,7 +302,7 @@ async fn scenarios(client: kube::Client, sim: Option<&simcluster::SimCluster>) {
 
     // Dry run: webhooks with sideEffects None are called, with dryRun true.
     let cm = json!({"metadata": {"name": "c-dry", "labels": {"case": "allow"}}});
-    let (code, _, _) = send(&client, "POST", "/api/v1/namespaces/wh/configmaps?dryRun=All", Some(cm)).await;
+    let (code, _, _) = send(&client, "POST", &format!("/api/v1/namespaces/{ns}/configmaps?dryRun=All"), Some(cm)).await;
     assert_eq!(code, 201);
     let r = log.lock().unwrap().last().cloned().expect("called").1["request"].clone();
     assert_eq!(r["dryRun"], true);
@@ -384,7 +388,7 @@ async fn scenarios(client: kube::Client, sim: Option<&simcluster::SimCluster>) {
     }
     let _ = send(&client, "DELETE", &format!("{vpath}/sim-webhooks-v"), None).await;
     let _ = send(&client, "DELETE", &format!("{mpath}/sim-webhooks-m"), None).await;
-    let _ = send(&client, "DELETE", "/api/v1/namespaces/wh", None).await;
+    let _ = send(&client, "DELETE", &format!("/api/v1/namespaces/{ns}"), None).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

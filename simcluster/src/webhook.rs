@@ -402,10 +402,7 @@ fn matches_object(hook: &Value, a: &Attributes<'_>, object: Option<&Value>) -> b
     if !sel.is_object() || selector_is_empty(sel) {
         return true;
     }
-    [object, a.old]
-        .into_iter()
-        .flatten()
-        .any(|o| selector_matches(sel, &o["metadata"]["labels"]))
+    [object, a.old].into_iter().flatten().any(|o| selector_matches(sel, &o["metadata"]["labels"]))
 }
 
 /// `matchConditions`: every expression must be true (`object`, `oldObject`, `request`; no
@@ -418,10 +415,8 @@ fn match_conditions(hook: &Value, request: &Value) -> Result<bool, String> {
         match crate::crd::cel::eval_bool(expr, &vars) {
             Ok(true) => {}
             Ok(false) => return Ok(false),
-            Err(e) => errors.push(format!(
-                "failed to evaluate match condition {:?}: {e}",
-                c["name"].as_str().unwrap_or_default()
-            )),
+            Err(e) => errors
+                .push(format!("failed to evaluate match condition {:?}: {e}", c["name"].as_str().unwrap_or_default())),
         }
     }
     if errors.is_empty() { Ok(true) } else { Err(errors.join(", ")) }
@@ -555,11 +550,10 @@ async fn post(ep: &Endpoint, roots: rustls::RootCertStore, body: Vec<u8>) -> Res
         .with_no_client_auth();
     let name = rustls::pki_types::ServerName::try_from(ep.server_name.clone()).map_err(|e| e.to_string())?;
     let tls = tokio_rustls::TlsConnector::from(Arc::new(config)).connect(name, tcp).await.map_err(|e| tls_error(&e))?;
-    let (mut sender, conn) = hyper::client::conn::http1::handshake::<_, axum::body::Body>(
-        hyper_util::rt::TokioIo::new(tls),
-    )
-    .await
-    .map_err(|e| e.to_string())?;
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake::<_, axum::body::Body>(hyper_util::rt::TokioIo::new(tls))
+            .await
+            .map_err(|e| e.to_string())?;
     tokio::spawn(conn);
     let req = http::Request::post(ep.path.as_str())
         .header("Host", ep.host_header.as_str())
@@ -570,11 +564,9 @@ async fn post(ep: &Endpoint, roots: rustls::RootCertStore, body: Vec<u8>) -> Res
         .map_err(|e| e.to_string())?;
     let resp = sender.send_request(req).await.map_err(|e| e.to_string())?;
     let code = resp.status().as_u16();
-    let content_type =
-        resp.headers().get("Content-Type").and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
-    let bytes = axum::body::to_bytes(axum::body::Body::new(resp.into_body()), 64 << 20)
-        .await
-        .map_err(|e| e.to_string())?;
+    let content_type = resp.headers().get("Content-Type").and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
+    let bytes =
+        axum::body::to_bytes(axum::body::Body::new(resp.into_body()), 64 << 20).await.map_err(|e| e.to_string())?;
     Ok((code, content_type, bytes.to_vec()))
 }
 

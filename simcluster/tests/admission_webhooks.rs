@@ -40,7 +40,9 @@ fn answer(path: &str, review: &Value) -> (u16, Value) {
                "patch": base64::engine::general_purpose::STANDARD.encode(ops.to_string())})
     };
     let response = match path {
-        "/deny" => json!({"uid": uid, "allowed": false, "status": {"message": "no thanks", "code": 403, "reason": "Forbidden"}}),
+        "/deny" => {
+            json!({"uid": uid, "allowed": false, "status": {"message": "no thanks", "code": 403, "reason": "Forbidden"}})
+        }
         "/deny-bare" => json!({"uid": uid, "allowed": false}),
         "/deny-code" => json!({"uid": uid, "allowed": false, "status": {"code": 422}}),
         "/warn" => json!({"uid": uid, "allowed": true, "warnings": ["careful now"]}),
@@ -125,7 +127,8 @@ fn serve_one<S: std::io::Read + std::io::Write>(s: &mut S, log: &Log) -> std::io
         Value::String(s) => s,
         v => v.to_string(),
     };
-    let (status, ct) = if code == 200 { ("200 OK", "application/json") } else { ("500 Internal Server Error", "text/plain") };
+    let (status, ct) =
+        if code == 200 { ("200 OK", "application/json") } else { ("500 Internal Server Error", "text/plain") };
     write!(
         s,
         "HTTP/1.1 {status}\r\nContent-Type: {ct}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
@@ -145,8 +148,7 @@ async fn send(client: &kube::Client, method: &str, path: &str, body: Option<Valu
         .expect("request");
     let resp = client.send(req.map(kube::client::Body::from)).await.expect("send");
     let code = resp.status().as_u16();
-    let warnings =
-        resp.headers().get_all("Warning").iter().filter_map(|v| v.to_str().ok()).map(String::from).collect();
+    let warnings = resp.headers().get_all("Warning").iter().filter_map(|v| v.to_str().ok()).map(String::from).collect();
     let bytes = axum::body::to_bytes(axum::body::Body::new(resp.into_body()), 1 << 24).await.expect("body");
     (code, serde_json::from_slice(&bytes).unwrap_or(Value::Null), warnings)
 }
@@ -277,7 +279,10 @@ async fn scenarios(client: kube::Client, sim: Option<&simcluster::SimCluster>) {
     assert_eq!(r["resource"], json!({"group": "", "version": "v1", "resource": "configmaps"}));
     assert_eq!(r["requestKind"], r["kind"]);
     assert_eq!(r["requestResource"], r["resource"]);
-    assert_eq!((r["name"].as_str(), r["namespace"].as_str(), r["operation"].as_str()), (Some("c-allow"), Some(ns.as_str()), Some("CREATE")));
+    assert_eq!(
+        (r["name"].as_str(), r["namespace"].as_str(), r["operation"].as_str()),
+        (Some("c-allow"), Some(ns.as_str()), Some("CREATE"))
+    );
     assert!(r["userInfo"]["username"].is_string() && r["userInfo"]["groups"].is_array(), "{r}");
     assert!(r["object"]["metadata"]["uid"].is_string() && r["object"]["metadata"]["creationTimestamp"].is_string());
     assert!(r["object"]["metadata"].get("resourceVersion").is_none(), "{r}");
@@ -286,8 +291,13 @@ async fn scenarios(client: kube::Client, sim: Option<&simcluster::SimCluster>) {
     assert_eq!(r["options"], json!({"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"}));
 
     // Update and delete.
-    let (code, _, _) =
-        send(&client, "PATCH", &format!("/api/v1/namespaces/{ns}/configmaps/c-allow?fieldManager=me"), Some(json!({"data": {"x": "z"}}))).await;
+    let (code, _, _) = send(
+        &client,
+        "PATCH",
+        &format!("/api/v1/namespaces/{ns}/configmaps/c-allow?fieldManager=me"),
+        Some(json!({"data": {"x": "z"}})),
+    )
+    .await;
     assert_eq!(code, 200);
     let r = log.lock().unwrap().last().cloned().expect("called").1["request"].clone();
     assert_eq!(r["operation"], "UPDATE");
@@ -310,11 +320,20 @@ async fn scenarios(client: kube::Client, sim: Option<&simcluster::SimCluster>) {
 
     // Denials.
     let (code, body, _) = create("deny").await;
-    assert_eq!((code, body), (403, status(403, Some("Forbidden"), "admission webhook \"deny.example.com\" denied the request: no thanks")));
+    assert_eq!(
+        (code, body),
+        (403, status(403, Some("Forbidden"), "admission webhook \"deny.example.com\" denied the request: no thanks"))
+    );
     let (code, body, _) = create("deny-bare").await;
-    assert_eq!((code, body), (400, status(400, None, "admission webhook \"deny-bare.example.com\" denied the request without explanation")));
+    assert_eq!(
+        (code, body),
+        (400, status(400, None, "admission webhook \"deny-bare.example.com\" denied the request without explanation"))
+    );
     let (code, body, _) = create("deny-code").await;
-    assert_eq!((code, body), (422, status(422, None, "admission webhook \"deny-code.example.com\" denied the request without explanation")));
+    assert_eq!(
+        (code, body),
+        (422, status(422, None, "admission webhook \"deny-code.example.com\" denied the request without explanation"))
+    );
     let (code, body, _) = create("mc").await;
     assert_eq!(code, 403, "matchConditions true: called: {body}");
     let (code, body, _) = create("mc-false").await;
@@ -337,7 +356,9 @@ async fn scenarios(client: kube::Client, sim: Option<&simcluster::SimCluster>) {
     let refused = "failed to call webhook: Post \"https://127.0.0.1:1/x?timeout=10s\": dial tcp 127.0.0.1:1: connect: connection refused";
     assert_eq!((code, body), (500, failed("refused.example.com", refused)));
     let (code, body, _) = create("badca").await;
-    let badca = format!("failed to call webhook: Post \"{base}/allow?timeout=10s\": tls: failed to verify certificate: x509: certificate signed by unknown authority");
+    let badca = format!(
+        "failed to call webhook: Post \"{base}/allow?timeout=10s\": tls: failed to verify certificate: x509: certificate signed by unknown authority"
+    );
     assert_eq!((code, body), (500, failed("badca.example.com", &badca)));
     let (code, body, _) = create("nouid").await;
     assert_eq!(code, 500);
@@ -379,11 +400,23 @@ async fn scenarios(client: kube::Client, sim: Option<&simcluster::SimCluster>) {
         let (code, body, _) = send(&client, "POST", vpath, Some(cfg)).await;
         assert_eq!(code, 201, "{body}");
         let (code, body, _) = create("svc").await;
-        assert_eq!((code, body["message"].as_str()), (403, Some("admission webhook \"svc.example.com\" denied the request: no thanks")));
+        assert_eq!(
+            (code, body["message"].as_str()),
+            (403, Some("admission webhook \"svc.example.com\" denied the request: no thanks"))
+        );
         let target = log.lock().unwrap().last().cloned().expect("called").0;
         assert_eq!(target, "/deny?timeout=10s");
         let (code, body, _) = create("missing").await;
-        assert_eq!((code, body), (500, failed("missing.example.com", "failed to call webhook: Post \"https://nobody.hooks.svc:443/allow?timeout=10s\": service \"nobody\" not found")));
+        assert_eq!(
+            (code, body),
+            (
+                500,
+                failed(
+                    "missing.example.com",
+                    "failed to call webhook: Post \"https://nobody.hooks.svc:443/allow?timeout=10s\": service \"nobody\" not found"
+                )
+            )
+        );
         let _ = send(&client, "DELETE", &format!("{vpath}/sim-webhooks-svc"), None).await;
     }
     let _ = send(&client, "DELETE", &format!("{vpath}/sim-webhooks-v"), None).await;

@@ -558,6 +558,7 @@ pub fn strategy_create(state: &Arc<State>, rt: &ResourceType, obj: &mut Value) -
     if rt.custom {
         return Ok(());
     }
+    crate::webhook::default_configuration(rt, obj);
     let av = rt.api_version();
     if rt.group.is_empty() && rt.resource == "services" {
         let (ips, ports) = used_service_addresses(state, &Value::Null);
@@ -585,6 +586,7 @@ pub fn strategy_update(state: &Arc<State>, rt: &ResourceType, obj: &mut Value, o
     if rt.custom {
         return Ok(());
     }
+    crate::webhook::default_configuration(rt, obj);
     let av = rt.api_version();
     if rt.group.is_empty() && rt.resource == "services" {
         let (ips, ports) = used_service_addresses(state, &old["metadata"]["uid"]);

@@ -565,6 +565,12 @@ pub fn create_object(
     if applied.is_none() {
         admission::update_fields(state, None, &mut obj, &t.rt, &manager, None);
     }
+    let webhooks = crate::webhook::configured(state);
+    let options = write_options(req, "CreateOptions");
+    let attrs = webhook_attributes(req, t, "CREATE", &name, None, options);
+    if webhooks {
+        warnings.extend(crate::webhook::mutate(state, &attrs, Some(&mut obj))?);
+    }
     let m = obj["metadata"].as_object_mut().expect("metadata is an object");
     m.insert("uid".into(), json!(new_uid()));
     m.insert("creationTimestamp".into(), json!(now()));
@@ -579,6 +585,9 @@ pub fn create_object(
     }
     admission::strategy_create(state, &t.rt, &mut obj)?;
     admission::validate_create(state, &t.rt, &obj)?;
+    if webhooks {
+        warnings.extend(crate::webhook::validate(state, &attrs, Some(&obj))?);
+    }
     let mut txn = state.store.lock();
     if txn.get(&t.rt.key(), &t.namespace, &name).is_some() {
         return Err(ApiError::already_exists(&t.rt.group, &t.rt.resource, &name));
@@ -755,6 +764,11 @@ pub fn store_update(
     if applied.is_none() {
         admission::update_fields(state, Some(old), &mut new, &t.rt, &manager, sub);
     }
+    let webhooks = crate::webhook::configured(state);
+    let attrs = webhook_attributes(req, t, "UPDATE", &name, Some(old), write_options(req, "UpdateOptions"));
+    if webhooks {
+        warnings.extend(crate::webhook::mutate(state, &attrs, Some(&mut new))?);
+    }
     if sub.is_none() {
         admission::strategy_update(state, &t.rt, &mut new, old)?;
     } else if sub == Some("status") {
@@ -762,6 +776,9 @@ pub fn store_update(
         crate::kcm::pv::prepare_status_update(&t.rt.group, &t.rt.resource, &mut new, old);
     }
     admission::validate_update(state, &t.rt, &new, old)?;
+    if webhooks {
+        warnings.extend(crate::webhook::validate(state, &attrs, Some(&new))?);
+    }
     let mut new = order_metadata(with_type(&t.rt, new));
     new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"].clone();
     if without_time(&new) == without_time(old) {
@@ -1073,7 +1090,52 @@ fn delete(state: &Arc<State>, req: &Req, t: &Target) -> Result<Output, ApiError>
             Some(json!({"name": name, "kind": t.rt.kind})),
         ));
     }
+    if crate::webhook::configured(state) {
+        let mut options = write_options(req, "DeleteOptions");
+        if let Some(p) = &opts.propagation {
+            options["propagationPolicy"] = json!(p);
+        }
+        if let Some(g) = opts.grace {
+            options["gracePeriodSeconds"] = json!(g);
+        }
+        let attrs = webhook_attributes(req, t, "DELETE", &name, Some(&old), options);
+        crate::webhook::mutate(state, &attrs, None)?;
+        crate::webhook::validate(state, &attrs, None)?;
+    }
     delete_object(state, t, &old, opts.propagation.as_deref(), opts.grace, is_dry_run(req))
+}
+
+/// The options of a write, as an admission webhook sees them.
+fn write_options(req: &Req, kind: &str) -> Value {
+    let mut o = json!({"kind": kind, "apiVersion": "meta.k8s.io/v1"});
+    if is_dry_run(req) {
+        o["dryRun"] = json!(["All"]);
+    }
+    if let Some(m) = req.q("fieldManager").filter(|m| !m.is_empty()) {
+        o["fieldManager"] = json!(m);
+    }
+    o
+}
+
+fn webhook_attributes<'a>(
+    req: &'a Req,
+    t: &'a Target,
+    operation: &'static str,
+    name: &'a str,
+    old: Option<&'a Value>,
+    options: Value,
+) -> crate::webhook::Attributes<'a> {
+    crate::webhook::Attributes {
+        rt: &t.rt,
+        sub: t.sub.as_deref(),
+        operation,
+        name,
+        namespace: &t.namespace,
+        user: &req.user,
+        old,
+        dry_run: is_dry_run(req),
+        options,
+    }
 }
 
 /// Delete (or mark deleted) one object, honouring finalizers and propagation.

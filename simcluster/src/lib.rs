@@ -31,6 +31,7 @@ pub mod tables;
 pub mod typecheck;
 pub mod validation;
 pub mod watch;
+pub mod webhook;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -82,6 +83,13 @@ impl SimCluster {
     /// Make requests matching `rule` fail, slow down or reset (see [`faults`]).
     pub fn add_fault(&self, rule: faults::FaultRule) {
         self.state.faults.add(rule);
+    }
+
+    /// Reach the admission webhooks whose `clientConfig.service` is Service `namespace/name`,
+    /// port `port`, at `addr` (a Service of simcluster has no endpoints to route to). Their
+    /// certificates must be valid for `<name>.<namespace>.svc`, as in a real cluster.
+    pub fn set_webhook_service(&self, namespace: &str, name: &str, port: u16, addr: SocketAddr) {
+        self.state.webhook_services.set(namespace, name, port, addr);
     }
 
     /// Remove every fault rule.

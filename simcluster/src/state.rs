@@ -196,6 +196,8 @@ pub struct State {
     /// another server (`simcluster nodes`, see [`crate::nodes`]): their writes go there, and the
     /// store only mirrors what they read. `None`: this emulator's own API.
     pub remote: Option<kube::Client>,
+    /// Local addresses of the Services admission webhooks are reached at.
+    pub webhook_services: crate::webhook::Services,
 }
 
 /// Address and port allocation state.
@@ -222,6 +224,7 @@ impl State {
             clock: Clock::default(),
             node_faults: NodeFaults::default(),
             remote: None,
+            webhook_services: Default::default(),
         }
     }
 }

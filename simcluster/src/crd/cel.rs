@@ -216,6 +216,20 @@ pub(crate) fn compile(expr: &str) -> Result<cel::Program, String> {
     }
 }
 
+/// Evaluate a boolean expression over plain JSON variables (webhook `matchConditions`).
+pub(crate) fn eval_bool(expr: &str, vars: &[(&str, &Value)]) -> Result<bool, String> {
+    let program = compile(expr)?;
+    let base = base_context();
+    let mut ctx = base.new_inner_scope();
+    for (name, v) in vars {
+        ctx.add_variable_from_value(*name, plain_to_cel(v));
+    }
+    match execute(&program, &ctx)? {
+        cel::Value::Bool(b) => Ok(b),
+        _ => Err("expression must evaluate to bool".to_string()),
+    }
+}
+
 fn uses_old_self(p: &cel::Program) -> bool {
     p.references().has_variable("oldSelf")
 }

@@ -8,7 +8,7 @@
 //! [`crate::errors::ApiError::invalid`] with the kind and the group). For reads as Table:
 //! [`CrdVersion::table`].
 
-mod cel;
+pub(crate) mod cel;
 mod definition;
 mod fielderr;
 mod formats;

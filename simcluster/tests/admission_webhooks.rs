@@ -2,7 +2,7 @@
 //! answers (status codes, reasons and messages) were recorded from realkube (`../shared/realkube`)
 //! with the same configurations and a webhook server answering as [`answer`] does.
 //!
-//! `SIMCLUSTER_WEBHOOKS_KUBECONFIG=<kubeconfig>` runs the same scenarios against that real API
+//! `webhooks_on_realkube` runs the same scenarios against a real API
 //! server too (its webhooks reach this test's server at `https://127.0.0.1:PORT`).
 
 use std::net::SocketAddr;
@@ -433,13 +433,52 @@ async fn webhooks_on_simcluster() {
     scenarios(client, Some(&sim)).await;
 }
 
+/// A realkube control plane for this test (`KSYNC_REALKUBE_DIR`, else `../shared/realkube` next
+/// to the project), stopped by its `down` script on drop.
+struct RealKube {
+    scripts: std::path::PathBuf,
+    dir: tempfile::TempDir,
+}
+
+impl RealKube {
+    fn start() -> RealKube {
+        let scripts = std::env::var_os("KSYNC_REALKUBE_DIR")
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/realkube"));
+        assert!(
+            scripts.join("up").is_file(),
+            "no real control plane at {} (set KSYNC_REALKUBE_DIR); scripts/test leaves the realkube tests out in that case",
+            scripts.display()
+        );
+        let dir = tempfile::Builder::new().prefix("realkube").tempdir().expect("temp dir");
+        let out = std::process::Command::new(scripts.join("up"))
+            .arg(dir.path())
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("starting realkube");
+        assert!(
+            out.status.success() && dir.path().join("kubeconfig").is_file(),
+            "realkube did not start ({}):\n{}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        RealKube { scripts, dir }
+    }
+}
+
+impl Drop for RealKube {
+    fn drop(&mut self) {
+        // Stops exactly what `up` started (by the pids it recorded in `dir`).
+        let _ = std::process::Command::new(self.scripts.join("down")).arg(self.dir.path()).output();
+    }
+}
+
+/// The same scenarios against a real kube-apiserver: the recorded texts are its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn webhooks_on_realkube() {
-    let Ok(path) = std::env::var("SIMCLUSTER_WEBHOOKS_KUBECONFIG") else {
-        eprintln!("SKIP webhooks_on_realkube: set SIMCLUSTER_WEBHOOKS_KUBECONFIG to a realkube kubeconfig");
-        return;
-    };
-    let kc = kube::config::Kubeconfig::read_from(path).expect("kubeconfig");
+    let real = RealKube::start();
+    let kc = kube::config::Kubeconfig::read_from(real.dir.path().join("kubeconfig")).expect("kubeconfig");
     let config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await.expect("config");
     scenarios(kube::Client::try_from(config).expect("client"), None).await;
 }

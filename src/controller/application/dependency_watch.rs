@@ -261,7 +261,7 @@ mod tests {
     #[test]
     fn a_dependency_change_requeues_its_dependents() {
         let mut w = Watched::default();
-        assert_eq!(w.apply(watcher::Event::Init).1, false);
+        assert!(!w.apply(watcher::Event::Init).1);
         w.apply(watcher::Event::InitApply(app("db", &[], false)));
         w.apply(watcher::Event::InitApply(app("web", &["db"], false)));
         w.apply(watcher::Event::InitApply(app("edge", &["web"], false)));
@@ -280,7 +280,7 @@ mod tests {
         w.apply(watcher::Event::Init);
         w.apply(watcher::Event::InitApply(app("db", &["edge"], true)));
         assert_eq!(names(w.apply(watcher::Event::InitDone)), Vec::<String>::new(), "nobody depends on web now");
-        assert!(w.state.nodes["ns"].get("web").is_none());
+        assert!(!w.state.nodes["ns"].contains_key("web"));
         // A dependent created before its dependency: told when the dependency appears.
         w.apply(watcher::Event::Apply(app("late", &["ghost"], false)));
         assert_eq!(names(w.apply(watcher::Event::Apply(app("ghost", &[], false)))), ["late"]);

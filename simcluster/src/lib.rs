@@ -20,6 +20,7 @@ pub mod negotiate;
 pub mod nodes;
 pub mod protobuf;
 pub mod rbac;
+pub mod realkube;
 pub mod registry;
 pub mod schema;
 pub mod selectors;

@@ -451,11 +451,7 @@ impl RealKube {
             scripts.display()
         );
         let dir = tempfile::Builder::new().prefix("realkube").tempdir().expect("temp dir");
-        let out = std::process::Command::new(scripts.join("up"))
-            .arg(dir.path())
-            .stdin(std::process::Stdio::null())
-            .output()
-            .expect("starting realkube");
+        let out = simcluster::realkube::up(&scripts, dir.path()).expect("starting realkube");
         assert!(
             out.status.success() && dir.path().join("kubeconfig").is_file(),
             "realkube did not start ({}):\n{}\n{}",

@@ -107,7 +107,7 @@ fn recordings_match_realkube() {
         .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/realkube"), PathBuf::from);
     assert!(scripts.join("up").is_file(), "no realkube at {} (set KSYNC_REALKUBE_DIR)", scripts.display());
     let dir = tempfile::Builder::new().prefix("conformance-realkube-").tempdir().expect("temp dir");
-    let up = Command::new(scripts.join("up")).arg(dir.path()).output().expect("realkube up");
+    let up = simcluster::realkube::up(&scripts, dir.path()).expect("realkube up");
     let down = || {
         let _ = Command::new(scripts.join("down")).arg(dir.path()).output();
     };

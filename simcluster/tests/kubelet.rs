@@ -77,7 +77,7 @@ async fn start(real: bool, config: Config) -> (Cluster, kube::Client) {
     let (cluster, client) = if real {
         let scripts = realkube();
         let dir = tempfile::Builder::new().prefix("kubelet-realkube-").tempdir().expect("temp dir");
-        let up = std::process::Command::new(scripts.join("up")).arg(dir.path()).output().expect("realkube up");
+        let up = simcluster::realkube::up(&scripts, dir.path()).expect("realkube up");
         assert!(up.status.success(), "realkube did not start: {}", String::from_utf8_lossy(&up.stderr));
         let kc = kube::config::Kubeconfig::read_from(dir.path().join("kubeconfig")).unwrap();
         let kc = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await.unwrap();

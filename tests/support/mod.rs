@@ -468,11 +468,7 @@ impl Cluster {
             )
         };
         let dir = temp_dir("realkube");
-        let out = Command::new(scripts.join("up"))
-            .arg(dir.path())
-            .stdin(Stdio::null())
-            .output()
-            .unwrap_or_else(|e| panic!("starting realkube: {e}"));
+        let out = simcluster::realkube::up(&scripts, dir.path()).unwrap_or_else(|e| panic!("starting realkube: {e}"));
         assert!(
             out.status.success() && dir.path().join("kubeconfig").is_file(),
             "realkube did not start ({}):\n{}\n{}",

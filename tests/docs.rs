@@ -81,10 +81,6 @@ const NOT_YET_IMPLEMENTED: &[&str] = &[
     "resource graph",
     "root cause",
     "ksync graph",
-    // Manual approval (a manual-sync plan waits in AwaitingApproval and nothing can approve it).
-    "approv",
-    "ManualSync",
-    "ksync sync",
     // Rollback and held Revisions.
     "rollback",
     "roll back",
@@ -115,11 +111,6 @@ const NOT_YET_IMPLEMENTED_FIELDS: &[(&str, &str)] = &[
     ("Application", "status.diagnosis.path[].resource"),
     ("Application", "status.diagnosis.path[].missing"),
     ("Revision", "status.conditions"),
-    ("Revision", "status.approval"),
-    ("Revision", "status.approval.user"),
-    ("Revision", "status.approval.time"),
-    ("Revision", "status.approval.planDigest"),
-    ("Revision", "status.approval.source"),
     ("Revision", "status.plan.warnings"),
     ("HealthCheck", ""),
     ("HealthCheck", "spec"),

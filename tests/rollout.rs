@@ -461,7 +461,12 @@ fn drift_is_reported_or_repaired_and_health_keeps_being_observed(cluster: Cluste
         .await;
         let drift = events.iter().find(|e| e.1 == names::events::DRIFTED).unwrap();
         assert_eq!(drift.0, "Warning");
-        assert!(drift.2.contains("(left in place: spec.sync.selfHeal is off): ConfigMap drift/settings"), "{drift:?}");
+        assert!(
+            drift.2.contains(
+                "(left in place: spec.sync.selfHeal is off; ksync sync repairs it): ConfigMap drift/settings"
+            ),
+            "{drift:?}"
+        );
 
         // Undoing the edit returns to Synced without a rollout.
         edit_as("kubectl-edit", "blue").await;

@@ -73,8 +73,8 @@ pub struct ApplicationSpec {
     #[schemars(length(max = 32), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub depends_on: Vec<LocalObjectReference>,
 
-    /// Rollout strategy: waves and hooks. Part of what a manual approval is bound to.
-    /// Not yet implemented: manual approval.
+    /// Rollout strategy: waves and hooks. Part of what a rollback approval is bound to
+    /// (rollback: Not yet implemented).
     #[serde(default)]
     pub strategy: Strategy,
 
@@ -220,9 +220,8 @@ pub struct Destination {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct SyncPolicy {
-    /// Apply new plans without approval. With `false`, each plan waits for `ksync sync`.
-    /// Not yet implemented: approving (`ksync sync`), so with `false` a plan that changes
-    /// something waits and is never applied.
+    /// Apply new plans without approval. With `false`, each plan that deploys a new desired
+    /// state (or, with `selfHeal`, repairs drift) waits for `ksync sync`.
     #[serde(default = "yes")]
     pub automatic: bool,
     /// Delete previously managed resources that left the desired state.
@@ -478,6 +477,11 @@ pub struct SyncStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 50))]
     pub drifted: Vec<ResourceRef>,
+    /// Digest of the plan the last reconcile computed against the live state: what
+    /// `ksync sync` approves (`sync.kuvryn.io/approved-plan`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 80))]
+    pub plan_digest: Option<String>,
 }
 
 /// `status.health`.

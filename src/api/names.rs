@@ -3,8 +3,8 @@
 //! constants and never spell a name inline (see `docs/api.md` for what each one means).
 //!
 //! Some names belong to features that are Not yet implemented (the admission webhook,
-//! manual approval, rollback, HealthCheck evaluation); their constants say
-//! so, and nothing reads or writes them yet.
+//! rollback, HealthCheck evaluation); their constants say so, and nothing reads or writes them
+//! yet.
 
 /// The API group of every Kuvryn Sync kind.
 pub const GROUP: &str = "sync.kuvryn.io";
@@ -76,7 +76,8 @@ pub mod annotations {
     /// On Revisions: when the controller created it, to the nanosecond (history order).
     pub const CREATED_AT: &str = "sync.kuvryn.io/created-at";
 
-    /// Manual approval (`ksync sync`): the plan digest approved. Not yet implemented: ignored.
+    /// Manual approval (`ksync sync`): the plan digest approved
+    /// ([`crate::controller::application::approval`]).
     pub const APPROVED_PLAN: &str = "sync.kuvryn.io/approved-plan";
     /// Manual approval: who approved, recorded by the admission webhook from the request.
     /// Not yet implemented (there is no webhook yet).
@@ -167,7 +168,7 @@ pub mod reasons {
     pub const DEPENDENCY_NOT_FOUND: &str = "DependencyNotFound";
     /// All dependencies are Healthy at the revision they want.
     pub const DEPENDENCIES_HEALTHY: &str = "DependenciesHealthy";
-    /// Manual sync: the plan waits for `ksync sync` (approving: Not yet implemented).
+    /// Manual sync: the plan waits for `ksync sync`.
     pub const AWAITING_APPROVAL: &str = "AwaitingApproval";
     /// The Application runs a rollback target and holds the commit it rolled back from.
     /// Not yet implemented: never used.
@@ -199,8 +200,9 @@ pub mod events {
     /// A manual rollback approved the plan it applies.
     /// Not yet implemented: never used.
     pub const ROLLBACK_APPROVED: &str = "RollbackApproved";
-    /// A rollback request no longer approves the target: the Revision waits for `ksync sync`.
-    /// Not yet implemented: never used.
+    /// An approval (`ksync sync`) names another plan than the current one, so it starts
+    /// nothing; a rollback request that no longer approves its target (rollback: Not yet
+    /// implemented).
     pub const APPROVAL_STALE: &str = "ApprovalStale";
     /// The rollback target changed after it was requested; Warning.
     /// Not yet implemented: never used.

@@ -87,9 +87,8 @@ pub enum RevisionPhase {
     /// Rendering, validating and computing the plan.
     #[default]
     Planning,
-    /// Manual sync: the plan waits for `ksync sync` (or a manual rollback's own approval).
-    /// Not yet implemented: approving, so a Revision in this phase waits until the desired state
-    /// changes.
+    /// Manual sync: the plan waits for `ksync sync` (or a manual rollback's own approval: Not
+    /// yet implemented).
     AwaitingApproval,
     /// Applying and pruning.
     Applying,
@@ -134,8 +133,8 @@ pub struct RevisionStatus {
     /// Failure classification of the latest failed attempt.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure: Option<Failure>,
-    /// The approval the rollout ran under (manual sync or manual rollback). Not yet implemented:
-    /// never written.
+    /// The approval the rollout ran under (`ksync sync`; a manual rollback's: Not yet
+    /// implemented).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approval: Option<Approval>,
     /// Digest of the desired state the last completed, Healthy rollout deployed, or that was found
@@ -150,8 +149,7 @@ pub struct RevisionStatus {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct Plan {
-    /// Digest of the full plan (`sha256:<hex>`): what an approval names
-    /// (approval: Not yet implemented).
+    /// Digest of the full plan (`sha256:<hex>`): what an approval names.
     #[schemars(length(max = 80))]
     pub digest: String,
     /// Counts over every entry, including those not kept.
@@ -378,20 +376,29 @@ pub struct Failure {
     pub retryable: bool,
 }
 
-/// An approval of a plan. Not yet implemented: never written.
+/// An approval of a plan: recorded when the rollout it approves starts.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct Approval {
-    /// The authenticated user who approved (or asked for the rollback). Not yet implemented.
+    /// Who approved (`sync.kuvryn.io/approved-by`); `unknown` when nothing recorded it.
     #[schemars(length(max = 256))]
     pub user: String,
-    /// Request time. Not yet implemented.
+    /// When (`sync.kuvryn.io/approved-at`), or when the controller took the approval if
+    /// nothing recorded it.
     pub time: Time,
-    /// The plan digest approved. Not yet implemented.
+    /// The plan digest approved.
     #[schemars(length(max = 80))]
     pub plan_digest: String,
-    /// `ManualSync` or `ManualRollback`. Not yet implemented.
+    /// `ManualSync` (`ManualRollback`: Not yet implemented).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 64))]
     pub source: Option<String>,
+    /// The desired state the approved plan deploys (`spec.desiredStateHash` then): the approval
+    /// covers the rest of its rollout, retries included, only while it stays the same.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 80))]
+    pub desired_state_hash: Option<String>,
+    /// The attempt it started: it covers that attempt and its retries until one completes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<i32>,
 }

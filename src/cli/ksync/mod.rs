@@ -1,8 +1,8 @@
 //! `ksync`: the command-line client.
 //!
 //! Read commands: `apps` (same as `app list`), `app NAME` (same as `app get NAME`), `plan NAME`,
-//! `history NAME`, `repos`; plus `completion SHELL` and `version`; and `dev`, the local
-//! quickstart ([`dev`]). Each read command reads with
+//! `history NAME`, `repos`; one write command, `sync NAME` (an approval); plus
+//! `completion SHELL` and `version`; and `dev`, the local quickstart ([`dev`]). Each read command reads with
 //! kube-rs ([`connect`] finds the cluster like kubectl), hands the objects to the pure views in
 //! [`crate::cli::view`], and prints what they return ([`output`]). Errors come back as
 //! [`crate::cli::Error`] and are printed in one line by [`crate::cli::main`] (exit status 1).
@@ -16,6 +16,7 @@ pub mod output;
 pub mod plan;
 pub mod read;
 pub mod repos;
+pub mod sync;
 
 use std::io::IsTerminal;
 
@@ -87,6 +88,10 @@ pub enum Command {
     History(history::HistoryArgs),
     /// List Repositories: URL, ref, observed commit, Ready.
     Repos(repos::ListArgs),
+    /// Approve the plan of an Application: show it (as `ksync plan`), ask, and approve exactly
+    /// that plan digest. It deploys a manual-sync Application's desired Revision, or repairs
+    /// drift; the controller applies it only while it is still the current plan.
+    Sync(sync::SyncArgs),
     /// Local quickstart: Kuvryn Sync deploying an example repository on this machine.
     ///
     /// Starts a simulated Kubernetes API server, a Git server serving the example repository
@@ -211,6 +216,7 @@ pub fn run(args: Args, emulator: &dyn dev::emulator::Emulator) -> Result<()> {
                     Command::Plan(p) => plan::run(&cluster, &p, context).await,
                     Command::History(h) => history::run(&cluster, &h, context).await,
                     Command::Repos(list) => repos::run(&cluster, &list, context).await,
+                    Command::Sync(s) => sync::run(&cluster, &s, context).await,
                     Command::Version
                     | Command::Completion { .. }
                     | Command::Dev(_)

@@ -13,6 +13,7 @@ pub mod dev;
 pub mod history;
 pub mod plan;
 pub mod repos;
+pub mod sync;
 
 use anstyle::{AnsiColor, Style};
 use jiff::Timestamp;

@@ -17,6 +17,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use serde_json::Value;
 
+use super::approval;
 use super::context::{Context, Error};
 use super::planning::Planned;
 use super::revision::revision_ref;
@@ -102,19 +103,39 @@ pub(super) fn step_of(
     planned: &Planned,
     now: Timestamp,
 ) -> Step {
+    step_and_approval(app, old, rs, planned, now).0
+}
+
+/// [`step_of`], with the approval it judged.
+fn step_and_approval(
+    app: &Application,
+    old: &ApplicationStatus,
+    rs: &RevisionStatus,
+    planned: &Planned,
+    now: Timestamp,
+) -> (Step, approval::Verdict) {
     let policy = policy_of(app);
     let deployed = rs.deployed_desired_state_hash.as_deref() == Some(planned.hash.as_str());
     let changes = planned.plan.changes();
-    let step = rollout::decide(rs, deployed, changes, &policy, now);
-    // A new `reconcile-requested-at` is an operator asking to try again now.
+    let verdict = approval::judge(&approval::Facts {
+        request: approval::request_of(app.annotations()),
+        recorded: rs.approval.clone(),
+        attempts: rs.attempts.clone(),
+        plan: planned.plan.digest.clone(),
+        desired: planned.hash.clone(),
+        not_before: None,
+        now,
+    });
+    let step = rollout::decide(rs, deployed, changes, verdict.approves(), &policy, now);
+    // A new `reconcile-requested-at`, or a new approval of this plan, is an operator asking to
+    // try again now.
     let requested = app.annotations().get(names::annotations::RECONCILE_REQUESTED_AT);
-    if matches!(step, Step::Paused | Step::Retry { .. })
-        && requested.is_some()
-        && requested != old.last_handled_reconcile_at.as_ref()
-    {
-        return Step::Start { number: rs.attempts.last().map(|a| a.number + 1).unwrap_or(1) };
+    let retry_now = (requested.is_some() && requested != old.last_handled_reconcile_at.as_ref())
+        || matches!(verdict, approval::Verdict::Approved(_));
+    if matches!(step, Step::Paused | Step::Retry { .. }) && retry_now {
+        return (Step::Start { number: rs.attempts.last().map(|a| a.number + 1).unwrap_or(1) }, verdict);
     }
-    step
+    (step, verdict)
 }
 
 impl Rollout<'_> {
@@ -129,7 +150,7 @@ impl Rollout<'_> {
         });
         self.rs.failure =
             self.rs.failure.take().filter(|_| sync_fail || rollout::consecutive_failures(&self.rs.attempts) > 0);
-        let step = step_of(self.app, self.old, self.rs, &planned, self.now);
+        let (step, approval) = step_and_approval(self.app, self.old, self.rs, &planned, self.now);
         if let Some(verdict) = self.hold
             && matches!(step, Step::Start { .. })
         {
@@ -145,12 +166,18 @@ impl Rollout<'_> {
         let deadline = match step {
             Step::AwaitApproval => {
                 self.rs.phase = RevisionPhase::AwaitingApproval;
+                // The plan shown for approval (`ksync plan`, `ksync sync`) is the one waiting.
+                self.rs.plan = Some(planned.stored.clone());
                 self.set_sync(pending(&planned), &planned);
-                let message = format!(
-                    "Revision {} waits for approval (spec.sync.automatic is false): {}",
+                let mut message = format!(
+                    "Revision {} waits for approval (spec.sync.automatic is false): {}; approve plan {} with ksync sync",
                     self.rev,
-                    counts(&planned.stored)
+                    counts(&planned.stored),
+                    planned.plan.digest
                 );
+                if let Some(why) = unused(&approval) {
+                    message = format!("{message}; {why}");
+                }
                 conditions::set(
                     &mut self.status.conditions,
                     names::conditions::READY,
@@ -162,6 +189,9 @@ impl Rollout<'_> {
                 );
                 conditions::remove(&mut self.status.conditions, names::conditions::RECONCILING);
                 conditions::remove(&mut self.status.conditions, names::conditions::STALLED);
+                if let Some(why) = unused(&approval) {
+                    self.approval_stale(&why).await;
+                }
                 self.observe_health(&planned, &live, false).await;
                 return Ok(Action::requeue(with_jitter(self.ctx.settings.resync, self.name)));
             }
@@ -186,6 +216,9 @@ impl Rollout<'_> {
             }
             Step::Watch { deadline, .. } => deadline,
             Step::Start { number } => {
+                if let approval::Verdict::Approved(a) = approval {
+                    self.rs.approval = Some(rev::Approval { attempt: Some(number), ..a });
+                }
                 match self.start(number, &planned, &policy, &mut live, &mut managed_left).await? {
                     Some(deadline) => deadline,
                     None => return self.failed_at_once(&planned, &policy).await,
@@ -213,6 +246,19 @@ impl Rollout<'_> {
         Ok(Action::requeue(with_jitter(self.ctx.settings.resync, self.name)))
     }
 
+    /// An approval request starts nothing (`why`): an `ApprovalStale` Event, once per message.
+    async fn approval_stale(&self, why: &str) {
+        let ready = |c: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition]| {
+            c.iter().find(|c| c.type_ == names::conditions::READY).map(|c| c.message.clone())
+        };
+        if ready(&self.old.conditions) == ready(&self.status.conditions) {
+            return;
+        }
+        let related = revision_ref(self.ns, self.rev);
+        let message = format!("Revision {}: {why}", self.rev);
+        event(self.ctx, self.app, Some(&related), EventType::Normal, names::events::APPROVAL_STALE, &message).await;
+    }
+
     /// The running attempt would apply its next stage (a wave, or the first after its PreSync
     /// hooks) but the dependencies are not ready: it waits, and that stage's deadline starts
     /// when it is applied. `None` when the dependencies are ready.
@@ -230,7 +276,7 @@ impl Rollout<'_> {
         if let Some(action) = self.sync_fail(planned) {
             return Ok(action);
         }
-        let at = rollout::decide(self.rs, false, true, policy, self.now);
+        let at = rollout::decide(self.rs, false, true, true, policy, self.now);
         let failure = self.last_failure(policy, None);
         let stalled = matches!(at, Step::Paused);
         report_failure(self.ctx, self.app, self.old, self.status, &failure, stalled, self.now).await;
@@ -293,6 +339,13 @@ impl Rollout<'_> {
         // The plan this attempt applies stays on the Revision: later drift checks do not replace it.
         self.rs.plan = Some(planned.stored.clone());
         self.rs.phase = RevisionPhase::Applying;
+        let approved_by = match &self.rs.approval {
+            Some(a) if a.attempt == Some(number) => format!(" (plan {} approved by {})", a.plan_digest, a.user),
+            Some(a) if a.attempt.is_some_and(|n| n < number) && !policy.automatic => {
+                format!(" (under the approval of {})", a.user)
+            }
+            _ => String::new(),
+        };
         let related = revision_ref(self.ns, self.rev);
         event(
             self.ctx,
@@ -300,7 +353,7 @@ impl Rollout<'_> {
             Some(&related),
             EventType::Normal,
             names::reasons::PROGRESSING,
-            &format!("Revision {} attempt {number}: applying {}", self.rev, counts(&planned.stored)),
+            &format!("Revision {} attempt {number}: applying {}{}", self.rev, counts(&planned.stored), approved_by),
         )
         .await;
         // Conflict policy fail: conflicts block the rollout; nothing is forced.
@@ -504,9 +557,9 @@ impl Rollout<'_> {
         if changes && drifted != before {
             let sync = &self.app.spec.sync;
             let why = match (sync.self_heal, self.hold.is_some(), sync.automatic) {
-                (false, _, _) => "left in place: spec.sync.selfHeal is off",
+                (false, _, _) => "left in place: spec.sync.selfHeal is off; ksync sync repairs it",
                 (true, true, _) => "self-heal waits for spec.dependsOn",
-                (true, false, false) => "self-heal waits for approval: spec.sync.automatic is false",
+                (true, false, false) => "self-heal waits for approval (spec.sync.automatic is false): ksync sync",
                 (true, false, true) => "self-heal repairs it",
             };
             let message = bounded(
@@ -675,6 +728,7 @@ impl Rollout<'_> {
     pub(super) fn set_sync(&mut self, state: SyncState, planned: &Planned) {
         let sync = self.status.sync.get_or_insert_with(Default::default);
         sync.status = state;
+        sync.plan_digest = Some(planned.plan.digest.clone());
         sync.drifted = if state == SyncState::Drifted {
             planned
                 .plan
@@ -687,6 +741,17 @@ impl Rollout<'_> {
         } else {
             Vec::new()
         };
+    }
+}
+
+/// Why an approval request on the Application starts nothing, if it does not.
+fn unused(v: &approval::Verdict) -> Option<String> {
+    match v {
+        approval::Verdict::Stale { approved, current } => Some(format!(
+            "the approval of plan {approved} is stale: the current plan is {current} (review it with ksync plan, approve it with ksync sync)"
+        )),
+        approval::Verdict::TooEarly => Some("an approval given before the rollback request does not count".to_string()),
+        _ => None,
     }
 }
 

@@ -36,6 +36,7 @@
 //! - Secret values (from `valuesFrom` Secrets and desired Secrets) never reach status, Events
 //!   or logs: messages are redacted, and plans show only which keys changed.
 
+pub mod approval;
 mod attempt;
 mod context;
 pub mod dependencies;
@@ -349,6 +350,7 @@ async fn plan_app(
             revision: Some(rev_name.clone()),
             commit: Some(source.commit.clone()),
             drifted: Vec::new(),
+            plan_digest: None,
         });
     }
     status.desired_revision = Some(rev_name.clone());

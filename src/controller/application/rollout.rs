@@ -73,8 +73,17 @@ pub fn backoff(policy: &Policy, n: u32) -> Duration {
 }
 
 /// Decide. `deployed`: the Revision's `deployedDesiredStateHash` is the current desired state;
-/// `drifted`: the plan would change something.
-pub fn decide(status: &RevisionStatus, deployed: bool, drifted: bool, policy: &Policy, now: Timestamp) -> Step {
+/// `drifted`: the plan would change something; `approved`: an approval covers this plan
+/// ([`super::approval`]): it may be applied on a manual-sync Application, and it repairs drift
+/// without `selfHeal`.
+pub fn decide(
+    status: &RevisionStatus,
+    deployed: bool,
+    drifted: bool,
+    approved: bool,
+    policy: &Policy,
+    now: Timestamp,
+) -> Step {
     let next = status.attempts.last().map(|a| a.number + 1).unwrap_or(1);
     if let Some(a) = status.attempts.last()
         && a.result == AttemptResult::Running
@@ -85,11 +94,11 @@ pub fn decide(status: &RevisionStatus, deployed: bool, drifted: bool, policy: &P
         let deadline = since.checked_add(timeout).unwrap_or(Timestamp::MAX);
         return Step::Watch { number: a.number, deadline };
     }
-    let needs_rollout = !deployed || (drifted && policy.self_heal);
+    let needs_rollout = !deployed || (drifted && (policy.self_heal || approved));
     if !needs_rollout {
         return Step::Observe;
     }
-    if !policy.automatic {
+    if !policy.automatic && !approved {
         return if deployed { Step::Observe } else { Step::AwaitApproval };
     }
     let failures = consecutive_failures(&status.attempts);
@@ -155,16 +164,16 @@ mod tests {
 
     #[test]
     fn a_new_desired_state_starts_the_first_attempt() {
-        assert_eq!(decide(&with(vec![]), false, true, &policy(), t(NOW)), Step::Start { number: 1 });
+        assert_eq!(decide(&with(vec![]), false, true, false, &policy(), t(NOW)), Step::Start { number: 1 });
         // Nothing to change still needs a completed rollout (health), once.
-        assert_eq!(decide(&with(vec![]), false, false, &policy(), t(NOW)), Step::Start { number: 1 });
+        assert_eq!(decide(&with(vec![]), false, false, false, &policy(), t(NOW)), Step::Start { number: 1 });
     }
 
     #[test]
     fn a_running_attempt_is_watched_until_the_health_timeout() {
         let s = with(vec![attempt(1, AttemptResult::Running, "2026-01-01T00:08:00Z", None)]);
         assert_eq!(
-            decide(&s, false, true, &policy(), t(NOW)),
+            decide(&s, false, true, false, &policy(), t(NOW)),
             Step::Watch { number: 1, deadline: t("2026-01-01T00:13:00Z") }
         );
         // A later wave: its own timeout, from when it was applied.
@@ -172,7 +181,7 @@ mod tests {
         waves.wave = Some(2);
         waves.wave_started_at = Some(Time(t("2026-01-01T00:09:30Z")));
         assert_eq!(
-            decide(&with(vec![waves]), false, true, &policy(), t(NOW)),
+            decide(&with(vec![waves]), false, true, false, &policy(), t(NOW)),
             Step::Watch { number: 1, deadline: t("2026-01-01T00:14:30Z") }
         );
     }
@@ -180,39 +189,47 @@ mod tests {
     #[test]
     fn deployed_state_is_observed_and_drift_is_repaired_only_with_self_heal() {
         let s = with(vec![attempt(1, AttemptResult::Succeeded, "2026-01-01T00:00:00Z", Some("2026-01-01T00:01:00Z"))]);
-        assert_eq!(decide(&s, true, false, &policy(), t(NOW)), Step::Observe);
-        assert_eq!(decide(&s, true, true, &policy(), t(NOW)), Step::Observe);
+        assert_eq!(decide(&s, true, false, false, &policy(), t(NOW)), Step::Observe);
+        assert_eq!(decide(&s, true, true, false, &policy(), t(NOW)), Step::Observe);
         let heal = Policy { self_heal: true, ..policy() };
-        assert_eq!(decide(&s, true, true, &heal, t(NOW)), Step::Start { number: 2 });
+        assert_eq!(decide(&s, true, true, false, &heal, t(NOW)), Step::Start { number: 2 });
         // The same desired state changed under the Revision (new valuesFrom): a rollout.
-        assert_eq!(decide(&s, false, true, &policy(), t(NOW)), Step::Start { number: 2 });
+        assert_eq!(decide(&s, false, true, false, &policy(), t(NOW)), Step::Start { number: 2 });
     }
 
     #[test]
     fn manual_sync_waits_for_approval() {
         let manual = Policy { automatic: false, ..policy() };
-        assert_eq!(decide(&with(vec![]), false, true, &manual, t(NOW)), Step::AwaitApproval);
+        assert_eq!(decide(&with(vec![]), false, true, false, &manual, t(NOW)), Step::AwaitApproval);
         let s = with(vec![attempt(1, AttemptResult::Succeeded, "2026-01-01T00:00:00Z", Some("2026-01-01T00:01:00Z"))]);
-        assert_eq!(decide(&s, true, true, &manual, t(NOW)), Step::Observe);
+        assert_eq!(decide(&s, true, true, false, &manual, t(NOW)), Step::Observe);
+        // Approved: the plan is applied, and drift is repaired even without selfHeal.
+        assert_eq!(decide(&with(vec![]), false, true, true, &manual, t(NOW)), Step::Start { number: 1 });
+        assert_eq!(decide(&s, true, true, true, &manual, t(NOW)), Step::Start { number: 2 });
+        assert_eq!(decide(&s, true, false, true, &manual, t(NOW)), Step::Observe, "nothing to repair");
+        // An approved retry still backs off.
+        let failed =
+            with(vec![attempt(1, AttemptResult::Failed, "2026-01-01T00:09:00Z", Some("2026-01-01T00:09:55Z"))]);
+        assert_eq!(decide(&failed, false, true, true, &manual, t(NOW)), Step::Retry { at: t("2026-01-01T00:10:05Z") });
     }
 
     #[test]
     fn failures_back_off_then_pause() {
         let one = with(vec![attempt(1, AttemptResult::Failed, "2026-01-01T00:09:00Z", Some("2026-01-01T00:09:55Z"))]);
-        assert_eq!(decide(&one, false, true, &policy(), t(NOW)), Step::Retry { at: t("2026-01-01T00:10:05Z") });
-        assert_eq!(decide(&one, false, true, &policy(), t("2026-01-01T00:10:05Z")), Step::Start { number: 2 });
+        assert_eq!(decide(&one, false, true, false, &policy(), t(NOW)), Step::Retry { at: t("2026-01-01T00:10:05Z") });
+        assert_eq!(decide(&one, false, true, false, &policy(), t("2026-01-01T00:10:05Z")), Step::Start { number: 2 });
         let two = with(vec![
             attempt(1, AttemptResult::Failed, "2026-01-01T00:00:00Z", Some("2026-01-01T00:01:00Z")),
             attempt(2, AttemptResult::Failed, "2026-01-01T00:09:00Z", Some("2026-01-01T00:09:50Z")),
         ]);
         // The second retry waits 20 s.
-        assert_eq!(decide(&two, false, true, &policy(), t(NOW)), Step::Retry { at: t("2026-01-01T00:10:10Z") });
+        assert_eq!(decide(&two, false, true, false, &policy(), t(NOW)), Step::Retry { at: t("2026-01-01T00:10:10Z") });
         let three = with(vec![
             attempt(1, AttemptResult::Failed, "2026-01-01T00:00:00Z", Some("2026-01-01T00:01:00Z")),
             attempt(2, AttemptResult::Failed, "2026-01-01T00:02:00Z", Some("2026-01-01T00:03:00Z")),
             attempt(3, AttemptResult::Failed, "2026-01-01T00:04:00Z", Some("2026-01-01T00:05:00Z")),
         ]);
-        assert_eq!(decide(&three, false, true, &policy(), t(NOW)), Step::Paused);
+        assert_eq!(decide(&three, false, true, false, &policy(), t(NOW)), Step::Paused);
         // A success resets the count.
         let mut healed = three.clone();
         healed.attempts.push(attempt(

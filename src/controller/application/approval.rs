@@ -1,0 +1,189 @@
+//! Manual approval, pure: whether a plan may be applied because someone approved it
+//! (`ksync sync`, the `sync.kuvryn.io/approved-plan` annotation).
+//!
+//! # Contract
+//! - An approval names one plan digest. It starts a rollout only while that digest is the plan
+//!   the reconcile computed; an approval of another plan ([`Verdict::Stale`]) starts nothing.
+//! - A request is used once: when the approval recorded on the Revision is that request (same
+//!   digest and time), it starts nothing more.
+//! - The recorded approval covers the rest of the rollout it started (retries of a failed
+//!   attempt: every attempt from the one it started) only while the desired state is the one it
+//!   approved ([`Verdict::Covered`]); once one of them completed it covers nothing, so repairing
+//!   later drift needs a new approval.
+//! - An approval given before `not_before` (a rollback's `rollback-requested-at`, Not yet
+//!   implemented: always `None` today) does not count; one without a recorded time cannot show
+//!   it was given after, so it does not count either.
+//!
+//! Table tests: `testdata/rollout/approval.yaml`.
+
+use std::collections::BTreeMap;
+
+use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use serde::Deserialize;
+
+use crate::api::names;
+use crate::api::revision::{Approval, Attempt, AttemptResult};
+
+/// `source` of an approval given with `ksync sync`.
+pub const MANUAL_SYNC: &str = "ManualSync";
+/// `user` when nothing recorded who approved (webhooks disabled and no `approved-by`).
+pub const UNKNOWN_USER: &str = "unknown";
+
+/// An approval request read from the Application's annotations.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+pub struct Request {
+    /// `sync.kuvryn.io/approved-plan`.
+    pub plan: String,
+    /// `sync.kuvryn.io/approved-by`.
+    #[serde(default)]
+    pub by: Option<String>,
+    /// `sync.kuvryn.io/approved-at`; `None` when absent or not RFC 3339.
+    #[serde(default)]
+    pub at: Option<Timestamp>,
+}
+
+/// The request on an Application's annotations, if it carries a non-empty `approved-plan`.
+pub fn request_of(annotations: &BTreeMap<String, String>) -> Option<Request> {
+    let plan = annotations.get(names::annotations::APPROVED_PLAN).map(|p| p.trim()).filter(|p| !p.is_empty())?;
+    Some(Request {
+        plan: plan.to_string(),
+        by: annotations
+            .get(names::annotations::APPROVED_BY)
+            .map(|b| b.trim())
+            .filter(|b| !b.is_empty())
+            .map(Into::into),
+        at: annotations.get(names::annotations::APPROVED_AT).and_then(|t| t.trim().parse().ok()),
+    })
+}
+
+/// What [`judge`] looks at.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Facts {
+    /// The request on the Application.
+    #[serde(default)]
+    pub request: Option<Request>,
+    /// The approval recorded on the Revision (`status.approval`).
+    #[serde(default)]
+    pub recorded: Option<Approval>,
+    /// The Revision's attempts, oldest first.
+    #[serde(default)]
+    pub attempts: Vec<Attempt>,
+    /// Digest of the plan computed now.
+    pub plan: String,
+    /// The desired state computed now (`spec.desiredStateHash`).
+    pub desired: String,
+    /// Approvals given before this time do not count.
+    #[serde(default)]
+    pub not_before: Option<Timestamp>,
+    /// The time an approval without `approved-at` is recorded under.
+    pub now: Timestamp,
+}
+
+/// The outcome.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Verdict {
+    /// No approval applies.
+    None,
+    /// The request approves the current plan: record it and start an attempt.
+    Approved(Approval),
+    /// The recorded approval still covers its rollout (a retry may start).
+    Covered,
+    /// The request names another plan than the current one: it starts nothing.
+    Stale {
+        /// The digest approved.
+        approved: String,
+        /// The digest of the current plan.
+        current: String,
+    },
+    /// The request was given before `not_before`: it starts nothing.
+    TooEarly,
+}
+
+impl Verdict {
+    /// Whether the current plan may be applied.
+    pub fn approves(&self) -> bool {
+        matches!(self, Verdict::Approved(_) | Verdict::Covered)
+    }
+}
+
+/// Judge the approval of the current plan (see the module's contract).
+pub fn judge(f: &Facts) -> Verdict {
+    let used = |r: &Request| {
+        f.recorded.as_ref().is_some_and(|a| a.plan_digest == r.plan && r.at.is_none_or(|at| a.time.0 == at))
+    };
+    if let Some(a) = &f.recorded
+        && a.desired_state_hash.as_deref() == Some(f.desired.as_str())
+        && covers(a, &f.attempts)
+    {
+        return Verdict::Covered;
+    }
+    let Some(r) = f.request.as_ref().filter(|r| !used(r)) else { return Verdict::None };
+    if let Some(nb) = f.not_before
+        && r.at.is_none_or(|at| at < nb)
+    {
+        return Verdict::TooEarly;
+    }
+    if r.plan != f.plan {
+        return Verdict::Stale { approved: r.plan.clone(), current: f.plan.clone() };
+    }
+    Verdict::Approved(Approval {
+        user: r.by.clone().unwrap_or_else(|| UNKNOWN_USER.to_string()),
+        time: Time(r.at.unwrap_or(f.now)),
+        plan_digest: r.plan.clone(),
+        source: Some(MANUAL_SYNC.to_string()),
+        desired_state_hash: Some(f.desired.clone()),
+        attempt: None,
+    })
+}
+
+/// Whether `a` still covers the rollout it started: no attempt since the one it started has
+/// completed.
+fn covers(a: &Approval, attempts: &[Attempt]) -> bool {
+    let Some(first) = a.attempt else { return false };
+    let since: Vec<&Attempt> = attempts.iter().filter(|t| t.number >= first).collect();
+    !since.is_empty() && since.iter().all(|t| t.result != AttemptResult::Succeeded)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Deserialize)]
+    struct Case {
+        name: String,
+        facts: Facts,
+        want: Verdict,
+    }
+
+    #[test]
+    fn table() {
+        let cases: Vec<Case> = crate::yaml::from_str(include_str!("../../../testdata/rollout/approval.yaml")).unwrap();
+        assert!(cases.len() >= 10);
+        for c in cases {
+            assert_eq!(judge(&c.facts), c.want, "{}", c.name);
+        }
+    }
+
+    #[test]
+    fn requests_read_from_annotations() {
+        let a = |kv: &[(&str, &str)]| kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        assert_eq!(request_of(&a(&[])), None);
+        assert_eq!(request_of(&a(&[(names::annotations::APPROVED_PLAN, " ")])), None);
+        let r = request_of(&a(&[
+            (names::annotations::APPROVED_PLAN, "sha256:1"),
+            (names::annotations::APPROVED_BY, "alice"),
+            (names::annotations::APPROVED_AT, "2026-12-02T10:00:00Z"),
+        ]))
+        .unwrap();
+        assert_eq!(r.by.as_deref(), Some("alice"));
+        assert_eq!(r.at, Some("2026-12-02T10:00:00Z".parse().unwrap()));
+        let bad = request_of(&a(&[
+            (names::annotations::APPROVED_PLAN, "sha256:1"),
+            (names::annotations::APPROVED_AT, "yesterday"),
+        ]));
+        assert_eq!(bad.unwrap().at, None);
+    }
+}

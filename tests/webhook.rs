@@ -390,10 +390,9 @@ fn enable_webhooks_false_serves_nothing() {
         let admin = setup(&cluster).await;
         let manager = Manager::start(&cluster, &[], &[("ENABLE_WEBHOOKS", "false")]);
         install_configuration(&cluster, &admin, manager.port).await;
-        eventually("the manager to start", WAIT, || async {
-            manager.stderr().contains("ENABLE_WEBHOOKS=false").then_some(())
-        })
-        .await;
+        eventually("the manager to start", WAIT, || async { manager.stderr().contains("starting").then_some(()) })
+            .await;
+        // Several webhook check intervals (1 s) later:
         tokio::time::sleep(Duration::from_secs(3)).await;
         assert!(std::net::TcpStream::connect(("127.0.0.1", manager.port)).is_err(), "something listens");
         let secrets: Api<Secret> = Api::namespaced(admin.clone(), SYSTEM);
@@ -404,6 +403,7 @@ fn enable_webhooks_false_serves_nothing() {
         let err = create_app(&admin, "web", json!({a::ROLLBACK_TO: C1})).await.expect_err("no webhook");
         assert!(format!("{err}").contains("failed calling webhook"), "{err}");
         create_app(&admin, "plain", json!({})).await.expect("plain Application");
+        assert!(manager.stderr().contains("ENABLE_WEBHOOKS=false: no admission webhook"), "{}", manager.stderr());
     });
 }
 

@@ -2,9 +2,9 @@
 //! condition reasons and Event reasons. Controllers, the CLI, the webhook and tests use these
 //! constants and never spell a name inline (see `docs/api.md` for what each one means).
 //!
-//! Some names belong to features that are Not yet implemented (the admission webhook,
-//! manual approval, rollback, HealthCheck evaluation); their constants say
-//! so, and nothing reads or writes them yet.
+//! Some names belong to features that are Not yet implemented (manual approval, rollback,
+//! HealthCheck evaluation); their constants say so. Of those, only the admission webhook
+//! (`crate::webhook`) writes the approval and rollback request records today.
 
 /// The API group of every Kuvryn Sync kind.
 pub const GROUP: &str = "sync.kuvryn.io";
@@ -79,13 +79,15 @@ pub mod annotations {
     /// Manual approval (`ksync sync`): the plan digest approved. Not yet implemented: ignored.
     pub const APPROVED_PLAN: &str = "sync.kuvryn.io/approved-plan";
     /// Manual approval: who approved, recorded by the admission webhook from the request.
-    /// Not yet implemented (there is no webhook yet).
+    /// The controller does not read it yet (manual approval: Not yet implemented).
     pub const APPROVED_BY: &str = "sync.kuvryn.io/approved-by";
-    /// Manual approval: when, RFC 3339, recorded by the admission webhook. Not yet implemented.
+    /// Manual approval: when, RFC 3339, recorded by the admission webhook. The controller does not
+    /// read it yet.
     pub const APPROVED_AT: &str = "sync.kuvryn.io/approved-at";
 
     /// Prefix shared by every rollback request annotation; removing all of them abandons a rollback.
-    /// Rollback and every `rollback-*` annotation: Not yet implemented (ignored).
+    /// Rollback: Not yet implemented (the controller ignores every `rollback-*` annotation; the
+    /// admission webhook checks and records them).
     pub const ROLLBACK_PREFIX: &str = "sync.kuvryn.io/rollback-";
     /// Rollback intent: the source revision (commit) to roll back to.
     pub const ROLLBACK_TO: &str = "sync.kuvryn.io/rollback-to";

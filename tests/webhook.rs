@@ -383,6 +383,48 @@ fn certificates_rotate_before_expiry_keeping_the_old_ca_trusted() {
     });
 }
 
+/// Set `caBundle` of every webhook of the configuration by hand (what cert-manager's injector does).
+async fn set_ca_bundle(client: &kube::Client, bundle: &str) {
+    let api = Api::<MutatingWebhookConfiguration>::all(client.clone());
+    let mut config = api.get(CONFIG).await.expect("configuration");
+    for w in config.webhooks.iter_mut().flatten() {
+        w.client_config.ca_bundle = Some(k8s_openapi::ByteString(bundle.as_bytes().to_vec()));
+    }
+    api.replace(CONFIG, &PostParams::default(), &config).await.expect("replace configuration");
+}
+
+#[test]
+fn a_certificate_directory_is_served_and_reloaded_and_ca_bundle_left_alone() {
+    let cluster = Cluster::start();
+    support::runtime().block_on(async {
+        let admin = setup(&cluster).await;
+        let hosts = vec![format!("{SERVICE}.{SYSTEM}.svc")];
+        let write = |dir: &std::path::Path, m: &certs::Material| {
+            std::fs::write(dir.join("tls.crt"), &m.tls_crt).unwrap();
+            std::fs::write(dir.join("tls.key"), &m.tls_key).unwrap();
+        };
+        let certs_dir = temp_dir("webhook-certs");
+        let first = certs::generate(jiff::Timestamp::now(), Duration::from_secs(3600), &hosts, None).unwrap();
+        write(certs_dir.path(), &first);
+        let dir_arg = certs_dir.path().display().to_string();
+        let manager = Manager::start(&cluster, &["--webhook-cert-dir", &dir_arg], &[]);
+        install_configuration(&cluster, &admin, manager.port).await;
+        set_ca_bundle(&admin, &first.ca_current).await;
+        wait_until_served(&admin, &manager).await;
+        // cert-manager renews: new files from a new CA, and the injector replaces the bundle.
+        let second = certs::generate(jiff::Timestamp::now(), Duration::from_secs(3600), &hosts, None).unwrap();
+        write(certs_dir.path(), &second);
+        set_ca_bundle(&admin, &second.ca_current).await;
+        wait_until_served(&admin, &manager).await;
+        // The manager made no Secret and left the bundle as set.
+        let secrets: Api<Secret> = Api::namespaced(admin.clone(), SYSTEM);
+        assert!(secrets.get_opt(SECRET).await.expect("get").is_none());
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(ca_bundle(&admin).await.as_deref(), Some(second.ca_current.as_str()));
+        assert_eq!(manager.stderr().matches("loaded the certificate").count(), 2, "{}", manager.stderr());
+    });
+}
+
 #[test]
 fn enable_webhooks_false_serves_nothing() {
     let cluster = Cluster::start();

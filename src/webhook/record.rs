@@ -41,7 +41,7 @@ pub const REQUEST_RECORD: [&str; 3] = [a::ROLLBACK_REQUESTED_BY, a::ROLLBACK_REQ
 /// The annotations the webhook records for an approval.
 pub const APPROVAL_RECORD: [&str; 2] = [a::APPROVED_BY, a::APPROVED_AT];
 
-fn identity<'a>(m: Option<&'a Annotations>) -> [Option<&'a str>; 3] {
+fn identity(m: Option<&Annotations>) -> [Option<&str>; 3] {
     REQUEST_IDENTITY.map(|k| m.and_then(|m| m.get(k)).map(String::as_str))
 }
 

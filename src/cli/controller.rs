@@ -554,6 +554,15 @@ mod tests {
         }
     }
 
+    #[test]
+    fn webhooks_are_on_unless_turned_off() {
+        let on = run_args(&[]).webhook().expect("on by default");
+        assert_eq!(on.bind.to_string(), "0.0.0.0:9443");
+        assert_eq!(on.hosts()[0], "kuvryn-sync-webhook.kuvryn-system.svc");
+        assert!(run_args(&["--enable-webhooks=false"]).webhook().is_none());
+        assert!(run_args(&["--enable-webhooks", "false"]).webhook().is_none());
+    }
+
     // See: issue 18. file:// Repositories read the controller's disk: off unless asked for.
     #[test]
     fn local_repositories_are_refused_unless_the_flag_is_given() {

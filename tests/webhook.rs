@@ -350,6 +350,50 @@ fn two_replicas_create_one_certificate_and_publish_its_ca() {
     });
 }
 
+/// Four replicas' certificate checks at once, on a missing Secret and then on one due for
+/// rotation: one creates (then one rotates), the others read its result, all end with the same
+/// certificate.
+fn replicas_racing_for_the_secret_agree_on_one_certificate(cluster: Cluster) {
+    support::runtime().block_on(async {
+        let admin = setup(&cluster).await;
+        let secrets: Api<Secret> = Api::namespaced(admin.clone(), SYSTEM);
+        let hosts = vec![format!("{SERVICE}.{SYSTEM}.svc")];
+        let race = || async {
+            let (a, b, c, d) = tokio::join!(
+                certs::ensure(&secrets, SECRET, &hosts, Duration::from_secs(3600)),
+                certs::ensure(&secrets, SECRET, &hosts, Duration::from_secs(3600)),
+                certs::ensure(&secrets, SECRET, &hosts, Duration::from_secs(3600)),
+                certs::ensure(&secrets, SECRET, &hosts, Duration::from_secs(3600)),
+            );
+            [a, b, c, d].map(|r| r.expect("ensure"))
+        };
+        let created = race().await;
+        let outcomes: Vec<_> = created.iter().map(|(_, o)| *o).collect();
+        assert_eq!(outcomes.iter().filter(|o| **o == certs::Outcome::Created).count(), 1, "{outcomes:?}");
+        assert!(created.iter().all(|(m, _)| m.tls_crt == created[0].0.tls_crt), "{outcomes:?}");
+        let stored = secrets.get(SECRET).await.expect("Secret");
+        assert_eq!(secret_data(&stored, certs::keys::TLS_CRT), created[0].0.tls_crt);
+
+        // Age it: issued long ago, so two thirds of its validity have passed.
+        let mut aged = certs::Material::from_data(stored.data.as_ref().unwrap()).unwrap();
+        aged.not_before = jiff::Timestamp::now() - Duration::from_secs(3000);
+        aged.not_after = aged.not_before + Duration::from_secs(3600);
+        let mut secret = stored.clone();
+        secret.data = Some(aged.to_data(jiff::Timestamp::now()));
+        secrets.replace(SECRET, &PostParams::default(), &secret).await.expect("age the Secret");
+        let rotated = race().await;
+        let outcomes: Vec<_> = rotated.iter().map(|(_, o)| *o).collect();
+        let rotations =
+            outcomes.iter().filter(|o| **o == certs::Outcome::Rotated(certs::Decision::RotateAging)).count();
+        assert_eq!(rotations, 1, "{outcomes:?}");
+        assert!(rotated.iter().all(|(m, _)| m.tls_crt == rotated[0].0.tls_crt), "{outcomes:?}");
+        let new = &rotated[0].0;
+        assert_ne!(new.ca_current, aged.ca_current);
+        assert_eq!(new.previous.as_ref().map(|(ca, _)| ca.as_str()), Some(aged.ca_current.as_str()));
+        assert!(certs::bundle_trusts(&new.ca_bundle(jiff::Timestamp::now()), &aged.ca_current));
+    });
+}
+
 #[test]
 fn certificates_rotate_before_expiry_keeping_the_old_ca_trusted() {
     let cluster = Cluster::start();
@@ -479,4 +523,7 @@ fn startup_logs_pending_rollback_requests_with_a_requester() {
     });
 }
 
-crate::both!(rollback_requests_are_checked_and_recorded_from_the_request);
+crate::both!(
+    rollback_requests_are_checked_and_recorded_from_the_request,
+    replicas_racing_for_the_secret_agree_on_one_certificate
+);

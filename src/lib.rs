@@ -17,4 +17,5 @@ pub mod render;
 pub mod source;
 pub mod telemetry;
 pub mod watch;
+pub mod webhook;
 pub mod yaml;

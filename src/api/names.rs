@@ -2,9 +2,8 @@
 //! condition reasons and Event reasons. Controllers, the CLI, the webhook and tests use these
 //! constants and never spell a name inline (see `docs/api.md` for what each one means).
 //!
-//! Some names belong to features that are Not yet implemented (the admission webhook,
-//! rollback, HealthCheck evaluation); their constants say so, and nothing reads or writes them
-//! yet.
+//! Some names belong to features that are Not yet implemented (rollback, HealthCheck
+//! evaluation); their constants say so.
 
 /// The API group of every Kuvryn Sync kind.
 pub const GROUP: &str = "sync.kuvryn.io";
@@ -80,13 +79,13 @@ pub mod annotations {
     /// ([`crate::controller::application::approval`]).
     pub const APPROVED_PLAN: &str = "sync.kuvryn.io/approved-plan";
     /// Manual approval: who approved, recorded by the admission webhook from the request.
-    /// Not yet implemented (there is no webhook yet).
     pub const APPROVED_BY: &str = "sync.kuvryn.io/approved-by";
-    /// Manual approval: when, RFC 3339, recorded by the admission webhook. Not yet implemented.
+    /// Manual approval: when, RFC 3339, recorded by the admission webhook.
     pub const APPROVED_AT: &str = "sync.kuvryn.io/approved-at";
 
     /// Prefix shared by every rollback request annotation; removing all of them abandons a rollback.
-    /// Rollback and every `rollback-*` annotation: Not yet implemented (ignored).
+    /// Rollback: Not yet implemented (the controller ignores every `rollback-*` annotation; the
+    /// admission webhook checks and records them).
     pub const ROLLBACK_PREFIX: &str = "sync.kuvryn.io/rollback-";
     /// Rollback intent: the source revision (commit) to roll back to.
     pub const ROLLBACK_TO: &str = "sync.kuvryn.io/rollback-to";

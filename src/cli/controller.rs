@@ -35,7 +35,42 @@ pub enum Command {
     },
     /// Run the controllers against the cluster of the in-cluster config or `KUBECONFIG`.
     Run(Box<RunArgs>),
+    /// Print the MutatingWebhookConfiguration that routes Application writes to the manager's
+    /// admission webhook (for `deploy/` and the Helm chart).
+    WebhookConfiguration(WebhookConfigurationArgs),
 }
+
+/// Settings of `ksync-controller webhook-configuration`.
+#[derive(clap::Args, Debug)]
+pub struct WebhookConfigurationArgs {
+    /// The configuration's name (the manager's `--webhook-configuration-name`).
+    #[arg(long, default_value = DEFAULT_WEBHOOK_CONFIGURATION)]
+    pub name: String,
+    /// The Service in front of the manager (its `--webhook-service-name`).
+    #[arg(long, default_value = DEFAULT_WEBHOOK_SERVICE)]
+    pub service_name: String,
+    /// The Service's namespace (the manager's namespace).
+    #[arg(long, default_value = DEFAULT_NAMESPACE)]
+    pub service_namespace: String,
+    /// The Service's port.
+    #[arg(long, default_value_t = 443)]
+    pub service_port: u16,
+    /// Reach the webhook at this URL (`https://host:port`) instead of the Service (a manager
+    /// running outside the cluster).
+    #[arg(long, conflicts_with_all = ["service_name", "service_namespace", "service_port"])]
+    pub url: Option<String>,
+    /// Let cert-manager's CA injector fill `caBundle` from this Certificate
+    /// (`<namespace>/<name>`), for a manager run with `--webhook-cert-dir`.
+    #[arg(long)]
+    pub cert_manager_certificate: Option<String>,
+}
+
+/// Default `--webhook-configuration-name`.
+pub const DEFAULT_WEBHOOK_CONFIGURATION: &str = "kuvryn-sync";
+/// Default `--webhook-service-name`.
+pub const DEFAULT_WEBHOOK_SERVICE: &str = "kuvryn-sync-webhook";
+/// Default namespace of the manager (when `POD_NAMESPACE` is unset).
+pub const DEFAULT_NAMESPACE: &str = "kuvryn-system";
 
 /// Settings of `ksync-controller run`.
 #[derive(clap::Args, Debug)]
@@ -129,6 +164,68 @@ pub struct RunArgs {
     /// `ksync_applications_reconcile_stale` (default: twice --drift-resync-interval).
     #[arg(long, value_parser = parse_duration)]
     pub stale_reconcile_after: Option<std::time::Duration>,
+
+    /// Serve the admission webhook for Applications (`docs/webhook.md`). It is served only while
+    /// the MutatingWebhookConfiguration `--webhook-configuration-name` is installed; false:
+    /// nothing is served and nothing verifies the rollback and approval annotations.
+    #[arg(long, env = "ENABLE_WEBHOOKS", default_value_t = true, action = clap::ArgAction::Set)]
+    pub enable_webhooks: bool,
+
+    /// Where the webhook serves HTTPS.
+    #[arg(long, default_value = "0.0.0.0:9443")]
+    pub webhook_bind_address: std::net::SocketAddr,
+
+    /// The manager's namespace: the webhook certificate Secret's and the webhook Service's.
+    #[arg(long, env = "POD_NAMESPACE", default_value = DEFAULT_NAMESPACE)]
+    pub webhook_namespace: String,
+
+    /// The Service the API server reaches the webhook through (the certificate is issued for
+    /// `<name>.<namespace>.svc`).
+    #[arg(long, default_value = DEFAULT_WEBHOOK_SERVICE)]
+    pub webhook_service_name: String,
+
+    /// The MutatingWebhookConfiguration whose `caBundle` the manager keeps current.
+    #[arg(long, default_value = DEFAULT_WEBHOOK_CONFIGURATION)]
+    pub webhook_configuration_name: String,
+
+    /// The Secret holding the webhook's generated certificates.
+    #[arg(long, default_value = "kuvryn-sync-webhook-tls")]
+    pub webhook_secret_name: String,
+
+    /// Use `tls.crt` and `tls.key` from this directory (cert-manager) instead of generating
+    /// certificates; reloaded when they change; `caBundle` is left alone.
+    #[arg(long)]
+    pub webhook_cert_dir: Option<PathBuf>,
+
+    /// Another name (DNS or IP address) the generated certificate is valid for (repeatable), for
+    /// a configuration that reaches the webhook by URL.
+    #[arg(long = "webhook-cert-host")]
+    pub webhook_cert_hosts: Vec<String>,
+
+    /// Validity of generated webhook certificates; rotated at two thirds of it.
+    #[arg(long, default_value = "8760h", value_parser = parse_duration, hide = true)]
+    pub webhook_cert_validity: std::time::Duration,
+
+    /// How often the webhook configuration, certificates and CA bundle are checked.
+    #[arg(long, default_value = "1m", value_parser = parse_duration, hide = true)]
+    pub webhook_check_interval: std::time::Duration,
+}
+
+impl RunArgs {
+    /// The webhook's settings, when webhooks are enabled.
+    pub fn webhook(&self) -> Option<crate::webhook::Settings> {
+        self.enable_webhooks.then(|| crate::webhook::Settings {
+            bind: self.webhook_bind_address,
+            namespace: self.webhook_namespace.clone(),
+            service_name: self.webhook_service_name.clone(),
+            configuration_name: self.webhook_configuration_name.clone(),
+            secret_name: self.webhook_secret_name.clone(),
+            cert_dir: self.webhook_cert_dir.clone(),
+            extra_hosts: self.webhook_cert_hosts.clone(),
+            cert_validity: self.webhook_cert_validity,
+            check_interval: self.webhook_check_interval,
+        })
+    }
 }
 
 /// The Git cache settings of `args`.
@@ -168,6 +265,20 @@ pub fn run(args: Args) -> Result<()> {
         Command::Crds { out: Some(dir), check: false } => write_crds(&dir),
         Command::Crds { out: Some(dir), check: true } => check_crds(&dir),
         Command::Run(args) => run_controllers(*args),
+        Command::WebhookConfiguration(w) => {
+            let target = match w.url {
+                Some(url) => crate::webhook::configuration::Target::Url(url),
+                None => crate::webhook::configuration::Target::Service {
+                    name: w.service_name,
+                    namespace: w.service_namespace,
+                    port: w.service_port,
+                },
+            };
+            let config =
+                crate::webhook::configuration::configuration(&w.name, &target, w.cert_manager_certificate.as_deref());
+            print!("{}", crate::yaml::to_string(&config).map_err(|e| Error::Startup(e.to_string()))?);
+            Ok(())
+        }
     }
 }
 
@@ -256,6 +367,19 @@ fn run_controllers(args: RunArgs) -> Result<()> {
         let on_stop = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
             let _ = rx.wait_for(|s| *s).await;
         };
+        // Every replica serves the webhook (the Service spreads calls over them); its lookups
+        // are outside the request budget, since the API server waits for its answer.
+        let webhook = {
+            let (settings, client, stopped) = (args.webhook(), lease_client.clone(), stopped.clone());
+            async move {
+                match settings {
+                    Some(settings) => crate::webhook::run(client, settings, on_stop(stopped)).await,
+                    None => tracing::warn!(
+                        "ENABLE_WEBHOOKS=false: no admission webhook; rollback and approval annotations are not verified and are trusted as written"
+                    ),
+                }
+            }
+        };
         let shards = args.shards;
         let Some(lease_ns) = args.lease_namespace.clone() else {
             tracing::info!(git_cache_dir = %args.git_cache_dir.display(), shards, "starting (one replica, every shard)");
@@ -270,6 +394,7 @@ fn run_controllers(args: RunArgs) -> Result<()> {
                     on_stop(stopped.clone())
                 ),
                 crate::controller::application::run(applications.clone(), on_stop(stopped)),
+                webhook,
             );
             let _ = http_stop.send(());
             return Ok(());
@@ -336,6 +461,7 @@ fn run_controllers(args: RunArgs) -> Result<()> {
             ),
             coordinator.run(workers, on_stop(stopped.clone())),
             sharding::leader::run_elected_when(&leader_leases, &leader_name, may_lead, singleton, on_stop(stopped)),
+            webhook,
         );
         let _ = http_stop.send(());
         Ok(())
@@ -426,6 +552,15 @@ mod tests {
             Command::Run(args) => *args,
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn webhooks_are_on_unless_turned_off() {
+        let on = run_args(&[]).webhook().expect("on by default");
+        assert_eq!(on.bind.to_string(), "0.0.0.0:9443");
+        assert_eq!(on.hosts()[0], "kuvryn-sync-webhook.kuvryn-system.svc");
+        assert!(run_args(&["--enable-webhooks=false"]).webhook().is_none());
+        assert!(run_args(&["--enable-webhooks", "false"]).webhook().is_none());
     }
 
     // See: issue 18. file:// Repositories read the controller's disk: off unless asked for.

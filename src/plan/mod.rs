@@ -10,7 +10,8 @@
 //! - [`deletion`]: what deleting an Application deletes, and what it keeps (Namespaces and
 //!   CustomResourceDefinitions holding what it does not manage);
 //! - [`revision`]: Revision identity, the desired-state hash and the bounded plan stored on a
-//!   Revision.
+//!   Revision;
+//! - [`target_hash`]: the fingerprint a manual rollback approves (`rollback-target-hash`).
 
 pub mod deletion;
 pub mod diff;
@@ -18,6 +19,7 @@ pub mod hooks;
 pub mod inventory;
 pub mod order;
 pub mod revision;
+pub mod target_hash;
 pub mod validate;
 
 use std::collections::BTreeMap;

@@ -81,13 +81,6 @@ const NOT_YET_IMPLEMENTED: &[&str] = &[
     "resource graph",
     "root cause",
     "ksync graph",
-    // Rollback and held Revisions.
-    "rollback",
-    "roll back",
-    "rolled back",
-    "RolledBack",
-    "held Revision",
-    "held (",
     // Plan-wide warnings (only each entry's `warning` is written).
     "plan.warnings",
     "plan-wide warnings",

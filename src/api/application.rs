@@ -1,8 +1,7 @@
 //! `Application`: a deployable unit — source, identity it acts as, destination constraints, sync
 //! policy, health timeout, history, failure policy, dependencies and deletion policy.
 //!
-//! Not yet implemented (accepted and ignored by the controller): `failurePolicy.action: rollback`
-//! (handled as `pause`); never written: `status.diagnosis`.
+//! Not yet implemented (never written): `status.diagnosis`.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, KubeSchema};
@@ -61,8 +60,7 @@ pub struct ApplicationSpec {
     #[serde(default)]
     pub history: HistoryPolicy,
 
-    /// What a failed rollout does: pause (retry within `maxAttempts`) or roll back
-    /// (rollback is Not yet implemented: it is handled as pause).
+    /// What a failed rollout does: pause (retry within `maxAttempts`) or roll back.
     #[serde(default)]
     pub failure_policy: FailurePolicy,
 
@@ -73,8 +71,7 @@ pub struct ApplicationSpec {
     #[schemars(length(max = 32), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub depends_on: Vec<LocalObjectReference>,
 
-    /// Rollout strategy: waves and hooks. Part of what a rollback approval is bound to
-    /// (rollback: Not yet implemented).
+    /// Rollout strategy: waves and hooks. Part of what a manual rollback's approval is bound to.
     #[serde(default)]
     pub strategy: Strategy,
 
@@ -280,8 +277,7 @@ fn default_health_timeout() -> String {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct HistoryPolicy {
-    /// Revisions kept per Application (held Revisions do not count; holding a Revision is part of
-    /// rollback, Not yet implemented).
+    /// Revisions kept per Application (held Revisions do not count).
     #[serde(default = "default_history_limit")]
     #[schemars(range(min = 1, max = 100))]
     pub limit: i32,
@@ -302,8 +298,7 @@ fn default_history_limit() -> i32 {
 #[serde(rename_all = "camelCase")]
 pub struct FailurePolicy {
     /// `pause`: keep the failed Revision and retry it within `maxAttempts`; `rollback`: return
-    /// to the previous healthy Revision. Not yet implemented: `rollback` is accepted and ignored
-    /// (handled as `pause`).
+    /// to the previous healthy Revision as the Revision fails (`pause` without one).
     #[serde(default)]
     pub action: FailureAction,
     /// Attempts of one Revision before it is given up.
@@ -332,7 +327,7 @@ pub enum FailureAction {
     /// Stop and retry the same Revision within `maxAttempts`.
     #[default]
     Pause,
-    /// Roll back to the previous healthy Revision. Not yet implemented: handled as `Pause`.
+    /// Roll back to the previous healthy Revision as the Revision fails; without one, `Pause`.
     Rollback,
 }
 

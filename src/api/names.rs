@@ -2,8 +2,8 @@
 //! condition reasons and Event reasons. Controllers, the CLI, the webhook and tests use these
 //! constants and never spell a name inline (see `docs/api.md` for what each one means).
 //!
-//! Some names belong to features that are Not yet implemented (rollback, HealthCheck
-//! evaluation); their constants say so.
+//! Some names belong to features that are Not yet implemented (HealthCheck evaluation); their
+//! constants say so.
 
 /// The API group of every Kuvryn Sync kind.
 pub const GROUP: &str = "sync.kuvryn.io";
@@ -84,8 +84,8 @@ pub mod annotations {
     pub const APPROVED_AT: &str = "sync.kuvryn.io/approved-at";
 
     /// Prefix shared by every rollback request annotation; removing all of them abandons a rollback.
-    /// Rollback: Not yet implemented (the controller ignores every `rollback-*` annotation; the
-    /// admission webhook checks and records them).
+    /// The controller acts on them ([`crate::controller::application::rollback`]); the admission
+    /// webhook checks and records them.
     pub const ROLLBACK_PREFIX: &str = "sync.kuvryn.io/rollback-";
     /// Rollback intent: the source revision (commit) to roll back to.
     pub const ROLLBACK_TO: &str = "sync.kuvryn.io/rollback-to";
@@ -128,7 +128,6 @@ pub mod conditions {
     /// Application: every `spec.dependsOn` Application is Healthy at the revision it wants.
     pub const DEPENDENCIES_READY: &str = "DependenciesReady";
     /// Revision: this Revision was rolled back from and is held (never deployed again).
-    /// Not yet implemented: never set.
     pub const ROLLED_BACK: &str = "RolledBack";
 }
 
@@ -170,13 +169,10 @@ pub mod reasons {
     /// Manual sync: the plan waits for `ksync sync`.
     pub const AWAITING_APPROVAL: &str = "AwaitingApproval";
     /// The Application runs a rollback target and holds the commit it rolled back from.
-    /// Not yet implemented: never used.
     pub const ROLLED_BACK: &str = "RolledBack";
     /// RolledBack condition reason: held by a `ksync rollback`.
-    /// Not yet implemented: never used.
     pub const MANUAL_ROLLBACK: &str = "ManualRollback";
     /// RolledBack condition reason: held by an automatic rollback that completed.
-    /// Not yet implemented: never used.
     pub const ROLLBACK_COMPLETED: &str = "RollbackCompleted";
     /// The Application's shard has no live owner replica.
     pub const SHARD_ORPHANED: &str = "ShardOrphaned";
@@ -197,17 +193,13 @@ pub mod events {
     /// delete); Warning.
     pub const PRUNE_SKIPPED: &str = "PruneSkipped";
     /// A manual rollback approved the plan it applies.
-    /// Not yet implemented: never used.
     pub const ROLLBACK_APPROVED: &str = "RollbackApproved";
-    /// An approval (`ksync sync`) names another plan than the current one, so it starts
-    /// nothing; a rollback request that no longer approves its target (rollback: Not yet
-    /// implemented).
+    /// An approval (`ksync sync`) names another plan than the current one, or a manual
+    /// rollback's request no longer approves its target, so it starts nothing.
     pub const APPROVAL_STALE: &str = "ApprovalStale";
     /// The rollback target changed after it was requested; Warning.
-    /// Not yet implemented: never used.
     pub const ROLLBACK_TARGET_CHANGED: &str = "RollbackTargetChanged";
     /// A rollback that cannot reach its target was given up; Warning.
-    /// Not yet implemented: never used.
     pub const ROLLBACK_ABANDONED: &str = "RollbackAbandoned";
     /// A Repository's reference moved to a new commit (the commit and its subject).
     pub const NEW_REVISION: &str = "NewRevision";

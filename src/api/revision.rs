@@ -2,9 +2,8 @@
 //! settings, bounded plan, health summary, attempts, approval and failure classification.
 //! Written only by the controller; bounded and redacted so it suits CLIs, Events and dashboards.
 //!
-//! Not yet implemented (never written by the controller): `status.conditions` (no condition is
-//! set on Revisions yet, `RolledBack` included), `status.approval` and `status.plan.warnings`
-//! (always empty).
+//! Not yet implemented (never written by the controller): `Ready`, `Reconciling` and `Stalled`
+//! conditions on Revisions (only `RolledBack` is set) and `status.plan.warnings` (always empty).
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, KubeSchema};
@@ -26,7 +25,7 @@ pub const MAX_ATTEMPTS_KEPT: usize = 20;
     group = "sync.kuvryn.io",
     version = "v1alpha1",
     kind = "Revision",
-    doc = "One resolved deployment attempt of an Application: source identity, plan, health, attempts (approval: Not yet implemented).",
+    doc = "One resolved deployment attempt of an Application: source identity, plan, health, attempts, approval.",
     namespaced,
     status = "RevisionStatus",
     shortname = "rev",
@@ -96,8 +95,7 @@ pub enum RevisionPhase {
     Progressing,
     /// The rollout completed and every resource is Healthy.
     Healthy,
-    /// The rollout failed (see `status.failure`), or the Revision was rolled back from (rollback:
-    /// Not yet implemented).
+    /// The rollout failed (see `status.failure`), or the Revision was rolled back from (held).
     Failed,
 }
 
@@ -109,7 +107,7 @@ pub struct RevisionStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
     /// `Ready`, `Reconciling`, `Stalled`, and `RolledBack` on a held Revision. Not yet implemented:
-    /// the controller sets no condition on Revisions (read `phase` and `failure`).
+    /// `Ready`, `Reconciling` and `Stalled` (read `phase` and `failure`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "conditions_schema")]
     pub conditions: Vec<Condition>,
@@ -133,13 +131,12 @@ pub struct RevisionStatus {
     /// Failure classification of the latest failed attempt.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure: Option<Failure>,
-    /// The approval the rollout ran under (`ksync sync`; a manual rollback's: Not yet
-    /// implemented).
+    /// The approval the rollout ran under (`ksync sync`, or a manual rollback's own).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approval: Option<Approval>,
     /// Digest of the desired state the last completed, Healthy rollout deployed, or that was found
-    /// already live while reconciling this Revision outside a rollback (rollback, whose approval
-    /// is bound to it, is Not yet implemented).
+    /// already live while reconciling this Revision outside a rollback: what a manual rollback's
+    /// approval is bound to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 80))]
     pub deployed_desired_state_hash: Option<String>,
@@ -389,7 +386,7 @@ pub struct Approval {
     /// The plan digest approved.
     #[schemars(length(max = 80))]
     pub plan_digest: String,
-    /// `ManualSync` (`ManualRollback`: Not yet implemented).
+    /// `ManualSync` or `ManualRollback`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 64))]
     pub source: Option<String>,

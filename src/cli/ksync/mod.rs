@@ -1,7 +1,7 @@
 //! `ksync`: the command-line client.
 //!
 //! Read commands: `apps` (same as `app list`), `app NAME` (same as `app get NAME`), `plan NAME`,
-//! `history NAME`, `repos`; one write command, `sync NAME` (an approval); plus
+//! `history NAME`, `repos`; two write commands, `sync NAME` (an approval) and `rollback NAME` (a rollback request); plus
 //! `completion SHELL` and `version`; and `dev`, the local quickstart ([`dev`]). Each read command reads with
 //! kube-rs ([`connect`] finds the cluster like kubectl), hands the objects to the pure views in
 //! [`crate::cli::view`], and prints what they return ([`output`]). Errors come back as
@@ -16,6 +16,7 @@ pub mod output;
 pub mod plan;
 pub mod read;
 pub mod repos;
+pub mod rollback;
 pub mod sync;
 
 use std::io::IsTerminal;
@@ -92,6 +93,10 @@ pub enum Command {
     /// that plan digest. It deploys a manual-sync Application's desired Revision, or repairs
     /// drift; the controller applies it only while it is still the current plan.
     Sync(sync::SyncArgs),
+    /// Roll an Application back to an earlier Revision (default: the last healthy one before
+    /// the desired one) or commit. When the rollback completes, the commit rolled back from is
+    /// held: not deployed again until a new commit or spec change.
+    Rollback(rollback::RollbackArgs),
     /// Local quickstart: Kuvryn Sync deploying an example repository on this machine.
     ///
     /// Starts a simulated Kubernetes API server, a Git server serving the example repository
@@ -217,6 +222,7 @@ pub fn run(args: Args, emulator: &dyn dev::emulator::Emulator) -> Result<()> {
                     Command::History(h) => history::run(&cluster, &h, context).await,
                     Command::Repos(list) => repos::run(&cluster, &list, context).await,
                     Command::Sync(s) => sync::run(&cluster, &s, context).await,
+                    Command::Rollback(r) => rollback::run(&cluster, &r, context).await,
                     Command::Version
                     | Command::Completion { .. }
                     | Command::Dev(_)

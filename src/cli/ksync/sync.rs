@@ -80,7 +80,7 @@ fn confirm(question: &str) -> Result<bool> {
 
 /// Who the cluster says this client is; `unknown` when it cannot say (an API server without
 /// SelfSubjectReview, or no permission to create one).
-async fn whoami(cluster: &Cluster) -> String {
+pub(super) async fn whoami(cluster: &Cluster) -> String {
     let api: Api<SelfSubjectReview> = Api::all(cluster.client.clone());
     let review = SelfSubjectReview::default();
     match api.create(&PostParams::default(), &review).await {

@@ -27,6 +27,8 @@ use crate::api::revision::{Approval, Attempt, AttemptResult};
 
 /// `source` of an approval given with `ksync sync`.
 pub const MANUAL_SYNC: &str = "ManualSync";
+/// `source` of a manual rollback's own approval.
+pub const MANUAL_ROLLBACK: &str = "ManualRollback";
 /// `user` when nothing recorded who approved (webhooks disabled and no `approved-by`).
 pub const UNKNOWN_USER: &str = "unknown";
 
@@ -100,6 +102,11 @@ pub enum Verdict {
     },
     /// The request was given before `not_before`: it starts nothing.
     TooEarly,
+    /// A manual rollback's own approval no longer holds: its target changed since the request.
+    TargetChanged {
+        /// The Revision the rollback chose.
+        chosen: String,
+    },
 }
 
 impl Verdict {

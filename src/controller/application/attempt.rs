@@ -54,6 +54,8 @@ pub(super) struct Rollout<'a> {
     pub secrets: Vec<String>,
     /// The dependencies are not ready: nothing is applied (no attempt starts, no next wave).
     pub hold: Option<&'a super::dependencies::Verdict>,
+    /// The pending rollback request this reconcile deploys the target of.
+    pub rollback: Option<&'a super::rollback::Request>,
 }
 
 pub(super) fn policy_of(app: &Application) -> Policy {
@@ -95,37 +97,57 @@ fn gvk_of(obj: &Value) -> Option<GroupVersionKind> {
     })
 }
 
-/// The step a reconcile takes on `planned` for a Revision whose status is `rs`.
+/// Whether Revision `rev` (status `rs`) is the one live with the desired state `hash`: it
+/// deployed that desired state and is the last Revision that completed a rollout. A Revision
+/// deployed before another one is not live: going back to it (a rollback, a pinned older
+/// commit) is a rollout.
+pub(super) fn is_deployed(status: &ApplicationStatus, rev: &str, rs: &RevisionStatus, hash: &str) -> bool {
+    rs.deployed_desired_state_hash.as_deref() == Some(hash)
+        && status.last_healthy_revision.as_deref().is_none_or(|r| r == rev)
+}
+
+/// The step a reconcile takes on `planned` for Revision `rev`, whose status is `rs`.
 pub(super) fn step_of(
     app: &Application,
     old: &ApplicationStatus,
+    rev: &str,
     rs: &RevisionStatus,
     planned: &Planned,
     now: Timestamp,
+    rollback: Option<&super::rollback::Request>,
 ) -> Step {
-    step_and_approval(app, old, rs, planned, now).0
+    step_and_approval(app, old, rev, rs, planned, now, rollback).0
 }
 
-/// [`step_of`], with the approval it judged.
+/// [`step_of`], with the approval it judged. Under a pending `rollback`, approvals given before
+/// its request do not count, and its target is deployed only when nothing would change.
 fn step_and_approval(
     app: &Application,
     old: &ApplicationStatus,
+    rev: &str,
     rs: &RevisionStatus,
     planned: &Planned,
     now: Timestamp,
+    rollback: Option<&super::rollback::Request>,
 ) -> (Step, approval::Verdict) {
     let policy = policy_of(app);
-    let deployed = rs.deployed_desired_state_hash.as_deref() == Some(planned.hash.as_str());
     let changes = planned.plan.changes();
-    let verdict = approval::judge(&approval::Facts {
+    let deployed = is_deployed(old, rev, rs, &planned.hash) && !(rollback.is_some() && changes);
+    let not_before = rollback.and_then(|r| r.requested_at);
+    let mut verdict = approval::judge(&approval::Facts {
         request: approval::request_of(app.annotations()),
         recorded: rs.approval.clone(),
         attempts: rs.attempts.clone(),
         plan: planned.plan.digest.clone(),
         desired: planned.hash.clone(),
-        not_before: None,
+        not_before,
         now,
     });
+    if !verdict.approves()
+        && let Some(own) = rollback.and_then(|r| rollback_approval(app, rev, rs, planned, r, now))
+    {
+        verdict = own;
+    }
     let step = rollout::decide(rs, deployed, changes, verdict.approves(), &policy, now);
     // A new `reconcile-requested-at`, or a new approval of this plan, is an operator asking to
     // try again now.
@@ -136,6 +158,42 @@ fn step_and_approval(
         return (Step::Start { number: rs.attempts.last().map(|a| a.number + 1).unwrap_or(1) }, verdict);
     }
     (step, verdict)
+}
+
+/// A manual rollback's own approval ([`super::rollback`]): with a recorded requester and chosen
+/// Revision, bound to this Revision, to the desired state it deployed and to `spec.sync` and
+/// `spec.strategy` at request time (`rollback-target-hash`). `Stale` when the target changed
+/// since; `None` when the request is not such a manual rollback.
+fn rollback_approval(
+    app: &Application,
+    rev: &str,
+    rs: &RevisionStatus,
+    planned: &Planned,
+    r: &super::rollback::Request,
+    now: Timestamp,
+) -> Option<approval::Verdict> {
+    use super::rollback::Kind;
+    let by = r.requested_by.as_ref().filter(|_| r.kind == Kind::Manual)?;
+    let chosen = r.target_revision.as_deref()?;
+    let deployed = rs.deployed_desired_state_hash.as_deref();
+    let bound = chosen == rev
+        && deployed == Some(planned.hash.as_str())
+        && r.target_hash.as_deref()
+            == Some(
+                crate::plan::target_hash::rollback_target_hash(&planned.hash, &app.spec.sync, &app.spec.strategy)
+                    .as_str(),
+            );
+    if !bound {
+        return Some(approval::Verdict::TargetChanged { chosen: chosen.to_string() });
+    }
+    Some(approval::Verdict::Approved(rev::Approval {
+        user: by.clone(),
+        time: Time(r.requested_at.unwrap_or(now)),
+        plan_digest: planned.plan.digest.clone(),
+        source: Some(approval::MANUAL_ROLLBACK.to_string()),
+        desired_state_hash: Some(planned.hash.clone()),
+        attempt: None,
+    }))
 }
 
 impl Rollout<'_> {
@@ -150,7 +208,8 @@ impl Rollout<'_> {
         });
         self.rs.failure =
             self.rs.failure.take().filter(|_| sync_fail || rollout::consecutive_failures(&self.rs.attempts) > 0);
-        let (step, approval) = step_and_approval(self.app, self.old, self.rs, &planned, self.now);
+        let (step, approval) =
+            step_and_approval(self.app, self.old, self.rev, self.rs, &planned, self.now, self.rollback);
         if let Some(verdict) = self.hold
             && matches!(step, Step::Start { .. })
         {
@@ -190,7 +249,8 @@ impl Rollout<'_> {
                 conditions::remove(&mut self.status.conditions, names::conditions::RECONCILING);
                 conditions::remove(&mut self.status.conditions, names::conditions::STALLED);
                 if let Some(why) = unused(&approval) {
-                    self.approval_stale(&why).await;
+                    let changed = matches!(approval, approval::Verdict::TargetChanged { .. });
+                    self.approval_stale(&why, changed).await;
                 }
                 self.observe_health(&planned, &live, false).await;
                 return Ok(Action::requeue(with_jitter(self.ctx.settings.resync, self.name)));
@@ -217,6 +277,15 @@ impl Rollout<'_> {
             Step::Watch { deadline, .. } => deadline,
             Step::Start { number } => {
                 if let approval::Verdict::Approved(a) = approval {
+                    if a.source.as_deref() == Some(approval::MANUAL_ROLLBACK) {
+                        let note = format!(
+                            "Revision {}: the rollback requested by {} approves plan {}",
+                            self.rev, a.user, a.plan_digest
+                        );
+                        let related = revision_ref(self.ns, self.rev);
+                        let reason = names::events::ROLLBACK_APPROVED;
+                        event(self.ctx, self.app, Some(&related), EventType::Normal, reason, &note).await;
+                    }
                     self.rs.approval = Some(rev::Approval { attempt: Some(number), ..a });
                 }
                 match self.start(number, &planned, &policy, &mut live, &mut managed_left).await? {
@@ -237,7 +306,7 @@ impl Rollout<'_> {
         changes: bool,
         verdict: &super::dependencies::Verdict,
     ) -> Result<Action, Error> {
-        if self.rs.deployed_desired_state_hash.as_deref() == Some(planned.hash.as_str()) {
+        if is_deployed(self.old, self.rev, self.rs, &planned.hash) {
             return self.observe(planned, live, changes).await;
         }
         self.set_sync(pending(planned), planned);
@@ -246,8 +315,9 @@ impl Rollout<'_> {
         Ok(Action::requeue(with_jitter(self.ctx.settings.resync, self.name)))
     }
 
-    /// An approval request starts nothing (`why`): an `ApprovalStale` Event, once per message.
-    async fn approval_stale(&self, why: &str) {
+    /// An approval request starts nothing (`why`): an `ApprovalStale` Event, and a
+    /// `RollbackTargetChanged` Warning when a rollback's target `changed`, once per message.
+    async fn approval_stale(&self, why: &str, changed: bool) {
         let ready = |c: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition]| {
             c.iter().find(|c| c.type_ == names::conditions::READY).map(|c| c.message.clone())
         };
@@ -257,6 +327,10 @@ impl Rollout<'_> {
         let related = revision_ref(self.ns, self.rev);
         let message = format!("Revision {}: {why}", self.rev);
         event(self.ctx, self.app, Some(&related), EventType::Normal, names::events::APPROVAL_STALE, &message).await;
+        if changed {
+            let reason = names::events::ROLLBACK_TARGET_CHANGED;
+            event(self.ctx, self.app, Some(&related), EventType::Warning, reason, &message).await;
+        }
     }
 
     /// The running attempt would apply its next stage (a wave, or the first after its PreSync
@@ -531,9 +605,10 @@ impl Rollout<'_> {
             }
             None => format!(" (attempt {failures} of {})", policy.max_attempts),
         };
+        let no_target = super::rolling_back::no_target(self.app, self.status, self.rev);
         Failure {
             reason: reason_const(&f.reason),
-            message: bounded(&format!("{}{suffix}", f.message), 4096),
+            message: bounded(&format!("{}{no_target}{suffix}", f.message), 4096),
             retryable: f.retryable,
         }
     }
@@ -751,6 +826,9 @@ fn unused(v: &approval::Verdict) -> Option<String> {
             "the approval of plan {approved} is stale: the current plan is {current} (review it with ksync plan, approve it with ksync sync)"
         )),
         approval::Verdict::TooEarly => Some("an approval given before the rollback request does not count".to_string()),
+        approval::Verdict::TargetChanged { chosen } => Some(format!(
+            "the rollback request does not approve it: the target changed since it was requested (Revision {chosen}, its deployed desired state, spec.sync or spec.strategy); review the plan with ksync plan and approve it with ksync sync"
+        )),
         _ => None,
     }
 }

@@ -49,6 +49,8 @@ pub mod live;
 mod planning;
 pub mod progress;
 mod revision;
+pub mod rollback;
+mod rolling_back;
 pub mod rollout;
 mod source;
 mod stages;
@@ -293,9 +295,13 @@ pub async fn reconcile(app: Arc<Application>, ctx: Arc<Context>) -> Result<Actio
         gate::Gate::Unknown => return Ok(Action::requeue(Duration::from_secs(2))),
         gate::Gate::Checked(v) => Some(v).filter(|v| !v.ready()),
     };
-    let action = plan_app(&app, &ctx, &ns, &name, &old, &mut status, now, hold.as_ref()).await?;
+    let (action, after) = plan_app(&app, &ctx, &ns, &name, &old, &mut status, now, hold.as_ref()).await?;
     if !write_status(&ctx, &app, &old, &status).await? {
         return Ok(Action::requeue(STALE_RETRY));
+    }
+    // A rollback request is written or removed only once the status it follows from is stored.
+    if let Some(after) = after {
+        rolling_back::after(&ctx, &app, &ns, after).await?;
     }
     Ok(action)
 }
@@ -313,16 +319,36 @@ async fn plan_app(
     status: &mut ApplicationStatus,
     now: Timestamp,
     hold: Option<&dependencies::Verdict>,
-) -> Result<Action, Error> {
+) -> Result<(Action, Option<rolling_back::After>), Error> {
     let retry_soon = Action::requeue(with_jitter(Duration::from_secs(30), name));
-    let source = match source::resolve_source(app, ctx, ns).await? {
+    let source = match source::resolve_source(app, ctx, ns, None).await? {
         Ok(s) => s,
         Err(failure) => {
             report_failure(ctx, app, old, status, &failure, !failure.retryable, now).await;
-            return Ok(if failure.retryable { retry_soon } else { Action::requeue(ctx.settings.resync) });
+            return Ok((if failure.retryable { retry_soon } else { Action::requeue(ctx.settings.resync) }, None));
         }
     };
     let spec = &app.spec;
+    // A pending rollback deploys its target; a held Revision leaves the last healthy one running.
+    let spec_revision = identity::name(&identity::Identity {
+        application: name,
+        commit: &source.commit,
+        path: &spec.source.path,
+        render: &spec.source.render,
+        service_account: &spec.service_account_name,
+    });
+    let choice = rolling_back::choose(ctx, app, ns, old, &source.commit, spec_revision).await?;
+    let source = match choice.pinned() {
+        None => source,
+        Some(commit) => match source::resolve_source(app, ctx, ns, Some(commit)).await? {
+            Ok(s) => s,
+            Err(failure) => {
+                // A failed fetch of the target keeps the request: tried again after a while.
+                report_failure(ctx, app, old, status, &failure, false, now).await;
+                return Ok((retry_soon, None));
+            }
+        },
+    };
     let identity = identity::Identity {
         application: name,
         commit: &source.commit,
@@ -336,7 +362,7 @@ async fn plan_app(
     {
         // Not even rendered: the kinds it uses may come with a dependency.
         gate::report_wait(app, status, verdict, now);
-        return Ok(Action::requeue(with_jitter(ctx.settings.resync, name)));
+        return Ok((Action::requeue(with_jitter(ctx.settings.resync, name)), None));
     }
     fenced(ctx, app)?;
     let new = status.desired_revision.as_deref() != Some(rev_name.as_str());
@@ -358,6 +384,9 @@ async fn plan_app(
     let old_rs = rev.status.clone().unwrap_or_default();
     let mut rs = old_rs.clone();
     rs.observed_generation = rev.metadata.generation;
+    if matches!(choice.target, rollback::Target::Lift | rollback::Target::Rollback { .. }) {
+        rolling_back::lift(&mut rs);
+    }
     // A drift check (the desired Revision is deployed and unchanged) reads the managed-object
     // inventory from the watch caches; a rollout lists it as the service account.
     let drift_check = old.desired_revision.as_deref() == Some(rev_name.as_str())
@@ -373,12 +402,22 @@ async fn plan_app(
             if let Ok(p) = &planned
                 && hold.is_none()
                 && !p.fresh
-                && (next_wave || matches!(attempt::step_of(app, old, &rs, p, now), rollout::Step::Start { .. }))
+                && (next_wave
+                    || matches!(
+                        attempt::step_of(app, old, &rev_name, &rs, p, now, choice.request.as_ref()),
+                        rollout::Step::Start { .. }
+                    ))
             {
                 planned = planning::plan(app, ctx, ns, name, desired, false).await?;
             }
             planned
         }
+    };
+    let mut reconciled = rolling_back::Reconciled {
+        revision: rev_name.clone(),
+        commit: source.commit.clone(),
+        failure: None,
+        healthy: false,
     };
     let action = match result {
         // The desired Revision failed validation while a dependency is not ready (a kind a
@@ -389,7 +428,8 @@ async fn plan_app(
             }
             Action::requeue(with_jitter(ctx.settings.resync, name))
         }
-        Err(failure) => {
+        Err(mut failure) => {
+            failure.message.push_str(rolling_back::no_target(app, status, &rev_name));
             // A deployed Revision stays what it is: the live state is untouched.
             if rs.deployed_desired_state_hash.is_none() {
                 rs.phase = RevisionPhase::Failed;
@@ -400,6 +440,7 @@ async fn plan_app(
                 retryable: failure.retryable,
             });
             report_failure(ctx, app, old, status, &failure, !failure.retryable, now).await;
+            reconciled.failure = rs.failure.clone();
             if failure.retryable { retry_soon } else { Action::requeue(with_jitter(ctx.settings.resync, name)) }
         }
         Ok(planned) => {
@@ -423,10 +464,18 @@ async fn plan_app(
             sync.commit = Some(source.commit.clone());
             status.sync = Some(sync);
             let secrets = planned.secrets.clone();
-            let mut run = Rollout { ctx, app, ns, name, rev: &rev_name, old, status, rs: &mut rs, now, secrets, hold };
-            run.run(planned).await?
+            let hash = planned.hash.clone();
+            let rollback = choice.request.as_ref();
+            let mut run =
+                Rollout { ctx, app, ns, name, rev: &rev_name, old, status, rs: &mut rs, now, secrets, hold, rollback };
+            let action = run.run(planned).await?;
+            reconciled.healthy = rs.phase == RevisionPhase::Healthy
+                && attempt::is_deployed(status, &rev_name, &rs, &hash)
+                && rs.attempts.last().is_none_or(|a| a.result != AttemptResult::Running);
+            action
         }
     };
+    let after = rolling_back::settle(ctx, app, ns, &choice, &reconciled, &old_rs, &rs, old, status, now).await?;
     if rs != old_rs {
         fenced(ctx, app)?;
         writer
@@ -444,5 +493,5 @@ async fn plan_app(
     {
         revision::retain_history(ctx, app, ns, &rev_name, spec.history.limit).await?;
     }
-    Ok(action)
+    Ok((action, after))
 }

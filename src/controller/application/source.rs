@@ -43,11 +43,14 @@ pub(super) fn references_of(revision: &str) -> Vec<Reference> {
     }
 }
 
-/// Step 2. The outer error is an API failure to retry; the inner one is reported.
+/// Step 2. The outer error is an API failure to retry; the inner one is reported. `pinned`: a
+/// commit to resolve instead of the spec's (a rollback's target, or the Revision a hold keeps
+/// running).
 pub(super) async fn resolve_source(
     app: &Application,
     ctx: &Context,
     ns: &str,
+    pinned: Option<&str>,
 ) -> Result<Result<Source, Failure>, Error> {
     let fail =
         |message: String, retryable: bool| Ok(Err(Failure::new(names::reasons::SOURCE_FAILURE, message, retryable)));
@@ -69,7 +72,8 @@ pub(super) async fn resolve_source(
         };
     let url = repo.spec.url.clone();
     let timeout = crate::api::duration::parse(&repo.spec.timeout).unwrap_or(Duration::from_secs(60));
-    let (reference, commit) = match &app.spec.source.revision {
+    let revision = pinned.map(str::to_string).or_else(|| app.spec.source.revision.clone());
+    let (reference, commit) = match &revision {
         None => match repo.status.as_ref().and_then(|s| s.revision.as_ref()) {
             Some(r) => (Some(r.reference.clone()), r.commit.clone()),
             None => {

@@ -110,10 +110,10 @@ impl Rollout<'_> {
         event(self.ctx, self.app, Some(&related), type_, reason, &note).await;
     }
 
-    /// Whether this attempt runs hooks: not when it repairs drift of a deployed desired state
-    /// (self-heal).
+    /// Whether this attempt runs hooks: not when it repairs drift of the desired state deployed
+    /// live (self-heal).
     fn runs_hooks(&self, planned: &Planned) -> bool {
-        self.rs.deployed_desired_state_hash.as_deref() != Some(planned.hash.as_str())
+        !super::attempt::is_deployed(self.old, self.rev, self.rs, &planned.hash)
     }
 
     /// Record that the attempt now runs the hooks of `phase` at `wave`.

@@ -1,0 +1,191 @@
+//! Rollback end to end: the controllers in-process (`support::apps::Env`), a real Git server,
+//! and the real `ksync rollback`, on simcluster and on a real kube-apiserver: roll back, the
+//! hold, a new commit ending it, a rollback failure policy, and a manual-sync rollback approved
+//! by its own request.
+
+#[path = "../../tests/support/mod.rs"]
+mod support;
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::ResourceExt;
+use kube::api::Api;
+use kuvryn_sync::api::application::Application;
+use kuvryn_sync::api::conditions;
+use kuvryn_sync::api::names;
+use kuvryn_sync::api::revision::{Revision, RevisionPhase};
+use serde_json::json;
+use support::apps::{Env, WAIT};
+use support::{Cluster, eventually, temp_dir};
+
+fn config(color: &str) -> String {
+    format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\ndata:\n  color: {color}\n")
+}
+
+fn ksync_bin() -> PathBuf {
+    std::env::var_os("KSYNC_BIN").map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_ksync")), PathBuf::from)
+}
+
+/// `ksync ARGS -n NS`; it must succeed. Returns stdout.
+fn ksync(cluster: &Cluster, ns: &str, args: &[&str]) -> String {
+    let home = temp_dir("ksync-home");
+    let out = Command::new(ksync_bin())
+        .env_clear()
+        .env("HOME", home.path())
+        .arg("--kubeconfig")
+        .arg(cluster.kubeconfig())
+        .args(["-n", ns])
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("ksync");
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "ksync {args:?}: {stdout}{stderr}");
+    stdout.into_owned()
+}
+
+fn phase(r: &Revision) -> Option<RevisionPhase> {
+    r.status.as_ref().map(|s| s.phase)
+}
+
+fn held_by(r: &Revision) -> Option<String> {
+    let c = conditions::get(&r.status.as_ref()?.conditions, names::conditions::ROLLED_BACK)?;
+    (c.status == "True").then(|| c.reason.clone())
+}
+
+fn ready(a: &Application) -> (String, String) {
+    let c = a.status.as_ref().and_then(|s| conditions::get(&s.conditions, names::conditions::READY).cloned());
+    c.map(|c| (c.status, c.reason)).unwrap_or_default()
+}
+
+async fn color(cms: &Api<ConfigMap>) -> Option<String> {
+    cms.get("settings").await.ok()?.data?.get("color").cloned()
+}
+
+async fn healthy_at(env: &Env, commit: &str) -> Revision {
+    env.revision_where("web", &format!("commit {commit} Healthy"), |r| {
+        r.spec.source.commit == commit && phase(r) == Some(RevisionPhase::Healthy)
+    })
+    .await
+}
+
+fn a_rollback_deploys_the_target_and_holds_until_a_new_commit(cluster: Cluster) {
+    let runtime = support::runtime();
+    runtime.block_on(async {
+        let ns = "rollback";
+        let env = Env::start(&cluster, ns).await;
+        let wt = env
+            .app_from(
+                "web",
+                &[("web/config.yaml", &config("blue"))],
+                json!({"source": {"repository": "platform", "path": "web"}, "serviceAccountName": "deployer",
+                       "destination": {"namespace": ns}, "failurePolicy": {"action": "rollback", "maxAttempts": 2}}),
+            )
+            .await;
+        let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), ns);
+        let a = eventually("blue deployed", WAIT, || async {
+            let r = env.revision_where("web", "a Healthy Revision", |r| phase(r) == Some(RevisionPhase::Healthy)).await;
+            (color(&cms).await.as_deref() == Some("blue")).then_some(r)
+        })
+        .await;
+        let blue = a.spec.source.commit.clone();
+        let red = wt.write("web/config.yaml", &config("red")).commit_and_push("red");
+        env.refresh("platform", &red).await;
+        let b = healthy_at(&env, &red).await;
+        assert_eq!(color(&cms).await.as_deref(), Some("red"));
+
+        // `ksync rollback` with no target: the last healthy Revision before the desired one.
+        let out = ksync(&cluster, ns, &["rollback", "web"]);
+        assert!(out.contains(&format!("Requested a rollback of web to Revision {}", a.name_any())), "{out}");
+        let app = eventually("rolled back and holding", WAIT, || async {
+            let app = env.apps().get("web").await.ok()?;
+            let done = color(&cms).await.as_deref() == Some("blue")
+                && ready(&app) == ("False".into(), names::reasons::ROLLED_BACK.into())
+                && !app.annotations().contains_key(names::annotations::ROLLBACK_TO);
+            done.then_some(app)
+        })
+        .await;
+        let status = app.status.clone().unwrap();
+        assert_eq!(status.desired_revision.as_deref(), Some(a.name_any().as_str()), "the target runs");
+        assert_eq!(status.last_healthy_revision.as_deref(), Some(a.name_any().as_str()));
+        assert_eq!(format!("{:?}", status.sync.unwrap().status), "OutOfSync", "the held revision is not deployed");
+        let held = env.revisions().get(&b.name_any()).await.unwrap();
+        assert_eq!(held_by(&held).as_deref(), Some(names::reasons::MANUAL_ROLLBACK));
+        assert_eq!(phase(&held), Some(RevisionPhase::Failed));
+        let target = env.revisions().get(&a.name_any()).await.unwrap();
+        assert_eq!(target.status.as_ref().unwrap().attempts.len(), 2, "the rollback is a new attempt on the target");
+
+        // The hold lasts: a reconcile changes nothing.
+        env.poke("web", "still held").await;
+        eventually("the poke handled", WAIT, || async {
+            let a = env.apps().get("web").await.ok()?;
+            (a.status?.last_handled_reconcile_at.as_deref() == Some("still held")).then_some(())
+        })
+        .await;
+        assert_eq!(color(&cms).await.as_deref(), Some("blue"));
+        assert_eq!(ready(&env.apps().get("web").await.unwrap()).1, names::reasons::ROLLED_BACK);
+
+        // A new commit ends it.
+        let green = wt.write("web/config.yaml", &config("green")).commit_and_push("green");
+        env.refresh("platform", &green).await;
+        healthy_at(&env, &green).await;
+        eventually("green deployed and Ready", WAIT, || async {
+            let app = env.apps().get("web").await.ok()?;
+            (color(&cms).await.as_deref() == Some("green") && ready(&app).0 == "True").then_some(())
+        })
+        .await;
+
+        // Failure policy rollback: a commit whose desired state is invalid (two objects of one
+        // identity) rolls back to the previous healthy Revision and holds it.
+        let broken = wt.write("web/again.yaml", &config("purple")).commit_and_push("the same ConfigMap twice");
+        env.refresh("platform", &broken).await;
+        let held = eventually("the broken commit held", WAIT, || async {
+            let list = env.revisions().list(&Default::default()).await.ok()?;
+            let r = list.items.into_iter().find(|r| r.spec.source.commit == broken)?;
+            (held_by(&r).as_deref() == Some(names::reasons::ROLLBACK_COMPLETED)).then_some(r)
+        })
+        .await;
+        assert_eq!(held.status.as_ref().unwrap().failure.as_ref().unwrap().reason, "ValidationFailure");
+        eventually("the Application reporting the hold", WAIT, || async {
+            (ready(&env.apps().get("web").await.ok()?).1 == names::reasons::ROLLED_BACK).then_some(())
+        })
+        .await;
+        assert_eq!(color(&cms).await.as_deref(), Some("green"));
+        let events = env.events("web").await;
+        assert!(
+            events.iter().any(|e| e.1 == names::reasons::ROLLED_BACK && e.2.contains(&held.name_any())),
+            "{events:#?}"
+        );
+        let _ = blue;
+    });
+}
+
+fn a_first_rollout_failing_under_rollback_is_handled_as_pause(cluster: Cluster) {
+    let runtime = support::runtime();
+    runtime.block_on(async {
+        let ns = "rollback-first";
+        let env = Env::start(&cluster, ns).await;
+        env.app_from(
+            "web",
+            &[("web/config.yaml", &config("blue")), ("web/again.yaml", &config("red"))],
+            json!({"source": {"repository": "platform", "path": "web"}, "serviceAccountName": "deployer",
+                   "destination": {"namespace": ns}, "failurePolicy": {"action": "rollback"}}),
+        )
+        .await;
+        let app = eventually("the first rollout failing", WAIT, || async {
+            let app = env.apps().get("web").await.ok()?;
+            (ready(&app).1 == names::reasons::VALIDATION_FAILURE).then_some(app)
+        })
+        .await;
+        let c = conditions::get(&app.status.as_ref().unwrap().conditions, names::conditions::READY).unwrap();
+        assert!(c.message.ends_with("; no previous healthy Revision to roll back to"), "{}", c.message);
+        assert!(!app.annotations().contains_key(names::annotations::ROLLBACK_TO));
+    });
+}
+
+crate::both!(
+    a_rollback_deploys_the_target_and_holds_until_a_new_commit,
+    a_first_rollout_failing_under_rollback_is_handled_as_pause
+);

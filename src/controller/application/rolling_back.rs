@@ -1,0 +1,355 @@
+//! The writes of a rollback (decisions in [`super::rollback`]): requesting one for a failure
+//! policy, holding the Revisions rolled back from when it completes, abandoning it, and
+//! reading whether a Revision is held. Every write goes through the shard-fenced writer.
+
+use jiff::Timestamp;
+use kube::ResourceExt;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::runtime::events::EventType;
+use serde_json::{Map, Value, json};
+
+use super::context::{Context, Error};
+use super::revision::revision_ref;
+use super::rollback::{self, Kind, Outcome, Request, Target, same_commit};
+use super::status::event;
+use crate::api::application::{Application, ApplicationStatus, FailureAction, SyncState};
+use crate::api::conditions;
+use crate::api::names;
+use crate::api::revision::{self as rev, AttemptResult, Revision, RevisionPhase, RevisionStatus};
+
+/// Whether `rs` carries the hold of a completed rollback.
+pub(super) fn is_held(rs: Option<&RevisionStatus>) -> bool {
+    rs.is_some_and(|s| conditions::is_true(&s.conditions, names::conditions::ROLLED_BACK))
+}
+
+/// End the hold on `rs` (the Revision is deployed again).
+pub(super) fn lift(rs: &mut RevisionStatus) {
+    conditions::remove(&mut rs.conditions, names::conditions::ROLLED_BACK);
+}
+
+/// The Revision `name`, if it exists.
+pub(super) async fn get(ctx: &Context, ns: &str, name: &str) -> Result<Option<Revision>, Error> {
+    Ok(Api::<Revision>::namespaced(ctx.client.clone(), ns).get_opt(name).await?)
+}
+
+/// Remove every `sync.kuvryn.io/rollback-*` annotation.
+async fn remove_request(ctx: &Context, app: &Application, ns: &str) -> Result<(), Error> {
+    let gone: Map<String, Value> = app
+        .annotations()
+        .keys()
+        .filter(|k| k.starts_with(names::annotations::ROLLBACK_PREFIX))
+        .map(|k| (k.clone(), Value::Null))
+        .collect();
+    if gone.is_empty() {
+        return Ok(());
+    }
+    let name = app.name_any();
+    ctx.writer(&ctx.client, ns, &name)
+        .patch::<Application, _>(
+            Some(ns),
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": gone}})),
+        )
+        .await?;
+    Ok(())
+}
+
+/// Give up the pending rollback (`why`): remove the request, `RollbackAbandoned` Warning.
+pub(super) async fn abandon(ctx: &Context, app: &Application, ns: &str, why: &str) -> Result<(), Error> {
+    remove_request(ctx, app, ns).await?;
+    let note = format!("rollback abandoned, reconciling the desired revision again: {why}");
+    event(ctx, app, None, EventType::Warning, names::events::ROLLBACK_ABANDONED, &note).await;
+    Ok(())
+}
+
+/// The rollback to `target` (Healthy) completed: every other Revision of commit `from` is
+/// marked `Failed` with a `RolledBack` condition. Returns the held Revisions.
+async fn hold(
+    ctx: &Context,
+    app: &Application,
+    ns: &str,
+    target: &str,
+    from: &str,
+    kind: Kind,
+) -> Result<Vec<String>, Error> {
+    let name = app.name_any();
+    let api: Api<Revision> = Api::namespaced(ctx.client.clone(), ns);
+    let list = api.list(&ListParams::default().labels(&format!("{}={name}", names::labels::APPLICATION))).await?;
+    let reason = match kind {
+        Kind::Manual => names::reasons::MANUAL_ROLLBACK,
+        Kind::Automatic => names::reasons::ROLLBACK_COMPLETED,
+    };
+    let mut held = Vec::new();
+    for r in list
+        .items
+        .iter()
+        .filter(|r| r.spec.application == name && r.name_any() != target && same_commit(&r.spec.source.commit, from))
+    {
+        let mut rs = r.status.clone().unwrap_or_default();
+        conditions::set(
+            &mut rs.conditions,
+            names::conditions::ROLLED_BACK,
+            conditions::Status::True,
+            reason,
+            &format!("rolled back to Revision {target}: not deployed again while the hold lasts"),
+            r.metadata.generation,
+            Timestamp::now(),
+        );
+        rs.phase = RevisionPhase::Failed;
+        super::context::fenced(ctx, app)?;
+        ctx.writer(&ctx.client, ns, &name)
+            .patch_status::<Revision, _>(
+                Some(ns),
+                &r.name_any(),
+                &PatchParams::apply(names::STATUS_FIELD_MANAGER).force(),
+                &Patch::Apply(json!({"apiVersion": names::API_VERSION, "kind": "Revision", "status": rs})),
+            )
+            .await?;
+        held.push(r.name_any());
+    }
+    Ok(held)
+}
+
+/// A rollback failure policy asks to roll back from commit `from` to `to`.
+pub(super) async fn request_automatic(
+    ctx: &Context,
+    app: &Application,
+    ns: &str,
+    to: &str,
+    from: &str,
+) -> Result<(), Error> {
+    let name = app.name_any();
+    let annotations = json!({
+        names::annotations::ROLLBACK_TO: to,
+        names::annotations::ROLLBACK_FROM: from,
+        names::annotations::ROLLBACK_KIND: names::annotations::ROLLBACK_KIND_AUTOMATIC,
+    });
+    ctx.writer(&ctx.client, ns, &name)
+        .patch::<Application, _>(
+            Some(ns),
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": annotations}})),
+        )
+        .await?;
+    Ok(())
+}
+
+/// Appended to a failure's message when a rollback failure policy has no earlier healthy
+/// Revision to return to (the failure is then handled as under `pause`).
+pub(super) const NO_TARGET: &str = "; no previous healthy Revision to roll back to";
+
+/// [`NO_TARGET`] when it applies to Revision `rev` of `app`.
+pub(super) fn no_target(app: &Application, status: &ApplicationStatus, rev: &str) -> &'static str {
+    let previous = status.last_healthy_revision.as_deref().is_some_and(|r| r != rev);
+    if app.spec.failure_policy.action == FailureAction::Rollback && !previous { NO_TARGET } else { "" }
+}
+
+/// Which commit this reconcile deploys, and the pending request.
+pub(super) struct Choice {
+    /// From [`super::rollback::target`].
+    pub target: Target,
+    /// The pending, valid request.
+    pub request: Option<Request>,
+    /// The Revision the spec resolves to.
+    pub spec_revision: String,
+}
+
+impl Choice {
+    /// The commit to resolve instead of the spec's.
+    pub fn pinned(&self) -> Option<&str> {
+        match &self.target {
+            Target::Rollback { to, .. } => Some(to),
+            Target::Hold { commit, .. } => Some(commit),
+            Target::Spec | Target::Lift => None,
+        }
+    }
+}
+
+/// Read the request (an invalid one is abandoned) and whether the spec's Revision `spec_revision`
+/// is held, and choose. A hold is looked for only when the spec resolves to another Revision
+/// than the one the Application last reconciled (a hold, or a new identity that may be held):
+/// in the steady state this costs no request.
+pub(super) async fn choose(
+    ctx: &Context,
+    app: &Application,
+    ns: &str,
+    old: &ApplicationStatus,
+    spec_commit: &str,
+    spec_revision: String,
+) -> Result<Choice, Error> {
+    let request = match rollback::request_of(app.annotations()) {
+        None => None,
+        Some(Ok(r)) => Some(r),
+        Some(Err(why)) => {
+            abandon(ctx, app, ns, &why).await?;
+            None
+        }
+    };
+    let look = request.is_none()
+        && old.desired_revision.as_deref().is_some_and(|d| d != spec_revision)
+        && old.last_healthy_revision.is_some();
+    let held = look && get(ctx, ns, &spec_revision).await?.is_some_and(|r| is_held(r.status.as_ref()));
+    let running = match old.last_healthy_revision.as_deref().filter(|_| held) {
+        Some(r) => get(ctx, ns, r)
+            .await?
+            .map(|rev| rollback::Running { revision: r.to_string(), commit: rev.spec.source.commit }),
+        None => None,
+    };
+    let spec = rollback::Spec { commit: spec_commit.to_string(), held };
+    let target = rollback::target(request.as_ref(), &spec, running.as_ref());
+    Ok(Choice { target, request, spec_revision })
+}
+
+/// What the reconcile of the chosen Revision came to.
+pub(super) struct Reconciled {
+    /// The Revision reconciled.
+    pub revision: String,
+    /// Its commit.
+    pub commit: String,
+    /// A render, validation or source failure, before any attempt.
+    pub failure: Option<rev::Failure>,
+    /// Its desired state is deployed live, Healthy, and no attempt runs.
+    pub healthy: bool,
+}
+
+/// After the reconcile of the chosen Revision: complete or abandon a pending rollback, report
+/// a hold, and let a rollback failure policy ask for a rollback when the desired Revision just
+/// failed.
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn settle(
+    ctx: &Context,
+    app: &Application,
+    ns: &str,
+    choice: &Choice,
+    done: &Reconciled,
+    old_rs: &RevisionStatus,
+    rs: &RevisionStatus,
+    old: &ApplicationStatus,
+    status: &mut ApplicationStatus,
+    now: Timestamp,
+) -> Result<Option<After>, Error> {
+    match &choice.target {
+        Target::Rollback { from, .. } => {
+            let policy = super::attempt::policy_of(app);
+            let running = rs.attempts.last().is_some_and(|a| a.result == AttemptResult::Running);
+            let progress = rollback::Progress {
+                healthy: done.healthy,
+                failed_for_good: done.failure.as_ref().is_some_and(|f| !f.retryable),
+                paused: !running && super::rollout::consecutive_failures(&rs.attempts) >= policy.max_attempts,
+            };
+            let kind = choice.request.as_ref().map(|r| r.kind).unwrap_or_default();
+            match rollback::outcome(&progress) {
+                Outcome::Pending => {}
+                Outcome::Complete => {
+                    let held = hold(ctx, app, ns, &done.revision, from, kind).await?;
+                    return Ok(Some(After::Completed { target: done.revision.clone(), held }));
+                }
+                Outcome::Abandon => {
+                    let why = rs
+                        .failure
+                        .as_ref()
+                        .or(done.failure.as_ref())
+                        .map(|f| format!("Revision {} failed: {}: {}", done.revision, f.reason, f.message))
+                        .unwrap_or_else(|| format!("Revision {} failed", done.revision));
+                    return Ok(Some(After::Abandoned { why }));
+                }
+            }
+        }
+        Target::Hold { .. } => {
+            let sync = status.sync.get_or_insert_with(Default::default);
+            if sync.status == SyncState::Synced {
+                sync.status = SyncState::OutOfSync;
+            }
+            let ready = conditions::get(&status.conditions, names::conditions::READY);
+            if ready.is_none_or(|c| c.status == "True") {
+                let message = format!(
+                    "Revision {} is held by a rollback: Revision {} runs instead. A new commit, a changed source path, render or service account, deleting Revision {} or rolling back to it ends the hold",
+                    choice.spec_revision, done.revision, choice.spec_revision
+                );
+                conditions::set(
+                    &mut status.conditions,
+                    names::conditions::READY,
+                    conditions::Status::False,
+                    names::reasons::ROLLED_BACK,
+                    &message,
+                    app.metadata.generation,
+                    now,
+                );
+                // Unchanged since the last reconcile: keep its time, so a hold writes nothing.
+                if let Some(o) = conditions::get(&old.conditions, names::conditions::READY)
+                    && o.reason == names::reasons::ROLLED_BACK
+                    && o.message == message
+                    && o.observed_generation == app.metadata.generation
+                {
+                    let o = o.clone();
+                    if let Some(c) = status.conditions.iter_mut().find(|c| c.type_ == names::conditions::READY) {
+                        *c = o;
+                    }
+                }
+            }
+        }
+        Target::Spec | Target::Lift => {
+            if app.spec.failure_policy.action != FailureAction::Rollback {
+                return Ok(None);
+            }
+            let previous = status.last_healthy_revision.clone().filter(|r| *r != done.revision);
+            // Only as the Revision fails: an attempt that just failed, or a first render or
+            // validation failure; after an abandoned rollback it is retried as under pause.
+            let attempt_failed = old_rs.attempts.last().is_some_and(|a| a.result == AttemptResult::Running)
+                && rs.attempts.last().is_some_and(|a| a.result == AttemptResult::Failed);
+            let first_failure = done.failure.as_ref().is_some_and(|f| !f.retryable) && old_rs.failure.is_none();
+            if !(attempt_failed || first_failure) {
+                return Ok(None);
+            }
+            let Some(previous) = previous else { return Ok(None) };
+            if let Some(prev) = get(ctx, ns, &previous).await? {
+                return Ok(Some(After::Request { to: prev.spec.source.commit, from: done.commit.clone() }));
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// What a reconcile does to the rollback request once its status is stored.
+pub(super) enum After {
+    /// The rollback to `target` completed (`held` are held): remove the request.
+    Completed {
+        /// The Revision rolled back to.
+        target: String,
+        /// The Revisions held.
+        held: Vec<String>,
+    },
+    /// Give the rollback up.
+    Abandoned {
+        /// Why.
+        why: String,
+    },
+    /// A rollback failure policy asks to roll back from commit `from` to `to`.
+    Request {
+        /// The commit to roll back to.
+        to: String,
+        /// The commit rolled back from.
+        from: String,
+    },
+}
+
+/// Carry out `after`.
+pub(super) async fn after(ctx: &Context, app: &Application, ns: &str, after: After) -> Result<(), Error> {
+    match after {
+        After::Completed { target, held } => {
+            remove_request(ctx, app, ns).await?;
+            let note = if held.is_empty() {
+                format!("rolled back to Revision {target}")
+            } else {
+                format!("rolled back to Revision {target}; held: {}", held.join(", "))
+            };
+            let related = revision_ref(ns, &target);
+            event(ctx, app, Some(&related), EventType::Normal, names::reasons::ROLLED_BACK, &note).await;
+            Ok(())
+        }
+        After::Abandoned { why } => abandon(ctx, app, ns, &why).await,
+        After::Request { to, from } => request_automatic(ctx, app, ns, &to, &from).await,
+    }
+}

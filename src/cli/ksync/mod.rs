@@ -15,6 +15,7 @@ pub mod history;
 pub mod output;
 pub mod plan;
 pub mod read;
+pub mod redeploy;
 pub mod repos;
 
 use std::io::IsTerminal;
@@ -87,6 +88,9 @@ pub enum Command {
     History(history::HistoryArgs),
     /// List Repositories: URL, ref, observed commit, Ready.
     Repos(repos::ListArgs),
+    /// Restart the Application's Deployments, StatefulSets and DaemonSets without a change in
+    /// Git (as `kubectl rollout restart`), as a new attempt on its Revision.
+    Redeploy(redeploy::RedeployArgs),
     /// Local quickstart: Kuvryn Sync deploying an example repository on this machine.
     ///
     /// Starts a simulated Kubernetes API server, a Git server serving the example repository
@@ -211,6 +215,7 @@ pub fn run(args: Args, emulator: &dyn dev::emulator::Emulator) -> Result<()> {
                     Command::Plan(p) => plan::run(&cluster, &p, context).await,
                     Command::History(h) => history::run(&cluster, &h, context).await,
                     Command::Repos(list) => repos::run(&cluster, &list, context).await,
+                    Command::Redeploy(r) => redeploy::run(&cluster, &r, context).await,
                     Command::Version
                     | Command::Completion { .. }
                     | Command::Dev(_)

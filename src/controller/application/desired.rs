@@ -189,9 +189,9 @@ pub(super) fn redeploy_request(app: &Application) -> Result<Option<String>, Stri
         .transpose()
 }
 
-/// The redeploy value the desired state carries: the request, unless it is new (not yet in
-/// `status.lastHandledRedeployAt`) while an attempt of the Revision `rev` is running. That
-/// attempt would complete without applying it and record the new desired state as deployed
+/// The redeploy value the desired state carries: the request, unless it is new (neither in
+/// `status.lastHandledRedeployAt` nor announced by this replica) while an attempt of the
+/// Revision `rev` is running. That attempt would complete without applying it and record the new desired state as deployed
 /// (losing the restart), so the request waits: the value handled last stays until the attempt
 /// ends, and the next reconcile takes the new one up.
 async fn take_up(
@@ -203,7 +203,9 @@ async fn take_up(
 ) -> Result<Option<String>, Error> {
     let handled = app.status.as_ref().and_then(|s| s.last_handled_redeploy_at.as_deref());
     let Some(at) = requested else { return Ok(None) };
-    if Some(at.as_str()) == handled {
+    // Announced by this replica but not recorded yet (the status write was refused): taken up.
+    let announced = ctx.redeploys.lock().expect("redeploys lock").get(&ObjectRef::from_obj(app)) == Some(&at);
+    if Some(at.as_str()) == handled || announced {
         return Ok(Some(at));
     }
     let revisions: kube::Api<Revision> = kube::Api::namespaced(ctx.client.clone(), ns);

@@ -207,4 +207,57 @@ fn redeploy_restarts_the_workloads_once_and_refuses_a_bad_request(cluster: Clust
     });
 }
 
-crate::both!(redeploy_restarts_the_workloads_once_and_refuses_a_bad_request);
+/// A redeploy requested while an attempt is running waits for it, then gets its own attempt:
+/// taken up at once, the running attempt would complete without applying it and record the new
+/// desired state as deployed (the restart lost, shown as drift).
+fn a_redeploy_during_an_attempt_waits_for_it_and_then_restarts(cluster: Cluster) {
+    let runtime = support::runtime();
+    runtime.block_on(async {
+        let env = Env::start(&cluster, NS).await;
+        let slow = DEPLOYMENT.replace("ready-ms: \"500\"", "ready-ms: \"5000\"");
+        assert_ne!(slow, DEPLOYMENT);
+        env.app_from(
+            "web",
+            &[("web/deploy.yaml", &slow)],
+            json!({"source": {"repository": "platform", "path": "web"}, "serviceAccountName": "deployer",
+                   "destination": {"namespace": NS}, "health": {"timeout": "60s"}, "failurePolicy": {"maxAttempts": 1}}),
+        )
+        .await;
+        let rev = revision_where(&env, "the first attempt running", |r| {
+            r.status.as_ref().is_some_and(|s| s.attempts.last().is_some_and(|a| a.result == AttemptResult::Running))
+        })
+        .await;
+        let home = temp_dir("ksync-home");
+        let out = Command::new(ksync_bin())
+            .env_clear()
+            .env("HOME", home.path())
+            .arg("--kubeconfig")
+            .arg(cluster.kubeconfig())
+            .args(["-n", NS, "redeploy", "web"])
+            .output()
+            .expect("ksync");
+        assert!(out.status.success(), "{out:?}");
+        let at = env.apps().get("web").await.unwrap().annotations()[names::annotations::REDEPLOY_REQUESTED_AT].clone();
+        let still_first = env.revisions().get(&rev.name_any()).await.unwrap();
+        assert_eq!(still_first.status.unwrap().attempts.len(), 1, "the request came during the first attempt");
+
+        let done = revision_where(&env, "a second attempt after the first, Healthy", |r| healthy_after(r, 2)).await;
+        assert_eq!(done.name_any(), rev.name_any());
+        let first = &done.status.as_ref().unwrap().attempts[0];
+        assert_eq!(first.result, AttemptResult::Succeeded);
+        let deployments: Api<Deployment> = Api::namespaced(env.client.clone(), NS);
+        assert_eq!(restarted_at(&deployments.get("web").await.unwrap()).as_deref(), Some(at.as_str()));
+        let a = eventually("the request recorded, Synced", WAIT, || async {
+            let a = env.apps().get("web").await.ok()?;
+            let s = a.status.clone()?;
+            (s.last_handled_redeploy_at.as_deref() == Some(at.as_str())).then_some(s)
+        })
+        .await;
+        assert_eq!(format!("{:?}", a.sync.unwrap().status), "Synced");
+    });
+}
+
+crate::both!(
+    redeploy_restarts_the_workloads_once_and_refuses_a_bad_request,
+    a_redeploy_during_an_attempt_waits_for_it_and_then_restarts
+);

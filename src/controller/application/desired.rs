@@ -1,6 +1,8 @@
 //! The desired-state stage: the source path materialized, Helm `valuesFrom` read and rendered
 //! as the Application's service account, validated against discovery, every object stamped as
-//! managed by the Application, and the desired-state hash.
+//! managed by the Application, and the desired-state hash. A redeploy request
+//! (`sync.kuvryn.io/redeploy-requested-at`) is checked first and put into the workloads' pod
+//! templates ([`crate::plan::redeploy`]), so it is part of the desired state and its hash.
 
 use std::sync::Arc;
 

@@ -438,6 +438,11 @@ pub struct ApplicationStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 64))]
     pub last_handled_reconcile_at: Option<String>,
+    /// The last `sync.kuvryn.io/redeploy-requested-at` the controller took up, normalized to
+    /// UTC: the value its desired state puts in workloads' `kubectl.kubernetes.io/restartedAt`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64))]
+    pub last_handled_redeploy_at: Option<String>,
 }
 
 /// Sync state.

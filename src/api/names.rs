@@ -74,6 +74,18 @@ pub mod annotations {
     pub const RECONCILE_REQUESTED_AT: &str = "sync.kuvryn.io/reconcile-requested-at";
     /// On Revisions: when the controller created it, to the nanosecond (history order).
     pub const CREATED_AT: &str = "sync.kuvryn.io/created-at";
+    /// Ask for a forced redeploy (`ksync redeploy`): an RFC 3339 time (at most
+    /// [`crate::plan::redeploy::MAX_VALUE_BYTES`] bytes). While it is set, the controller puts
+    /// its value, normalized to UTC, under [`RESTARTED_AT`] in the pod template of every desired
+    /// Deployment, StatefulSet and DaemonSet of the Application (not its hooks), so a new value
+    /// is a new desired state: a new attempt on the same Revision restarts their Pods the way
+    /// `kubectl rollout restart` does. Removing it removes the value, which restarts them once
+    /// more. Any other value fails the Application with `ValidationFailure` and applies nothing.
+    /// The value handled last is echoed in `status.lastHandledRedeployAt`.
+    pub const REDEPLOY_REQUESTED_AT: &str = "sync.kuvryn.io/redeploy-requested-at";
+    /// kubectl's pod-template annotation that `kubectl rollout restart` sets; the controller
+    /// sets it from [`REDEPLOY_REQUESTED_AT`].
+    pub const RESTARTED_AT: &str = "kubectl.kubernetes.io/restartedAt";
 
     /// Manual approval (`ksync sync`): the plan digest approved
     /// ([`crate::controller::application::approval`]).

@@ -9,6 +9,8 @@
 //! - [`inventory`]: the labels of managed objects and history retention;
 //! - [`deletion`]: what deleting an Application deletes, and what it keeps (Namespaces and
 //!   CustomResourceDefinitions holding what it does not manage);
+//! - [`redeploy`]: a forced redeploy's request checked, and `restartedAt` put into workloads' pod
+//!   templates;
 //! - [`revision`]: Revision identity, the desired-state hash and the bounded plan stored on a
 //!   Revision;
 //! - [`target_hash`]: the fingerprint a manual rollback approves (`rollback-target-hash`).
@@ -18,6 +20,7 @@ pub mod diff;
 pub mod hooks;
 pub mod inventory;
 pub mod order;
+pub mod redeploy;
 pub mod revision;
 pub mod target_hash;
 pub mod validate;

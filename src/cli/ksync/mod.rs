@@ -15,6 +15,7 @@ pub mod history;
 pub mod output;
 pub mod plan;
 pub mod read;
+pub mod redeploy;
 pub mod repos;
 pub mod rollback;
 pub mod sync;
@@ -97,6 +98,9 @@ pub enum Command {
     /// the desired one) or commit. When the rollback completes, the commit rolled back from is
     /// held: not deployed again until a new commit or spec change.
     Rollback(rollback::RollbackArgs),
+    /// Restart the Application's Deployments, StatefulSets and DaemonSets without a change in
+    /// Git (as `kubectl rollout restart`), as a new attempt on its Revision.
+    Redeploy(redeploy::RedeployArgs),
     /// Local quickstart: Kuvryn Sync deploying an example repository on this machine.
     ///
     /// Starts a simulated Kubernetes API server, a Git server serving the example repository
@@ -223,6 +227,7 @@ pub fn run(args: Args, emulator: &dyn dev::emulator::Emulator) -> Result<()> {
                     Command::Repos(list) => repos::run(&cluster, &list, context).await,
                     Command::Sync(s) => sync::run(&cluster, &s, context).await,
                     Command::Rollback(r) => rollback::run(&cluster, &r, context).await,
+                    Command::Redeploy(r) => redeploy::run(&cluster, &r, context).await,
                     Command::Version
                     | Command::Completion { .. }
                     | Command::Dev(_)

@@ -163,6 +163,9 @@ pub struct Context {
     /// The resourceVersion of each Application's last status write by this replica: its watch
     /// event triggers no reconcile (nothing changed that the reconcile had not just seen).
     pub(super) own_writes: Mutex<HashMap<ObjectRef<Application>, String>>,
+    /// Redeploy requests announced (their Event sent) and not yet recorded in the
+    /// Application's `status.lastHandledRedeployAt`: the status write records them.
+    pub(super) redeploys: Mutex<HashMap<ObjectRef<Application>, String>>,
     /// Our applies, so their watch events trigger no reconcile.
     pub(super) echoes: super::echoes::Echoes,
     /// Kinds each service account may not list across the cluster.
@@ -198,6 +201,7 @@ impl Context {
             dependencies: Default::default(),
             repositories: Default::default(),
             own_writes: Default::default(),
+            redeploys: Default::default(),
             echoes: Default::default(),
             narrow_lists: Default::default(),
             scopes: Default::default(),

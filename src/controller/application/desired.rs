@@ -1,17 +1,22 @@
 //! The desired-state stage: the source path materialized, Helm `valuesFrom` read and rendered
 //! as the Application's service account, validated against discovery, every object stamped as
-//! managed by the Application, and the desired-state hash.
+//! managed by the Application, and the desired-state hash. A redeploy request
+//! (`sync.kuvryn.io/redeploy-requested-at`) is checked first and put into the workloads' pod
+//! templates ([`crate::plan::redeploy`]), so it is part of the desired state and its hash.
 
 use std::sync::Arc;
 
-use kube::Client;
+use kube::runtime::events::EventType;
+use kube::runtime::reflector::ObjectRef;
+use kube::{Client, ResourceExt};
 use serde_json::Value;
 
 use super::context::{Context, DEFAULT_SHARD, Error, shard_of};
 use super::source::Source;
-use super::status::Failure;
+use super::status::{Failure, event};
 use crate::api::application::{Application, RenderType};
 use crate::api::names;
+use crate::api::revision::Revision;
 use crate::plan::{inventory, revision, validate};
 use crate::render;
 use crate::watch::discovery::ClusterScopes;
@@ -69,6 +74,19 @@ pub(super) async fn desired(
     source: &Source,
 ) -> Result<Result<Desired, Failure>, Error> {
     let spec = &app.spec;
+    // A redeploy request is checked before anything else: a bad one applies nothing.
+    let redeploy = match redeploy_request(app) {
+        Ok(r) => r,
+        Err(message) => return Ok(Err(Failure::new(names::reasons::VALIDATION_FAILURE, message, false))),
+    };
+    let rev_name = revision::name(&revision::Identity {
+        application: name,
+        commit: &source.commit,
+        path: &spec.source.path,
+        render: &spec.source.render,
+        service_account: &spec.service_account_name,
+    });
+    let redeploy = take_up(ctx, app, ns, &rev_name, redeploy).await?;
     let checkout = match ctx.cache.checkout(&source.url, &source.credentials, &source.commit, &spec.source.path).await {
         Ok(c) => c,
         Err(e) => return Ok(Err(Failure::new(names::reasons::SOURCE_FAILURE, e.to_string(), e.retryable()))),
@@ -137,7 +155,8 @@ pub(super) async fn desired(
         DEFAULT_SHARD.to_string()
     };
     let (app_ns, app_name) = (ns.to_string(), name.to_string());
-    let (desired, hooks, hash) = crate::offload::offload(move || {
+    let at = redeploy.clone();
+    let (desired, hooks, hash, restarted) = crate::offload::offload(move || {
         // Hooks are split off after validation: they pass the same checks as every object.
         let (mut hooks, mut desired): (Vec<Value>, Vec<Value>) = std::mem::take(&mut desired)
             .into_iter()
@@ -148,13 +167,94 @@ pub(super) async fn desired(
         for h in &mut hooks {
             inventory::stamp_hook(h, &app_ns, &app_name);
         }
+        // A redeploy: the workloads' pod templates carry the request (never the hooks'), so the
+        // desired state, and its hash, change with it.
+        let restarted = at.as_deref().map(|at| crate::plan::redeploy::inject(&mut desired, at)).unwrap_or_default();
         // A changed hook is a new desired state (a rollout runs it).
         let all: Vec<Value> = desired.iter().chain(&hooks).cloned().collect();
         let hash = revision::desired_state_hash(&all);
-        (Arc::new(desired), Arc::new(hooks), hash)
+        (Arc::new(desired), Arc::new(hooks), hash, restarted)
     })
     .await;
+    if let Some(at) = &redeploy {
+        announce_redeploy(ctx, app, ns, &rev_name, at, &restarted).await;
+    }
     Ok(Ok(Desired { objects: desired, hooks, hash, secrets, scopes, sa: sa_client }))
+}
+
+/// The Application's redeploy request ([`names::annotations::REDEPLOY_REQUESTED_AT`]),
+/// normalized ([`crate::plan::redeploy::parse`]); `Err`: the message of a bad one.
+pub(super) fn redeploy_request(app: &Application) -> Result<Option<String>, String> {
+    app.annotations()
+        .get(names::annotations::REDEPLOY_REQUESTED_AT)
+        .map(|v| crate::plan::redeploy::parse(v))
+        .transpose()
+}
+
+/// The redeploy value the desired state carries: the request, unless it is new (neither in
+/// `status.lastHandledRedeployAt` nor announced by this replica) while an attempt of the
+/// Revision `rev` is running. That attempt would complete without applying it and record the new desired state as deployed
+/// (losing the restart), so the request waits: the value handled last stays until the attempt
+/// ends, and the next reconcile takes the new one up.
+async fn take_up(
+    ctx: &Context,
+    app: &Application,
+    ns: &str,
+    rev: &str,
+    requested: Option<String>,
+) -> Result<Option<String>, Error> {
+    let handled = app.status.as_ref().and_then(|s| s.last_handled_redeploy_at.as_deref());
+    let Some(at) = requested else { return Ok(None) };
+    // Announced by this replica but not recorded yet (the status write was refused): taken up.
+    let announced = ctx.redeploys.lock().expect("redeploys lock").get(&ObjectRef::from_obj(app)) == Some(&at);
+    if Some(at.as_str()) == handled || announced {
+        return Ok(Some(at));
+    }
+    let revisions: kube::Api<Revision> = kube::Api::namespaced(ctx.client.clone(), ns);
+    let running = revisions.get_opt(rev).await?.is_some_and(|r| {
+        r.status
+            .as_ref()
+            .and_then(|s| s.attempts.last())
+            .is_some_and(|a| a.result == crate::api::revision::AttemptResult::Running)
+    });
+    if running {
+        // Only a value the controller wrote (normalized) is ever put back.
+        return Ok(handled.and_then(|h| crate::plan::redeploy::parse(h).ok()));
+    }
+    Ok(Some(at))
+}
+
+/// Most workloads a redeploy Event names.
+const MAX_NAMED: usize = 20;
+
+/// A redeploy request taken up for the first time (not in `status.lastHandledRedeployAt`, nor
+/// announced by this replica already): a `Progressing` Event naming it and the workloads it
+/// restarts, and the request noted for the status write to record ([`Context::redeploys`]).
+async fn announce_redeploy(ctx: &Context, app: &Application, ns: &str, rev: &str, at: &str, restarted: &[String]) {
+    let key = ObjectRef::from_obj(app);
+    let handled = app.status.as_ref().and_then(|s| s.last_handled_redeploy_at.as_deref()) == Some(at);
+    let announced = ctx.redeploys.lock().expect("redeploys lock").get(&key).map(String::as_str) == Some(at);
+    if handled || announced {
+        return;
+    }
+    let what = if restarted.is_empty() {
+        "no Deployment, StatefulSet or DaemonSet to restart".to_string()
+    } else {
+        let mut named = restarted.iter().take(MAX_NAMED).cloned().collect::<Vec<_>>().join(", ");
+        if restarted.len() > MAX_NAMED {
+            named.push_str(&format!(" and {} more", restarted.len() - MAX_NAMED));
+        }
+        format!("restarting {named}")
+    };
+    let approval = if app.spec.sync.automatic || restarted.is_empty() {
+        ""
+    } else {
+        " (the plan waits for approval: spec.sync.automatic is false)"
+    };
+    let related = super::revision::revision_ref(ns, rev);
+    let note = format!("redeploy requested at {at}: {what}{approval}");
+    event(ctx, app, Some(&related), EventType::Normal, names::reasons::PROGRESSING, &note).await;
+    ctx.redeploys.lock().expect("redeploys lock").insert(key, at.to_string());
 }
 
 #[cfg(test)]

@@ -84,11 +84,47 @@ pub(super) async fn event(
 }
 
 /// Write `new` unless it equals `old`. `Ok(false)`: refused, computed from a stale copy.
+/// A redeploy request this reconcile announced ([`Context::redeploys`]) is recorded as
+/// `lastHandledRedeployAt`, and forgotten once written; while a request waits to be taken up,
+/// the write's own watch event triggers a reconcile.
 pub(super) async fn write_status(
     ctx: &Context,
     app: &Application,
     old: &ApplicationStatus,
     new: &ApplicationStatus,
+) -> Result<bool, Error> {
+    let key = ObjectRef::from_obj(app);
+    let announced = ctx.redeploys.lock().expect("redeploys lock").get(&key).cloned();
+    let with_redeploy;
+    let new = match announced {
+        Some(at) if new.last_handled_redeploy_at.as_ref() != Some(&at) => {
+            with_redeploy = ApplicationStatus { last_handled_redeploy_at: Some(at), ..new.clone() };
+            &with_redeploy
+        }
+        _ => new,
+    };
+    // A request not taken up yet (it waits for a running attempt): this write's own watch
+    // event triggers the next reconcile, which may take it up, instead of the resync.
+    let waiting = super::desired::redeploy_request(app)
+        .ok()
+        .flatten()
+        .is_some_and(|at| new.last_handled_redeploy_at.as_ref() != Some(&at));
+    let written = write_if_changed(ctx, app, old, new, !waiting).await;
+    if matches!(written, Ok(true)) {
+        let mut redeploys = ctx.redeploys.lock().expect("redeploys lock");
+        if redeploys.get(&key) == new.last_handled_redeploy_at.as_ref() {
+            redeploys.remove(&key);
+        }
+    }
+    written
+}
+
+async fn write_if_changed(
+    ctx: &Context,
+    app: &Application,
+    old: &ApplicationStatus,
+    new: &ApplicationStatus,
+    quiet: bool,
 ) -> Result<bool, Error> {
     if old == new {
         return Ok(true);
@@ -112,7 +148,7 @@ pub(super) async fn write_status(
         .await
     {
         Ok(written) => {
-            if let Some(rv) = written.resource_version() {
+            if let Some(rv) = written.resource_version().filter(|_| quiet) {
                 ctx.own_writes.lock().expect("own writes lock").insert(ObjectRef::from_obj(app), rv);
             }
             Ok(true)

@@ -185,7 +185,149 @@ fn a_first_rollout_failing_under_rollback_is_handled_as_pause(cluster: Cluster) 
     });
 }
 
+fn a_rollback_that_cannot_reach_its_target_is_abandoned(cluster: Cluster) {
+    let runtime = support::runtime();
+    runtime.block_on(async {
+        let ns = "rollback-abandon";
+        let env = Env::start(&cluster, ns).await;
+        let wt = env
+            .app_from(
+                "web",
+                &[("web/config.yaml", &config("blue"))],
+                json!({"source": {"repository": "platform", "path": "web"}, "serviceAccountName": "deployer",
+                       "destination": {"namespace": ns}}),
+            )
+            .await;
+        let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), ns);
+        env.revision_where("web", "blue Healthy", |r| phase(r) == Some(RevisionPhase::Healthy)).await;
+        let broken = wt.write("web/again.yaml", &config("purple")).commit_and_push("the same ConfigMap twice");
+        env.refresh("platform", &broken).await;
+        let b = env
+            .revision_where("web", "the invalid commit failing", |r| {
+                r.spec.source.commit == broken && phase(r) == Some(RevisionPhase::Failed)
+            })
+            .await;
+        let other = config("purple").replace("name: settings", "name: other");
+        let green =
+            wt.write("web/again.yaml", &other).write("web/config.yaml", &config("green")).commit_and_push("green");
+        env.refresh("platform", &green).await;
+        healthy_at(&env, &green).await;
+
+        // Rolling back to the invalid Revision cannot succeed: abandoned, the desired one runs.
+        ksync(&cluster, ns, &["rollback", "web", "--revision", &b.name_any()]);
+        let events = eventually("RollbackAbandoned", WAIT, || async {
+            let ev = env.events("web").await;
+            ev.iter().any(|e| e.1 == names::events::ROLLBACK_ABANDONED).then_some(ev)
+        })
+        .await;
+        let abandoned = events.iter().find(|e| e.1 == names::events::ROLLBACK_ABANDONED).unwrap();
+        assert_eq!(abandoned.0, "Warning");
+        assert!(abandoned.2.contains("ValidationFailure"), "{abandoned:?}");
+        eventually("the request removed and the desired Revision Ready", WAIT, || async {
+            let app = env.apps().get("web").await.ok()?;
+            let done = !app.annotations().keys().any(|k| k.starts_with(names::annotations::ROLLBACK_PREFIX))
+                && ready(&app) == ("True".into(), "Succeeded".into());
+            done.then_some(())
+        })
+        .await;
+        assert_eq!(color(&cms).await.as_deref(), Some("green"));
+    });
+}
+
+fn a_manual_sync_rollback_is_approved_by_its_own_request(cluster: Cluster) {
+    let runtime = support::runtime();
+    runtime.block_on(async {
+        let ns = "rollback-manual";
+        let env = Env::start(&cluster, ns).await;
+        let wt = env
+            .app_from(
+                "web",
+                &[("web/config.yaml", &config("blue"))],
+                json!({"source": {"repository": "platform", "path": "web"}, "serviceAccountName": "deployer",
+                       "destination": {"namespace": ns}, "sync": {"automatic": false}}),
+            )
+            .await;
+        let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), ns);
+        let waiting = |r: &Revision| phase(r) == Some(RevisionPhase::AwaitingApproval);
+        let a = env.revision_where("web", "blue waiting for approval", waiting).await;
+        planned_digest(&env, &a.name_any()).await;
+        ksync(&cluster, ns, &["sync", "web", "--yes"]);
+        healthy_at(&env, &a.spec.source.commit).await;
+        let red = wt.write("web/config.yaml", &config("red")).commit_and_push("red");
+        env.refresh("platform", &red).await;
+        let b =
+            env.revision_where("web", "red waiting for approval", |r| r.spec.source.commit == red && waiting(r)).await;
+        planned_digest(&env, &b.name_any()).await;
+        ksync(&cluster, ns, &["sync", "web", "--yes"]);
+        healthy_at(&env, &red).await;
+        assert_eq!(color(&cms).await.as_deref(), Some("red"));
+
+        // The request approves the chosen Revision: no ksync sync.
+        let out = ksync(&cluster, ns, &["rollback", "web", "--revision", &a.name_any()]);
+        assert!(out.contains("The request approves it"), "{out}");
+        eventually("blue back and red held", WAIT, || async {
+            let r = env.revisions().get(&b.name_any()).await.ok()?;
+            (color(&cms).await.as_deref() == Some("blue") && held_by(&r).as_deref() == Some("ManualRollback"))
+                .then_some(())
+        })
+        .await;
+        let target = env.revisions().get(&a.name_any()).await.unwrap();
+        let approval = target.status.as_ref().unwrap().approval.clone().expect("status.approval");
+        assert_eq!(approval.source.as_deref(), Some("ManualRollback"));
+        let events = env.events("web").await;
+        assert!(events.iter().any(|e| e.1 == names::events::ROLLBACK_APPROVED), "{events:#?}");
+
+        // A request whose target hash does not match (the policy changed since it was asked
+        // for, or it was forged) approves nothing: it waits for ksync sync.
+        let stale = "sha256:0000000000000000000000000000000000000000000000000000000000000000";
+        let at = jiff::Timestamp::now().to_string();
+        let request = json!({"metadata": {"annotations": {
+            names::annotations::ROLLBACK_TO: red,
+            names::annotations::ROLLBACK_KIND: "manual",
+            names::annotations::ROLLBACK_TARGET_REVISION: b.name_any(),
+            names::annotations::ROLLBACK_REQUESTED_BY: "mallory",
+            names::annotations::ROLLBACK_REQUESTED_AT: at,
+            names::annotations::ROLLBACK_TARGET_HASH: stale,
+        }}});
+        env.apps().patch("web", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&request)).await.unwrap();
+        let events = eventually("RollbackTargetChanged", WAIT, || async {
+            let ev = env.events("web").await;
+            ev.iter().any(|e| e.1 == names::events::ROLLBACK_TARGET_CHANGED && e.0 == "Warning").then_some(ev)
+        })
+        .await;
+        assert!(events.iter().any(|e| e.1 == names::events::APPROVAL_STALE), "{events:#?}");
+        let r = env.revisions().get(&b.name_any()).await.unwrap();
+        assert_eq!(phase(&r), Some(RevisionPhase::AwaitingApproval));
+        assert_eq!(held_by(&r), None, "asking to roll back to it lifts its hold");
+        assert_eq!(color(&cms).await.as_deref(), Some("blue"), "nothing deployed without an approval");
+        planned_digest(&env, &b.name_any()).await;
+        ksync(&cluster, ns, &["sync", "web", "--yes"]);
+        eventually("red deployed by ksync sync", WAIT, || async {
+            let app = env.apps().get("web").await.ok()?;
+            let done = color(&cms).await.as_deref() == Some("red")
+                && !app.annotations().contains_key(names::annotations::ROLLBACK_TO);
+            done.then_some(())
+        })
+        .await;
+        let r = env.revisions().get(&b.name_any()).await.unwrap();
+        assert_eq!(r.status.as_ref().unwrap().approval.as_ref().unwrap().source.as_deref(), Some("ManualSync"));
+    });
+}
+
+/// Wait until the Application's `status.sync.planDigest` is the stored plan of Revision `rev`
+/// (what `ksync sync` then approves).
+async fn planned_digest(env: &Env, rev: &str) {
+    eventually("the plan digest of the Revision waiting", WAIT, || async {
+        let d = env.apps().get("web").await.ok()?.status?.sync?.plan_digest?;
+        let r = env.revisions().get(rev).await.ok()?;
+        (r.status?.plan?.digest == d).then_some(())
+    })
+    .await;
+}
+
 crate::both!(
+    a_rollback_that_cannot_reach_its_target_is_abandoned,
     a_rollback_deploys_the_target_and_holds_until_a_new_commit,
-    a_first_rollout_failing_under_rollback_is_handled_as_pause
+    a_first_rollout_failing_under_rollback_is_handled_as_pause,
+    a_manual_sync_rollback_is_approved_by_its_own_request,
 );

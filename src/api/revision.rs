@@ -343,6 +343,12 @@ pub struct Attempt {
     /// the attempt applies its waves (Sync hooks run with them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hook: Option<HookPhase>,
+    /// The desired state this attempt deploys (`spec.desiredStateHash` as it started): what its
+    /// success records as deployed, so a desired state that changed during the attempt gets an
+    /// attempt of its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 80))]
+    pub desired_state_hash: Option<String>,
 }
 
 /// Outcome of an attempt.

@@ -97,13 +97,11 @@ fn gvk_of(obj: &Value) -> Option<GroupVersionKind> {
     })
 }
 
-/// Whether Revision `rev` (status `rs`) is the one live with the desired state `hash`: it
-/// deployed that desired state and is the last Revision that completed a rollout. A Revision
-/// deployed before another one is not live: going back to it (a rollback, a pinned older
-/// commit) is a rollout.
-pub(super) fn is_deployed(status: &ApplicationStatus, rev: &str, rs: &RevisionStatus, hash: &str) -> bool {
+/// Whether Revision status `rs` deployed the desired state `hash`. (Under a pending rollback,
+/// [`step_of`] also asks that nothing would change: going back to a Revision deployed before
+/// another one is a rollout.)
+pub(super) fn is_deployed(rs: &RevisionStatus, hash: &str) -> bool {
     rs.deployed_desired_state_hash.as_deref() == Some(hash)
-        && status.last_healthy_revision.as_deref().is_none_or(|r| r == rev)
 }
 
 /// The step a reconcile takes on `planned` for Revision `rev`, whose status is `rs`.
@@ -132,7 +130,7 @@ fn step_and_approval(
 ) -> (Step, approval::Verdict) {
     let policy = policy_of(app);
     let changes = planned.plan.changes();
-    let deployed = is_deployed(old, rev, rs, &planned.hash) && !(rollback.is_some() && changes);
+    let deployed = is_deployed(rs, &planned.hash) && !(rollback.is_some() && changes);
     let not_before = rollback.and_then(|r| r.requested_at);
     let mut verdict = approval::judge(&approval::Facts {
         request: approval::request_of(app.annotations()),
@@ -306,7 +304,7 @@ impl Rollout<'_> {
         changes: bool,
         verdict: &super::dependencies::Verdict,
     ) -> Result<Action, Error> {
-        if is_deployed(self.old, self.rev, self.rs, &planned.hash) {
+        if is_deployed(self.rs, &planned.hash) {
             return self.observe(planned, live, changes).await;
         }
         self.set_sync(pending(planned), planned);
@@ -408,6 +406,7 @@ impl Rollout<'_> {
                 wave: None,
                 wave_started_at: None,
                 hook: None,
+                desired_state_hash: Some(planned.hash.clone()),
             },
         );
         // The plan this attempt applies stays on the Revision: later drift checks do not replace it.
@@ -660,6 +659,9 @@ impl Rollout<'_> {
                 report_failure(self.ctx, self.app, self.old, self.status, &failure, false, self.now).await;
             }
             HealthStatus::Healthy => {
+                // Deployed and Healthy: the last healthy Revision (again, if a status write
+                // recording it was lost, or after a rollback to it).
+                self.status.last_healthy_revision = Some(self.rev.to_string());
                 let message = bounded(&format!("Revision {} is Healthy{drift}", self.rev), 1024);
                 conditions::mark_ready(
                     &mut self.status.conditions,

@@ -470,7 +470,8 @@ async fn plan_app(
                 Rollout { ctx, app, ns, name, rev: &rev_name, old, status, rs: &mut rs, now, secrets, hold, rollback };
             let action = run.run(planned).await?;
             reconciled.healthy = rs.phase == RevisionPhase::Healthy
-                && attempt::is_deployed(status, &rev_name, &rs, &hash)
+                && attempt::is_deployed(&rs, &hash)
+                && status.last_healthy_revision.as_deref() == Some(rev_name.as_str())
                 && rs.attempts.last().is_none_or(|a| a.result != AttemptResult::Running);
             action
         }

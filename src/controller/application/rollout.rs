@@ -153,6 +153,7 @@ mod tests {
             wave: None,
             wave_started_at: None,
             hook: None,
+            desired_state_hash: None,
         }
     }
 

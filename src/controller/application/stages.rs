@@ -110,10 +110,10 @@ impl Rollout<'_> {
         event(self.ctx, self.app, Some(&related), type_, reason, &note).await;
     }
 
-    /// Whether this attempt runs hooks: not when it repairs drift of the desired state deployed
-    /// live (self-heal).
+    /// Whether this attempt runs hooks: not when it repairs drift of a deployed desired state
+    /// (self-heal), but on a rollback to one.
     fn runs_hooks(&self, planned: &Planned) -> bool {
-        !super::attempt::is_deployed(self.old, self.rev, self.rs, &planned.hash)
+        self.rollback.is_some() || !super::attempt::is_deployed(self.rs, &planned.hash)
     }
 
     /// Record that the attempt now runs the hooks of `phase` at `wave`.
@@ -314,7 +314,10 @@ impl Rollout<'_> {
         }
         self.rs.phase = RevisionPhase::Healthy;
         self.rs.failure = None;
-        self.rs.deployed_desired_state_hash = Some(planned.hash.clone());
+        // What the attempt applied: a desired state that changed meanwhile is not deployed yet.
+        let applied = self.rs.attempts.last().and_then(|a| a.desired_state_hash.clone());
+        let behind = applied.as_ref().is_some_and(|h| *h != planned.hash);
+        self.rs.deployed_desired_state_hash = Some(applied.unwrap_or_else(|| planned.hash.clone()));
         self.status.last_healthy_revision = Some(self.rev.to_string());
         self.set_sync(SyncState::Synced, planned);
         let message = format!("Revision {} is Healthy", self.rev);
@@ -327,6 +330,10 @@ impl Rollout<'_> {
         );
         let related = revision_ref(self.ns, self.rev);
         event(self.ctx, self.app, Some(&related), EventType::Normal, names::reasons::SUCCEEDED, &message).await;
+        if behind {
+            // The newer desired state gets its attempt now, not at the next resync.
+            return Action::requeue(NEXT_STAGE);
+        }
         Action::requeue(with_jitter(self.ctx.settings.resync, self.name))
     }
 

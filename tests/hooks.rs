@@ -218,11 +218,7 @@ fn a_failing_presync_hook_fails_the_attempt_and_runs_syncfail(cluster: Cluster) 
             spec(NS, "app", json!({})),
         )
         .await;
-        let rev = env
-            .revision_where("app", "the Revision Failed", |r| {
-                r.status.as_ref().is_some_and(|s| s.phase == RevisionPhase::Failed)
-            })
-            .await;
+        let rev = env.failed_revision("app").await;
         let st = rev.status.clone().unwrap();
         let failure = st.failure.clone().unwrap();
         assert_eq!(failure.reason, "Degraded");
@@ -353,11 +349,7 @@ fn a_hook_never_takes_an_object_it_did_not_make(cluster: Cluster) {
             spec(NS, "app", json!({})),
         )
         .await;
-        let rev = env
-            .revision_where("app", "the Revision Failed", |r| {
-                r.status.as_ref().is_some_and(|s| s.phase == RevisionPhase::Failed)
-            })
-            .await;
+        let rev = env.failed_revision("app").await;
         let failure = rev.status.unwrap().failure.unwrap();
         assert!(
             failure.message.contains("ConfigMap hooks-theirs/lock exists and is not a hook of this Application"),

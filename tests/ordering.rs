@@ -144,11 +144,7 @@ fn a_wave_that_never_turns_healthy_stops_the_rollout(cluster: Cluster) {
             ("app/never.yaml", config("never", 1)),
         ];
         env.app_from("app", &borrowed(&files), spec(NS, "5s")).await;
-        let rev = env
-            .revision_where("app", "the Revision Failed", |r| {
-                r.status.as_ref().is_some_and(|s| s.phase == RevisionPhase::Failed)
-            })
-            .await;
+        let rev = env.failed_revision("app").await;
         let st = rev.status.clone().unwrap();
         let failure = st.failure.clone().unwrap();
         assert_eq!(failure.reason, "HealthTimeout");

@@ -120,6 +120,14 @@ impl Env {
         wt
     }
 
+    /// The desired Revision of `app` once it is `Failed`.
+    pub async fn failed_revision(&self, app: &str) -> Revision {
+        self.revision_where(app, "the Revision Failed", |r| {
+            r.status.as_ref().is_some_and(|s| s.phase == kuvryn_sync::api::revision::RevisionPhase::Failed)
+        })
+        .await
+    }
+
     /// Ask for a reconcile of the Application.
     pub async fn poke(&self, app: &str, token: &str) {
         let patch = json!({"metadata": {"annotations": {names::annotations::RECONCILE_REQUESTED_AT: token}}});

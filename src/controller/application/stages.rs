@@ -207,13 +207,7 @@ impl Rollout<'_> {
                 let message = format!("Revision {}: {phase} hooks (wave {wave}): waiting for {why}", self.rev);
                 if phase != HookPhase::SyncFail {
                     self.set_sync(pending(planned), planned);
-                    conditions::mark_reconciling(
-                        &mut self.status.conditions,
-                        names::reasons::PROGRESSING,
-                        &bounded(&message, 1024),
-                        self.app.metadata.generation,
-                        self.now,
-                    );
+                    self.progressing(&message);
                 }
                 return Ok(Action::requeue(HEALTH_POLL));
             }
@@ -284,13 +278,7 @@ impl Rollout<'_> {
             &format!("Revision {}: the attempt failed ({failure}); running its SyncFail hooks", self.rev),
             1024,
         );
-        conditions::mark_reconciling(
-            &mut self.status.conditions,
-            names::reasons::PROGRESSING,
-            &message,
-            self.app.metadata.generation,
-            self.now,
-        );
+        self.progressing(&message);
         self.set_sync(pending(planned), planned);
         Some(Action::requeue(NEXT_STAGE))
     }
@@ -450,13 +438,7 @@ impl Rollout<'_> {
                     self.rs.phase = RevisionPhase::Progressing;
                     self.set_sync(SyncState::Synced, planned);
                     let message = format!("Revision {}: {}", self.rev, in_wave(format!("waiting for {message}")));
-                    conditions::mark_reconciling(
-                        &mut self.status.conditions,
-                        names::reasons::PROGRESSING,
-                        &bounded(&message, 1024),
-                        self.app.metadata.generation,
-                        self.now,
-                    );
+                    self.progressing(&message);
                     return Ok(Action::requeue(HEALTH_POLL));
                 }
             }

@@ -951,7 +951,86 @@ fn an_object_belongs_to_one_application(cluster: Cluster) {
     });
 }
 
+/// Render failures of a Revision being rolled out are attempts: each is recorded, the next
+/// render waits for the backoff, and after `maxAttempts` the Revision is paused, a failing render
+/// counting nothing more; a render that works again (its `valuesFrom` ConfigMap fixed) is a new
+/// desired state and rolls out at once.
+fn render_failures_are_attempts_that_back_off_and_pause(cluster: Cluster) {
+    let runtime = support::runtime();
+    runtime.block_on(async {
+        let ns = "render-attempts";
+        let env = Env::start(&cluster, ns).await;
+        let values = |mode: &str| {
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "web-values", "namespace": ns},
+                   "data": {"values.yaml": format!("mode: {mode}\n")}})
+        };
+        apply_as(&env.client, "test", &values("broken")).await;
+        let wt = env.repository("platform").await;
+        wt.write("chart/Chart.yaml", "apiVersion: v2\nname: web\nversion: 0.1.0\n").write(
+            "chart/templates/settings.yaml",
+            "{{ if eq .Values.mode \"broken\" }}{{ fail \"mode is broken\" }}{{ end }}\
+             apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\ndata:\n  mode: {{ .Values.mode }}\n",
+        );
+        let commit = wt.commit_and_push("chart");
+        env.refresh("platform", &commit).await;
+        env.create_app(
+            "web",
+            json!({"source": {"repository": "platform", "path": "chart",
+                              "render": {"type": "Helm", "helm": {"valuesFrom": [{"kind": "ConfigMap", "name": "web-values"}]}}},
+                   "serviceAccountName": "deployer", "destination": {"namespace": ns},
+                   "failurePolicy": {"maxAttempts": 2, "backoff": {"duration": "2s", "factor": 1}}}),
+        )
+        .await;
+        let paused = "(2 of 2 attempts failed: paused until the desired state changes)";
+        let app = eventually("two render attempts failed, paused", WAIT, || async {
+            let app = env.apps().get("web").await.ok()?;
+            ready(&app).2.contains(paused).then_some(app)
+        })
+        .await;
+        let (status, reason, _) = ready(&app);
+        assert_eq!((status.as_str(), reason.as_str()), ("False", names::reasons::RENDER_FAILURE));
+        let stalled = conditions::get(&app.status.as_ref().unwrap().conditions, names::conditions::STALLED);
+        assert_eq!(stalled.map(|c| c.status.as_str()), Some("True"));
+        let rev_name = app.status.as_ref().unwrap().desired_revision.clone().unwrap();
+        let rev = env.revisions().get(&rev_name).await.unwrap();
+        let attempts = rev.status.as_ref().unwrap().attempts.clone();
+        assert_eq!(attempts.len(), 2, "{attempts:#?}");
+        for a in &attempts {
+            assert_eq!((a.result, a.reason.as_deref()), (AttemptResult::Failed, Some(names::reasons::RENDER_FAILURE)));
+            assert_eq!(a.desired_state_hash, None, "a render failure deployed no desired state");
+        }
+        let waited = attempts[1].started_at.0.duration_since(attempts[0].finished_at.as_ref().unwrap().0);
+        assert!(waited >= jiff::SignedDuration::from_secs(2), "the second render waited for the backoff: {waited}");
+        assert_eq!(phase(&rev), Some(RevisionPhase::Failed));
+
+        // Paused: a reconcile (a spec change) renders again, and its failure counts nothing.
+        let touch = |timeout: &str| json!({"spec": {"health": {"timeout": timeout}}});
+        let patched =
+            env.apps().patch("web", &PatchParams::default(), &Patch::Merge(touch("4m"))).await.unwrap();
+        let generation = patched.metadata.generation;
+        eventually("the spec change reconciled", WAIT, || async {
+            let a = env.apps().get("web").await.ok()?;
+            (a.status?.observed_generation == generation).then_some(())
+        })
+        .await;
+        let rev = env.revisions().get(&rev_name).await.unwrap();
+        assert_eq!(rev.status.as_ref().unwrap().attempts.len(), 2, "a paused render counts no attempt");
+
+        // The values fixed: the same Revision renders a desired state that works, and deploys.
+        apply_as(&env.client, "test", &values("ok")).await;
+        env.apps().patch("web", &PatchParams::default(), &Patch::Merge(touch("5m"))).await.unwrap();
+        let rev = until_phase(&env, "web", &commit, RevisionPhase::Healthy, &mut BTreeSet::new()).await;
+        assert_eq!(rev.name_any(), rev_name);
+        let last = rev.status.as_ref().unwrap().attempts.last().cloned().unwrap();
+        assert_eq!((last.number, last.result), (3, AttemptResult::Succeeded));
+        let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), ns);
+        let settings = cms.get("settings").await.unwrap();
+        assert_eq!(settings.data.unwrap().get("mode").map(String::as_str), Some("ok"));
+    });
+}
+
 crate::both!(
+    render_failures_are_attempts_that_back_off_and_pause,
     a_prune_deletes_only_the_object_it_listed,
     an_object_belongs_to_one_application,
     conflicts_permissions_and_deletion_policies,

@@ -180,7 +180,13 @@ fn a_first_rollout_failing_under_rollback_is_handled_as_pause(cluster: Cluster) 
         })
         .await;
         let c = conditions::get(&app.status.as_ref().unwrap().conditions, names::conditions::READY).unwrap();
-        assert!(c.message.ends_with("; no previous healthy Revision to roll back to"), "{}", c.message);
+        // Retried as under pause: the attempt count follows the message.
+        let message = "; no previous healthy Revision to roll back to (attempt ";
+        assert!(c.message.contains(message), "{}", c.message);
+        let rev = env.revisions().get(app.status.as_ref().unwrap().desired_revision.as_ref().unwrap()).await.unwrap();
+        let failure = rev.status.as_ref().unwrap().failure.clone().unwrap();
+        assert_eq!(failure.reason, names::reasons::VALIDATION_FAILURE);
+        assert!(failure.message.ends_with("; no previous healthy Revision to roll back to"), "{}", failure.message);
         assert!(!app.annotations().contains_key(names::annotations::ROLLBACK_TO));
     });
 }
@@ -314,6 +320,71 @@ fn a_manual_sync_rollback_is_approved_by_its_own_request(cluster: Cluster) {
     });
 }
 
+/// On manual sync, a rollback to a Revision that is live and unchanged still needs an approval
+/// given for it: it waits in `AwaitingApproval` (the earlier `ksync sync` of that Revision does
+/// not count), and `ksync sync` completes it, holding the commit rolled back from.
+fn a_manual_sync_rollback_to_a_live_target_waits_for_approval(cluster: Cluster) {
+    let runtime = support::runtime();
+    runtime.block_on(async {
+        let ns = "rollback-live";
+        let env = Env::start(&cluster, ns).await;
+        let wt = env
+            .app_from(
+                "web",
+                &[("web/config.yaml", &config("blue"))],
+                json!({"source": {"repository": "platform", "path": "web"}, "serviceAccountName": "deployer",
+                       "destination": {"namespace": ns}, "sync": {"automatic": false}}),
+            )
+            .await;
+        let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), ns);
+        let waiting = |r: &Revision| phase(r) == Some(RevisionPhase::AwaitingApproval);
+        let b = env.revision_where("web", "blue waiting for approval", waiting).await;
+        planned_digest(&env, &b.name_any()).await;
+        ksync(&cluster, ns, &["sync", "web", "--yes"]);
+        healthy_at(&env, &b.spec.source.commit).await;
+        // A commit that changes nothing under the path: a new Revision of the same desired
+        // state, waiting for approval.
+        let readme = wt.write("README.md", "docs\n").commit_and_push("docs");
+        env.refresh("platform", &readme).await;
+        let c = env
+            .revision_where("web", "the docs commit waiting", |r| r.spec.source.commit == readme && waiting(r))
+            .await;
+
+        // A manual rollback to the live Revision, written by hand without a requester: no
+        // approval of its own, and the earlier ksync sync was given before the request.
+        let request = json!({"metadata": {"annotations": {
+            names::annotations::ROLLBACK_TO: b.spec.source.commit,
+            names::annotations::ROLLBACK_KIND: "manual",
+            names::annotations::ROLLBACK_TARGET_REVISION: b.name_any(),
+            names::annotations::ROLLBACK_REQUESTED_AT: jiff::Timestamp::now().to_string(),
+        }}});
+        env.apps().patch("web", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&request)).await.unwrap();
+        env.revision_where("web", "the live target waiting for approval", |r| {
+            r.name_any() == b.name_any() && waiting(r)
+        })
+        .await;
+        let held = env.revisions().get(&c.name_any()).await.unwrap();
+        assert_eq!(held_by(&held), None, "nothing completes without an approval");
+        assert!(env.apps().get("web").await.unwrap().annotations().contains_key(names::annotations::ROLLBACK_TO));
+
+        planned_digest(&env, &b.name_any()).await;
+        ksync(&cluster, ns, &["sync", "web", "--yes"]);
+        eventually("the rollback completed and the docs commit held", WAIT, || async {
+            let app = env.apps().get("web").await.ok()?;
+            let r = env.revisions().get(&c.name_any()).await.ok()?;
+            let done = held_by(&r).as_deref() == Some(names::reasons::MANUAL_ROLLBACK)
+                && !app.annotations().contains_key(names::annotations::ROLLBACK_TO);
+            done.then_some(())
+        })
+        .await;
+        let target = env.revisions().get(&b.name_any()).await.unwrap();
+        let st = target.status.as_ref().unwrap();
+        assert_eq!(st.approval.as_ref().unwrap().source.as_deref(), Some("ManualSync"));
+        assert_eq!(st.attempts.len(), 2, "the approved rollback is an attempt of its own: {:#?}", st.attempts);
+        assert_eq!(color(&cms).await.as_deref(), Some("blue"));
+    });
+}
+
 /// Wait until the Application's `status.sync.planDigest` is the stored plan of Revision `rev`
 /// (what `ksync sync` then approves).
 async fn planned_digest(env: &Env, rev: &str) {
@@ -330,4 +401,5 @@ crate::both!(
     a_rollback_deploys_the_target_and_holds_until_a_new_commit,
     a_first_rollout_failing_under_rollback_is_handled_as_pause,
     a_manual_sync_rollback_is_approved_by_its_own_request,
+    a_manual_sync_rollback_to_a_live_target_waits_for_approval,
 );

@@ -10,9 +10,12 @@
 //!   attempt: every attempt from the one it started) only while the desired state is the one it
 //!   approved ([`Verdict::Covered`]); once one of them completed it covers nothing, so repairing
 //!   later drift needs a new approval.
-//! - An approval given before `not_before` (a rollback's `rollback-requested-at`, Not yet
-//!   implemented: always `None` today) does not count; one without a recorded time cannot show
-//!   it was given after, so it does not count either.
+//! - An approval given before `not_before` (a rollback's `rollback-requested-at`) does not
+//!   count; one without a recorded time cannot show it was given after, so it does not count
+//!   either.
+//! - A rollback whose target is already live completes on a manual-sync Application only once
+//!   an approval given at or after its request started an attempt that succeeded
+//!   ([`completed_since`]).
 //!
 //! Table tests: `testdata/rollout/approval.yaml`.
 
@@ -146,6 +149,15 @@ pub fn judge(f: &Facts) -> Verdict {
     })
 }
 
+/// Whether the recorded approval `recorded`, given at or after `not_before` (any time when
+/// `None`), started an attempt that succeeded.
+pub fn completed_since(recorded: Option<&Approval>, attempts: &[Attempt], not_before: Option<Timestamp>) -> bool {
+    recorded.is_some_and(|a| {
+        not_before.is_none_or(|nb| a.time.0 >= nb)
+            && a.attempt.is_some_and(|n| attempts.iter().any(|t| t.number == n && t.result == AttemptResult::Succeeded))
+    })
+}
+
 /// Whether `a` still covers the rollout it started: no attempt since the one it started has
 /// completed.
 fn covers(a: &Approval, attempts: &[Attempt]) -> bool {
@@ -172,6 +184,42 @@ mod tests {
         for c in cases {
             assert_eq!(judge(&c.facts), c.want, "{}", c.name);
         }
+    }
+
+    #[test]
+    fn a_completed_approved_rollout_counts_only_from_its_request_on() {
+        let at = |s: &str| s.parse::<Timestamp>().unwrap();
+        let approval = |time: &str, attempt: Option<i32>| Approval {
+            user: "alice".into(),
+            time: Time(at(time)),
+            plan_digest: "sha256:P1".into(),
+            source: Some(MANUAL_ROLLBACK.into()),
+            desired_state_hash: Some("D1".into()),
+            attempt,
+        };
+        let attempt = |number: i32, result: AttemptResult| Attempt {
+            number,
+            started_at: Time(at("2026-12-02T10:00:00Z")),
+            finished_at: None,
+            result,
+            reason: None,
+            plan_digest: None,
+            wave: None,
+            wave_started_at: None,
+            hook: None,
+            desired_state_hash: None,
+        };
+        let done = [attempt(1, AttemptResult::Succeeded), attempt(2, AttemptResult::Succeeded)];
+        let request = Some(at("2026-12-02T10:00:00Z"));
+        let a = approval("2026-12-02T10:00:00Z", Some(2));
+        assert!(completed_since(Some(&a), &done, request), "approved at the request and completed");
+        assert!(!completed_since(None, &done, request), "never approved");
+        let before = approval("2026-12-02T09:00:00Z", Some(1));
+        assert!(!completed_since(Some(&before), &done, request), "approved before the request");
+        assert!(completed_since(Some(&before), &done, None), "a request without a time takes any approval");
+        assert!(!completed_since(Some(&approval("2026-12-02T10:00:00Z", None)), &done, request), "started nothing");
+        let running = [attempt(1, AttemptResult::Succeeded), attempt(2, AttemptResult::Running)];
+        assert!(!completed_since(Some(&a), &running, request), "its attempt still runs");
     }
 
     #[test]

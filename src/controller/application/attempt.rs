@@ -98,28 +98,22 @@ fn gvk_of(obj: &Value) -> Option<GroupVersionKind> {
 }
 
 /// Whether Revision status `rs` deployed the desired state `hash`. (Under a pending rollback,
-/// [`step_of`] also asks that nothing would change: going back to a Revision deployed before
-/// another one is a rollout.)
+/// [`step_of`] also asks that nothing would change, since going back to a Revision deployed
+/// before another one is a rollout, and on manual sync that an approval of it completed.)
 pub(super) fn is_deployed(rs: &RevisionStatus, hash: &str) -> bool {
     rs.deployed_desired_state_hash.as_deref() == Some(hash)
 }
 
-/// The step a reconcile takes on `planned` for Revision `rev`, whose status is `rs`.
-pub(super) fn step_of(
-    app: &Application,
-    old: &ApplicationStatus,
-    rev: &str,
-    rs: &RevisionStatus,
-    planned: &Planned,
-    now: Timestamp,
-    rollback: Option<&super::rollback::Request>,
-) -> Step {
-    step_and_approval(app, old, rev, rs, planned, now, rollback).0
+/// Whether an operator asks to try again now: a new `reconcile-requested-at`.
+pub(super) fn retry_requested(app: &Application, old: &ApplicationStatus) -> bool {
+    let requested = app.annotations().get(names::annotations::RECONCILE_REQUESTED_AT);
+    requested.is_some() && requested != old.last_handled_reconcile_at.as_ref()
 }
 
-/// [`step_of`], with the approval it judged. Under a pending `rollback`, approvals given before
-/// its request do not count, and its target is deployed only when nothing would change.
-fn step_and_approval(
+/// The step a reconcile takes on `planned` for Revision `rev`, whose status is `rs`, with the
+/// approval it judged. Under a pending `rollback`, approvals given before its request do not
+/// count, and its target is deployed only when nothing would change.
+pub(super) fn step_of(
     app: &Application,
     old: &ApplicationStatus,
     rev: &str,
@@ -130,8 +124,14 @@ fn step_and_approval(
 ) -> (Step, approval::Verdict) {
     let policy = policy_of(app);
     let changes = planned.plan.changes();
-    let deployed = is_deployed(rs, &planned.hash) && !(rollback.is_some() && changes);
     let not_before = rollback.and_then(|r| r.requested_at);
+    // A rollback's target is deployed once nothing would change; on a manual-sync Application
+    // also only once an approval given for the rollback completed a rollout of it, even when it
+    // was live all along.
+    let deployed = is_deployed(rs, &planned.hash)
+        && rollback.is_none_or(|_| {
+            !changes && (policy.automatic || approval::completed_since(rs.approval.as_ref(), &rs.attempts, not_before))
+        });
     let mut verdict = approval::judge(&approval::Facts {
         request: approval::request_of(app.annotations()),
         recorded: rs.approval.clone(),
@@ -146,12 +146,9 @@ fn step_and_approval(
     {
         verdict = own;
     }
-    let step = rollout::decide(rs, deployed, changes, verdict.approves(), &policy, now);
-    // A new `reconcile-requested-at`, or a new approval of this plan, is an operator asking to
-    // try again now.
-    let requested = app.annotations().get(names::annotations::RECONCILE_REQUESTED_AT);
-    let retry_now = (requested.is_some() && requested != old.last_handled_reconcile_at.as_ref())
-        || matches!(verdict, approval::Verdict::Approved(_));
+    let step = rollout::decide(rs, &planned.hash, deployed, changes, verdict.approves(), &policy, now);
+    // A new approval of this plan is an operator asking to try again now too.
+    let retry_now = retry_requested(app, old) || matches!(verdict, approval::Verdict::Approved(_));
     if matches!(step, Step::Paused | Step::Retry { .. }) && retry_now {
         return (Step::Start { number: rs.attempts.last().map(|a| a.number + 1).unwrap_or(1) }, verdict);
     }
@@ -204,10 +201,9 @@ impl Rollout<'_> {
         let sync_fail = self.rs.attempts.last().is_some_and(|a| {
             a.result == AttemptResult::Running && a.hook == Some(crate::api::revision::HookPhase::SyncFail)
         });
-        self.rs.failure =
-            self.rs.failure.take().filter(|_| sync_fail || rollout::consecutive_failures(&self.rs.attempts) > 0);
-        let (step, approval) =
-            step_and_approval(self.app, self.old, self.rev, self.rs, &planned, self.now, self.rollback);
+        let failed = rollout::consecutive_failures(&self.rs.attempts, Some(&planned.hash)) > 0;
+        self.rs.failure = self.rs.failure.take().filter(|_| sync_fail || failed);
+        let (step, approval) = step_of(self.app, self.old, self.rev, self.rs, &planned, self.now, self.rollback);
         if let Some(verdict) = self.hold
             && matches!(step, Step::Start { .. })
         {
@@ -348,7 +344,9 @@ impl Rollout<'_> {
         if let Some(action) = self.sync_fail(planned) {
             return Ok(action);
         }
-        let at = rollout::decide(self.rs, false, true, true, policy, self.now);
+        let desired = self.rs.attempts.last().and_then(|a| a.desired_state_hash.clone());
+        let at =
+            rollout::decide(self.rs, desired.as_ref().unwrap_or(&planned.hash), false, true, true, policy, self.now);
         let failure = self.last_failure(policy, None);
         let stalled = matches!(at, Step::Paused);
         report_failure(self.ctx, self.app, self.old, self.status, &failure, stalled, self.now).await;
@@ -570,6 +568,19 @@ impl Rollout<'_> {
         Ok(true)
     }
 
+    /// `Reconciling=True`, reason `Progressing`, with `message` (bounded).
+    pub(super) fn progressing(&mut self, message: &str) {
+        let message = bounded(message, 1024);
+        let generation = self.app.metadata.generation;
+        conditions::mark_reconciling(
+            &mut self.status.conditions,
+            names::reasons::PROGRESSING,
+            &message,
+            generation,
+            self.now,
+        );
+    }
+
     /// Mark the running attempt failed.
     pub(super) fn fail_attempt(&mut self, reason: &str, message: String, retryable: bool) {
         if let Some(a) = self.rs.attempts.last_mut()
@@ -580,7 +591,8 @@ impl Rollout<'_> {
             a.reason = Some(reason.to_string());
         }
         self.rs.phase = RevisionPhase::Failed;
-        let message = super::desired::redact(&message, &self.secrets);
+        let no_target = super::rolling_back::no_target(self.app, self.status, self.rev);
+        let message = super::desired::redact(&format!("{message}{no_target}"), &self.secrets);
         self.rs.failure =
             Some(rev::Failure { reason: reason.to_string(), message: bounded(&message, 4096), retryable });
     }
@@ -593,21 +605,12 @@ impl Rollout<'_> {
             message: "the last attempt failed".to_string(),
             retryable: true,
         });
-        let failures = rollout::consecutive_failures(&self.rs.attempts);
-        let suffix = match next {
-            Some(at) => format!(" (attempt {failures} of {}; next attempt at {at})", policy.max_attempts),
-            None if failures >= policy.max_attempts => {
-                format!(
-                    " ({failures} of {} attempts failed: paused until the desired state changes)",
-                    policy.max_attempts
-                )
-            }
-            None => format!(" (attempt {failures} of {})", policy.max_attempts),
-        };
-        let no_target = super::rolling_back::no_target(self.app, self.status, self.rev);
+        let desired = self.rs.attempts.last().and_then(|a| a.desired_state_hash.as_deref());
+        let failures = rollout::consecutive_failures(&self.rs.attempts, desired);
+        let suffix = rollout::attempts_note(failures, policy, next);
         Failure {
             reason: reason_const(&f.reason),
-            message: bounded(&format!("{}{no_target}{suffix}", f.message), 4096),
+            message: bounded(&format!("{}{suffix}", f.message), 4096),
             retryable: f.retryable,
         }
     }
@@ -673,13 +676,7 @@ impl Rollout<'_> {
             }
             _ => {
                 let message = bounded(&format!("Revision {}: {}{drift}", self.rev, summary.message), 1024);
-                conditions::mark_reconciling(
-                    &mut self.status.conditions,
-                    names::reasons::PROGRESSING,
-                    &message,
-                    self.app.metadata.generation,
-                    self.now,
-                );
+                self.progressing(&message);
             }
         }
         // Deployments, StatefulSets and DaemonSets trigger a reconcile as they change; everything

@@ -48,6 +48,7 @@ mod gate;
 pub mod live;
 mod planning;
 pub mod progress;
+mod render_failure;
 mod revision;
 pub mod rollback;
 mod rolling_back;
@@ -81,7 +82,6 @@ use crate::api::names;
 use crate::api::repository::Repository;
 use crate::api::revision::{self as rev, AttemptResult, Revision, RevisionPhase};
 use crate::plan::revision as identity;
-use crate::plan::revision::bounded;
 use crate::watch::managed as watched;
 use attempt::Rollout;
 use context::{NOT_OWNER_RETRY, STALE_RETRY, fenced, may_write};
@@ -140,15 +140,7 @@ pub async fn run_shard(
     let extra = watched::extra_triggers(client, ctx.kinds.subscribe(), selector.clone(), ctx.inventory.clone(), shard)
         .map(move |r| noted(r, &c1));
     // A Repository change: its Applications in this shard (all of them if events were missed).
-    let repo_triggers = futures_util::stream::unfold(repo_events, |mut rx| async move {
-        use tokio::sync::broadcast::error::RecvError;
-        match rx.recv().await {
-            Ok(repo) => Some((Some(repo), rx)),
-            Err(RecvError::Lagged(_)) => Some((None, rx)),
-            Err(RecvError::Closed) => None,
-        }
-    })
-    .flat_map(move |repo: Option<Arc<Repository>>| {
+    let repo_triggers = received(repo_events).flat_map(move |repo: Option<Arc<Repository>>| {
         let apps: Vec<_> = store
             .state()
             .into_iter()
@@ -162,15 +154,7 @@ pub async fn run_shard(
     // A dependency changed: its dependents in this shard (those with dependencies if events
     // were missed).
     let dep_events = ctx.dependencies.triggers.subscribe();
-    let dep_triggers = futures_util::stream::unfold(dep_events, |mut rx| async move {
-        use tokio::sync::broadcast::error::RecvError;
-        match rx.recv().await {
-            Ok(r) => Some((Some(r), rx)),
-            Err(RecvError::Lagged(_)) => Some((None, rx)),
-            Err(RecvError::Closed) => None,
-        }
-    })
-    .flat_map(move |r: Option<ObjectRef<Application>>| {
+    let dep_triggers = received(dep_events).flat_map(move |r: Option<ObjectRef<Application>>| {
         let apps: Vec<_> = match r {
             Some(r) => deps_store.get(&r).map(|_| noted(r, &c3)).into_iter().collect(),
             None => deps_store
@@ -241,6 +225,20 @@ async fn reconcile_tracked(app: Arc<Application>, ctx: Arc<Context>) -> Result<A
     result
 }
 
+/// What a broadcast receiver gets, until its sender is gone: `None` when messages were missed.
+fn received<T: Clone + Send + 'static>(
+    rx: tokio::sync::broadcast::Receiver<T>,
+) -> impl futures_util::Stream<Item = Option<T>> + Send {
+    futures_util::stream::unfold(rx, |mut rx| async move {
+        use tokio::sync::broadcast::error::RecvError;
+        match rx.recv().await {
+            Ok(t) => Some((Some(t), rx)),
+            Err(RecvError::Lagged(_)) => Some((None, rx)),
+            Err(RecvError::Closed) => None,
+        }
+    })
+}
+
 fn error_policy(app: Arc<Application>, error: &Error, _ctx: Arc<Context>) -> Action {
     if matches!(error, Error::NotOwner) {
         return Action::requeue(NOT_OWNER_RETRY);
@@ -304,6 +302,26 @@ pub async fn reconcile(app: Arc<Application>, ctx: Arc<Context>) -> Result<Actio
         rolling_back::after(&ctx, &app, &ns, after).await?;
     }
     Ok(action)
+}
+
+/// Store Revision `rev`'s status `rs`.
+async fn write_revision_status(
+    ctx: &Context,
+    app: &Application,
+    ns: &str,
+    rev: &str,
+    rs: &rev::RevisionStatus,
+) -> Result<(), Error> {
+    fenced(ctx, app)?;
+    ctx.writer(&ctx.client, ns, &app.name_any())
+        .patch_status::<Revision, _>(
+            Some(ns),
+            rev,
+            &PatchParams::apply(names::STATUS_FIELD_MANAGER).force(),
+            &Patch::Apply(json!({"apiVersion": names::API_VERSION, "kind": "Revision", "status": rs})),
+        )
+        .await?;
+    Ok(())
 }
 
 /// Steps 2 to 8, and the rollout. `hold`: the dependencies are not ready, so nothing may be
@@ -391,6 +409,18 @@ async fn plan_app(
     // inventory from the watch caches; a rollout lists it as the service account.
     let drift_check = old.desired_revision.as_deref() == Some(rev_name.as_str())
         && rev.status.as_ref().is_some_and(|s| s.deployed_desired_state_hash.is_some());
+    let rollback_target = matches!(choice.target, rollback::Target::Rollback { .. });
+    let render = render_failure::step(app, old, &rs, rollback_target, now);
+    let render_attempt = match render {
+        rollout::RenderStep::Render { attempt } => attempt,
+        rollout::RenderStep::Wait { at } => {
+            // Backing off after a render failure: nothing is rendered, and nothing changes.
+            if rs != old_rs {
+                write_revision_status(ctx, app, ns, &rev_name, &rs).await?;
+            }
+            return Ok((render_failure::wait(ctx, app, old, status, &rs, at, now).await, None));
+        }
+    };
     let result = match desired::desired(app, ctx, ns, name, &source).await? {
         Err(failure) => Err(failure),
         Ok(desired) => {
@@ -404,7 +434,7 @@ async fn plan_app(
                 && !p.fresh
                 && (next_wave
                     || matches!(
-                        attempt::step_of(app, old, &rev_name, &rs, p, now, choice.request.as_ref()),
+                        attempt::step_of(app, old, &rev_name, &rs, p, now, choice.request.as_ref()).0,
                         rollout::Step::Start { .. }
                     ))
             {
@@ -417,6 +447,7 @@ async fn plan_app(
         revision: rev_name.clone(),
         commit: source.commit.clone(),
         failure: None,
+        desired: result.as_ref().ok().map(|p| p.hash.clone()),
         healthy: false,
     };
     let action = match result {
@@ -430,18 +461,9 @@ async fn plan_app(
         }
         Err(mut failure) => {
             failure.message.push_str(rolling_back::no_target(app, status, &rev_name));
-            // A deployed Revision stays what it is: the live state is untouched.
-            if rs.deployed_desired_state_hash.is_none() {
-                rs.phase = RevisionPhase::Failed;
-            }
-            rs.failure = Some(rev::Failure {
-                reason: failure.reason.to_string(),
-                message: bounded(&failure.message, 4096),
-                retryable: failure.retryable,
-            });
-            report_failure(ctx, app, old, status, &failure, !failure.retryable, now).await;
+            let action = render_failure::failed(ctx, app, old, status, &mut rs, failure, render_attempt, now).await;
             reconciled.failure = rs.failure.clone();
-            if failure.retryable { retry_soon } else { Action::requeue(with_jitter(ctx.settings.resync, name)) }
+            action
         }
         Ok(planned) => {
             if rev.spec.desired_state_hash.as_deref() != Some(planned.hash.as_str()) {
@@ -478,15 +500,7 @@ async fn plan_app(
     };
     let after = rolling_back::settle(ctx, app, ns, &choice, &reconciled, &old_rs, &rs, old, status, now).await?;
     if rs != old_rs {
-        fenced(ctx, app)?;
-        writer
-            .patch_status::<Revision, _>(
-                Some(ns),
-                &rev_name,
-                &PatchParams::apply(names::STATUS_FIELD_MANAGER).force(),
-                &Patch::Apply(json!({"apiVersion": names::API_VERSION, "kind": "Revision", "status": rs})),
-            )
-            .await?;
+        write_revision_status(ctx, app, ns, &rev_name, &rs).await?;
     }
     // History changes only with a new desired Revision or a new limit: a drift check lists no
     // Revisions.

@@ -43,13 +43,18 @@ async fn remove_request(ctx: &Context, app: &Application, ns: &str) -> Result<()
     if gone.is_empty() {
         return Ok(());
     }
+    patch_annotations(ctx, app, ns, Value::Object(gone)).await
+}
+
+/// Merge `annotations` (a `null` removes one) into the Application's.
+async fn patch_annotations(ctx: &Context, app: &Application, ns: &str, annotations: Value) -> Result<(), Error> {
     let name = app.name_any();
     ctx.writer(&ctx.client, ns, &name)
         .patch::<Application, _>(
             Some(ns),
             &name,
             &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"annotations": gone}})),
+            &Patch::Merge(json!({"metadata": {"annotations": annotations}})),
         )
         .await?;
     Ok(())
@@ -119,21 +124,12 @@ pub(super) async fn request_automatic(
     to: &str,
     from: &str,
 ) -> Result<(), Error> {
-    let name = app.name_any();
     let annotations = json!({
         names::annotations::ROLLBACK_TO: to,
         names::annotations::ROLLBACK_FROM: from,
         names::annotations::ROLLBACK_KIND: names::annotations::ROLLBACK_KIND_AUTOMATIC,
     });
-    ctx.writer(&ctx.client, ns, &name)
-        .patch::<Application, _>(
-            Some(ns),
-            &name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"annotations": annotations}})),
-        )
-        .await?;
-    Ok(())
+    patch_annotations(ctx, app, ns, annotations).await
 }
 
 /// Appended to a failure's message when a rollback failure policy has no earlier healthy
@@ -210,6 +206,8 @@ pub(super) struct Reconciled {
     pub commit: String,
     /// A render, validation or source failure, before any attempt.
     pub failure: Option<rev::Failure>,
+    /// The desired state it rendered (`None` when rendering failed).
+    pub desired: Option<String>,
     /// Its desired state is deployed live, Healthy, and no attempt runs.
     pub healthy: bool,
 }
@@ -237,7 +235,9 @@ pub(super) async fn settle(
             let progress = rollback::Progress {
                 healthy: done.healthy,
                 failed_for_good: done.failure.as_ref().is_some_and(|f| !f.retryable),
-                paused: !running && super::rollout::consecutive_failures(&rs.attempts) >= policy.max_attempts,
+                paused: !running
+                    && super::rollout::consecutive_failures(&rs.attempts, done.desired.as_deref())
+                        >= policy.max_attempts,
             };
             let kind = choice.request.as_ref().map(|r| r.kind).unwrap_or_default();
             match rollback::outcome(&progress) {
@@ -295,12 +295,18 @@ pub(super) async fn settle(
                 return Ok(None);
             }
             let previous = status.last_healthy_revision.clone().filter(|r| *r != done.revision);
-            // Only as the Revision fails: an attempt that just failed, or a first render or
-            // validation failure; after an abandoned rollback it is retried as under pause.
-            let attempt_failed = old_rs.attempts.last().is_some_and(|a| a.result == AttemptResult::Running)
-                && rs.attempts.last().is_some_and(|a| a.result == AttemptResult::Failed);
-            let first_failure = done.failure.as_ref().is_some_and(|f| !f.retryable) && old_rs.failure.is_none();
-            if !(attempt_failed || first_failure) {
+            // Only as the Revision fails: an attempt that just failed. A render or validation
+            // failure that retrying may fix (a chart pull) is retried within maxAttempts first.
+            let Some(failed) = rs.attempts.last().filter(|a| {
+                a.result == AttemptResult::Failed
+                    && old_rs.attempts.last().is_none_or(|o| o.number != a.number || o.result != a.result)
+            }) else {
+                return Ok(None);
+            };
+            let policy = super::attempt::policy_of(app);
+            let for_good = done.failure.as_ref().is_some_and(|f| !f.retryable)
+                || super::rollout::consecutive_failures(&rs.attempts, None) >= policy.max_attempts;
+            if failed.desired_state_hash.is_none() && !for_good {
                 return Ok(None);
             }
             let Some(previous) = previous else { return Ok(None) };

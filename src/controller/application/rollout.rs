@@ -27,7 +27,8 @@ pub struct Policy {
 }
 
 /// What to do.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub enum Step {
     /// Manual sync: the plan waits for approval.
     AwaitApproval,
@@ -55,9 +56,85 @@ pub enum Step {
     Observe,
 }
 
-/// Failed attempts since the last one that succeeded.
-pub fn consecutive_failures(attempts: &[Attempt]) -> u32 {
-    attempts.iter().rev().take_while(|a| a.result == AttemptResult::Failed).count() as u32
+/// Failed attempts of desired state `desired` since the last attempt that succeeded. A failure
+/// counts against the desired state it tried to deploy (`None`: a render or validation failure,
+/// which has none), so a desired state that changes (a redeploy, a `valuesFrom` edit, a render
+/// that works again) starts with all its attempts.
+pub fn consecutive_failures(attempts: &[Attempt], desired: Option<&str>) -> u32 {
+    failed_since_success(attempts, desired).count() as u32
+}
+
+fn failed_since_success<'a>(attempts: &'a [Attempt], desired: Option<&'a str>) -> impl Iterator<Item = &'a Attempt> {
+    attempts
+        .iter()
+        .rev()
+        .take_while(|a| a.result == AttemptResult::Failed)
+        .filter(move |a| a.desired_state_hash.as_deref() == desired)
+}
+
+/// When the next attempt at `desired` may start after `failures` of them failed: the backoff
+/// from the end of the latest.
+fn next_attempt_at(
+    attempts: &[Attempt],
+    desired: Option<&str>,
+    failures: u32,
+    policy: &Policy,
+    now: Timestamp,
+) -> Timestamp {
+    let finished =
+        failed_since_success(attempts, desired).next().and_then(|a| a.finished_at.as_ref()).map(|t| t.0).unwrap_or(now);
+    let delay = jiff::SignedDuration::try_from(backoff(policy, failures)).unwrap_or(jiff::SignedDuration::MAX);
+    finished.checked_add(delay).unwrap_or(Timestamp::MAX)
+}
+
+/// What the Application's failure message adds about attempts: which one failed and when the
+/// next starts (`next`), or that they are used up.
+pub fn attempts_note(failures: u32, policy: &Policy, next: Option<Timestamp>) -> String {
+    let max = policy.max_attempts.max(1);
+    match next {
+        Some(at) => format!(" (attempt {failures} of {max}; next attempt at {at})"),
+        None if failures >= max => {
+            format!(" ({failures} of {max} attempts failed: paused until the desired state changes)")
+        }
+        None => format!(" (attempt {failures} of {max})"),
+    }
+}
+
+/// Before a Revision whose rollout is due (not deployed, or a rollback's target) is rendered.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum RenderStep {
+    /// Render it. A render or validation failure is recorded as failed attempt `attempt`; with
+    /// `None` it counts nothing: an attempt is running, or the attempts are used up and the
+    /// render only looks for a desired state that works (a success is a new desired state).
+    Render {
+        /// The attempt a failure is recorded as.
+        #[serde(default)]
+        attempt: Option<i32>,
+    },
+    /// Backing off after a render or validation failure: nothing is rendered before `at`.
+    Wait {
+        /// When the next attempt renders.
+        at: Timestamp,
+    },
+}
+
+/// [`RenderStep`] for a Revision with status `status`. `retry_now`: an operator asked to try
+/// again now (`reconcile-requested-at`), which skips the backoff and counts past the pause.
+pub fn render_step(status: &RevisionStatus, policy: &Policy, now: Timestamp, retry_now: bool) -> RenderStep {
+    let next = status.attempts.last().map(|a| a.number + 1).unwrap_or(1);
+    if status.attempts.last().is_some_and(|a| a.result == AttemptResult::Running) {
+        return RenderStep::Render { attempt: None };
+    }
+    let failures = consecutive_failures(&status.attempts, None);
+    if failures == 0 || retry_now {
+        return RenderStep::Render { attempt: Some(next) };
+    }
+    if failures >= policy.max_attempts.max(1) {
+        return RenderStep::Render { attempt: None };
+    }
+    let at = next_attempt_at(&status.attempts, None, failures, policy, now);
+    if now < at { RenderStep::Wait { at } } else { RenderStep::Render { attempt: Some(next) } }
 }
 
 /// The delay before retry `n` (1-based): `backoff × factorⁿ⁻¹`, at most `max_backoff`.
@@ -72,12 +149,14 @@ pub fn backoff(policy: &Policy, n: u32) -> Duration {
     d.min(policy.max_backoff)
 }
 
-/// Decide. `deployed`: the Revision's `deployedDesiredStateHash` is the current desired state;
-/// `drifted`: the plan would change something; `approved`: an approval covers this plan
-/// ([`super::approval`]): it may be applied on a manual-sync Application, and it repairs drift
-/// without `selfHeal`.
+/// Decide for desired state `desired`. `deployed`: the Revision's `deployedDesiredStateHash` is
+/// `desired`; `drifted`: the plan would change something; `approved`: an approval covers this
+/// plan ([`super::approval`]): it may be applied on a manual-sync Application, and it repairs
+/// drift without `selfHeal`. Only failures of `desired` count towards `maxAttempts` and the
+/// backoff.
 pub fn decide(
     status: &RevisionStatus,
+    desired: &str,
     deployed: bool,
     drifted: bool,
     approved: bool,
@@ -101,16 +180,14 @@ pub fn decide(
     if !policy.automatic && !approved {
         return if deployed { Step::Observe } else { Step::AwaitApproval };
     }
-    let failures = consecutive_failures(&status.attempts);
+    let failures = consecutive_failures(&status.attempts, Some(desired));
     if failures == 0 {
         return Step::Start { number: next };
     }
     if failures >= policy.max_attempts.max(1) {
         return Step::Paused;
     }
-    let finished = status.attempts.last().and_then(|a| a.finished_at.as_ref()).map(|t| t.0).unwrap_or(now);
-    let delay = jiff::SignedDuration::try_from(backoff(policy, failures)).unwrap_or(jiff::SignedDuration::MAX);
-    let at = finished.checked_add(delay).unwrap_or(Timestamp::MAX);
+    let at = next_attempt_at(&status.attempts, Some(desired), failures, policy, now);
     if now < at { Step::Retry { at } } else { Step::Start { number: next } }
 }
 
@@ -153,7 +230,7 @@ mod tests {
             wave: None,
             wave_started_at: None,
             hook: None,
-            desired_state_hash: None,
+            desired_state_hash: Some("D1".to_string()),
         }
     }
 
@@ -165,16 +242,16 @@ mod tests {
 
     #[test]
     fn a_new_desired_state_starts_the_first_attempt() {
-        assert_eq!(decide(&with(vec![]), false, true, false, &policy(), t(NOW)), Step::Start { number: 1 });
+        assert_eq!(decide(&with(vec![]), "D1", false, true, false, &policy(), t(NOW)), Step::Start { number: 1 });
         // Nothing to change still needs a completed rollout (health), once.
-        assert_eq!(decide(&with(vec![]), false, false, false, &policy(), t(NOW)), Step::Start { number: 1 });
+        assert_eq!(decide(&with(vec![]), "D1", false, false, false, &policy(), t(NOW)), Step::Start { number: 1 });
     }
 
     #[test]
     fn a_running_attempt_is_watched_until_the_health_timeout() {
         let s = with(vec![attempt(1, AttemptResult::Running, "2026-01-01T00:08:00Z", None)]);
         assert_eq!(
-            decide(&s, false, true, false, &policy(), t(NOW)),
+            decide(&s, "D1", false, true, false, &policy(), t(NOW)),
             Step::Watch { number: 1, deadline: t("2026-01-01T00:13:00Z") }
         );
         // A later wave: its own timeout, from when it was applied.
@@ -182,7 +259,7 @@ mod tests {
         waves.wave = Some(2);
         waves.wave_started_at = Some(Time(t("2026-01-01T00:09:30Z")));
         assert_eq!(
-            decide(&with(vec![waves]), false, true, false, &policy(), t(NOW)),
+            decide(&with(vec![waves]), "D1", false, true, false, &policy(), t(NOW)),
             Step::Watch { number: 1, deadline: t("2026-01-01T00:14:30Z") }
         );
     }
@@ -190,47 +267,59 @@ mod tests {
     #[test]
     fn deployed_state_is_observed_and_drift_is_repaired_only_with_self_heal() {
         let s = with(vec![attempt(1, AttemptResult::Succeeded, "2026-01-01T00:00:00Z", Some("2026-01-01T00:01:00Z"))]);
-        assert_eq!(decide(&s, true, false, false, &policy(), t(NOW)), Step::Observe);
-        assert_eq!(decide(&s, true, true, false, &policy(), t(NOW)), Step::Observe);
+        assert_eq!(decide(&s, "D1", true, false, false, &policy(), t(NOW)), Step::Observe);
+        assert_eq!(decide(&s, "D1", true, true, false, &policy(), t(NOW)), Step::Observe);
         let heal = Policy { self_heal: true, ..policy() };
-        assert_eq!(decide(&s, true, true, false, &heal, t(NOW)), Step::Start { number: 2 });
+        assert_eq!(decide(&s, "D1", true, true, false, &heal, t(NOW)), Step::Start { number: 2 });
         // The same desired state changed under the Revision (new valuesFrom): a rollout.
-        assert_eq!(decide(&s, false, true, false, &policy(), t(NOW)), Step::Start { number: 2 });
+        assert_eq!(decide(&s, "D1", false, true, false, &policy(), t(NOW)), Step::Start { number: 2 });
     }
 
     #[test]
     fn manual_sync_waits_for_approval() {
         let manual = Policy { automatic: false, ..policy() };
-        assert_eq!(decide(&with(vec![]), false, true, false, &manual, t(NOW)), Step::AwaitApproval);
+        assert_eq!(decide(&with(vec![]), "D1", false, true, false, &manual, t(NOW)), Step::AwaitApproval);
         let s = with(vec![attempt(1, AttemptResult::Succeeded, "2026-01-01T00:00:00Z", Some("2026-01-01T00:01:00Z"))]);
-        assert_eq!(decide(&s, true, true, false, &manual, t(NOW)), Step::Observe);
+        assert_eq!(decide(&s, "D1", true, true, false, &manual, t(NOW)), Step::Observe);
         // Approved: the plan is applied, and drift is repaired even without selfHeal.
-        assert_eq!(decide(&with(vec![]), false, true, true, &manual, t(NOW)), Step::Start { number: 1 });
-        assert_eq!(decide(&s, true, true, true, &manual, t(NOW)), Step::Start { number: 2 });
-        assert_eq!(decide(&s, true, false, true, &manual, t(NOW)), Step::Observe, "nothing to repair");
+        assert_eq!(decide(&with(vec![]), "D1", false, true, true, &manual, t(NOW)), Step::Start { number: 1 });
+        assert_eq!(decide(&s, "D1", true, true, true, &manual, t(NOW)), Step::Start { number: 2 });
+        assert_eq!(decide(&s, "D1", true, false, true, &manual, t(NOW)), Step::Observe, "nothing to repair");
         // An approved retry still backs off.
         let failed =
             with(vec![attempt(1, AttemptResult::Failed, "2026-01-01T00:09:00Z", Some("2026-01-01T00:09:55Z"))]);
-        assert_eq!(decide(&failed, false, true, true, &manual, t(NOW)), Step::Retry { at: t("2026-01-01T00:10:05Z") });
+        assert_eq!(
+            decide(&failed, "D1", false, true, true, &manual, t(NOW)),
+            Step::Retry { at: t("2026-01-01T00:10:05Z") }
+        );
     }
 
     #[test]
     fn failures_back_off_then_pause() {
         let one = with(vec![attempt(1, AttemptResult::Failed, "2026-01-01T00:09:00Z", Some("2026-01-01T00:09:55Z"))]);
-        assert_eq!(decide(&one, false, true, false, &policy(), t(NOW)), Step::Retry { at: t("2026-01-01T00:10:05Z") });
-        assert_eq!(decide(&one, false, true, false, &policy(), t("2026-01-01T00:10:05Z")), Step::Start { number: 2 });
+        assert_eq!(
+            decide(&one, "D1", false, true, false, &policy(), t(NOW)),
+            Step::Retry { at: t("2026-01-01T00:10:05Z") }
+        );
+        assert_eq!(
+            decide(&one, "D1", false, true, false, &policy(), t("2026-01-01T00:10:05Z")),
+            Step::Start { number: 2 }
+        );
         let two = with(vec![
             attempt(1, AttemptResult::Failed, "2026-01-01T00:00:00Z", Some("2026-01-01T00:01:00Z")),
             attempt(2, AttemptResult::Failed, "2026-01-01T00:09:00Z", Some("2026-01-01T00:09:50Z")),
         ]);
         // The second retry waits 20 s.
-        assert_eq!(decide(&two, false, true, false, &policy(), t(NOW)), Step::Retry { at: t("2026-01-01T00:10:10Z") });
+        assert_eq!(
+            decide(&two, "D1", false, true, false, &policy(), t(NOW)),
+            Step::Retry { at: t("2026-01-01T00:10:10Z") }
+        );
         let three = with(vec![
             attempt(1, AttemptResult::Failed, "2026-01-01T00:00:00Z", Some("2026-01-01T00:01:00Z")),
             attempt(2, AttemptResult::Failed, "2026-01-01T00:02:00Z", Some("2026-01-01T00:03:00Z")),
             attempt(3, AttemptResult::Failed, "2026-01-01T00:04:00Z", Some("2026-01-01T00:05:00Z")),
         ]);
-        assert_eq!(decide(&three, false, true, false, &policy(), t(NOW)), Step::Paused);
+        assert_eq!(decide(&three, "D1", false, true, false, &policy(), t(NOW)), Step::Paused);
         // A success resets the count.
         let mut healed = three.clone();
         healed.attempts.push(attempt(
@@ -240,7 +329,77 @@ mod tests {
             Some("2026-01-01T00:07:00Z"),
         ));
         healed.attempts.push(attempt(5, AttemptResult::Failed, "2026-01-01T00:08:00Z", Some("2026-01-01T00:09:00Z")));
-        assert_eq!(consecutive_failures(&healed.attempts), 1);
+        assert_eq!(consecutive_failures(&healed.attempts, Some("D1")), 1);
+    }
+
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Table {
+        failures: Vec<FailuresCase>,
+        render: Vec<RenderCase>,
+        decide: Vec<DecideCase>,
+    }
+
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct FailuresCase {
+        name: String,
+        desired: Option<String>,
+        attempts: Vec<Attempt>,
+        want: u32,
+    }
+
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct RenderCase {
+        name: String,
+        #[serde(default)]
+        attempts: Vec<Attempt>,
+        now: Timestamp,
+        #[serde(default)]
+        retry_now: bool,
+        want: RenderStep,
+    }
+
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct DecideCase {
+        name: String,
+        desired: String,
+        attempts: Vec<Attempt>,
+        now: Timestamp,
+        want: Step,
+    }
+
+    #[test]
+    fn table() {
+        let t: Table = crate::yaml::from_str(include_str!("../../../testdata/rollout/attempts.yaml")).unwrap();
+        assert!(t.failures.len() >= 3 && t.render.len() >= 10 && t.decide.len() >= 4);
+        for c in t.failures {
+            assert_eq!(consecutive_failures(&c.attempts, c.desired.as_deref()), c.want, "{}", c.name);
+        }
+        for c in t.render {
+            assert_eq!(render_step(&with(c.attempts), &policy(), c.now, c.retry_now), c.want, "{}", c.name);
+        }
+        for c in t.decide {
+            assert_eq!(
+                decide(&with(c.attempts), &c.desired, false, true, false, &policy(), c.now),
+                c.want,
+                "{}",
+                c.name
+            );
+        }
+    }
+
+    #[test]
+    fn attempts_are_noted_on_the_failure() {
+        let p = policy();
+        assert_eq!(attempts_note(1, &p, None), " (attempt 1 of 3)");
+        assert_eq!(attempts_note(3, &p, None), " (3 of 3 attempts failed: paused until the desired state changes)");
+        assert_eq!(
+            attempts_note(2, &p, Some(t("2026-01-01T00:10:05Z"))),
+            " (attempt 2 of 3; next attempt at 2026-01-01T00:10:05Z)"
+        );
     }
 
     #[test]

@@ -9,8 +9,6 @@
 
 mod support;
 
-use std::io::Read as _;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
@@ -21,77 +19,13 @@ use kuvryn_sync::api::names::annotations as a;
 use kuvryn_sync::api::revision::Revision;
 use kuvryn_sync::webhook::certs;
 use serde_json::{Value, json};
-use support::{Cluster, apply_as, eventually, free_port, install_crds, temp_dir};
+use support::manager::{Manager, SERVICE, SYSTEM, install_configuration};
+use support::{Cluster, apply_as, eventually, install_crds, temp_dir};
 
 const NS: &str = "team";
-const SYSTEM: &str = "kuvryn-system";
-const SERVICE: &str = "kuvryn-sync-webhook";
 const CONFIG: &str = "kuvryn-sync";
 const SECRET: &str = "kuvryn-sync-webhook-tls";
 const WAIT: Duration = Duration::from_secs(60);
-
-/// A manager process, killed on drop; its stderr goes to a file.
-struct Manager {
-    child: std::process::Child,
-    log: std::path::PathBuf,
-    port: u16,
-    _dir: tempfile::TempDir,
-}
-
-impl Manager {
-    fn start(cluster: &Cluster, extra: &[&str], env: &[(&str, &str)]) -> Manager {
-        let dir = temp_dir("webhook-manager");
-        let port = free_port();
-        let log = dir.path().join("stderr.log");
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ksync-controller"));
-        cmd.args(["run", "--metrics-bind-address", ""])
-            .arg("--git-cache-dir")
-            .arg(dir.path().join("cache"))
-            .args(["--webhook-bind-address", &format!("127.0.0.1:{port}")])
-            .args(["--webhook-namespace", SYSTEM, "--webhook-cert-host", "127.0.0.1"])
-            .args(["--webhook-check-interval", "1s"])
-            .args(extra)
-            .env("KUBECONFIG", cluster.kubeconfig())
-            .env_remove("ENABLE_WEBHOOKS")
-            .env_remove("POD_NAMESPACE")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).expect("log file"));
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        Manager { child: cmd.spawn().expect("ksync-controller"), log, port, _dir: dir }
-    }
-
-    fn stderr(&self) -> String {
-        let mut s = String::new();
-        let _ = std::fs::File::open(&self.log).and_then(|mut f| f.read_to_string(&mut s));
-        s
-    }
-}
-
-impl Drop for Manager {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Install the configuration `ksync-controller webhook-configuration` prints, reaching
-/// `manager`: through the Service on simcluster, by URL on a real cluster.
-async fn install_configuration(cluster: &Cluster, client: &kube::Client, port: u16) {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ksync-controller"));
-    cmd.arg("webhook-configuration");
-    if let Some(sim) = cluster.sim() {
-        cmd.args(["--service-namespace", SYSTEM]);
-        sim.set_webhook_service(SYSTEM, SERVICE, 443, ([127, 0, 0, 1], port).into());
-    } else {
-        cmd.args(["--url", &format!("https://127.0.0.1:{port}")]);
-    }
-    let yaml = support::run(&mut cmd);
-    let config: Value = kuvryn_sync::yaml::from_str(&yaml).expect("configuration YAML");
-    apply_as(client, "test", &config).await;
-}
 
 async fn setup(cluster: &Cluster) -> kube::Client {
     let client = cluster.client().await;

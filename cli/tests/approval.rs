@@ -5,9 +5,6 @@
 #[path = "../../tests/support/mod.rs"]
 mod support;
 
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
-
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::ResourceExt;
@@ -17,7 +14,7 @@ use kuvryn_sync::api::names;
 use kuvryn_sync::api::revision::{Revision, RevisionPhase};
 use serde_json::json;
 use support::apps::{Env, WAIT};
-use support::{Cluster, eventually, temp_dir};
+use support::{Cluster, eventually};
 
 const NS: &str = "approve";
 
@@ -25,28 +22,10 @@ fn config(color: &str) -> String {
     format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\ndata:\n  color: {color}\n")
 }
 
-fn ksync_bin() -> PathBuf {
-    std::env::var_os("KSYNC_BIN").map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_ksync")), PathBuf::from)
-}
-
-/// `ksync ARGS -n approve` against `cluster`, stdin closed; (exit code, stdout, stderr).
+/// `ksync ARGS -n approve`; (exit code, stdout, stderr).
 fn ksync(cluster: &Cluster, args: &[&str]) -> (i32, String, String) {
-    let home = temp_dir("ksync-home");
-    let out = Command::new(ksync_bin())
-        .env_clear()
-        .env("HOME", home.path())
-        .arg("--kubeconfig")
-        .arg(cluster.kubeconfig())
-        .args(["-n", NS])
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("ksync");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    let out = support::ksync::run(cluster, NS, args);
+    (out.code, out.stdout, out.stderr)
 }
 
 fn phase(r: &Revision) -> Option<RevisionPhase> {

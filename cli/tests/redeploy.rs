@@ -9,8 +9,6 @@
 mod support;
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
-use std::process::Command;
 
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::Pod;
@@ -21,17 +19,12 @@ use kuvryn_sync::api::names;
 use kuvryn_sync::api::revision::{AttemptResult, PlanAction, Revision, RevisionPhase};
 use serde_json::json;
 use support::apps::{Env, WAIT, entries};
-use support::{Cluster, eventually, temp_dir};
+use support::{Cluster, eventually, ksync};
 
 const NS: &str = "redeploy";
 
 const DEPLOYMENT: &str = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  replicas: 2\n  selector:\n    matchLabels: {app: web}\n  template:\n    metadata:\n      labels: {app: web}\n      annotations: {simcluster.kuvryn.io/ready-ms: \"500\"}\n    spec:\n      containers:\n      - name: web\n        image: nginx:1.27\n";
 const CONFIG: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\ndata:\n  color: blue\n";
-
-/// The binary under test: `KSYNC_BIN`, else the one Cargo built.
-fn ksync_bin() -> PathBuf {
-    std::env::var_os("KSYNC_BIN").map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_ksync")), PathBuf::from)
-}
 
 fn restarted_at(d: &Deployment) -> Option<String> {
     d.spec.template.metadata.as_ref()?.annotations.as_ref()?.get(names::annotations::RESTARTED_AT).cloned()
@@ -89,20 +82,10 @@ fn redeploy_restarts_the_workloads_once_and_refuses_a_bad_request(cluster: Clust
         .await;
 
         // `ksync redeploy`: the annotation, and what happens next.
-        let home = temp_dir("ksync-home");
         let ksync = |args: &[&str]| {
-            let out = Command::new(ksync_bin())
-                .env_clear()
-                .env("HOME", home.path())
-                .arg("--kubeconfig")
-                .arg(cluster.kubeconfig())
-                .args(["-n", NS])
-                .args(args)
-                .output()
-                .expect("ksync");
-            let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-            assert!(out.status.success() && stderr.is_empty(), "ksync {args:?}: {}\n{stdout}\n{stderr}", out.status);
-            stdout.into_owned()
+            let out = ksync::ok(&cluster, NS, args);
+            assert!(out.stderr.is_empty(), "ksync {args:?}: {out:?}");
+            out.stdout
         };
         let printed = ksync(&["redeploy", "web"]);
         let app = env.apps().get("web").await.unwrap();
@@ -227,16 +210,7 @@ fn a_redeploy_during_an_attempt_waits_for_it_and_then_restarts(cluster: Cluster)
             r.status.as_ref().is_some_and(|s| s.attempts.last().is_some_and(|a| a.result == AttemptResult::Running))
         })
         .await;
-        let home = temp_dir("ksync-home");
-        let out = Command::new(ksync_bin())
-            .env_clear()
-            .env("HOME", home.path())
-            .arg("--kubeconfig")
-            .arg(cluster.kubeconfig())
-            .args(["-n", NS, "redeploy", "web"])
-            .output()
-            .expect("ksync");
-        assert!(out.status.success(), "{out:?}");
+        ksync::ok(&cluster, NS, &["redeploy", "web"]);
         let at = env.apps().get("web").await.unwrap().annotations()[names::annotations::REDEPLOY_REQUESTED_AT].clone();
         let still_first = env.revisions().get(&rev.name_any()).await.unwrap();
         assert_eq!(still_first.status.unwrap().attempts.len(), 1, "the request came during the first attempt");

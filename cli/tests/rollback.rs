@@ -6,9 +6,6 @@
 #[path = "../../tests/support/mod.rs"]
 mod support;
 
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
-
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::ResourceExt;
 use kube::api::Api;
@@ -18,32 +15,11 @@ use kuvryn_sync::api::names;
 use kuvryn_sync::api::revision::{Revision, RevisionPhase};
 use serde_json::json;
 use support::apps::{Env, WAIT};
-use support::{Cluster, eventually, temp_dir};
+use support::ksync;
+use support::{Cluster, eventually};
 
 fn config(color: &str) -> String {
     format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\ndata:\n  color: {color}\n")
-}
-
-fn ksync_bin() -> PathBuf {
-    std::env::var_os("KSYNC_BIN").map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_ksync")), PathBuf::from)
-}
-
-/// `ksync ARGS -n NS`; it must succeed. Returns stdout.
-fn ksync(cluster: &Cluster, ns: &str, args: &[&str]) -> String {
-    let home = temp_dir("ksync-home");
-    let out = Command::new(ksync_bin())
-        .env_clear()
-        .env("HOME", home.path())
-        .arg("--kubeconfig")
-        .arg(cluster.kubeconfig())
-        .args(["-n", ns])
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("ksync");
-    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "ksync {args:?}: {stdout}{stderr}");
-    stdout.into_owned()
 }
 
 fn phase(r: &Revision) -> Option<RevisionPhase> {
@@ -97,7 +73,7 @@ fn a_rollback_deploys_the_target_and_holds_until_a_new_commit(cluster: Cluster) 
         assert_eq!(color(&cms).await.as_deref(), Some("red"));
 
         // `ksync rollback` with no target: the last healthy Revision before the desired one.
-        let out = ksync(&cluster, ns, &["rollback", "web"]);
+        let out = ksync::ok(&cluster, ns, &["rollback", "web"]).stdout;
         assert!(out.contains(&format!("Requested a rollback of web to Revision {}", a.name_any())), "{out}");
         let app = eventually("rolled back and holding", WAIT, || async {
             let app = env.apps().get("web").await.ok()?;
@@ -220,7 +196,7 @@ fn a_rollback_that_cannot_reach_its_target_is_abandoned(cluster: Cluster) {
         healthy_at(&env, &green).await;
 
         // Rolling back to the invalid Revision cannot succeed: abandoned, the desired one runs.
-        ksync(&cluster, ns, &["rollback", "web", "--revision", &b.name_any()]);
+        ksync::ok(&cluster, ns, &["rollback", "web", "--revision", &b.name_any()]);
         let events = eventually("RollbackAbandoned", WAIT, || async {
             let ev = env.events("web").await;
             ev.iter().any(|e| e.1 == names::events::ROLLBACK_ABANDONED).then_some(ev)
@@ -256,25 +232,28 @@ fn a_manual_sync_rollback_is_approved_by_its_own_request(cluster: Cluster) {
         let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), ns);
         let waiting = |r: &Revision| phase(r) == Some(RevisionPhase::AwaitingApproval);
         let a = env.revision_where("web", "blue waiting for approval", waiting).await;
-        planned_digest(&env, &a.name_any()).await;
-        ksync(&cluster, ns, &["sync", "web", "--yes"]);
+        env.planned_digest("web", &a.name_any()).await;
+        ksync::ok(&cluster, ns, &["sync", "web", "--yes"]);
         healthy_at(&env, &a.spec.source.commit).await;
         let red = wt.write("web/config.yaml", &config("red")).commit_and_push("red");
         env.refresh("platform", &red).await;
         let b =
             env.revision_where("web", "red waiting for approval", |r| r.spec.source.commit == red && waiting(r)).await;
-        planned_digest(&env, &b.name_any()).await;
-        ksync(&cluster, ns, &["sync", "web", "--yes"]);
+        env.planned_digest("web", &b.name_any()).await;
+        ksync::ok(&cluster, ns, &["sync", "web", "--yes"]);
         healthy_at(&env, &red).await;
         assert_eq!(color(&cms).await.as_deref(), Some("red"));
 
         // The request approves the chosen Revision: no ksync sync.
-        let out = ksync(&cluster, ns, &["rollback", "web", "--revision", &a.name_any()]);
+        let out = ksync::ok(&cluster, ns, &["rollback", "web", "--revision", &a.name_any()]).stdout;
         assert!(out.contains("The request approves it"), "{out}");
-        eventually("blue back and red held", WAIT, || async {
+        eventually("blue back, red held and the request removed", WAIT, || async {
             let r = env.revisions().get(&b.name_any()).await.ok()?;
-            (color(&cms).await.as_deref() == Some("blue") && held_by(&r).as_deref() == Some("ManualRollback"))
-                .then_some(())
+            let app = env.apps().get("web").await.ok()?;
+            let done = color(&cms).await.as_deref() == Some("blue")
+                && held_by(&r).as_deref() == Some("ManualRollback")
+                && !app.annotations().contains_key(names::annotations::ROLLBACK_TO);
+            done.then_some(())
         })
         .await;
         let target = env.revisions().get(&a.name_any()).await.unwrap();
@@ -306,8 +285,8 @@ fn a_manual_sync_rollback_is_approved_by_its_own_request(cluster: Cluster) {
         assert_eq!(phase(&r), Some(RevisionPhase::AwaitingApproval));
         assert_eq!(held_by(&r), None, "asking to roll back to it lifts its hold");
         assert_eq!(color(&cms).await.as_deref(), Some("blue"), "nothing deployed without an approval");
-        planned_digest(&env, &b.name_any()).await;
-        ksync(&cluster, ns, &["sync", "web", "--yes"]);
+        env.planned_digest("web", &b.name_any()).await;
+        ksync::ok(&cluster, ns, &["sync", "web", "--yes"]);
         eventually("red deployed by ksync sync", WAIT, || async {
             let app = env.apps().get("web").await.ok()?;
             let done = color(&cms).await.as_deref() == Some("red")
@@ -339,8 +318,8 @@ fn a_manual_sync_rollback_to_a_live_target_waits_for_approval(cluster: Cluster) 
         let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), ns);
         let waiting = |r: &Revision| phase(r) == Some(RevisionPhase::AwaitingApproval);
         let b = env.revision_where("web", "blue waiting for approval", waiting).await;
-        planned_digest(&env, &b.name_any()).await;
-        ksync(&cluster, ns, &["sync", "web", "--yes"]);
+        env.planned_digest("web", &b.name_any()).await;
+        ksync::ok(&cluster, ns, &["sync", "web", "--yes"]);
         healthy_at(&env, &b.spec.source.commit).await;
         // A commit that changes nothing under the path: a new Revision of the same desired
         // state, waiting for approval.
@@ -367,8 +346,8 @@ fn a_manual_sync_rollback_to_a_live_target_waits_for_approval(cluster: Cluster) 
         assert_eq!(held_by(&held), None, "nothing completes without an approval");
         assert!(env.apps().get("web").await.unwrap().annotations().contains_key(names::annotations::ROLLBACK_TO));
 
-        planned_digest(&env, &b.name_any()).await;
-        ksync(&cluster, ns, &["sync", "web", "--yes"]);
+        env.planned_digest("web", &b.name_any()).await;
+        ksync::ok(&cluster, ns, &["sync", "web", "--yes"]);
         eventually("the rollback completed and the docs commit held", WAIT, || async {
             let app = env.apps().get("web").await.ok()?;
             let r = env.revisions().get(&c.name_any()).await.ok()?;
@@ -383,17 +362,6 @@ fn a_manual_sync_rollback_to_a_live_target_waits_for_approval(cluster: Cluster) 
         assert_eq!(st.attempts.len(), 2, "the approved rollback is an attempt of its own: {:#?}", st.attempts);
         assert_eq!(color(&cms).await.as_deref(), Some("blue"));
     });
-}
-
-/// Wait until the Application's `status.sync.planDigest` is the stored plan of Revision `rev`
-/// (what `ksync sync` then approves).
-async fn planned_digest(env: &Env, rev: &str) {
-    eventually("the plan digest of the Revision waiting", WAIT, || async {
-        let d = env.apps().get("web").await.ok()?.status?.sync?.plan_digest?;
-        let r = env.revisions().get(rev).await.ok()?;
-        (r.status?.plan?.digest == d).then_some(())
-    })
-    .await;
 }
 
 crate::both!(

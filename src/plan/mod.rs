@@ -142,7 +142,8 @@ pub fn wave_of(obj: &Value) -> Result<i32, String> {
 pub struct Plan {
     /// Entries: applies in apply order, then deletes in reverse apply order.
     pub entries: Vec<Entry>,
-    /// sha256 over the canonical JSON of the entries.
+    /// sha256 over the canonical JSON of the entries and the desired state hash of the objects
+    /// (what they are set to).
     pub digest: String,
 }
 
@@ -373,8 +374,15 @@ pub fn build(desired: &[Value], inputs: &Inputs) -> Plan {
     entries.extend(skipped);
     entries.extend(deletes);
     let canonical = serde_json::to_vec(&entries).unwrap_or_default();
-    let digest =
-        format!("sha256:{}", Sha256::digest(&canonical).iter().map(|b| format!("{b:02x}")).collect::<String>());
+    // The entries name paths, never values: the digest also covers what the objects are set to,
+    // so approving one plan never approves other values on the same paths (red to blue after
+    // blue to red).
+    let objects: Vec<Value> = desired.iter().chain(&inputs.hooks).cloned().collect();
+    let mut h = Sha256::new();
+    h.update(&canonical);
+    h.update(b"\n");
+    h.update(revision::desired_state_hash(&objects).as_bytes());
+    let digest = format!("sha256:{}", h.finalize().iter().map(|b| format!("{b:02x}")).collect::<String>());
     Plan { entries, digest }
 }
 

@@ -74,6 +74,21 @@ fn table() {
     }
 }
 
+/// Two plans changing the same paths to different values (blue to red, red to blue) have
+/// different digests: approving one never approves the other.
+#[test]
+fn the_digest_covers_the_values_set() {
+    let cm = |color: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings", "namespace": "team"}, "data": {"color": color}});
+    let plan_of = |desired: &str, live: &str| {
+        let live = [(validate::identity(&cm(live)), cm(live))].into_iter().collect();
+        build(&[cm(desired)], &Inputs { live, ..Default::default() })
+    };
+    let (to_red, to_blue) = (plan_of("red", "blue"), plan_of("blue", "red"));
+    assert_eq!(to_red.entries, to_blue.entries, "the same paths change");
+    assert_ne!(to_red.digest, to_blue.digest);
+    assert_eq!(plan_of("red", "blue").digest, to_red.digest, "and the same plan, the same digest");
+}
+
 /// Same inputs in any order: a byte-identical plan and digest.
 #[test]
 fn any_input_order_gives_the_same_plan() {

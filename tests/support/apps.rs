@@ -34,11 +34,9 @@ impl Env {
     /// CRDs, the namespace `ns` with a service account `deployer` that may do anything in it,
     /// a Git server, and both controllers running.
     pub async fn start(cluster: &Cluster, ns: &str) -> Env {
-        let client = cluster.client().await;
-        install_crds(&client).await;
-        super::deployer_namespace(&client, ns).await;
-        let cache_dir = temp_dir("git-cache");
-        let cache = GitCache::new(CacheConfig::new(cache_dir.path())).unwrap();
+        let mut env = Env::without_controllers(cluster, ns).await;
+        let client = env.client.clone();
+        let cache = GitCache::new(CacheConfig::new(env._cache_dir.path())).unwrap();
         let tools = super::Tools::get();
         let renderer = Renderer::new(
             Tools { helm: tools.bin.join("helm"), kubectl: tools.bin.join("kubectl") },
@@ -56,7 +54,16 @@ impl Env {
         };
         tokio::spawn(repository::run(repos, on_stop(rx.clone())));
         tokio::spawn(application::run(apps, on_stop(rx)));
-        Env { client, ns: ns.into(), git: GitServer::start(), _cache_dir: cache_dir, stop: Some(tx) }
+        env.stop = Some(tx);
+        env
+    }
+
+    /// As [`Env::start`] without the controllers: for tests that run the manager binary.
+    pub async fn without_controllers(cluster: &Cluster, ns: &str) -> Env {
+        let client = cluster.client().await;
+        install_crds(&client).await;
+        super::deployer_namespace(&client, ns).await;
+        Env { client, ns: ns.into(), git: GitServer::start(), _cache_dir: temp_dir("git-cache"), stop: None }
     }
 
     pub fn apps(&self) -> Api<Application> {
@@ -164,6 +171,17 @@ impl Env {
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
             "subjects": [{"kind": "ServiceAccount", "name": "deployer", "namespace": self.ns}]}),
         )
+        .await;
+    }
+
+    /// Wait until Application `app`'s `status.sync.planDigest` is the stored plan of Revision
+    /// `rev` (what `ksync sync` then approves).
+    pub async fn planned_digest(&self, app: &str, rev: &str) {
+        eventually("the plan digest of the Revision waiting", WAIT, || async {
+            let d = self.apps().get(app).await.ok()?.status?.sync?.plan_digest?;
+            let r = self.revisions().get(rev).await.ok()?;
+            (r.status?.plan?.digest == d).then_some(())
+        })
         .await;
     }
 

@@ -17,6 +17,8 @@
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
 pub mod apps;
+pub mod ksync;
+pub mod manager;
 pub mod ssh;
 
 use std::net::{SocketAddr, TcpListener, TcpStream};

@@ -58,8 +58,16 @@ pub fn request_of(annotations: &BTreeMap<String, String>) -> Option<Request> {
             .map(|b| b.trim())
             .filter(|b| !b.is_empty())
             .map(Into::into),
-        at: annotations.get(names::annotations::APPROVED_AT).and_then(|t| t.trim().parse().ok()),
+        at: annotations.get(names::annotations::APPROVED_AT).and_then(|t| parse_time(t)),
     })
+}
+
+/// An approval or request time from an annotation, in whole seconds as the API records times
+/// (`status.approval.time`): a request is then recognized once recorded, and "at or after the
+/// request" compares what both records can say. `None` when not RFC 3339.
+pub fn parse_time(s: &str) -> Option<Timestamp> {
+    let t: Timestamp = s.trim().parse().ok()?;
+    Timestamp::from_second(t.as_second()).ok()
 }
 
 /// What [`judge`] looks at.
@@ -235,6 +243,12 @@ mod tests {
         .unwrap();
         assert_eq!(r.by.as_deref(), Some("alice"));
         assert_eq!(r.at, Some("2026-12-02T10:00:00Z".parse().unwrap()));
+        // Sub-second times (ksync without the webhook) are read as the whole seconds recorded.
+        let fine = request_of(&a(&[
+            (names::annotations::APPROVED_PLAN, "sha256:1"),
+            (names::annotations::APPROVED_AT, "2026-12-02T10:00:00.999Z"),
+        ]));
+        assert_eq!(fine.unwrap().at, Some("2026-12-02T10:00:00Z".parse().unwrap()));
         let bad = request_of(&a(&[
             (names::annotations::APPROVED_PLAN, "sha256:1"),
             (names::annotations::APPROVED_AT, "yesterday"),

@@ -498,10 +498,12 @@ async fn plan_app(
             action
         }
     };
-    let after = rolling_back::settle(ctx, app, ns, &choice, &reconciled, &old_rs, &rs, old, status, now).await?;
+    // The Revision's status first: a rollback that completes holds other Revisions only once
+    // the attempt that completed it is recorded.
     if rs != old_rs {
         write_revision_status(ctx, app, ns, &rev_name, &rs).await?;
     }
+    let after = rolling_back::settle(ctx, app, ns, &choice, &reconciled, &old_rs, &rs, old, status, now).await?;
     // History changes only with a new desired Revision or a new limit: a drift check lists no
     // Revisions.
     if old.desired_revision.as_deref() != Some(rev_name.as_str()) || old.observed_generation != app.metadata.generation

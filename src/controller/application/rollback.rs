@@ -102,7 +102,7 @@ pub fn request_of(annotations: &BTreeMap<String, String>) -> Option<Result<Reque
         kind,
         target_revision: get(a::ROLLBACK_TARGET_REVISION),
         requested_by: get(a::ROLLBACK_REQUESTED_BY),
-        requested_at: get(a::ROLLBACK_REQUESTED_AT).and_then(|t| t.parse().ok()),
+        requested_at: get(a::ROLLBACK_REQUESTED_AT).and_then(|t| super::approval::parse_time(&t)),
         target_hash: get(a::ROLLBACK_TARGET_HASH),
     }))
 }

@@ -6,7 +6,7 @@ use jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::events::EventType;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use super::context::{Context, Error};
 use super::revision::revision_ref;
@@ -32,18 +32,45 @@ pub(super) async fn get(ctx: &Context, ns: &str, name: &str) -> Result<Option<Re
     Ok(Api::<Revision>::namespaced(ctx.client.clone(), ns).get_opt(name).await?)
 }
 
-/// Remove every `sync.kuvryn.io/rollback-*` annotation.
+/// Remove every `sync.kuvryn.io/rollback-*` annotation, only as this reconcile saw it: each is
+/// tested for the value it had, so a request written meanwhile (a new `ksync rollback`) is left
+/// for the next reconcile instead of being erased.
 async fn remove_request(ctx: &Context, app: &Application, ns: &str) -> Result<(), Error> {
-    let gone: Map<String, Value> = app
-        .annotations()
-        .keys()
-        .filter(|k| k.starts_with(names::annotations::ROLLBACK_PREFIX))
-        .map(|k| (k.clone(), Value::Null))
-        .collect();
-    if gone.is_empty() {
+    let ops = removal_ops(app.annotations());
+    if ops.is_empty() {
         return Ok(());
     }
-    patch_annotations(ctx, app, ns, Value::Object(gone)).await
+    let name = app.name_any();
+    let patch = json_patch::Patch(ops);
+    let result = ctx
+        .writer(&ctx.client, ns, &name)
+        .patch::<Application, _>(Some(ns), &name, &PatchParams::default(), &Patch::<()>::Json(patch))
+        .await;
+    match result {
+        // A test failed: the request changed since this reconcile read it.
+        Err(kube::Error::Api(s)) if s.code == 409 || s.code == 422 => {
+            tracing::info!(application = %name, namespace = ns, "rollback request changed meanwhile: kept");
+            Ok(())
+        }
+        r => r.map(|_| ()).map_err(Into::into),
+    }
+}
+
+/// JSON Patch operations that remove each `sync.kuvryn.io/rollback-*` annotation of
+/// `annotations` only while it still has the value seen.
+fn removal_ops(annotations: &std::collections::BTreeMap<String, String>) -> Vec<json_patch::PatchOperation> {
+    use json_patch::{PatchOperation, RemoveOperation, TestOperation, jsonptr::PointerBuf};
+    annotations
+        .iter()
+        .filter(|(k, _)| k.starts_with(names::annotations::ROLLBACK_PREFIX))
+        .flat_map(|(k, v)| {
+            let path = PointerBuf::from_tokens(["metadata", "annotations", k.as_str()]);
+            [
+                PatchOperation::Test(TestOperation { path: path.clone(), value: Value::String(v.clone()) }),
+                PatchOperation::Remove(RemoveOperation { path }),
+            ]
+        })
+        .collect()
 }
 
 /// Merge `annotations` (a `null` removes one) into the Application's.
@@ -357,5 +384,28 @@ pub(super) async fn after(ctx: &Context, app: &Application, ns: &str, after: Aft
         }
         After::Abandoned { why } => abandon(ctx, app, ns, &why).await,
         After::Request { to, from } => request_automatic(ctx, app, ns, &to, &from).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_is_removed_only_as_it_was_seen() {
+        let seen = [
+            (names::annotations::ROLLBACK_TO.to_string(), "abc1234".to_string()),
+            ("example.com/other".to_string(), "kept".to_string()),
+        ]
+        .into();
+        let ops = serde_json::to_value(json_patch::Patch(removal_ops(&seen))).unwrap();
+        let path = "/metadata/annotations/sync.kuvryn.io~1rollback-to";
+        assert_eq!(ops, json!([{"op": "test", "path": path, "value": "abc1234"}, {"op": "remove", "path": path}]));
+        let mut doc = json!({"metadata": {"annotations": {names::annotations::ROLLBACK_TO: "abc1234", "example.com/other": "kept"}}});
+        json_patch::patch(&mut doc, &json_patch::Patch(removal_ops(&seen))).unwrap();
+        assert_eq!(doc, json!({"metadata": {"annotations": {"example.com/other": "kept"}}}));
+        // A request written meanwhile is not erased.
+        let mut newer = json!({"metadata": {"annotations": {names::annotations::ROLLBACK_TO: "def5678"}}});
+        assert!(json_patch::patch(&mut newer, &json_patch::Patch(removal_ops(&seen))).is_err());
     }
 }

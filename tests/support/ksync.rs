@@ -1,0 +1,63 @@
+//! The real `ksync` binary, run as a user runs it: a fresh `HOME`, no inherited environment,
+//! stdin closed, the cluster's admin kubeconfig.
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+use super::{Cluster, temp_dir};
+
+/// The binary under test: `KSYNC_BIN`; else the one Cargo built for this test (the `ksync`
+/// package's tests); else the `ksync` next to `ksync-controller` (the root package's tests,
+/// which Cargo gives only its own binaries: a build of the workspace, or of its default
+/// members from the root, puts both in one folder).
+pub fn bin() -> PathBuf {
+    if let Some(path) = std::env::var_os("KSYNC_BIN") {
+        return PathBuf::from(path);
+    }
+    if let Some(path) = option_env!("CARGO_BIN_EXE_ksync") {
+        return PathBuf::from(path);
+    }
+    let beside = super::manager::bin().with_file_name("ksync");
+    assert!(
+        beside.is_file(),
+        "{} is missing: build it with `cargo build --bin ksync` (or run the tests from the workspace root), or set KSYNC_BIN",
+        beside.display()
+    );
+    beside
+}
+
+/// What `ksync` printed and how it exited.
+#[derive(Debug)]
+pub struct Output {
+    /// The exit code (-1 when killed by a signal).
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// `ksync --kubeconfig <cluster's> -n NS ARGS`, whatever its exit code.
+pub fn run(cluster: &Cluster, ns: &str, args: &[&str]) -> Output {
+    let home = temp_dir("ksync-home");
+    let out = Command::new(bin())
+        .env_clear()
+        .env("HOME", home.path())
+        .arg("--kubeconfig")
+        .arg(cluster.kubeconfig())
+        .args(["-n", ns])
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("ksync");
+    Output {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// As [`run`]; it must succeed.
+pub fn ok(cluster: &Cluster, ns: &str, args: &[&str]) -> Output {
+    let out = run(cluster, ns, args);
+    assert_eq!(out.code, 0, "ksync {args:?}:\n{}{}", out.stdout, out.stderr);
+    out
+}

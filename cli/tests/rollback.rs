@@ -299,6 +299,65 @@ fn a_manual_sync_rollback_is_approved_by_its_own_request(cluster: Cluster) {
     });
 }
 
+/// A commit whose Deployment crash-loops (simcluster; on realkube no node ever runs it) fails its
+/// attempt on health, and a rollback failure policy returns to the previous healthy commit,
+/// pruning the Deployment, and holds the crashing one.
+fn a_crash_looping_commit_is_rolled_back_by_the_failure_policy(cluster: Cluster) {
+    let runtime = support::runtime();
+    runtime.block_on(async {
+        let ns = "rollback-crash";
+        let env = Env::start(&cluster, ns).await;
+        let wt = env
+            .app_from(
+                "web",
+                &[("web/config.yaml", &config("blue"))],
+                json!({"source": {"repository": "platform", "path": "web"}, "serviceAccountName": "deployer",
+                       "destination": {"namespace": ns}, "sync": {"prune": true}, "health": {"timeout": "20s"},
+                       "failurePolicy": {"action": "rollback", "maxAttempts": 3}}),
+            )
+            .await;
+        let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), ns);
+        let a = eventually("blue deployed", WAIT, || async {
+            let r = env.revision_where("web", "a Healthy Revision", |r| phase(r) == Some(RevisionPhase::Healthy)).await;
+            (color(&cms).await.as_deref() == Some("blue")).then_some(r)
+        })
+        .await;
+        let crash = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  replicas: 1\n  progressDeadlineSeconds: 5\n  selector:\n    matchLabels: {app: web}\n  template:\n    metadata:\n      labels: {app: web}\n    spec:\n      containers:\n      - name: web\n        image: web:2\n        env: [{name: SIMCLUSTER_EXIT_CODE, value: \"3\"}]\n";
+        let bad = wt
+            .write("web/config.yaml", &config("red"))
+            .write("web/deploy.yaml", crash)
+            .commit_and_push("a crash-looping web");
+        env.refresh("platform", &bad).await;
+        let held = eventually("the crashing commit held", WAIT, || async {
+            let list = env.revisions().list(&Default::default()).await.ok()?;
+            let r = list.items.into_iter().find(|r| r.spec.source.commit == bad)?;
+            let app = env.apps().get("web").await.ok()?;
+            let done = held_by(&r).as_deref() == Some(names::reasons::ROLLBACK_COMPLETED)
+                && !app.annotations().contains_key(names::annotations::ROLLBACK_TO);
+            done.then_some(r)
+        })
+        .await;
+        let st = held.status.as_ref().unwrap();
+        let failed = st.attempts.first().unwrap();
+        assert_eq!(failed.result, kuvryn_sync::api::revision::AttemptResult::Failed);
+        let reason = failed.reason.clone().unwrap_or_default();
+        assert!([names::reasons::DEGRADED, names::reasons::HEALTH_TIMEOUT].contains(&reason.as_str()), "{reason}");
+        assert_eq!(st.attempts.len(), 1, "rolled back as it failed, not retried: {:#?}", st.attempts);
+        assert_eq!(color(&cms).await.as_deref(), Some("blue"));
+        let deployments: Api<k8s_openapi::api::apps::v1::Deployment> = Api::namespaced(env.client.clone(), ns);
+        eventually("the crashing Deployment pruned", WAIT, || async {
+            deployments.get_opt("web").await.ok()?.is_none().then_some(())
+        })
+        .await;
+        let app = eventually("the Application reporting the hold", WAIT, || async {
+            let app = env.apps().get("web").await.ok()?;
+            (ready(&app) == ("False".into(), names::reasons::ROLLED_BACK.into())).then_some(app)
+        })
+        .await;
+        assert_eq!(app.status.unwrap().desired_revision.as_deref(), Some(a.name_any().as_str()));
+    });
+}
+
 /// On manual sync, a rollback to a Revision that is live and unchanged still needs an approval
 /// given for it: it waits in `AwaitingApproval` (the earlier `ksync sync` of that Revision does
 /// not count), and `ksync sync` completes it, holding the commit rolled back from.
@@ -370,4 +429,5 @@ crate::both!(
     a_first_rollout_failing_under_rollback_is_handled_as_pause,
     a_manual_sync_rollback_is_approved_by_its_own_request,
     a_manual_sync_rollback_to_a_live_target_waits_for_approval,
+    a_crash_looping_commit_is_rolled_back_by_the_failure_policy,
 );

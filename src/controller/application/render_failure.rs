@@ -115,7 +115,10 @@ pub(super) async fn wait(
     };
     let failures = rollout::consecutive_failures(&rs.attempts, None);
     let reported = Failure { message: note(&failure, failures, &policy, Some(at)), ..failure };
-    report_failure(ctx, app, old, status, &reported, false, now).await;
+    // Retried in case its inputs change (a valuesFrom Secret, a CRD), but a failure retrying
+    // cannot fix is Stalled: it needs a change.
+    let stalled = !reported.retryable;
+    report_failure(ctx, app, old, status, &reported, stalled, now).await;
     Action::requeue(now.duration_until(at).unsigned_abs().max(Duration::from_millis(200)))
 }
 

@@ -36,6 +36,11 @@ pub mod labels {
     /// [`APPLICATION_ID`]. Hooks carry this instead of the id label, so they are never in the
     /// managed inventory (never pruned, never checked for drift).
     pub const HOOK_OF: &str = "sync.kuvryn.io/hook-of";
+    /// On the Pod templates of managed Deployments, StatefulSets and DaemonSets, so on their
+    /// Pods: the Application id, as in [`APPLICATION_ID`]. Pods are watched by it (a crash loop
+    /// is noticed as it happens); it is not the id label, so Pods are never in the managed
+    /// inventory.
+    pub const POD_OF: &str = "sync.kuvryn.io/pod-of";
 }
 
 /// Annotations read or written by Kuvryn Sync.

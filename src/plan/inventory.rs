@@ -44,6 +44,32 @@ pub fn stamp(obj: &mut Value, namespace: &str, name: &str, shard: &str) {
         .as_object_mut()
         .expect("annotations object")
         .insert(annotations::APPLICATION.into(), json!(format!("{namespace}/{name}")));
+    stamp_pod_template(obj, namespace, name);
+}
+
+/// Mark the Pod template of a Deployment, StatefulSet or DaemonSet (`apps`) with
+/// [`labels::POD_OF`] and the `sync.kuvryn.io/application` annotation, so its Pods carry them.
+/// Job templates are immutable and left alone.
+fn stamp_pod_template(obj: &mut Value, namespace: &str, name: &str) {
+    let workload = obj["apiVersion"].as_str().is_some_and(|v| v.starts_with("apps/"))
+        && matches!(obj["kind"].as_str(), Some("Deployment" | "StatefulSet" | "DaemonSet"));
+    let Some(template) = obj.pointer_mut("/spec/template").and_then(Value::as_object_mut).filter(|_| workload) else {
+        return;
+    };
+    let meta = template.entry("metadata").or_insert_with(|| json!({}));
+    if !meta.is_object() {
+        *meta = json!({});
+    }
+    for (field, key, value) in [
+        ("labels", labels::POD_OF, application_id(namespace, name)),
+        ("annotations", annotations::APPLICATION, format!("{namespace}/{name}")),
+    ] {
+        let map = meta.as_object_mut().expect("metadata object").entry(field).or_insert_with(|| json!({}));
+        if !map.is_object() {
+            *map = json!({});
+        }
+        map.as_object_mut().expect("object").insert(key.into(), json!(value));
+    }
 }
 
 /// Mark a sync hook as created by the Application `namespace/name`:
@@ -223,6 +249,28 @@ mod tests {
             not_selector("ns", "app"),
             format!("sync.kuvryn.io/application-id!={}", application_id("ns", "app"))
         );
+    }
+
+    #[test]
+    fn workload_pod_templates_carry_the_pod_label_and_jobs_do_not() {
+        let id = application_id("ns", "app");
+        for (kind, api_version, template, stamped) in [
+            ("Deployment", "apps/v1", json!({"metadata": {"labels": {"app": "w"}}}), true),
+            ("StatefulSet", "apps/v1", json!({"spec": {}}), true),
+            ("DaemonSet", "apps/v1", json!({"metadata": {"labels": null, "annotations": "x"}}), true),
+            ("Job", "batch/v1", json!({"metadata": {}}), false),
+            ("Deployment", "example.com/v1", json!({"metadata": {}}), false),
+        ] {
+            let mut o = json!({"apiVersion": api_version, "kind": kind, "metadata": {"name": "w"}, "spec": {"template": template}});
+            stamp(&mut o, "ns", "app", "1");
+            let t = &o["spec"]["template"]["metadata"];
+            assert_eq!(t["labels"][labels::POD_OF].as_str() == Some(id.as_str()), stamped, "{kind} {api_version}: {o}");
+            assert_eq!(t["annotations"][annotations::APPLICATION].as_str() == Some("ns/app"), stamped, "{kind}");
+            assert!(t["labels"][labels::APPLICATION_ID].is_null(), "Pods are never in the inventory");
+            if kind == "Deployment" && stamped {
+                assert_eq!(t["labels"]["app"], "w");
+            }
+        }
     }
 
     #[test]

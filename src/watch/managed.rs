@@ -75,6 +75,14 @@ where
         })
 }
 
+/// Metadata-only watch events of the Pods of managed workloads (labelled [`names::labels::POD_OF`]
+/// through their templates), every shard's: a Pod's Application is in its annotation, and the
+/// shard controller keeps the events of its own Applications. Pods are many and short-lived, so
+/// no store is kept.
+pub fn pods() -> watcher::Config {
+    watcher::Config::default().labels(names::labels::POD_OF)
+}
+
 /// The label pairs of an equality-only selector (`k=v,k2=v2`), or `None` for anything else.
 fn equalities(selector: &str) -> Option<Vec<(&str, &str)>> {
     selector

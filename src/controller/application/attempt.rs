@@ -702,17 +702,15 @@ impl Rollout<'_> {
             status: summary.status,
             message: (!summary.message.is_empty()).then(|| bounded(&summary.message, 1024)),
         });
+        self.status.diagnosis = super::diagnosis::diagnose(planned, live, &summary).await;
         if summary.status == HealthStatus::Degraded && was != Some(HealthStatus::Degraded) && deployed {
             let related = revision_ref(self.ns, self.rev);
-            event(
-                self.ctx,
-                self.app,
-                Some(&related),
-                EventType::Warning,
-                names::events::HEALTH_DEGRADED,
-                &summary.message,
-            )
-            .await;
+            let message = match &self.status.diagnosis {
+                Some(d) => bounded(&format!("{}; root cause: {}: {}", summary.message, d.reason, d.message), 1024),
+                None => summary.message.clone(),
+            };
+            event(self.ctx, self.app, Some(&related), EventType::Warning, names::events::HEALTH_DEGRADED, &message)
+                .await;
         }
         summary
     }

@@ -42,6 +42,7 @@ mod context;
 pub mod dependencies;
 mod dependency_watch;
 mod desired;
+mod diagnosis;
 mod echoes;
 mod finalize;
 mod gate;
@@ -66,9 +67,9 @@ use futures_util::StreamExt;
 
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
-use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, PartialObjectMeta, Patch, PatchParams};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::reflector::{self, ObjectRef};
@@ -137,6 +138,7 @@ pub async fn run_shard(
     );
     let (c1, c2) = (ctx.clone(), ctx.clone());
     let (c3, deps_store) = (ctx.clone(), store.clone());
+    let (c4, pods_store) = (ctx.clone(), store.clone());
     let extra = watched::extra_triggers(client, ctx.kinds.subscribe(), selector.clone(), ctx.inventory.clone(), shard)
         .map(move |r| noted(r, &c1));
     // A Repository change: its Applications in this shard (all of them if events were missed).
@@ -166,6 +168,15 @@ pub async fn run_shard(
         };
         futures_util::stream::iter(apps)
     });
+    // A Pod of a managed workload: its Application, when this shard has it.
+    let pods = watcher(Api::<PartialObjectMeta<Pod>>::all(ctx.client.clone()), watched::pods())
+        .default_backoff()
+        .touched_objects();
+    let pod_owner = move |p: PartialObjectMeta<Pod>| {
+        let r = watched::owner_app(&p)?;
+        pods_store.get(&r)?;
+        Some(noted(r, &c4))
+    };
     let inv = &ctx.inventory;
     controller
         .watches_stream(watched::touched::<Deployment>(&ctx.client, &selector, inv, shard), tracked(&ctx))
@@ -174,6 +185,7 @@ pub async fn run_shard(
         .watches_stream(watched::touched::<ConfigMap>(&ctx.client, &selector, inv, shard), tracked(&ctx))
         .watches_stream(watched::touched::<Secret>(&ctx.client, &selector, inv, shard), tracked(&ctx))
         .watches_stream(watched::touched::<Service>(&ctx.client, &selector, inv, shard), tracked(&ctx))
+        .watches_stream(pods, pod_owner)
         .reconcile_on(extra)
         .reconcile_on(repo_triggers)
         .reconcile_on(dep_triggers)

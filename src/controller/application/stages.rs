@@ -405,6 +405,7 @@ impl Rollout<'_> {
                     deadline = self.health_deadline(policy);
                 }
                 HealthStatus::Healthy => {
+                    self.status.diagnosis = None;
                     self.end_hooks(planned, HookPhase::Sync, &stage, true).await;
                     let next = if self.runs_hooks(planned) { hooks::after_waves(&planned.plan) } else { Next::Done };
                     return match next {
@@ -419,6 +420,7 @@ impl Rollout<'_> {
                     if status == HealthStatus::Degraded || self.now >= deadline =>
                 {
                     self.end_hooks(planned, HookPhase::Sync, &stage, false).await;
+                    self.status.diagnosis = super::diagnosis::diagnose(planned, live, &summary).await;
                     let (reason, message) = if status == HealthStatus::Degraded {
                         (names::reasons::DEGRADED, in_wave(format!("the rollout degraded: {message}")))
                     } else {
@@ -435,6 +437,8 @@ impl Rollout<'_> {
                     return self.failed_at_once(planned, policy).await;
                 }
                 _ => {
+                    // On its way, within its deadline: no cause to name yet.
+                    self.status.diagnosis = None;
                     self.rs.phase = RevisionPhase::Progressing;
                     self.set_sync(SyncState::Synced, planned);
                     let message = format!("Revision {}: {}", self.rev, in_wave(format!("waiting for {message}")));

@@ -1,0 +1,85 @@
+//! `status.diagnosis`: when a managed resource is not Healthy, the objects around the managed
+//! resources are read as the Application's service account ([`crate::gather`]), linked into the
+//! resource graph and walked to the evidence ([`crate::graph::diagnose`]).
+//!
+//! The walk starts from each managed resource that is not Healthy, Degraded first, then from the
+//! managed Services, Ingresses, HorizontalPodAutoscalers and PodDisruptionBudgets: their own
+//! health says nothing of what they point at (a Service with no ready endpoints, an Ingress
+//! routing to a missing Service), and they are only looked at because something is already not
+//! Healthy.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use super::planning::Planned;
+use crate::api::application::{Diagnosis, ResourceRef};
+use crate::api::common::HealthStatus;
+use crate::gather::{self, Budget};
+use crate::graph;
+use crate::health;
+use crate::plan::Action as PlanAction;
+use crate::redact::redact;
+
+/// Kinds whose faults are in what they point at: walked from after the unhealthy resources.
+const POINTERS: [(&str, &str); 4] = [
+    ("", "Service"),
+    ("networking.k8s.io", "Ingress"),
+    ("autoscaling", "HorizontalPodAutoscaler"),
+    ("policy", "PodDisruptionBudget"),
+];
+
+/// The managed resources' live objects (hooks, deletions and missing ones left out), by
+/// identity, and where the walk starts: the resources `summary` found not Healthy in its order
+/// (Degraded first), then the [`POINTERS`].
+pub(super) fn managed(
+    planned: &Planned,
+    live: &BTreeMap<String, Value>,
+    summary: &health::Summary,
+) -> (BTreeMap<ResourceRef, Value>, Vec<ResourceRef>) {
+    let mut objects = BTreeMap::new();
+    let mut starts: Vec<(usize, ResourceRef)> = Vec::new();
+    for e in planned.plan.entries.iter().filter(|e| !e.is_hook() && e.action != PlanAction::Delete) {
+        let id = format!("{}/{}/{}/{}", e.group, e.kind, e.namespace, e.name);
+        let Some(obj) = live.get(&id) else { continue };
+        let r = ResourceRef {
+            group: e.group.clone(),
+            kind: e.kind.clone(),
+            namespace: (!e.namespace.is_empty()).then(|| e.namespace.clone()),
+            name: e.name.clone(),
+        };
+        let key = if e.namespace.is_empty() {
+            format!("{} {}", e.kind, e.name)
+        } else {
+            format!("{} {}/{}", e.kind, e.namespace, e.name)
+        };
+        let unhealthy = summary.unhealthy.iter().position(|(k, _)| *k == key);
+        let pointer = POINTERS.contains(&(e.group.as_str(), e.kind.as_str()));
+        if let Some(order) = unhealthy.or(pointer.then_some(usize::MAX)) {
+            starts.push((order, r.clone()));
+        }
+        objects.insert(r, obj.clone());
+    }
+    starts.sort();
+    (objects, starts.into_iter().map(|(_, r)| r).collect())
+}
+
+/// The diagnosis of the Application's managed resources when `summary` is not Healthy, read as
+/// `planned.sa`.
+pub(super) async fn diagnose(
+    planned: &Planned,
+    live: &BTreeMap<String, Value>,
+    summary: &health::Summary,
+) -> Option<Diagnosis> {
+    if summary.status == HealthStatus::Healthy {
+        return None;
+    }
+    let (objects, starts) = managed(planned, live, summary);
+    if starts.is_empty() {
+        return None;
+    }
+    let gathered = gather::gather(&planned.sa, objects, Budget::default()).await;
+    let mut d = graph::diagnose::diagnose(&graph::build(&gathered.observed), &starts)?;
+    d.message = redact(&d.message, planned.secrets.iter().map(String::as_str));
+    Some(d)
+}

@@ -254,6 +254,10 @@ impl Rollout<'_> {
                 self.set_sync(pending(&planned), &planned);
                 let failure = self.last_failure(&policy, Some(at));
                 report_failure(self.ctx, self.app, self.old, self.status, &failure, false, self.now).await;
+                // Between attempts the evidence moves on (a crash loop backs off): kept current.
+                let pods = self.pods_of(&planned, &live, None).await;
+                let summary = self.summarize(&planned, &live, &pods, true, None);
+                self.status.diagnosis = super::diagnosis::diagnose(&planned, &live, &summary).await;
                 let wait = self.now.duration_until(at).unsigned_abs();
                 return Ok(Action::requeue(wait.max(Duration::from_millis(200))));
             }

@@ -1,0 +1,219 @@
+//! `status.diagnosis` end to end: one Application per kind of evidence the workload simulation
+//! produces (simcluster's scheduler and kubelet, on simcluster and as clients of a real
+//! kube-apiserver), each asserting the whole path from the unhealthy resource to the evidence.
+
+mod support;
+
+use kube::api::{Api, DynamicObject, PostParams};
+use kube::discovery::ApiResource;
+use kuvryn_sync::api::Application;
+use kuvryn_sync::api::application::Diagnosis;
+use kuvryn_sync::api::names;
+use serde_json::json;
+use support::apps::Env;
+use support::{Cluster, eventually};
+
+/// A Deployment `name` (one replica) whose Pod spec is `pod` (YAML, indented for the template).
+fn deployment(name: &str, pod: &str) -> String {
+    format!(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: {name}\nspec:\n  replicas: 1\n  selector:\n    matchLabels: {{app: {name}}}\n  template:\n    metadata:\n      labels: {{app: {name}}}\n    spec:\n{pod}"
+    )
+}
+
+/// `(reason, [edge kind])` with the last step's name and whether it is missing.
+fn shape(d: &Diagnosis) -> (String, String, Vec<String>, String) {
+    let path = d.path.iter().map(|s| format!("{} {}", s.edge, s.resource.kind)).collect();
+    let last = d.path.last().map(|s| format!("{}{}", s.resource.name, if s.missing { " (missing)" } else { "" }));
+    (format!("{} {}", d.resource.kind, d.resource.name), d.reason.clone(), path, last.unwrap_or_default())
+}
+
+/// The scenarios: (Application, files, the diagnosis it must reach, as [`shape`] gives it, and
+/// a text its message must contain).
+fn scenarios() -> Vec<(&'static str, Vec<(String, String)>, (&'static str, &'static [&'static str], Vec<&'static str>, &'static str), &'static str)> {
+    let owned = |last: &'static str| {
+        let mut p = vec!["Owns ReplicaSet", "Owns Pod"];
+        if !last.is_empty() {
+            p.push(last);
+        }
+        p
+    };
+    vec![
+        (
+            "config",
+            vec![(
+                "config/deploy.yaml".into(),
+                deployment(
+                    "config",
+                    "      containers:\n      - name: app\n        image: nginx:1.27\n        volumeMounts: [{name: flags, mountPath: /etc/flags}]\n      volumes:\n      - {name: flags, configMap: {name: flags}}\n",
+                ),
+            )],
+            ("Deployment config", &["MissingConfigMap"], owned("Uses ConfigMap"), "flags (missing)"),
+            "ConfigMap",
+        ),
+        (
+            "secret",
+            vec![(
+                "secret/deploy.yaml".into(),
+                deployment(
+                    "secret",
+                    "      containers:\n      - name: app\n        image: nginx:1.27\n        envFrom: [{secretRef: {name: creds}}]\n",
+                ),
+            )],
+            ("Deployment secret", &["MissingSecret"], owned("Uses Secret"), "creds (missing)"),
+            "CreateContainerConfigError",
+        ),
+        (
+            "pull",
+            vec![(
+                "pull/deploy.yaml".into(),
+                deployment("pull", "      containers:\n      - {name: app, image: registry.invalid/team/app:1.0}\n"),
+            )],
+            ("Deployment pull", &["ImagePullBackOff", "ErrImagePull"], owned(""), ""),
+            "registry.invalid/team/app:1.0",
+        ),
+        (
+            "crash",
+            vec![(
+                "crash/deploy.yaml".into(),
+                deployment(
+                    "crash",
+                    "      containers:\n      - name: app\n        image: nginx:1.27\n        env: [{name: SIMCLUSTER_EXIT_CODE, value: \"3\"}, {name: SIMCLUSTER_RUN_MS, value: \"100\"}]\n",
+                ),
+            )],
+            ("Deployment crash", &["CrashLoopBackOff"], owned(""), ""),
+            "last exit code 3",
+        ),
+        (
+            "gpu",
+            vec![(
+                "gpu/deploy.yaml".into(),
+                deployment("gpu", "      nodeSelector: {pool: gpu}\n      containers:\n      - {name: app, image: nginx:1.27}\n"),
+            )],
+            ("Deployment gpu", &["Unschedulable"], owned(""), ""),
+            "untolerated taint",
+        ),
+        (
+            "claim",
+            vec![
+                (
+                    "claim/deploy.yaml".into(),
+                    deployment(
+                        "claim",
+                        "      containers:\n      - {name: app, image: nginx:1.27}\n      volumes:\n      - {name: data, persistentVolumeClaim: {claimName: data}}\n",
+                    ),
+                ),
+                (
+                    "claim/pvc.yaml".into(),
+                    "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: data\nspec:\n  storageClassName: no-such-class\n  accessModes: [ReadWriteOnce]\n  resources:\n    requests: {storage: 1Gi}\n".into(),
+                ),
+            ],
+            ("Deployment claim", &["PendingClaim"], owned("Mounts PersistentVolumeClaim"), "data"),
+            "is Pending (StorageClass no-such-class)",
+        ),
+        (
+            "idle",
+            vec![
+                (
+                    "idle/deploy.yaml".into(),
+                    deployment(
+                        "idle",
+                        "      containers:\n      - name: app\n        image: nginx:1.27\n        env: [{name: SIMCLUSTER_READY, value: \"false\"}]\n",
+                    ),
+                ),
+                (
+                    "idle/service.yaml".into(),
+                    "apiVersion: v1\nkind: Service\nmetadata:\n  name: idle\nspec:\n  selector: {app: idle}\n  ports: [{port: 80}]\n".into(),
+                ),
+            ],
+            ("Service idle", &["NoReadyEndpoints"], vec![], ""),
+            "it selects 1 Pod, not ready",
+        ),
+        (
+            "late",
+            vec![(
+                "late/deploy.yaml".into(),
+                deployment(
+                    "late",
+                    "      containers:\n      - name: app\n        image: nginx:1.27\n        env: [{name: SIMCLUSTER_EXIT_CODE, value: \"2\"}, {name: SIMCLUSTER_RUN_MS, value: \"4000\"}]\n",
+                ),
+            )],
+            ("Deployment late", &["CrashLoopBackOff"], owned(""), ""),
+            "last exit code 2",
+        ),
+        (
+            "job",
+            vec![(
+                "job/job.yaml".into(),
+                "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: migrate\nspec:\n  backoffLimit: 0\n  template:\n    spec:\n      restartPolicy: Never\n      containers:\n      - name: m\n        image: busybox:1.36\n        env: [{name: SIMCLUSTER_EXIT_CODE, value: \"1\"}, {name: SIMCLUSTER_RUN_MS, value: \"100\"}]\n".into(),
+            )],
+            ("Job migrate", &["JobFailed"], vec![], ""),
+            "failed",
+        ),
+    ]
+}
+
+fn every_kind_of_evidence_is_diagnosed(cluster: Cluster) {
+    let runtime = support::runtime();
+    runtime.block_on(async {
+        let env = Env::start(&cluster, "diagnosis").await;
+        // A Node only a taint keeps the `gpu` Pods from.
+        let nodes = ApiResource::erase::<k8s_openapi::api::core::v1::Node>(&());
+        Api::<DynamicObject>::all_with(env.client.clone(), &nodes)
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"apiVersion": "v1", "kind": "Node",
+                    "metadata": {"name": "gpu-1", "labels": {"pool": "gpu"}},
+                    "spec": {"taints": [{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}]}}))
+                .unwrap(),
+            )
+            .await
+            .unwrap();
+        let wt = env.repository("platform").await;
+        let scenarios = scenarios();
+        for (_, files, _, _) in &scenarios {
+            for (path, text) in files {
+                wt.write(path, text);
+            }
+        }
+        let commit = wt.commit_and_push("one Application per kind of evidence");
+        env.refresh("platform", &commit).await;
+        for (app, _, _, _) in &scenarios {
+            env.create_app(
+                app,
+                json!({"source": {"repository": "platform", "path": app}, "serviceAccountName": "deployer",
+                       "destination": {"namespace": "diagnosis"}, "health": {"timeout": "10s"}}),
+            )
+            .await;
+        }
+        for (app, _, (resource, reasons, path, last), text) in &scenarios {
+            let want = |d: &Diagnosis| {
+                let (r, reason, p, l) = shape(d);
+                r == *resource
+                    && reasons.contains(&reason.as_str())
+                    && p == *path
+                    && (last.is_empty() || l == *last)
+                    && d.message.contains(text)
+            };
+            let deadline = std::time::Instant::now() + support::apps::WAIT * 2;
+            loop {
+                let a: Application = env.apps().get(app).await.unwrap();
+                let d = a.status.as_ref().and_then(|s| s.diagnosis.clone());
+                if d.as_ref().is_some_and(want) {
+                    break;
+                }
+                assert!(std::time::Instant::now() < deadline, "the diagnosis of {app}: {d:#?}\nstatus: {:#?}", a.status);
+                tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+            }
+        }
+        // A Deployment Healthy at first whose Pod then crash-loops: Degraded while deployed, with
+        // a HealthDegraded Event naming the root cause.
+        let ev = eventually("a HealthDegraded Event with the root cause", support::apps::WAIT * 2, || async {
+            let ev = env.events("late").await;
+            ev.into_iter().find(|e| e.1 == names::events::HEALTH_DEGRADED && e.2.contains("root cause: CrashLoopBackOff"))
+        })
+        .await;
+        assert!(ev.2.contains("last exit code 2"), "{ev:?}");
+    });
+}
+
+crate::both!(every_kind_of_evidence_is_diagnosed);

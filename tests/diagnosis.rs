@@ -129,6 +129,33 @@ fn scenarios() -> Vec<(&'static str, Vec<(String, String)>, (&'static str, &'sta
             "it selects 1 Pod, not ready",
         ),
         (
+            "front",
+            vec![
+                (
+                    "front/deploy.yaml".into(),
+                    deployment(
+                        "front",
+                        "      containers:\n      - name: app\n        image: nginx:1.27\n        env: [{name: SIMCLUSTER_READY, value: \"false\"}]\n",
+                    ),
+                ),
+                (
+                    "front/ingress.yaml".into(),
+                    "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata:\n  name: front\nspec:\n  rules:\n  - http:\n      paths:\n      - {path: /, pathType: Prefix, backend: {service: {name: api, port: {number: 80}}}}\n".into(),
+                ),
+            ],
+            ("Ingress front", &["MissingService"], vec!["Routes Service"], "api (missing)"),
+            "routed to by Ingress.networking.k8s.io diagnosis/front",
+        ),
+        (
+            "scaler",
+            vec![(
+                "scaler/hpa.yaml".into(),
+                "apiVersion: autoscaling/v2\nkind: HorizontalPodAutoscaler\nmetadata:\n  name: scaler\nspec:\n  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: ghost}\n  minReplicas: 1\n  maxReplicas: 3\n".into(),
+            )],
+            ("HorizontalPodAutoscaler scaler", &["MissingDeployment"], vec!["Scales Deployment"], "ghost (missing)"),
+            "scaled by HorizontalPodAutoscaler.autoscaling diagnosis/scaler",
+        ),
+        (
             "late",
             vec![(
                 "late/deploy.yaml".into(),

@@ -43,6 +43,9 @@
 //!   revision check applies.
 //! - A Job with a `FailureTarget=True` condition (the job controller's step before `Failed`) is
 //!   already Degraded.
+//! - A HorizontalPodAutoscaler that cannot scale its target (`AbleToScale=False`: the target is
+//!   missing or its scale cannot be read) is Degraded, as in Argo CD; one whose metrics cannot
+//!   be read (`ScalingActive=False`) follows the kstatus rules.
 //! - A Pod that cannot be scheduled (`PodScheduled=False`, reason `Unschedulable`) is Progressing,
 //!   not Degraded: it may be scheduled once the cluster scales or other Pods go away. Its message
 //!   starts with "unschedulable:" and carries the scheduler's explanation.
@@ -55,6 +58,7 @@
 //! - Messages are one line (line breaks become spaces) of at most [`MAX_MESSAGE`] bytes; a Healthy
 //!   assessment never has one.
 
+mod autoscaler;
 mod kstatus;
 mod pod;
 mod workloads;
@@ -127,6 +131,7 @@ fn assess_as(group: &str, kind: &str, obj: &Value) -> Assessment {
         ("apps", "DaemonSet") => workloads::daemon_set(obj),
         ("batch", "Job") => workloads::job(obj),
         ("", "Pod") => pod::pod(obj),
+        ("autoscaling", "HorizontalPodAutoscaler") => autoscaler::horizontal_pod_autoscaler(obj),
         _ => kstatus::generic(kind, obj),
     });
     assessment.finish()

@@ -24,12 +24,45 @@ use serde_json::Value;
 
 use super::{Edge, Graph, describe};
 use crate::api::application::{Diagnosis, DiagnosisStep, ResourceRef};
+use crate::api::common::HealthStatus;
 
 /// Longest diagnosis message, in bytes (the CRD's bound).
 pub const MAX_MESSAGE: usize = 1024;
 
 /// Most steps of a diagnosis path (the CRD's bound).
 pub const MAX_PATH: usize = 16;
+
+/// Kinds whose faults are in what they point at (their own health says nothing of it): walked
+/// from after the unhealthy resources.
+const POINTERS: [(&str, &str); 4] = [
+    ("", "Service"),
+    ("networking.k8s.io", "Ingress"),
+    ("autoscaling", "HorizontalPodAutoscaler"),
+    ("policy", "PodDisruptionBudget"),
+];
+
+/// Whether the faults of `kind` are in what it points at: a Service without ready endpoints, an
+/// Ingress routing to a missing Service. Walked from once something is not Healthy.
+pub fn points_elsewhere(group: &str, kind: &str) -> bool {
+    POINTERS.contains(&(group, kind))
+}
+
+/// Where the walk starts: the managed resources that are not Healthy, Degraded first (each
+/// group in the order given), then those that [`points_elsewhere`].
+pub fn starts(managed: &[(ResourceRef, HealthStatus)]) -> Vec<ResourceRef> {
+    let rank = |h: HealthStatus| match h {
+        HealthStatus::Degraded => 0,
+        HealthStatus::Progressing | HealthStatus::Unknown => 1,
+        HealthStatus::Healthy => 2,
+    };
+    let mut out: Vec<(u8, &ResourceRef)> = managed
+        .iter()
+        .filter(|(r, h)| *h != HealthStatus::Healthy || points_elsewhere(&r.group, &r.kind))
+        .map(|(r, h)| (rank(*h), r))
+        .collect();
+    out.sort_by_key(|(rank, _)| *rank);
+    out.into_iter().map(|(_, r)| r.clone()).collect()
+}
 
 /// Waiting reasons that mean a container cannot start.
 const WAITING: [&str; 8] = [

@@ -22,7 +22,8 @@
 //! - a referenced object that was read and found not to exist (`absent`) is a missing node; one
 //!   that could not be read (forbidden, over the read budget) is left out, never called missing;
 //! - kinds without a rule contribute only their `ownerReferences` (Owns from their owner);
-//! - an empty selector selects nothing, so it draws no edge.
+//! - an empty selector selects nothing, so it draws no edge;
+//! - a Service's EndpointSlices are linked by Endpoints only (not also by Owns).
 
 pub mod diagnose;
 pub mod refs;
@@ -243,6 +244,12 @@ pub fn build(observed: &Observed) -> Graph {
             }
             _ => {}
         }
+    }
+    // A Service owns its EndpointSlices too: the Endpoints edge says it.
+    let endpoints: Vec<(usize, usize)> =
+        links.keys().filter(|(_, e, _)| *e == Edge::Endpoints).map(|(f, _, t)| (*f, *t)).collect();
+    for (from, to) in endpoints {
+        links.remove(&(from, Edge::Owns, to));
     }
     graph.links =
         links.into_iter().map(|((from, edge, to), optional)| Link { from, edge, to, optional }).collect();

@@ -134,7 +134,7 @@ type Resolved = Result<(ApiResource, bool), String>;
 
 /// Read each resource of `entries` (in order), as the user: found, missing, or unreadable with
 /// the reason. Kinds are resolved by discovery, once each.
-async fn read_live(cluster: &Cluster, entries: &[PlanEntry]) -> Vec<Live> {
+pub(super) async fn read_live(cluster: &Cluster, entries: &[PlanEntry]) -> Vec<Live> {
     let mut kinds: BTreeMap<(String, String, String), Resolved> = BTreeMap::new();
     for e in entries {
         let key = (e.resource.group.clone(), e.version.clone(), e.resource.kind.clone());

@@ -1,7 +1,7 @@
 //! `ksync`: the command-line client.
 //!
 //! Read commands: `apps` (same as `app list`), `app NAME` (same as `app get NAME`), `plan NAME`,
-//! `history NAME`, `repos`; two write commands, `sync NAME` (an approval) and `rollback NAME` (a rollback request); plus
+//! `history NAME`, `repos`, `graph NAME`; two write commands, `sync NAME` (an approval) and `rollback NAME` (a rollback request); plus
 //! `completion SHELL` and `version`; and `dev`, the local quickstart ([`dev`]). Each read command reads with
 //! kube-rs ([`connect`] finds the cluster like kubectl), hands the objects to the pure views in
 //! [`crate::cli::view`], and prints what they return ([`output`]). Errors come back as
@@ -11,6 +11,7 @@ pub mod app;
 pub mod apps;
 pub mod connect;
 pub mod dev;
+pub mod graph;
 pub mod history;
 pub mod output;
 pub mod plan;
@@ -94,6 +95,10 @@ pub enum Command {
     /// that plan digest. It deploys a manual-sync Application's desired Revision, or repairs
     /// drift; the controller applies it only while it is still the current plan.
     Sync(sync::SyncArgs),
+    /// Print an Application's resource graph: its managed resources and the live objects around
+    /// them (owned, selected, used, mounted...), missing ones marked, and the path to the root
+    /// cause when something is not Healthy. `-o dot` for Graphviz, `-o json`.
+    Graph(graph::GraphArgs),
     /// Roll an Application back to an earlier Revision (default: the last healthy one before
     /// the desired one) or commit. When the rollback completes, the commit rolled back from is
     /// held: not deployed again until a new commit or spec change.
@@ -227,6 +232,7 @@ pub fn run(args: Args, emulator: &dyn dev::emulator::Emulator) -> Result<()> {
                     Command::Repos(list) => repos::run(&cluster, &list, context).await,
                     Command::Sync(s) => sync::run(&cluster, &s, context).await,
                     Command::Rollback(r) => rollback::run(&cluster, &r, context).await,
+                    Command::Graph(g) => graph::run(&cluster, &g, context).await,
                     Command::Redeploy(r) => redeploy::run(&cluster, &r, context).await,
                     Command::Version
                     | Command::Completion { .. }

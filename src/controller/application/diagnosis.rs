@@ -21,17 +21,10 @@ use crate::health;
 use crate::plan::Action as PlanAction;
 use crate::redact::redact;
 
-/// Kinds whose faults are in what they point at: walked from after the unhealthy resources.
-const POINTERS: [(&str, &str); 4] = [
-    ("", "Service"),
-    ("networking.k8s.io", "Ingress"),
-    ("autoscaling", "HorizontalPodAutoscaler"),
-    ("policy", "PodDisruptionBudget"),
-];
-
 /// The managed resources' live objects (hooks, deletions and missing ones left out), by
 /// identity, and where the walk starts: the resources `summary` found not Healthy in its order
-/// (Degraded first), then the [`POINTERS`].
+/// (Degraded first), then the kinds whose faults are elsewhere
+/// ([`graph::diagnose::points_elsewhere`]).
 pub(super) fn managed(
     planned: &Planned,
     live: &BTreeMap<String, Value>,
@@ -54,7 +47,7 @@ pub(super) fn managed(
             format!("{} {}/{}", e.kind, e.namespace, e.name)
         };
         let unhealthy = summary.unhealthy.iter().position(|(k, _)| *k == key);
-        let pointer = POINTERS.contains(&(e.group.as_str(), e.kind.as_str()));
+        let pointer = graph::diagnose::points_elsewhere(&e.group, &e.kind);
         if let Some(order) = unhealthy.or(pointer.then_some(usize::MAX)) {
             starts.push((order, r.clone()));
         }

@@ -1,0 +1,88 @@
+//! `ksync graph NAME`: the resource graph of an Application, read live as the user.
+//!
+//! The managed resources are those of the plan of the desired Revision, else of the last healthy
+//! one (as `ksync app` shows them). They and the objects around them are read with the user's
+//! credentials, within the same bounds as the controller's ([`crate::gather`]), linked
+//! ([`crate::graph::build`]) and walked for the diagnosis from the resources that are not
+//! Healthy. Printed by [`crate::cli::view::graph`].
+
+use std::collections::BTreeMap;
+
+use super::connect::Cluster;
+use super::{Context, app, output, read};
+use crate::api::application::{Application, ResourceRef};
+use crate::api::revision::{PlanEntry, Revision};
+use crate::cli::Result;
+use crate::cli::view::app::{Live, managed};
+use crate::cli::view::graph::{self as view, GraphView};
+use crate::gather::{self, Budget};
+use crate::graph;
+use crate::health;
+
+/// `-o`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum GraphFormat {
+    /// A tree under each managed resource, the diagnosis path marked.
+    #[default]
+    Tree,
+    /// Graphviz `dot` (render with `dot -Tsvg`).
+    Dot,
+    /// The nodes, edges and diagnosis as JSON.
+    Json,
+}
+
+/// Flags of `ksync graph`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct GraphArgs {
+    /// The Application.
+    pub name: String,
+    /// Output format.
+    #[arg(short = 'o', long, value_enum, default_value_t = GraphFormat::Tree)]
+    pub output: GraphFormat,
+}
+
+/// Read, link, walk and print.
+pub async fn run(cluster: &Cluster, args: &GraphArgs, ctx: Context) -> Result<()> {
+    let app = read::get::<Application>(cluster, &args.name).await?.typed;
+    let status = app.status.clone().unwrap_or_default();
+    let mut revisions = Vec::new();
+    for name in [&status.desired_revision, &status.last_healthy_revision].into_iter().flatten() {
+        if let Some(r) = read::get_opt::<Revision>(cluster, name).await? {
+            revisions.push(r.typed);
+        }
+    }
+    let entries: Vec<PlanEntry> = revisions
+        .iter()
+        .find_map(|r| r.status.as_ref().and_then(|s| s.plan.as_ref()))
+        .map(|p| managed(&p.entries).cloned().collect())
+        .unwrap_or_default();
+    let lives = app::read_live(cluster, &entries).await;
+    let mut objects = BTreeMap::new();
+    let mut healths = Vec::new();
+    for (e, live) in entries.iter().zip(lives) {
+        let r = ResourceRef {
+            group: e.resource.group.clone(),
+            kind: e.resource.kind.clone(),
+            namespace: e.resource.namespace.clone().filter(|ns| !ns.is_empty()),
+            name: e.resource.name.clone(),
+        };
+        if let Live::Found(obj) = live {
+            healths.push((r.clone(), health::assess(&obj).status));
+            objects.insert(r, obj);
+        }
+    }
+    let gathered = gather::gather(&cluster.client, objects, Budget::default()).await;
+    let g = graph::build(&gathered.observed);
+    let starts = graph::diagnose::starts(&healths);
+    let diagnosis = graph::diagnose::diagnose(&g, &starts);
+    let application = format!("{}/{}", cluster.namespace, args.name);
+    let v = GraphView { application: &application, graph: &g, diagnosis: diagnosis.as_ref(), truncated: gathered.truncated };
+    match args.output {
+        GraphFormat::Tree => output::print(&view::tree(&v, ctx.palette)),
+        GraphFormat::Dot => output::print(&view::dot(&v)),
+        GraphFormat::Json => {
+            let text = serde_json::to_string_pretty(&view::json(&v)).unwrap_or_default();
+            output::print(&format!("{text}\n"))
+        }
+    }
+}

@@ -9,6 +9,7 @@ use kube::discovery::ApiResource;
 use kuvryn_sync::api::Application;
 use kuvryn_sync::api::application::Diagnosis;
 use kuvryn_sync::api::names;
+use kuvryn_sync::gather::{self, Budget};
 use serde_json::json;
 use support::apps::Env;
 use support::{Cluster, eventually};
@@ -243,4 +244,69 @@ fn every_kind_of_evidence_is_diagnosed(cluster: Cluster) {
     });
 }
 
-crate::both!(every_kind_of_evidence_is_diagnosed);
+/// The cost of one diagnosis of an Application of 50 objects (10 each of Deployments, Services,
+/// ConfigMaps, Secrets and ServiceAccounts, the Deployments' Pods running): the requests and the
+/// time, printed for `docs/diagnosis.md`; and a budget of requests is never exceeded.
+fn the_cost_of_a_diagnosis_is_bounded(cluster: Cluster) {
+    let runtime = support::runtime();
+    runtime.block_on(async {
+        let ns = "cost";
+        let env = Env::without_controllers(&cluster, ns).await;
+        let mut objects = Vec::new();
+        for i in 0..10 {
+            let name = format!("app-{i}");
+            objects.push(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": ns}, "data": {"k": "v"}}));
+            objects.push(json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": ns}, "stringData": {"k": "v"}}));
+            objects.push(json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "namespace": ns}}));
+            objects.push(json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": ns},
+                "spec": {"selector": {"app": name}, "ports": [{"port": 80}]}}));
+            objects.push(json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": ns},
+                "spec": {"replicas": 2, "selector": {"matchLabels": {"app": name}},
+                         "template": {"metadata": {"labels": {"app": name}},
+                                      "spec": {"serviceAccountName": name, "automountServiceAccountToken": false,
+                                               "containers": [{"name": "app", "image": "nginx:1.27",
+                                                               "envFrom": [{"configMapRef": {"name": name}}, {"secretRef": {"name": name}}]}]}}}}));
+        }
+        let mut managed = std::collections::BTreeMap::new();
+        for o in &objects {
+            let live = support::apply_as(&env.client, "test", o).await;
+            let (group, _) = kuvryn_sync::graph::refs::split_api_version(o["apiVersion"].as_str().unwrap());
+            let r = kuvryn_sync::api::application::ResourceRef {
+                group: group.into(),
+                kind: o["kind"].as_str().unwrap().into(),
+                namespace: Some(ns.into()),
+                name: o["metadata"]["name"].as_str().unwrap().into(),
+            };
+            managed.insert(r, live);
+        }
+        let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(env.client.clone(), ns);
+        eventually("20 Pods", support::apps::WAIT, || async {
+            let n = pods.list(&Default::default()).await.ok()?.items.len();
+            (n == 20).then_some(())
+        })
+        .await;
+        let started = std::time::Instant::now();
+        let gathered = gather::gather(&env.client, managed.clone(), Budget::default()).await;
+        let graph = kuvryn_sync::graph::build(&gathered.observed);
+        let took = started.elapsed();
+        println!(
+            "diagnosis of 50 objects: {} requests, {} objects, {} edges, {:?}",
+            gathered.calls,
+            graph.nodes.len(),
+            graph.links.len(),
+            took
+        );
+        assert!(!gathered.truncated, "the default budget covers an Application of 50 objects");
+        // 10 ReplicaSet lists and 10 Pod lists under the Deployments, 10 Pod lists and 10
+        // EndpointSlice lists under the Services; every other object is already known.
+        assert_eq!(gathered.calls, 40);
+        assert_eq!(graph.nodes.iter().filter(|n| n.resource.kind == "Pod").count(), 20);
+        // A smaller budget is kept, and says so.
+        let small = gather::gather(&env.client, managed, Budget { calls: 7, objects: 500 }).await;
+        assert!(small.truncated && small.calls <= 7, "{} requests", small.calls);
+        let few = gather::gather(&env.client, Default::default(), Budget { calls: 0, objects: 0 }).await;
+        assert_eq!((few.calls, few.truncated), (0, false));
+    });
+}
+
+crate::both!(every_kind_of_evidence_is_diagnosed, the_cost_of_a_diagnosis_is_bounded);

@@ -203,6 +203,9 @@ fn every_kind_of_evidence_is_diagnosed(cluster: Cluster) {
                 wt.write(path, text);
             }
         }
+        // For the Application of a service account that may not read Pods, below.
+        let limited_deploy = scenarios[0].1[0].1.replace("config", "limited").replace("limitedMap", "configMap");
+        wt.write("limited/deploy.yaml", &limited_deploy);
         let commit = wt.commit_and_push("one Application per kind of evidence");
         env.refresh("platform", &commit).await;
         for (app, _, _, _) in &scenarios {
@@ -233,6 +236,46 @@ fn every_kind_of_evidence_is_diagnosed(cluster: Cluster) {
                 tokio::time::sleep(std::time::Duration::from_millis(250)).await;
             }
         }
+        // The objects around are read as the Application's service account: one that may not
+        // read ReplicaSets or Pods gets a diagnosis from what it may read (the Deployment's own
+        // reference to the missing ConfigMap), never one through the Pods the controller could see.
+        let limited = json!([
+            {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "limited", "namespace": "diagnosis"}},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "limited", "namespace": "diagnosis"},
+             "rules": [{"apiGroups": ["apps"], "resources": ["deployments", "statefulsets", "daemonsets"], "verbs": ["*"]},
+                       {"apiGroups": [""], "resources": ["configmaps", "secrets", "services", "serviceaccounts"], "verbs": ["*"]}]},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "limited", "namespace": "diagnosis"},
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "limited"},
+             "subjects": [{"kind": "ServiceAccount", "name": "limited", "namespace": "diagnosis"}]},
+        ]);
+        for o in limited.as_array().unwrap() {
+            support::apply_as(&env.client, "test", o).await;
+        }
+        env.create_app(
+            "limited",
+            json!({"source": {"repository": "platform", "path": "limited"}, "serviceAccountName": "limited",
+                   "destination": {"namespace": "diagnosis"}, "health": {"timeout": "10s"}}),
+        )
+        .await;
+        let deadline = std::time::Instant::now() + support::apps::WAIT * 2;
+        let d = loop {
+            let a: Application = env.apps().get("limited").await.unwrap();
+            if let Some(d) = a.status.as_ref().and_then(|s| s.diagnosis.clone()) {
+                break d;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the diagnosis of limited: {a:#?}\n{:#?}",
+                env.events("limited").await
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+        };
+        let (resource, reason, path, last) = shape(&d);
+        assert_eq!(
+            (resource.as_str(), reason.as_str(), path, last.as_str()),
+            ("Deployment limited", "MissingConfigMap", vec!["Uses ConfigMap".to_string()], "flags (missing)"),
+            "{d:#?}"
+        );
         // A Deployment Healthy at first whose Pod then crash-loops: Degraded while deployed, with
         // a HealthDegraded Event naming the root cause.
         let ev = eventually("a HealthDegraded Event with the root cause", support::apps::WAIT * 2, || async {

@@ -76,11 +76,6 @@ const NOT_YET_IMPLEMENTED: &[&str] = &[
     // HealthCheck evaluation and status.
     "HealthCheck",
     "InvalidExpression",
-    // The resource graph and `status.diagnosis`.
-    "status.diagnosis",
-    "resource graph",
-    "root cause",
-    "ksync graph",
     // Plan-wide warnings (only each entry's `warning` is written).
     "plan.warnings",
     "plan-wide warnings",
@@ -97,14 +92,6 @@ const EXEMPT: &[(&str, &[&str])] = &[];
 /// `kubectl explain` shows for them), whatever words it uses: `kind` and a path of properties
 /// (`[]` for list items; the empty path is the kind itself). Shrinks with [`NOT_YET_IMPLEMENTED`].
 const NOT_YET_IMPLEMENTED_FIELDS: &[(&str, &str)] = &[
-    ("Application", "status.diagnosis"),
-    ("Application", "status.diagnosis.resource"),
-    ("Application", "status.diagnosis.reason"),
-    ("Application", "status.diagnosis.message"),
-    ("Application", "status.diagnosis.path"),
-    ("Application", "status.diagnosis.path[].edge"),
-    ("Application", "status.diagnosis.path[].resource"),
-    ("Application", "status.diagnosis.path[].missing"),
     ("Revision", "status.conditions"),
     ("Revision", "status.plan.warnings"),
     ("HealthCheck", ""),

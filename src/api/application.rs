@@ -1,7 +1,5 @@
 //! `Application`: a deployable unit — source, identity it acts as, destination constraints, sync
 //! policy, health timeout, history, failure policy, dependencies and deletion policy.
-//!
-//! Not yet implemented (never written): `status.diagnosis`.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, KubeSchema};
@@ -430,8 +428,8 @@ pub struct ApplicationStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 512))]
     pub managed_kinds: Vec<GroupVersionKind>,
-    /// Why the Application is not Healthy: the most specific evidence found in the resource graph.
-    /// Not yet implemented: never written (the reason is in `status.health.message`).
+    /// Why the Application is not Healthy: the most specific evidence found in the resource graph
+    /// (see docs/diagnosis.md). Absent when Healthy, or when no evidence is found.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub diagnosis: Option<Diagnosis>,
     /// The last `sync.kuvryn.io/reconcile-requested-at` value handled.
@@ -496,7 +494,7 @@ pub struct HealthSummary {
     pub message: Option<String>,
 }
 
-/// A resource, identified as the plan (and the diagnosis, Not yet implemented) print it.
+/// A resource, identified as the plan and the diagnosis print it.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
 #[serde(rename_all = "camelCase")]
 pub struct ResourceRef {
@@ -516,37 +514,35 @@ pub struct ResourceRef {
     pub name: String,
 }
 
-/// `status.diagnosis`: the root cause the resource graph walk found. Not yet implemented: never
-/// written.
+/// `status.diagnosis`: the root cause the resource graph walk found.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct Diagnosis {
-    /// The unhealthy managed resource the walk started from. Not yet implemented.
+    /// The unhealthy managed resource the walk started from.
     pub resource: ResourceRef,
-    /// The evidence: ImagePullBackOff, CrashLoopBackOff, Unschedulable, MissingSecret, ...
-    /// Not yet implemented.
+    /// The evidence: ImagePullBackOff, CrashLoopBackOff, Unschedulable, PendingClaim,
+    /// MissingSecret, NoReadyEndpoints, JobFailed, ...
     #[schemars(length(max = 128))]
     pub reason: String,
-    /// Human-readable explanation (bounded, redacted). Not yet implemented.
+    /// Human-readable explanation (one line, bounded, redacted).
     #[schemars(length(max = 1024))]
     pub message: String,
-    /// The graph path from `resource` to the evidence, one step per edge. Not yet implemented.
+    /// The graph path from `resource` to the evidence, one step per edge.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 16))]
     pub path: Vec<DiagnosisStep>,
 }
 
-/// One edge of a diagnosis path. Not yet implemented.
+/// One edge of a diagnosis path.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct DiagnosisStep {
     /// Edge type: Owns, Selects, Endpoints, Routes, Scales, Binds, Mounts, Uses, RunsAs.
-    /// Not yet implemented.
     #[schemars(length(max = 32))]
     pub edge: String,
-    /// The object the edge leads to. Not yet implemented.
+    /// The object the edge leads to.
     pub resource: ResourceRef,
-    /// The object does not exist (a missing Secret, ConfigMap, claim...). Not yet implemented.
+    /// The object does not exist (a missing Secret, ConfigMap, claim...).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub missing: bool,
 }

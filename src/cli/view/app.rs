@@ -263,10 +263,9 @@ mod tests {
         assert_eq!(h(&update, &Live::Found(stalled), RevisionPhase::Healthy).0, HealthStatus::Degraded);
     }
 
-    /// A view of a future feature (Not yet implemented: the controller writes no
-    /// `status.diagnosis` yet): how a root cause and its path through the graph are shown.
+    /// How a root cause and its path through the graph are shown.
     #[test]
-    fn future_view_diagnosis_shows_the_root_cause_and_its_path() {
+    fn the_diagnosis_shows_the_root_cause_and_its_path() {
         let app: Application = serde_json::from_value(json!({
             "apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "Application",
             "metadata": {"name": "web", "namespace": "a"},

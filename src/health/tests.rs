@@ -139,6 +139,7 @@ impl Resource {
             live: self.live.as_ref(),
             pods: &self.pods,
             pods_degrade: self.pods_degrade,
+            check: None,
         }
     }
 }
@@ -180,6 +181,7 @@ fn a_missing_resource_is_degraded_with_its_identity() {
         live: None,
         pods: &[],
         pods_degrade: true,
+        check: None,
     }]);
     assert_eq!(s.status, HealthStatus::Degraded);
     assert_eq!(
@@ -213,6 +215,7 @@ fn the_summary_message_is_bounded_and_counts_the_rest() {
                 live: Some(p),
                 pods: &[],
                 pods_degrade: true,
+                check: None,
             })
             .collect();
         let s = summarize(&observed);

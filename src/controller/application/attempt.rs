@@ -779,6 +779,7 @@ impl Rollout<'_> {
                     live: live.get(&id),
                     pods: pods.get(&id).map(Vec::as_slice).unwrap_or_default(),
                     pods_degrade,
+                    check: None,
                 }
             })
             .collect();

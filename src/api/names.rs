@@ -169,9 +169,11 @@ pub mod reasons {
     pub const HEALTH_TIMEOUT: &str = "HealthTimeout";
     /// A resource turned Degraded.
     pub const DEGRADED: &str = "Degraded";
-    /// A HealthCheck's CEL expression does not compile or does not return a bool.
-    /// Not yet implemented: never used.
+    /// A HealthCheck's CEL expression does not compile, evidently does not return a bool, or
+    /// exceeds the cost limit.
     pub const INVALID_EXPRESSION: &str = "InvalidExpression";
+    /// An older HealthCheck (then one lower in name) targets the same kind in the namespace.
+    pub const DUPLICATE_TARGET: &str = "DuplicateTarget";
     /// Waiting for `spec.dependsOn` Applications (or on a dependency cycle).
     pub const DEPENDENCY_NOT_READY: &str = "DependencyNotReady";
     /// A dependency does not exist.

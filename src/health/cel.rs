@@ -218,15 +218,20 @@ fn unknown(message: String) -> Assessment {
     Assessment { status: HealthStatus::Unknown, message }
 }
 
-/// The variables the expressions see: the top-level fields they name, and `self` (the whole
-/// object) when they name it; `metadata.managedFields` left out, no health rule reads them.
+/// The variables the expressions see: the top-level fields they name (an empty map for one the
+/// object lacks), and `self` (the whole object) when they name it; `metadata.managedFields`
+/// left out, no health rule reads them.
 fn input(obj: &Value, names: &[String]) -> Vec<(String, Value)> {
     let mut obj = obj.clone();
     if let Some(metadata) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
         metadata.remove("managedFields");
     }
-    let mut vars: Vec<(String, Value)> =
-        names.iter().filter_map(|n| Some((n.clone(), obj.get(n.as_str())?.clone()))).collect();
+    // A field the object lacks is an empty map, so `has(status.phase)` is false on an object
+    // without status instead of an error.
+    let mut vars: Vec<(String, Value)> = names
+        .iter()
+        .map(|n| (n.clone(), obj.get(n.as_str()).cloned().unwrap_or_else(|| Value::Object(Default::default()))))
+        .collect();
     if names.iter().any(|n| n == "self") {
         vars.retain(|(n, _)| n != "self");
         vars.push(("self".to_string(), obj));

@@ -73,9 +73,6 @@ const MARK: &str = "Not yet implemented";
 /// (then regenerate `crds/`). Words chosen to avoid names that are also real today: Flux's
 /// `DependencyNotReady` reason appears in `health.md`, and simcluster has no "admission webhooks".
 const NOT_YET_IMPLEMENTED: &[&str] = &[
-    // HealthCheck evaluation and status.
-    "HealthCheck",
-    "InvalidExpression",
     // The resource graph and `status.diagnosis`.
     "status.diagnosis",
     "resource graph",
@@ -107,14 +104,6 @@ const NOT_YET_IMPLEMENTED_FIELDS: &[(&str, &str)] = &[
     ("Application", "status.diagnosis.path[].missing"),
     ("Revision", "status.conditions"),
     ("Revision", "status.plan.warnings"),
-    ("HealthCheck", ""),
-    ("HealthCheck", "spec"),
-    ("HealthCheck", "spec.target"),
-    ("HealthCheck", "spec.current"),
-    ("HealthCheck", "spec.inProgress"),
-    ("HealthCheck", "spec.failed"),
-    ("HealthCheck", "status"),
-    ("HealthCheck", "status.conditions"),
 ];
 
 fn collapse(s: &str) -> String {

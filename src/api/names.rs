@@ -1,9 +1,6 @@
 //! Every name the product exposes to users: API group, labels, annotations, condition types,
 //! condition reasons and Event reasons. Controllers, the CLI, the webhook and tests use these
 //! constants and never spell a name inline (see `docs/api.md` for what each one means).
-//!
-//! Some names belong to features that are Not yet implemented (HealthCheck evaluation); their
-//! constants say so.
 
 /// The API group of every Kuvryn Sync kind.
 pub const GROUP: &str = "sync.kuvryn.io";

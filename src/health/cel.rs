@@ -246,10 +246,10 @@ fn check_input(vars: &[(String, Value)]) -> Result<(), String> {
         return Err(format!("{bytes} bytes of JSON (limit {MAX_INPUT})"));
     }
     for (name, value) in vars {
-        if let Some((path, len)) = longest(value, name) {
-            if len > MAX_LEN {
-                return Err(format!("{path} has {len} elements (limit {MAX_LEN})"));
-            }
+        if let Some((path, len)) = longest(value, name)
+            && len > MAX_LEN
+        {
+            return Err(format!("{path} has {len} elements (limit {MAX_LEN})"));
         }
     }
     Ok(())

@@ -258,3 +258,35 @@ fn truncation_keeps_characters_whole() {
     truncate(&mut short, 3);
     assert_eq!(short, "abc");
 }
+
+/// A HealthCheck replaces the kind's rules in the summary, Pods as evidence included; invalid
+/// rules make the object Unknown, counted as Progressing, never Healthy.
+#[test]
+fn a_healthcheck_decides_in_the_summary() {
+    let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "api", "generation": 1},
+                            "spec": {"replicas": 2}, "status": {"observedGeneration": 1, "phase": "Serving"}});
+    let pods = [crashing_pod(0, "Back-off pulling image")];
+    let observed = |check| Observed {
+        group: "apps",
+        kind: "Deployment",
+        namespace: "web",
+        name: "api",
+        live: Some(&deployment),
+        pods: &pods,
+        pods_degrade: true,
+        check,
+    };
+    assert_eq!(summarize(&[observed(None)]).status, HealthStatus::Degraded);
+    let serving = cel::Rules::compile("deployments", "status.phase == 'Serving'", None, None);
+    let s = summarize(&[observed(Some(&serving))]);
+    assert_eq!((s.status, s.healthy), (HealthStatus::Healthy, 1));
+    let invalid = cel::Rules::compile("deployments", "status.phase ==", None, None);
+    let s = summarize(&[observed(Some(&invalid))]);
+    assert_eq!((s.status, s.progressing), (HealthStatus::Progressing, 1));
+    assert!(
+        s.message.starts_with("Deployment web/api: HealthCheck deployments is invalid: current: "),
+        "{}",
+        s.message
+    );
+    assert_eq!(s.unhealthy[0].1.status, HealthStatus::Unknown);
+}

@@ -775,9 +775,8 @@ impl Rollout<'_> {
         let rules: Vec<_> = entries
             .iter()
             .map(|e| {
-                let ns =
-                    if e.namespace.is_empty() { self.app.namespace().unwrap_or_default() } else { e.namespace.clone() };
-                self.ctx.healthchecks().rules_for(&ns, &e.group, &e.kind)
+                let ns = if e.namespace.is_empty() { self.ns } else { &e.namespace };
+                self.ctx.healthchecks().rules_for(ns, &e.group, &e.kind)
             })
             .collect();
         let observed: Vec<health::Observed<'_>> = entries

@@ -1,6 +1,6 @@
 //! The real `ksync-controller run` process: against the cluster of its kubeconfig, with a Git
 //! cache directory, serving Prometheus metrics, /healthz and /readyz; Applications appear from a Repository and are
-//! planned and rolled out.
+//! planned and rolled out; HealthChecks get their status.
 
 mod support;
 
@@ -10,8 +10,10 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, PostParams};
+use kuvryn_sync::api::healthcheck::HealthCheck;
 use kuvryn_sync::api::revision::{Revision, RevisionPhase};
 use kuvryn_sync::api::{Application, Repository};
+use kuvryn_sync::api::{conditions, names};
 use serde_json::json;
 use support::{Cluster, GitServer, WorkTree, eventually, free_port, install_crds, temp_dir};
 
@@ -107,6 +109,17 @@ fn the_manager_process_discovers_applications_and_serves_metrics(cluster: Cluste
                 .unwrap();
             assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "200 ok", "/{path}: {}", String::from_utf8_lossy(&out.stderr));
         }
+        // The process writes HealthCheck status (singleton work, here on the one replica).
+        support::apply_as(&client, "test", &json!({"apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "HealthCheck",
+            "metadata": {"name": "widgets", "namespace": "default"},
+            "spec": {"target": {"apiVersion": "example.com/v1", "kind": "Widget"}, "current": "status.ready =="}})).await;
+        let hcs: Api<HealthCheck> = Api::namespaced(client.clone(), "default");
+        let stalled = eventually("the HealthCheck's status", Duration::from_secs(30), || async {
+            let status = hcs.get("widgets").await.ok()?.status?;
+            conditions::get(&status.conditions, names::conditions::STALLED).cloned()
+        })
+        .await;
+        assert_eq!((stalled.status.as_str(), stalled.reason.as_str()), ("True", names::reasons::INVALID_EXPRESSION));
     });
 }
 

@@ -73,9 +73,6 @@ const MARK: &str = "Not yet implemented";
 /// (then regenerate `crds/`). Words chosen to avoid names that are also real today: Flux's
 /// `DependencyNotReady` reason appears in `health.md`, and simcluster has no "admission webhooks".
 const NOT_YET_IMPLEMENTED: &[&str] = &[
-    // HealthCheck evaluation and status.
-    "HealthCheck",
-    "InvalidExpression",
     // Plan-wide warnings (only each entry's `warning` is written).
     "plan.warnings",
     "plan-wide warnings",
@@ -94,14 +91,6 @@ const EXEMPT: &[(&str, &[&str])] = &[];
 const NOT_YET_IMPLEMENTED_FIELDS: &[(&str, &str)] = &[
     ("Revision", "status.conditions"),
     ("Revision", "status.plan.warnings"),
-    ("HealthCheck", ""),
-    ("HealthCheck", "spec"),
-    ("HealthCheck", "spec.target"),
-    ("HealthCheck", "spec.current"),
-    ("HealthCheck", "spec.inProgress"),
-    ("HealthCheck", "spec.failed"),
-    ("HealthCheck", "status"),
-    ("HealthCheck", "status.conditions"),
 ];
 
 fn collapse(s: &str) -> String {

@@ -404,6 +404,17 @@ fn an_orphaned_shard_is_reported_on_its_applications(cluster: Cluster) {
         })
         .await;
         assert!(metrics.contains("ksync_shards_orphaned 1"));
+        // The leader writes HealthCheck status (singleton work, as the shard labels).
+        apply_as(&client, "test", &json!({"apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "HealthCheck",
+            "metadata": {"name": "widgets", "namespace": FLEET},
+            "spec": {"target": {"apiVersion": "example.com/v1", "kind": "Widget"}, "current": "status.ready == true"}})).await;
+        let hcs: Api<kuvryn_sync::api::HealthCheck> = Api::namespaced(client.clone(), FLEET);
+        let ready = eventually("the HealthCheck's status from the leader", WAIT, || async {
+            let status = hcs.get("widgets").await.ok()?.status?;
+            conditions::get(&status.conditions, names::conditions::READY).cloned()
+        })
+        .await;
+        assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("True", names::reasons::SUCCEEDED));
         toucher.abort();
     });
 }

@@ -1,9 +1,6 @@
 //! Every name the product exposes to users: API group, labels, annotations, condition types,
 //! condition reasons and Event reasons. Controllers, the CLI, the webhook and tests use these
 //! constants and never spell a name inline (see `docs/api.md` for what each one means).
-//!
-//! Some names belong to features that are Not yet implemented (HealthCheck evaluation); their
-//! constants say so.
 
 /// The API group of every Kuvryn Sync kind.
 pub const GROUP: &str = "sync.kuvryn.io";
@@ -174,9 +171,11 @@ pub mod reasons {
     pub const HEALTH_TIMEOUT: &str = "HealthTimeout";
     /// A resource turned Degraded.
     pub const DEGRADED: &str = "Degraded";
-    /// A HealthCheck's CEL expression does not compile or does not return a bool.
-    /// Not yet implemented: never used.
+    /// A HealthCheck's CEL expression does not compile, evidently does not return a bool, or
+    /// exceeds the cost limit.
     pub const INVALID_EXPRESSION: &str = "InvalidExpression";
+    /// An older HealthCheck (then one lower in name) targets the same kind in the namespace.
+    pub const DUPLICATE_TARGET: &str = "DuplicateTarget";
     /// Waiting for `spec.dependsOn` Applications (or on a dependency cycle).
     pub const DEPENDENCY_NOT_READY: &str = "DependencyNotReady";
     /// A dependency does not exist.

@@ -387,7 +387,8 @@ fn run_controllers(args: RunArgs) -> Result<()> {
             let _ = ready_tx.send(Ok(()));
             tokio::join!(
                 crate::controller::repository::run(repositories, on_stop(stopped.clone())),
-                crate::controller::labeller::run(client, shards, on_stop(stopped.clone())),
+                crate::controller::labeller::run(client.clone(), shards, on_stop(stopped.clone())),
+                crate::controller::healthcheck::run(client, on_stop(stopped.clone())),
                 crate::controller::application::progress::report(
                     &applications.progress,
                     stale_after,
@@ -448,7 +449,8 @@ fn run_controllers(args: RunArgs) -> Result<()> {
             async move {
                 tokio::join!(
                     crate::controller::repository::run(repositories, on_stop(rx.clone())),
-                    crate::controller::labeller::run(labels_client, shards, on_stop(rx.clone())),
+                    crate::controller::labeller::run(labels_client.clone(), shards, on_stop(rx.clone())),
+                    crate::controller::healthcheck::run(labels_client, on_stop(rx.clone())),
                     crate::controller::orphans::run(client, lease_ns, prefix, shards, duration, on_stop(rx)),
                 );
             }

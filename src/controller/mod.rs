@@ -7,6 +7,7 @@
 
 pub mod application;
 pub mod discovery;
+pub mod healthcheck;
 pub mod labeller;
 pub mod orphans;
 pub mod repository;

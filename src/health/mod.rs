@@ -54,11 +54,16 @@
 //! - [`summarize`] picks the rules from each [`Observed`]'s group and kind, not from the live
 //!   object, whose `apiVersion` and `kind` are absent in list responses.
 //! - A value that is not a JSON object is [`HealthStatus::Unknown`]; [`summarize`] counts it as
-//!   Progressing (it cannot be called Healthy). No other input gives Unknown.
+//!   Progressing (it cannot be called Healthy). Otherwise only HealthCheck rules give Unknown:
+//!   invalid rules, an expression that fails or does not give a bool ([`cel`]).
+//! - A HealthCheck ([`Observed::check`], [`assess_with`]) replaces the rules of its kind, Pods as
+//!   evidence included; deletion still comes first.
 //! - Messages are one line (line breaks become spaces) of at most [`MAX_MESSAGE`] bytes; a Healthy
 //!   assessment never has one.
 
 mod autoscaler;
+pub mod cel;
+mod cel_cost;
 mod kstatus;
 mod pod;
 mod workloads;
@@ -137,6 +142,15 @@ fn assess_as(group: &str, kind: &str, obj: &Value) -> Assessment {
     assessment.finish()
 }
 
+/// Assess a live object with the rules of a HealthCheck for its kind. Deletion still comes
+/// first, as for every kind: an object on its way out is Progressing whatever its status says.
+pub fn assess_with(rules: &cel::Rules, obj: &Value) -> Assessment {
+    if !obj.is_object() {
+        return Assessment { status: HealthStatus::Unknown, message: "not a Kubernetes object".into() };
+    }
+    kstatus::deletion(obj).unwrap_or_else(|| cel::assess(rules, obj)).finish()
+}
+
 /// One managed resource as seen by the reconciler: its identity and either the live object or
 /// None when it is missing (deleted).
 #[derive(Clone, Copy, Debug)]
@@ -156,6 +170,9 @@ pub struct Observed<'a> {
     /// Whether a failing Pod makes the workload Degraded (after a rollout), or only explains
     /// why it is still Progressing (during one, which waits until its timeout).
     pub pods_degrade: bool,
+    /// The HealthCheck rules for this object's kind in its namespace, replacing the built-in and
+    /// kstatus rules (deletion still comes first).
+    pub check: Option<&'a cel::Rules>,
 }
 
 /// Whether `kind` of `group` is a workload whose Pods explain its health.
@@ -255,9 +272,10 @@ pub fn summarize(resources: &[Observed<'_>]) -> Summary {
     for observed in resources {
         let key = resource_key(observed.kind, observed.namespace, observed.name);
         let assessment = match observed.live {
-            Some(live) => {
-                with_pods(assess_as(observed.group, observed.kind, live), observed.pods, observed.pods_degrade)
-            }
+            Some(live) => match observed.check {
+                Some(rules) => assess_with(rules, live),
+                None => with_pods(assess_as(observed.group, observed.kind, live), observed.pods, observed.pods_degrade),
+            },
             None => Assessment::degraded(format!("{key} is missing")).finish(),
         };
         let count = match assessment.status {

@@ -139,6 +139,7 @@ impl Resource {
             live: self.live.as_ref(),
             pods: &self.pods,
             pods_degrade: self.pods_degrade,
+            check: None,
         }
     }
 }
@@ -180,6 +181,7 @@ fn a_missing_resource_is_degraded_with_its_identity() {
         live: None,
         pods: &[],
         pods_degrade: true,
+        check: None,
     }]);
     assert_eq!(s.status, HealthStatus::Degraded);
     assert_eq!(
@@ -213,6 +215,7 @@ fn the_summary_message_is_bounded_and_counts_the_rest() {
                 live: Some(p),
                 pods: &[],
                 pods_degrade: true,
+                check: None,
             })
             .collect();
         let s = summarize(&observed);
@@ -254,4 +257,36 @@ fn truncation_keeps_characters_whole() {
     let mut short = "abc".to_string();
     truncate(&mut short, 3);
     assert_eq!(short, "abc");
+}
+
+/// A HealthCheck replaces the kind's rules in the summary, Pods as evidence included; invalid
+/// rules make the object Unknown, counted as Progressing, never Healthy.
+#[test]
+fn a_healthcheck_decides_in_the_summary() {
+    let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "api", "generation": 1},
+                            "spec": {"replicas": 2}, "status": {"observedGeneration": 1, "phase": "Serving"}});
+    let pods = [crashing_pod(0, "Back-off pulling image")];
+    let observed = |check| Observed {
+        group: "apps",
+        kind: "Deployment",
+        namespace: "web",
+        name: "api",
+        live: Some(&deployment),
+        pods: &pods,
+        pods_degrade: true,
+        check,
+    };
+    assert_eq!(summarize(&[observed(None)]).status, HealthStatus::Degraded);
+    let serving = cel::Rules::compile("deployments", "status.phase == 'Serving'", None, None);
+    let s = summarize(&[observed(Some(&serving))]);
+    assert_eq!((s.status, s.healthy), (HealthStatus::Healthy, 1));
+    let invalid = cel::Rules::compile("deployments", "status.phase ==", None, None);
+    let s = summarize(&[observed(Some(&invalid))]);
+    assert_eq!((s.status, s.progressing), (HealthStatus::Progressing, 1));
+    assert!(
+        s.message.starts_with("Deployment web/api: HealthCheck deployments is invalid: current: "),
+        "{}",
+        s.message
+    );
+    assert_eq!(s.unhealthy[0].1.status, HealthStatus::Unknown);
 }

@@ -193,7 +193,16 @@ fn condition<'a>(obj: &'a Value, type_: &str) -> Option<&'a Value> {
 
 /// Whether the hook object `live` is done: a Job once `Complete` or `Failed`, a Pod once
 /// `Succeeded` or `Failed`, any other kind by its health (Healthy succeeded, Degraded failed).
-pub fn completion(live: &Value) -> Completion {
+/// With `check`, the HealthCheck for the hook's kind, its verdict decides for every kind.
+pub fn completion(live: &Value, check: Option<&crate::health::cel::Rules>) -> Completion {
+    if let Some(rules) = check {
+        let a = crate::health::assess_with(rules, live);
+        return match a.status {
+            HealthStatus::Healthy => Completion::Succeeded,
+            HealthStatus::Degraded => Completion::Failed(a.message),
+            _ => Completion::Running(a.message),
+        };
+    }
     let kind = live["kind"].as_str().unwrap_or_default();
     let group = live["apiVersion"].as_str().and_then(|av| av.rsplit_once('/')).map_or("", |(g, _)| g);
     let why = |c: &Value| {
@@ -343,23 +352,36 @@ mod tests {
     #[test]
     fn completion_of_jobs_pods_and_other_kinds() {
         let job = |conds: Value| json!({"apiVersion": "batch/v1", "kind": "Job", "status": {"conditions": conds}});
-        assert_eq!(completion(&job(json!([{"type": "Complete", "status": "True"}]))), Completion::Succeeded);
+        assert_eq!(completion(&job(json!([{"type": "Complete", "status": "True"}])), None), Completion::Succeeded);
         assert_eq!(
-            completion(&job(json!([{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
-                                      "message": "Job has reached the specified backoff limit"}]))),
+            completion(
+                &job(json!([{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
+                                      "message": "Job has reached the specified backoff limit"}])),
+                None
+            ),
             Completion::Failed("Job failed: BackoffLimitExceeded: Job has reached the specified backoff limit".into())
         );
-        assert_eq!(completion(&job(json!([]))), Completion::Running("Job has not completed".into()));
+        assert_eq!(completion(&job(json!([])), None), Completion::Running("Job has not completed".into()));
         assert_eq!(
-            completion(&job(json!([{"type": "Complete", "status": "False"}]))),
+            completion(&job(json!([{"type": "Complete", "status": "False"}])), None),
             Completion::Running("Job has not completed".into())
         );
         let pod = |phase: &str| json!({"apiVersion": "v1", "kind": "Pod", "status": {"phase": phase}});
-        assert_eq!(completion(&pod("Succeeded")), Completion::Succeeded);
-        assert_eq!(completion(&pod("Failed")), Completion::Failed("Pod failed".into()));
-        assert_eq!(completion(&pod("Running")), Completion::Running("Pod is Running".into()));
+        assert_eq!(completion(&pod("Succeeded"), None), Completion::Succeeded);
+        assert_eq!(completion(&pod("Failed"), None), Completion::Failed("Pod failed".into()));
+        assert_eq!(completion(&pod("Running"), None), Completion::Running("Pod is Running".into()));
         let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}});
-        assert_eq!(completion(&cm), Completion::Succeeded);
+        assert_eq!(completion(&cm, None), Completion::Succeeded);
+        // A HealthCheck for the kind decides, for Jobs too.
+        let rules = crate::health::cel::Rules::compile("jobs", "has(status.done)", None, Some("has(status.failed)"));
+        let done = json!({"apiVersion": "batch/v1", "kind": "Job", "status": {"done": true}});
+        assert_eq!(completion(&done, Some(&rules)), Completion::Succeeded);
+        assert_eq!(
+            completion(&job(json!([{"type": "Complete", "status": "True"}])), Some(&rules)),
+            Completion::Running("HealthCheck jobs: no expression is true".into())
+        );
+        let failed = json!({"apiVersion": "batch/v1", "kind": "Job", "status": {"failed": 1}});
+        assert_eq!(completion(&failed, Some(&rules)), Completion::Failed("HealthCheck jobs: failed is true".into()));
     }
 
     #[test]

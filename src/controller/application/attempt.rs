@@ -765,13 +765,26 @@ impl Rollout<'_> {
         pods_degrade: bool,
         upto: Option<i32>,
     ) -> health::Summary {
-        let observed: Vec<health::Observed<'_>> = planned
+        let entries: Vec<_> = planned
             .plan
             .entries
             .iter()
             .filter(|e| e.action != PlanAction::Delete && e.warnings.is_empty() && !e.is_hook())
             .filter(|e| upto.is_none_or(|w| e.wave <= w))
+            .collect();
+        // The HealthCheck for each object's kind in its namespace; for a cluster-scoped object,
+        // in the Application's namespace.
+        let rules: Vec<_> = entries
+            .iter()
             .map(|e| {
+                let ns = if e.namespace.is_empty() { self.ns } else { &e.namespace };
+                self.ctx.healthchecks().rules_for(ns, &e.group, &e.kind)
+            })
+            .collect();
+        let observed: Vec<health::Observed<'_>> = entries
+            .iter()
+            .zip(&rules)
+            .map(|(e, rules)| {
                 let id = format!("{}/{}/{}/{}", e.group, e.kind, e.namespace, e.name);
                 health::Observed {
                     group: &e.group,
@@ -781,6 +794,7 @@ impl Rollout<'_> {
                     live: live.get(&id),
                     pods: pods.get(&id).map(Vec::as_slice).unwrap_or_default(),
                     pods_degrade,
+                    check: rules.as_deref(),
                 }
             })
             .collect();

@@ -160,6 +160,8 @@ pub struct Context {
     pub(super) dependencies: super::dependency_watch::Dependencies,
     /// Repositories as one watch of this replica has them (started with the first shard).
     pub(super) repositories: std::sync::OnceLock<Repositories>,
+    /// HealthChecks as one watch of this replica has them (started with the first shard).
+    pub(super) healthchecks: std::sync::OnceLock<super::healthchecks::HealthChecks>,
     /// The resourceVersion of each Application's last status write by this replica: its watch
     /// event triggers no reconcile (nothing changed that the reconcile had not just seen).
     pub(super) own_writes: Mutex<HashMap<ObjectRef<Application>, String>>,
@@ -200,6 +202,7 @@ impl Context {
             inventory: Default::default(),
             dependencies: Default::default(),
             repositories: Default::default(),
+            healthchecks: Default::default(),
             own_writes: Default::default(),
             redeploys: Default::default(),
             echoes: Default::default(),
@@ -213,6 +216,11 @@ impl Context {
     /// The Repositories watch, started on first use.
     pub(super) fn repositories(&self) -> &Repositories {
         self.repositories.get_or_init(|| Repositories::start(self.client.clone()))
+    }
+
+    /// The HealthChecks watch, started on first use.
+    pub(super) fn healthchecks(&self) -> &super::healthchecks::HealthChecks {
+        self.healthchecks.get_or_init(|| super::healthchecks::HealthChecks::start(self.client.clone()))
     }
 
     /// The Repository `ns/name` as the watch has it, when it has it.

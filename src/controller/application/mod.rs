@@ -46,6 +46,7 @@ mod diagnosis;
 mod echoes;
 mod finalize;
 mod gate;
+mod healthchecks;
 pub mod live;
 mod planning;
 pub mod progress;
@@ -103,6 +104,8 @@ pub async fn run_shard(
     let client = ctx.client.clone();
     let apps: Api<Application> = Api::all(client.clone());
     let repo_events = ctx.repositories().events.subscribe();
+    let hc_events = ctx.healthchecks().events.subscribe();
+    ctx.healthchecks().ready().await;
     let config = match shard {
         Some(k) => watcher::Config::default().labels(&format!("{}={}", names::labels::SHARD, k)),
         None => watcher::Config::default(),
@@ -138,7 +141,8 @@ pub async fn run_shard(
     );
     let (c1, c2) = (ctx.clone(), ctx.clone());
     let (c3, deps_store) = (ctx.clone(), store.clone());
-    let (c4, pods_store) = (ctx.clone(), store.clone());
+    let (c5, pods_store) = (ctx.clone(), store.clone());
+    let (c4, hc_store) = (ctx.clone(), store.clone());
     let extra = watched::extra_triggers(client, ctx.kinds.subscribe(), selector.clone(), ctx.inventory.clone(), shard)
         .map(move |r| noted(r, &c1));
     // A Repository change: its Applications in this shard (all of them if events were missed).
@@ -150,6 +154,24 @@ pub async fn run_shard(
                 repo.as_ref().is_none_or(|r| a.namespace() == r.namespace() && a.spec.source.repository == r.name_any())
             })
             .map(|a| noted(ObjectRef::from_obj(&*a), &c2))
+            .collect();
+        futures_util::stream::iter(apps)
+    });
+    // A HealthCheck changed: the Applications in this shard that manage its kind (all of them if
+    // events were missed). Its namespace is the managed objects', not necessarily the
+    // Application's, so the kind alone selects.
+    let hc_triggers = received(hc_events).flat_map(move |changed: Option<healthchecks::Changed>| {
+        let apps: Vec<_> = hc_store
+            .state()
+            .into_iter()
+            .filter(|a| {
+                changed.as_ref().is_none_or(|c| {
+                    a.status
+                        .as_ref()
+                        .is_some_and(|s| s.managed_kinds.iter().any(|k| k.group == c.group && k.kind == c.kind))
+                })
+            })
+            .map(|a| noted(ObjectRef::from_obj(&*a), &c4))
             .collect();
         futures_util::stream::iter(apps)
     });
@@ -175,7 +197,7 @@ pub async fn run_shard(
     let pod_owner = move |p: PartialObjectMeta<Pod>| {
         let r = watched::owner_app(&p)?;
         pods_store.get(&r)?;
-        Some(noted(r, &c4))
+        Some(noted(r, &c5))
     };
     let inv = &ctx.inventory;
     controller
@@ -188,6 +210,7 @@ pub async fn run_shard(
         .watches_stream(pods, pod_owner)
         .reconcile_on(extra)
         .reconcile_on(repo_triggers)
+        .reconcile_on(hc_triggers)
         .reconcile_on(dep_triggers)
         .graceful_shutdown_on(shutdown)
         .run(reconcile_tracked, error_policy, ctx.clone())

@@ -483,8 +483,10 @@ impl Rollout<'_> {
                 }
                 Err(err) => return Err(err.into()),
             };
+            // The HealthCheck for the hook's kind; for a cluster-scoped one, in the Application's namespace.
+            let check = self.ctx.healthchecks().rules_for(ns.unwrap_or(self.ns), &e.group, &e.kind);
             let completion = match &found {
-                Some(l) if hooks::of_run(l, &run) && hooks::ours(l, &id) => hooks::completion(l),
+                Some(l) if hooks::of_run(l, &run) && hooks::ours(l, &id) => hooks::completion(l, check.as_deref()),
                 // Never delete, nor wait for, what is not this Application's hook.
                 Some(_) if !found.as_ref().is_some_and(|l| hooks::ours(l, &id)) => {
                     ran.push(failed(format!(
@@ -514,7 +516,7 @@ impl Rollout<'_> {
                     match writer.create_dynamic(&resource, ns, &obj, &params).await {
                         Ok(created) => {
                             self.wave_event(&format!("{phase} hook {what}: created")).await;
-                            let c = hooks::completion(&created);
+                            let c = hooks::completion(&created, check.as_deref());
                             ran.push(Ran { entry: e.clone(), completion: c, live: Some(created) });
                             continue;
                         }

@@ -28,9 +28,19 @@ fn shape(d: &Diagnosis) -> (String, String, Vec<String>, String) {
     (format!("{} {}", d.resource.kind, d.resource.name), d.reason.clone(), path, last.unwrap_or_default())
 }
 
+/// An Application, its files, the diagnosis it must reach (as [`shape`] gives it: the start,
+/// the reasons accepted, the edges and kinds of the path, the last step) and a text its message
+/// must contain.
+type Scenario = (
+    &'static str,
+    Vec<(String, String)>,
+    (&'static str, &'static [&'static str], Vec<&'static str>, &'static str),
+    &'static str,
+);
+
 /// The scenarios: (Application, files, the diagnosis it must reach, as [`shape`] gives it, and
 /// a text its message must contain).
-fn scenarios() -> Vec<(&'static str, Vec<(String, String)>, (&'static str, &'static [&'static str], Vec<&'static str>, &'static str), &'static str)> {
+fn scenarios() -> Vec<Scenario> {
     let owned = |last: &'static str| {
         let mut p = vec!["Owns ReplicaSet", "Owns Pod"];
         if !last.is_empty() {

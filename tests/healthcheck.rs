@@ -116,6 +116,11 @@ fn a_healthcheck_decides_the_health_of_its_kind(cluster: Cluster) {
         env.poke("gadgets", "failed").await;
         let (_, message) = until_health(&env, "the Application to be Degraded", |s, _| s == "Degraded").await;
         assert!(message.contains("Gadget healthcheck/g1: HealthCheck gadgets: failed is true"), "{message}");
+        // `ksync app` and `ksync graph` judge the Gadget by the HealthCheck too.
+        let shown = support::ksync::ok(&cluster, ns, &["app", "gadgets"]).stdout;
+        assert!(shown.contains("HealthCheck gadgets: failed is true"), "{shown}");
+        let graph = support::ksync::ok(&cluster, ns, &["graph", "gadgets"]).stdout;
+        assert!(graph.contains("Gadget.hc.example.com healthcheck/g1  Degraded"), "{graph}");
         set_phase(&gadgets, "Ready").await;
         env.poke("gadgets", "recovered").await;
         until_health(&env, "the Application to be Healthy again", |s, _| s == "Healthy").await;

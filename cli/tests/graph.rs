@@ -55,7 +55,10 @@ fn the_graph_of_a_deployment_missing_its_config_map(cluster: Cluster) {
         snapshot("graph_web_json", &out);
         // `ksync app` shows the controller's diagnosis.
         let shown = ksync::ok(&cluster, ns, &["app", "web"]).stdout;
-        assert!(shown.contains("Root cause: Deployment.apps graph/web: MissingConfigMap: ConfigMap graph/flags"), "{shown}");
+        assert!(
+            shown.contains("Root cause: Deployment.apps graph/web: MissingConfigMap: ConfigMap graph/flags"),
+            "{shown}"
+        );
     });
 }
 

@@ -88,10 +88,13 @@ struct Evidence {
     witnessed: bool,
 }
 
+/// What orders evidence: rank, start, not witnessed, path length, node.
+type Key = (u8, usize, bool, usize, usize);
+
 /// The diagnosis of `graph`, starting from `starts` (the unhealthy managed resources, Degraded
 /// first), if any evidence is found.
 pub fn diagnose(graph: &Graph, starts: &[ResourceRef]) -> Option<Diagnosis> {
-    let mut best: Option<((u8, usize, bool, usize, usize), Diagnosis)> = None;
+    let mut best: Option<(Key, Diagnosis)> = None;
     for (order, start) in starts.iter().enumerate() {
         let Some(root) = graph.find(start) else { continue };
         for (node, path) in walk(graph, root) {
@@ -218,9 +221,19 @@ fn pod(graph: &Graph, i: usize, obj: &Value) -> Option<Evidence> {
                 let facts: Vec<String> = [code, why, restarts].into_iter().flatten().collect();
                 format!("container {name} of {} is in CrashLoopBackOff ({})", describe(r), facts.join(", "))
             } else {
-                format!("container {name} of {}: {reason}{}", describe(r), detail.map(|d| format!(": {d}")).unwrap_or_default())
+                format!(
+                    "container {name} of {}: {reason}{}",
+                    describe(r),
+                    detail.map(|d| format!(": {d}")).unwrap_or_default()
+                )
             };
-            return Some(Evidence { rank: 0, reason: reason.to_string(), message, beyond: Vec::new(), witnessed: true });
+            return Some(Evidence {
+                rank: 0,
+                reason: reason.to_string(),
+                message,
+                beyond: Vec::new(),
+                witnessed: true,
+            });
         }
         let last = &status["lastState"]["terminated"];
         if last["reason"] == "OOMKilled" && status["restartCount"].as_i64().unwrap_or(0) > 0 {
@@ -234,19 +247,19 @@ fn pod(graph: &Graph, i: usize, obj: &Value) -> Option<Evidence> {
             });
         }
     }
-    if let Some(c) = conditions(obj).find(|c| c["type"] == "PodScheduled" && c["status"] == "False") {
-        if c["reason"] == "Unschedulable" {
-            if let Some(e) = claim_behind(graph, i) {
-                return Some(e);
-            }
-            return Some(Evidence {
-                rank: 1,
-                reason: "Unschedulable".into(),
-                message: format!("{} cannot be scheduled{}", describe(r), because(c)),
-                beyond: Vec::new(),
-                witnessed: true,
-            });
+    let unschedulable =
+        |c: &&Value| c["type"] == "PodScheduled" && c["status"] == "False" && c["reason"] == "Unschedulable";
+    if let Some(c) = conditions(obj).find(unschedulable) {
+        if let Some(e) = claim_behind(graph, i) {
+            return Some(e);
         }
+        return Some(Evidence {
+            rank: 1,
+            reason: "Unschedulable".into(),
+            message: format!("{} cannot be scheduled{}", describe(r), because(c)),
+            beyond: Vec::new(),
+            witnessed: true,
+        });
     }
     // A Pod waiting to start (ContainerCreating) on a missing volume source.
     let phase = obj.pointer("/status/phase").and_then(Value::as_str);

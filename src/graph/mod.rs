@@ -226,7 +226,8 @@ pub fn build(observed: &Observed) -> Graph {
                 }
                 for (j, m) in graph.nodes.iter().enumerate().filter(|(_, m)| same_ns(m)) {
                     let slice = m.resource.group == "discovery.k8s.io" && m.resource.kind == "EndpointSlice";
-                    let service = m.live.as_ref().and_then(|o| o.pointer("/metadata/labels/kubernetes.io~1service-name"));
+                    let service =
+                        m.live.as_ref().and_then(|o| o.pointer("/metadata/labels/kubernetes.io~1service-name"));
                     if slice && service.and_then(Value::as_str) == Some(n.resource.name.as_str()) {
                         link(i, Edge::Endpoints, j, false);
                     }
@@ -251,8 +252,7 @@ pub fn build(observed: &Observed) -> Graph {
     for (from, to) in endpoints {
         links.remove(&(from, Edge::Owns, to));
     }
-    graph.links =
-        links.into_iter().map(|((from, edge, to), optional)| Link { from, edge, to, optional }).collect();
+    graph.links = links.into_iter().map(|((from, edge, to), optional)| Link { from, edge, to, optional }).collect();
     graph
 }
 

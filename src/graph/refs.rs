@@ -64,18 +64,20 @@ pub fn pod_spec<'a>(resource: &ResourceRef, obj: &'a Value) -> Option<&'a Value>
 pub fn references(resource: &ResourceRef, obj: &Value) -> Vec<Reference> {
     let ns = resource.namespace.clone();
     let mut out: Vec<Reference> = Vec::new();
-    let mut push = |edge: Edge, api_version: &str, kind: &str, namespace: Option<String>, name: &str, optional: bool| {
-        if name.is_empty() {
-            return;
-        }
-        let (group, _) = split_api_version(api_version);
-        let to = ResourceRef { group: group.to_string(), kind: kind.to_string(), namespace, name: name.to_string() };
-        match out.iter_mut().find(|r| r.edge == edge && r.to == to) {
-            // Referenced twice: optional only if every reference is.
-            Some(r) => r.optional &= optional,
-            None => out.push(Reference { edge, to, api_version: api_version.to_string(), optional }),
-        }
-    };
+    let mut push =
+        |edge: Edge, api_version: &str, kind: &str, namespace: Option<String>, name: &str, optional: bool| {
+            if name.is_empty() {
+                return;
+            }
+            let (group, _) = split_api_version(api_version);
+            let to =
+                ResourceRef { group: group.to_string(), kind: kind.to_string(), namespace, name: name.to_string() };
+            match out.iter_mut().find(|r| r.edge == edge && r.to == to) {
+                // Referenced twice: optional only if every reference is.
+                Some(r) => r.optional &= optional,
+                None => out.push(Reference { edge, to, api_version: api_version.to_string(), optional }),
+            }
+        };
     if let Some(spec) = pod_spec(resource, obj) {
         pod_references(spec, &mut |edge, kind, name, optional| push(edge, "v1", kind, ns.clone(), name, optional));
     }

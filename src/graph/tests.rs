@@ -64,7 +64,9 @@ fn diagnosis_of(o: &Observed, starts: &[ResourceRef]) -> (String, String, Vec<St
     let path = d
         .path
         .iter()
-        .map(|s| format!("{} {} {}{}", s.edge, s.resource.kind, s.resource.name, if s.missing { " missing" } else { "" }))
+        .map(|s| {
+            format!("{} {} {}{}", s.edge, s.resource.kind, s.resource.name, if s.missing { " missing" } else { "" })
+        })
         .collect();
     (d.reason, d.message, path)
 }
@@ -147,8 +149,10 @@ fn an_unschedulable_pod_waiting_for_a_pending_claim_is_the_claim() {
     let status = json!({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
         "reason": "Unschedulable", "message": "pod has unbound immediate PersistentVolumeClaims"}]});
     let mut objects = workload(spec, status);
-    objects.push(json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "data", "namespace": "a"},
-                        "spec": {"resources": {"requests": {"storage": "1Gi"}}}, "status": {"phase": "Pending"}}));
+    objects.push(
+        json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "data", "namespace": "a"},
+                        "spec": {"resources": {"requests": {"storage": "1Gi"}}}, "status": {"phase": "Pending"}}),
+    );
     let (reason, message, path) = diagnosis_of(&observed(objects, &[], &[web()]), &[web()]);
     assert_eq!(reason, "PendingClaim");
     assert_eq!(path, owned_then("Mounts PersistentVolumeClaim data"));
@@ -189,7 +193,7 @@ fn an_ingress_routing_to_a_missing_service() {
     let ingress = json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "metadata": {"name": "web", "namespace": "a"},
         "spec": {"rules": [{"http": {"paths": [{"path": "/", "backend": {"service": {"name": "api"}}}]}}]}});
     let ing = rref("networking.k8s.io", "Ingress", Some("a"), "web");
-    let o = observed(vec![ingress], &[rref("", "Service", Some("a"), "api")], &[ing.clone()]);
+    let o = observed(vec![ingress], &[rref("", "Service", Some("a"), "api")], std::slice::from_ref(&ing));
     let (reason, message, path) = diagnosis_of(&o, &[ing]);
     assert_eq!((reason.as_str(), path), ("MissingService", vec!["Routes Service api missing".to_string()]));
     assert_eq!(message, "Service a/api, routed to by Ingress.networking.k8s.io a/web, does not exist");
@@ -200,7 +204,7 @@ fn an_autoscaler_scaling_a_missing_deployment() {
     let hpa = json!({"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "metadata": {"name": "web", "namespace": "a"},
         "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}, "maxReplicas": 3}});
     let h = rref("autoscaling", "HorizontalPodAutoscaler", Some("a"), "web");
-    let o = observed(vec![hpa], &[web()], &[h.clone()]);
+    let o = observed(vec![hpa], &[web()], std::slice::from_ref(&h));
     let (reason, _, path) = diagnosis_of(&o, &[h]);
     assert_eq!((reason.as_str(), path), ("MissingDeployment", vec!["Scales Deployment web missing".to_string()]));
 }
@@ -212,15 +216,20 @@ fn a_failed_job() {
         "status": {"failed": 2, "conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
                    "message": "Job has reached the specified backoff limit"}]}});
     let j = rref("batch", "Job", Some("a"), "migrate");
-    let (reason, message, path) = diagnosis_of(&observed(vec![job, account()], &[], &[j.clone()]), &[j]);
+    let (reason, message, path) = diagnosis_of(&observed(vec![job, account()], &[], std::slice::from_ref(&j)), &[j]);
     assert_eq!((reason.as_str(), path), ("JobFailed", vec![]));
-    assert_eq!(message, "Job.batch a/migrate failed: BackoffLimitExceeded: Job has reached the specified backoff limit");
+    assert_eq!(
+        message,
+        "Job.batch a/migrate failed: BackoffLimitExceeded: Job has reached the specified backoff limit"
+    );
 }
 
 #[test]
 fn optional_references_are_never_evidence() {
-    let spec = json!({"containers": [{"name": "app", "envFrom": [{"configMapRef": {"name": "extra", "optional": true}}]}]});
-    let status = json!({"phase": "Running", "containerStatuses": [{"name": "app", "ready": false, "state": {"running": {}}}]});
+    let spec =
+        json!({"containers": [{"name": "app", "envFrom": [{"configMapRef": {"name": "extra", "optional": true}}]}]});
+    let status =
+        json!({"phase": "Running", "containerStatuses": [{"name": "app", "ready": false, "state": {"running": {}}}]});
     let o = observed(workload(spec, status), &[rref("", "ConfigMap", Some("a"), "extra")], &[web()]);
     let g = build(&o);
     assert!(g.nodes.iter().any(|n| n.missing() && n.resource.name == "extra"), "drawn, as missing");

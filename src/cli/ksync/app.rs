@@ -114,8 +114,16 @@ async fn get(cluster: &Cluster, name: &str, format: Option<Format>, ctx: Context
             let entries: Vec<PlanEntry> = managed(&entries).cloned().collect();
             let phase = phase_of(rev);
             let lives = read_live(cluster, &entries).await;
-            let health: Vec<ResourceHealth> =
-                entries.iter().zip(&lives).map(|(e, live)| resource_health(e, live, phase)).collect();
+            let checks = super::healthchecks::Checks::read(cluster, namespaces(&entries, &cluster.namespace)).await;
+            let health: Vec<ResourceHealth> = entries
+                .iter()
+                .zip(&lives)
+                .map(|(e, live)| {
+                    let ns = e.resource.namespace.as_deref().filter(|n| !n.is_empty()).unwrap_or(&cluster.namespace);
+                    let rules = checks.rules(ns, &e.resource.group, &e.resource.kind);
+                    resource_health(e, live, phase, rules.as_ref())
+                })
+                .collect();
             Some((kube::ResourceExt::name_any(rev), health))
         }
         None => None,
@@ -127,6 +135,16 @@ async fn get(cluster: &Cluster, name: &str, format: Option<Format>, ctx: Context
         resources: resources.as_ref().map(|(n, h)| (n.as_str(), h.as_slice())),
     };
     output::print(&render(detail, ctx.now(), ctx.palette))
+}
+
+/// The namespaces whose HealthChecks apply to `entries`: theirs, and `own` (the Application's,
+/// for cluster-scoped objects).
+pub(super) fn namespaces(entries: &[PlanEntry], own: &str) -> Vec<String> {
+    let mut out: Vec<String> = entries.iter().filter_map(|e| e.resource.namespace.clone()).collect();
+    out.push(own.to_string());
+    out.sort();
+    out.dedup();
+    out
 }
 
 /// A kind resolved by discovery: its resource and whether it is namespaced, or why not.

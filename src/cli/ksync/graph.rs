@@ -9,6 +9,7 @@
 use std::collections::BTreeMap;
 
 use super::connect::Cluster;
+use super::healthchecks::Checks;
 use super::{Context, app, output, read};
 use crate::api::application::{Application, ResourceRef};
 use crate::api::revision::{PlanEntry, Revision};
@@ -57,6 +58,8 @@ pub async fn run(cluster: &Cluster, args: &GraphArgs, ctx: Context) -> Result<()
         .map(|p| managed(&p.entries).cloned().collect())
         .unwrap_or_default();
     let lives = app::read_live(cluster, &entries).await;
+    let checks = Checks::read(cluster, app::namespaces(&entries, &cluster.namespace)).await;
+    let mut rules = Vec::new();
     let mut objects = BTreeMap::new();
     let mut healths = Vec::new();
     for (e, live) in entries.iter().zip(lives) {
@@ -67,7 +70,16 @@ pub async fn run(cluster: &Cluster, args: &GraphArgs, ctx: Context) -> Result<()
             name: e.resource.name.clone(),
         };
         if let Live::Found(obj) = live {
-            healths.push((r.clone(), health::assess(&obj).status));
+            let ns = r.namespace.as_deref().unwrap_or(&cluster.namespace);
+            let check = checks.rules(ns, &r.group, &r.kind);
+            let status = match &check {
+                Some(c) => health::assess_with(c, &obj).status,
+                None => health::assess(&obj).status,
+            };
+            if let Some(c) = check {
+                rules.push((r.clone(), c));
+            }
+            healths.push((r.clone(), status));
             objects.insert(r, obj);
         }
     }
@@ -76,7 +88,13 @@ pub async fn run(cluster: &Cluster, args: &GraphArgs, ctx: Context) -> Result<()
     let starts = graph::diagnose::starts(&healths);
     let diagnosis = graph::diagnose::diagnose(&g, &starts);
     let application = format!("{}/{}", cluster.namespace, args.name);
-    let v = GraphView { application: &application, graph: &g, diagnosis: diagnosis.as_ref(), truncated: gathered.truncated };
+    let v = GraphView {
+        application: &application,
+        graph: &g,
+        diagnosis: diagnosis.as_ref(),
+        truncated: gathered.truncated,
+        rules: &rules,
+    };
     match args.output {
         GraphFormat::Tree => output::print(&view::tree(&v, ctx.palette)),
         GraphFormat::Dot => output::print(&view::dot(&v)),

@@ -12,6 +12,7 @@ pub mod apps;
 pub mod connect;
 pub mod dev;
 pub mod graph;
+pub mod healthchecks;
 pub mod history;
 pub mod output;
 pub mod plan;

@@ -47,11 +47,19 @@ pub fn managed(entries: &[PlanEntry]) -> impl Iterator<Item = &PlanEntry> {
 /// A missing resource is Degraded, except one the plan still has to create while the Revision
 /// (in `phase`) has not been applied: that one is Unknown, "not created yet". A resource that
 /// could not be read is Unknown, saying why.
-pub fn resource_health(entry: &PlanEntry, live: &Live, phase: RevisionPhase) -> ResourceHealth {
+pub fn resource_health(
+    entry: &PlanEntry,
+    live: &Live,
+    phase: RevisionPhase,
+    rules: Option<&crate::health::cel::Rules>,
+) -> ResourceHealth {
     let applied = matches!(phase, RevisionPhase::Applying | RevisionPhase::Progressing | RevisionPhase::Healthy);
     let (health, message) = match live {
         Live::Found(obj) => {
-            let a = crate::health::assess(obj);
+            let a = match rules {
+                Some(r) => crate::health::assess_with(r, obj),
+                None => crate::health::assess(obj),
+            };
             (a.status, a.message)
         }
         Live::Missing if entry.action == PlanAction::Create && !applied => {
@@ -243,7 +251,7 @@ mod tests {
         let create = entry("ConfigMap", PlanAction::Create);
         let update = entry("ConfigMap", PlanAction::Update);
         let h = |e: &PlanEntry, live: &Live, p: RevisionPhase| {
-            let r = resource_health(e, live, p);
+            let r = resource_health(e, live, p, None);
             (r.health, r.message)
         };
         assert_eq!(

@@ -13,10 +13,11 @@ use std::collections::BTreeSet;
 use serde_json::{Value, json};
 
 use super::{Palette, Tone, health_name, health_tone, one_line, resource_id};
-use crate::api::application::Diagnosis;
+use crate::api::application::{Diagnosis, ResourceRef};
 use crate::api::common::HealthStatus;
 use crate::graph::{Graph, Node};
 use crate::health;
+use crate::health::cel::Rules;
 
 /// What `ksync graph` shows.
 pub struct GraphView<'a> {
@@ -28,6 +29,8 @@ pub struct GraphView<'a> {
     pub diagnosis: Option<&'a Diagnosis>,
     /// The read budget was reached: some objects are left out.
     pub truncated: bool,
+    /// The HealthCheck rules of the managed resources that have one.
+    pub rules: &'a [(ResourceRef, Rules)],
 }
 
 impl GraphView<'_> {
@@ -43,13 +46,18 @@ impl GraphView<'_> {
     }
 }
 
-/// A node's health: missing, or the built-in rules' verdict on the live object.
-fn health_of(node: &Node) -> Option<health::Assessment> {
-    node.live.as_ref().map(health::assess)
+/// A node's health: missing, or the verdict on the live object of its HealthCheck if it has one,
+/// else of the built-in rules.
+fn health_of(v: &GraphView<'_>, node: &Node) -> Option<health::Assessment> {
+    let live = node.live.as_ref()?;
+    Some(match v.rules.iter().find(|(r, _)| *r == node.resource) {
+        Some((_, rules)) => health::assess_with(rules, live),
+        None => health::assess(live),
+    })
 }
 
-fn status_text(node: &Node, palette: Palette) -> String {
-    match health_of(node) {
+fn status_text(v: &GraphView<'_>, node: &Node, palette: Palette) -> String {
+    match health_of(v, node) {
         None => palette.paint(Tone::Bad, "missing"),
         Some(a) => palette.paint(health_tone(a.status), health_name(a.status)),
     }
@@ -69,7 +77,7 @@ impl Printer<'_> {
         let node = &self.v.graph.nodes[i];
         let id = resource_id(&node.resource);
         let id = if depth.is_some() { self.palette.paint(Tone::Bad, &id) } else { id };
-        let mut line = format!("{id}  {}", status_text(node, self.palette));
+        let mut line = format!("{id}  {}", status_text(self.v, node, self.palette));
         if let (Some(d), Some(k)) = (self.v.diagnosis, depth)
             && k + 1 == self.path.len()
         {
@@ -107,7 +115,8 @@ impl Printer<'_> {
 /// The tree: the diagnosis's start first, then the other managed resources in graph order.
 pub fn tree(v: &GraphView<'_>, palette: Palette) -> String {
     let path = v.path();
-    let mut p = Printer { v, palette, path, expanded: BTreeSet::new(), out: format!("Application {}\n", v.application) };
+    let mut p =
+        Printer { v, palette, path, expanded: BTreeSet::new(), out: format!("Application {}\n", v.application) };
     let mut managed: Vec<usize> = (0..v.graph.nodes.len()).filter(|i| v.graph.nodes[*i].managed).collect();
     if let Some(start) = p.path.first() {
         managed.sort_by_key(|i| i != start);
@@ -152,7 +161,7 @@ pub fn dot(v: &GraphView<'_>) -> String {
         let r = &node.resource;
         let kind = super::kind_of(&r.group, &r.kind);
         let place = r.namespace.as_ref().map_or(r.name.clone(), |ns| format!("{ns}/{}", r.name));
-        let (status, colour) = match health_of(node) {
+        let (status, colour) = match health_of(v, node) {
             None => ("missing", "red"),
             Some(a) => match a.status {
                 HealthStatus::Healthy => ("Healthy", "darkgreen"),
@@ -195,7 +204,7 @@ pub fn json(v: &GraphView<'_>) -> Value {
         .nodes
         .iter()
         .map(|n| {
-            let a = health_of(n);
+            let a = health_of(v, n);
             let mut o = json!({"resource": n.resource, "managed": n.managed, "missing": n.missing()});
             if let Some(a) = a {
                 o["health"] = json!(a.status);

@@ -1,6 +1,6 @@
 //! The real `ksync-controller run` process: against the cluster of its kubeconfig, with a Git
 //! cache directory, serving Prometheus metrics, /healthz and /readyz; Applications appear from a Repository and are
-//! planned and rolled out; HealthChecks get their status.
+//! planned and rolled out; HealthChecks get their status; SIGTERM stops it within its drain limit.
 
 mod support;
 
@@ -124,3 +124,52 @@ fn the_manager_process_discovers_applications_and_serves_metrics(cluster: Cluste
 }
 
 crate::both!(the_manager_process_discovers_applications_and_serves_metrics,);
+
+/// A replica told to stop (SIGTERM) exits within its drain limit even when requests it has in
+/// flight never get an answer: here the API server accepts connections and never replies.
+#[test]
+fn a_replica_stops_within_its_drain_limit_when_the_api_server_never_answers() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (accepted_tx, accepted) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming().map_while(Result::ok) {
+            held.push(stream);
+            let _ = accepted_tx.send(());
+        }
+    });
+    let dir = temp_dir("hung-api");
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters: [{{name: c, cluster: {{server: 'http://127.0.0.1:{port}'}}}}]\n\
+             users: [{{name: u, user: {{token: t}}}}]\ncontexts: [{{name: c, context: {{cluster: c, user: u}}}}]\ncurrent-context: c\n"
+        ),
+    )
+    .unwrap();
+    let mut process = Kill(
+        Command::new(env!("CARGO_BIN_EXE_ksync-controller"))
+            .args(["run", "--metrics-bind-address", ""])
+            .arg("--git-cache-dir")
+            .arg(dir.path().join("cache"))
+            .env("KUBECONFIG", &kubeconfig)
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("ksync-controller"),
+    );
+    // Some request is in flight, unanswered.
+    accepted.recv_timeout(Duration::from_secs(60)).expect("the replica to call the API server");
+    let pid = rustix::process::Pid::from_child(&process.0);
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    let end = std::time::Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = process.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(std::time::Instant::now() < end, "still running 60s after SIGTERM (the drain limit is 20s)");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(status.success(), "{status}");
+}

@@ -270,7 +270,7 @@ fn the_quickstart_deploys_rolls_out_a_commit_heals_and_reports_drift_and_stops_c
         assert!(!listening(port), "port {port} still accepts connections after ksync dev stopped");
     }
     for pid in children {
-        assert!(!alive(pid), "child process {pid} still runs after ksync dev stopped");
+        assert!(!alive(pid), "a child still runs after ksync dev stopped:\n{}", describe(pid));
     }
 
     // Again on the same state: the repository (with the commit above) is reused and deployed.
@@ -283,9 +283,39 @@ fn the_quickstart_deploys_rolls_out_a_commit_heals_and_reports_drift_and_stops_c
     assert!(children.len() >= 3, "{children:?}");
     again.child.kill().unwrap();
     again.child.wait().unwrap();
-    support::wait_for("the children of a SIGKILLed ksync dev to exit", Duration::from_secs(30), || {
-        children.iter().all(|pid| !alive(*pid)).then_some(())
-    });
+    let end = Instant::now() + Duration::from_secs(30);
+    while children.iter().any(|pid| alive(*pid)) {
+        if Instant::now() > end {
+            let left: Vec<String> = children.iter().filter(|pid| alive(**pid)).map(|pid| describe(*pid)).collect();
+            panic!(
+                "30s after ksync dev was SIGKILLed, its children still run:\n{}\n{}",
+                left.join("\n"),
+                replica_logs(state.path())
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// `pid`'s state and command line, for a failure message.
+fn describe(pid: u32) -> String {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+    format!("  {pid}: {stat} :: {cmdline}")
+}
+
+/// The last lines of each replica's log under `state`, for a failure message.
+fn replica_logs(state: &Path) -> String {
+    let mut out = String::new();
+    for entry in std::fs::read_dir(state.join("logs")).into_iter().flatten().flatten() {
+        let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        out += &format!("--- {} (last 40 lines)\n", entry.path().display());
+        out += &lines[lines.len().saturating_sub(40)..].join("\n");
+        out += "\n";
+    }
+    out
 }
 
 /// Whether process `pid` exists and is not a zombie.

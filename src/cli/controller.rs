@@ -282,12 +282,17 @@ pub fn run(args: Args) -> Result<()> {
     }
 }
 
+/// How long a replica drains after SIGTERM (in-flight reconciles end, Leases are released) before
+/// it exits anyway: no stuck request, such as one to an API server that is gone, holds it past
+/// this. Within the 30 s a kubelet waits before SIGKILL by default.
+const DRAIN_LIMIT: std::time::Duration = std::time::Duration::from_secs(20);
+
 fn run_controllers(args: RunArgs) -> Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .map_err(|e| Error::Startup(format!("starting the runtime: {e}")))?;
-    runtime.block_on(async move {
+    let result = runtime.block_on(async move {
         let (ready_tx, ready_rx) = tokio::sync::watch::channel(Err::<(), String>(STARTING.to_string()));
         let (http_stop, http_stopped) = tokio::sync::oneshot::channel::<()>();
         if !args.metrics_bind_address.is_empty() {
@@ -363,6 +368,12 @@ fn run_controllers(args: RunArgs) -> Result<()> {
             }
             tracing::info!("shutting down");
             let _ = stop.send(true);
+            // A thread, not a task: it must fire even if every runtime thread is stuck.
+            std::thread::spawn(|| {
+                std::thread::sleep(DRAIN_LIMIT);
+                tracing::warn!(limit = ?DRAIN_LIMIT, "still draining after SIGTERM; exiting anyway");
+                std::process::exit(0);
+            });
         });
         let on_stop = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
             let _ = rx.wait_for(|s| *s).await;
@@ -467,7 +478,11 @@ fn run_controllers(args: RunArgs) -> Result<()> {
         );
         let _ = http_stop.send(());
         Ok(())
-    })
+    });
+    // Dropping a runtime waits for its blocking tasks without limit (a git read on a dead
+    // connection); what is still running now is abandoned.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(2));
+    result
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {

@@ -18,15 +18,13 @@ pub fn impersonating(
     kube::Client::try_from(crate::client::without_retries(impersonation(config, namespace, service_account)))
 }
 
-/// `config` acting as `system:serviceaccount:<namespace>:<name>`.
+/// `config` acting as `system:serviceaccount:<namespace>:<name>`. No groups are named: the API
+/// server gives an impersonated ServiceAccount its own groups, and naming them would need the
+/// right to impersonate any group (`system:masters` included).
 pub fn impersonation(config: &kube::Config, namespace: &str, service_account: &str) -> kube::Config {
     let mut config = config.clone();
     config.auth_info.impersonate = Some(format!("system:serviceaccount:{namespace}:{service_account}"));
-    config.auth_info.impersonate_groups = Some(vec![
-        "system:serviceaccounts".to_string(),
-        format!("system:serviceaccounts:{namespace}"),
-        "system:authenticated".to_string(),
-    ]);
+    config.auth_info.impersonate_groups = None;
     config
 }
 

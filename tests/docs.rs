@@ -76,8 +76,7 @@ const NOT_YET_IMPLEMENTED: &[&str] = &[
     // Plan-wide warnings (only each entry's `warning` is written).
     "plan.warnings",
     "plan-wide warnings",
-    // The Helm chart and container build of `deploy/`.
-    "the Helm chart",
+    // The container build of `deploy/`.
     "container build",
 ];
 

@@ -1,4 +1,5 @@
-//! The Helm chart in `deploy/chart`, as users install it: rendered by the real `helm template`
+//! The Helm chart in `deploy/chart`, as users install it: `helm lint --strict` clean, its values
+//! checked by its schema, rendered by the real `helm template`
 //! for several value sets, every object server-side applied with strict field validation (the
 //! API server's own schemas), and run: real `ksync-controller` replicas with the chart's arguments
 //! and environment, authenticated as the chart's ServiceAccount (a TokenRequest token, not
@@ -85,6 +86,34 @@ fn manager_container(objects: &[Value]) -> &Value {
 
 fn args_of(container: &Value) -> Vec<String> {
     container["args"].as_array().expect("args").iter().map(|a| a.as_str().expect("arg").to_string()).collect()
+}
+
+#[test]
+fn the_chart_is_lint_clean_and_its_schema_refuses_bad_values() {
+    let tools = Tools::get();
+    let home = temp_dir("helm-home");
+    let chart = repo_root().join("deploy/chart");
+    support::run(tools.helm(home.path()).args(["lint", "--strict"]).arg(&chart));
+    for (value, complaint) in [
+        ("shards=0", "/shards"),
+        ("replicas=\"two\"", "/replicas"),
+        ("driftResyncInterval=\"5 minutes\"", "/driftResyncInterval"),
+        ("webhooks={\"enable\":true}", "enable"),
+        ("watches={\"extraKinds\":[{\"resources\":[\"ingresses\"]}]}", "apiGroup"),
+    ] {
+        let out =
+            tools.helm(home.path()).args(["template", "x"]).arg(&chart).args(["--set-json", value]).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && stderr.contains(complaint), "{value}: {stderr}");
+    }
+    let out = tools
+        .helm(home.path())
+        .args(["template", "x"])
+        .arg(&chart)
+        .args(["--set", "webhooks.certificate.source=certManager"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("needs webhooks.certificate.certManager.issuerRef.name"));
 }
 
 fn the_chart_renders_objects_the_api_server_accepts(cluster: Cluster) {

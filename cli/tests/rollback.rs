@@ -328,7 +328,9 @@ fn a_crash_looping_commit_is_rolled_back_by_the_failure_policy(cluster: Cluster)
             .write("web/deploy.yaml", crash)
             .commit_and_push("a crash-looping web");
         env.refresh("platform", &bad).await;
-        let held = eventually("the crashing commit held", WAIT, || async {
+        // Up to the 20 s health timeout, then a rollback with its own apply and health wait: more
+        // than one step's usual deadline on a loaded machine.
+        let held = eventually("the crashing commit held", WAIT * 3, || async {
             let list = env.revisions().list(&Default::default()).await.ok()?;
             let r = list.items.into_iter().find(|r| r.spec.source.commit == bad)?;
             let app = env.apps().get("web").await.ok()?;

@@ -163,13 +163,10 @@ fn a_replica_stops_within_its_drain_limit_when_the_api_server_never_answers() {
     accepted.recv_timeout(Duration::from_secs(60)).expect("the replica to call the API server");
     let pid = rustix::process::Pid::from_child(&process.0);
     rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
-    let end = std::time::Instant::now() + Duration::from_secs(60);
-    let status = loop {
-        if let Some(status) = process.0.try_wait().unwrap() {
-            break status;
-        }
-        assert!(std::time::Instant::now() < end, "still running 60s after SIGTERM (the drain limit is 20s)");
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let status = support::wait_for(
+        "the replica to exit after SIGTERM (its drain limit is 20s)",
+        Duration::from_secs(60),
+        || process.0.try_wait().unwrap(),
+    );
     assert!(status.success(), "{status}");
 }

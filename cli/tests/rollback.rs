@@ -299,9 +299,11 @@ fn a_manual_sync_rollback_is_approved_by_its_own_request(cluster: Cluster) {
     });
 }
 
-/// A commit whose Deployment crash-loops (simcluster; on realkube no node ever runs it) fails its
-/// attempt on health, and a rollback failure policy returns to the previous healthy commit,
-/// pruning the Deployment, and holds the crashing one.
+/// A commit whose Deployment crash-loops fails its attempt on health, and a rollback failure
+/// policy returns to the previous healthy commit, pruning the Deployment, and holds the crashing
+/// one. Its container is never ready: one that is ready for a moment before it crashes can make
+/// the Deployment available, and the attempt succeed, before the crash; a crash after a
+/// rollout makes the Application Degraded, it fails no attempt.
 fn a_crash_looping_commit_is_rolled_back_by_the_failure_policy(cluster: Cluster) {
     let runtime = support::runtime();
     runtime.block_on(async {
@@ -322,7 +324,7 @@ fn a_crash_looping_commit_is_rolled_back_by_the_failure_policy(cluster: Cluster)
             (color(&cms).await.as_deref() == Some("blue")).then_some(r)
         })
         .await;
-        let crash = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  replicas: 1\n  progressDeadlineSeconds: 5\n  selector:\n    matchLabels: {app: web}\n  template:\n    metadata:\n      labels: {app: web}\n    spec:\n      containers:\n      - name: web\n        image: web:2\n        env: [{name: SIMCLUSTER_EXIT_CODE, value: \"3\"}]\n";
+        let crash = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  replicas: 1\n  progressDeadlineSeconds: 5\n  selector:\n    matchLabels: {app: web}\n  template:\n    metadata:\n      labels: {app: web}\n    spec:\n      containers:\n      - name: web\n        image: web:2\n        env: [{name: SIMCLUSTER_EXIT_CODE, value: \"3\"}, {name: SIMCLUSTER_READY, value: \"false\"}]\n";
         let bad = wt
             .write("web/config.yaml", &config("red"))
             .write("web/deploy.yaml", crash)

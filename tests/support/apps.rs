@@ -30,10 +30,21 @@ pub struct Env {
     stop: Option<tokio::sync::watch::Sender<bool>>,
 }
 
+/// The in-process controllers log to the test's output, which the test runner shows only when
+/// the test fails: `KSYNC_TEST_LOG` (an `EnvFilter`, default `kuvryn_sync=info`).
+fn log_controllers() {
+    let filter = std::env::var("KSYNC_TEST_LOG").unwrap_or_else(|_| "kuvryn_sync=info".into());
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+        .with_test_writer()
+        .try_init();
+}
+
 impl Env {
     /// CRDs, the namespace `ns` with a service account `deployer` that may do anything in it,
     /// a Git server, and both controllers running.
     pub async fn start(cluster: &Cluster, ns: &str) -> Env {
+        log_controllers();
         let mut env = Env::without_controllers(cluster, ns).await;
         let client = env.client.clone();
         let cache = GitCache::new(CacheConfig::new(env._cache_dir.path())).unwrap();

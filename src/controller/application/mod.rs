@@ -332,7 +332,8 @@ pub async fn reconcile(app: Arc<Application>, ctx: Arc<Context>) -> Result<Actio
     if !write_status(&ctx, &app, &old, &status).await? {
         return Ok(Action::requeue(STALE_RETRY));
     }
-    // A rollback request is written or removed only once the status it follows from is stored.
+    // A completed or abandoned rollback's request is removed only once the status it follows
+    // from is stored.
     if let Some(after) = after {
         rolling_back::after(&ctx, &app, &ns, after).await?;
     }
@@ -533,12 +534,19 @@ async fn plan_app(
             action
         }
     };
-    // The Revision's status first: a rollback that completes holds other Revisions only once
-    // the attempt that completed it is recorded.
+    // A failure policy's request before the failed attempt it follows from is stored (see
+    // `failure_request`).
+    if let Some((to, from)) =
+        rolling_back::failure_request(ctx, app, ns, &choice, &reconciled, &old_rs, &rs, status).await?
+    {
+        rolling_back::request_automatic(ctx, app, ns, &to, &from).await?;
+    }
+    // The Revision's status before `settle`: a rollback that completes holds other Revisions
+    // only once the attempt that completed it is recorded.
     if rs != old_rs {
         write_revision_status(ctx, app, ns, &rev_name, &rs).await?;
     }
-    let after = rolling_back::settle(ctx, app, ns, &choice, &reconciled, &old_rs, &rs, old, status, now).await?;
+    let after = rolling_back::settle(ctx, app, ns, &choice, &reconciled, &rs, old, status, now).await?;
     // History changes only with a new desired Revision or a new limit: a drift check lists no
     // Revisions.
     if old.desired_revision.as_deref() != Some(rev_name.as_str()) || old.observed_generation != app.metadata.generation

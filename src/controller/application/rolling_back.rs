@@ -239,9 +239,8 @@ pub(super) struct Reconciled {
     pub healthy: bool,
 }
 
-/// After the reconcile of the chosen Revision: complete or abandon a pending rollback, report
-/// a hold, and let a rollback failure policy ask for a rollback when the desired Revision just
-/// failed.
+/// After the reconcile of the chosen Revision (its status stored): complete or abandon a
+/// pending rollback, and report a hold.
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn settle(
     ctx: &Context,
@@ -249,7 +248,6 @@ pub(super) async fn settle(
     ns: &str,
     choice: &Choice,
     done: &Reconciled,
-    old_rs: &RevisionStatus,
     rs: &RevisionStatus,
     old: &ApplicationStatus,
     status: &mut ApplicationStatus,
@@ -317,32 +315,51 @@ pub(super) async fn settle(
                 }
             }
         }
-        Target::Spec | Target::Lift => {
-            if app.spec.failure_policy.action != FailureAction::Rollback {
-                return Ok(None);
-            }
-            let previous = status.last_healthy_revision.clone().filter(|r| *r != done.revision);
-            // Only as the Revision fails: an attempt that just failed. A render or validation
-            // failure that retrying may fix (a chart pull) is retried within maxAttempts first.
-            let Some(failed) = rs.attempts.last().filter(|a| {
-                a.result == AttemptResult::Failed
-                    && old_rs.attempts.last().is_none_or(|o| o.number != a.number || o.result != a.result)
-            }) else {
-                return Ok(None);
-            };
-            let policy = super::attempt::policy_of(app);
-            let for_good = done.failure.as_ref().is_some_and(|f| !f.retryable)
-                || super::rollout::consecutive_failures(&rs.attempts, None) >= policy.max_attempts;
-            if failed.desired_state_hash.is_none() && !for_good {
-                return Ok(None);
-            }
-            let Some(previous) = previous else { return Ok(None) };
-            if let Some(prev) = get(ctx, ns, &previous).await? {
-                return Ok(Some(After::Request { to: prev.spec.source.commit, from: done.commit.clone() }));
-            }
-        }
+        Target::Spec | Target::Lift => {}
     }
     Ok(None)
+}
+
+/// A rollback failure policy asks to roll back from the commit of `done` to the last healthy
+/// Revision's when this reconcile failed the desired Revision's attempt (`old_rs` is its status
+/// as stored, `rs` as this reconcile leaves it): returns `(to, from)`.
+///
+/// The failed attempt is the only trace of the failure, so the caller writes the request
+/// (`request_automatic`) before it stores `rs`: stored first, a reconcile stopped in between (a
+/// stale copy of the Application, an API error) would leave a failed attempt and no request.
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn failure_request(
+    ctx: &Context,
+    app: &Application,
+    ns: &str,
+    choice: &Choice,
+    done: &Reconciled,
+    old_rs: &RevisionStatus,
+    rs: &RevisionStatus,
+    status: &ApplicationStatus,
+) -> Result<Option<(String, String)>, Error> {
+    if !matches!(choice.target, Target::Spec | Target::Lift)
+        || app.spec.failure_policy.action != FailureAction::Rollback
+    {
+        return Ok(None);
+    }
+    let previous = status.last_healthy_revision.clone().filter(|r| *r != done.revision);
+    // Only as the Revision fails: an attempt that just failed. A render or validation
+    // failure that retrying may fix (a chart pull) is retried within maxAttempts first.
+    let Some(failed) = rs.attempts.last().filter(|a| {
+        a.result == AttemptResult::Failed
+            && old_rs.attempts.last().is_none_or(|o| o.number != a.number || o.result != a.result)
+    }) else {
+        return Ok(None);
+    };
+    let policy = super::attempt::policy_of(app);
+    let for_good = done.failure.as_ref().is_some_and(|f| !f.retryable)
+        || super::rollout::consecutive_failures(&rs.attempts, None) >= policy.max_attempts;
+    if failed.desired_state_hash.is_none() && !for_good {
+        return Ok(None);
+    }
+    let Some(previous) = previous else { return Ok(None) };
+    Ok(get(ctx, ns, &previous).await?.map(|prev| (prev.spec.source.commit, done.commit.clone())))
 }
 
 /// What a reconcile does to the rollback request once its status is stored.
@@ -358,13 +375,6 @@ pub(super) enum After {
     Abandoned {
         /// Why.
         why: String,
-    },
-    /// A rollback failure policy asks to roll back from commit `from` to `to`.
-    Request {
-        /// The commit to roll back to.
-        to: String,
-        /// The commit rolled back from.
-        from: String,
     },
 }
 
@@ -383,7 +393,6 @@ pub(super) async fn after(ctx: &Context, app: &Application, ns: &str, after: Aft
             Ok(())
         }
         After::Abandoned { why } => abandon(ctx, app, ns, &why).await,
-        After::Request { to, from } => request_automatic(ctx, app, ns, &to, &from).await,
     }
 }
 

@@ -20,7 +20,7 @@ use kuvryn_sync::api::revision::Revision;
 use kuvryn_sync::webhook::certs;
 use serde_json::{Value, json};
 use support::manager::{Manager, SERVICE, SYSTEM, install_configuration};
-use support::{Cluster, apply_as, eventually, install_crds, temp_dir};
+use support::{Cluster, apply_as, eventually, free_port, install_crds, temp_dir};
 
 const NS: &str = "team";
 const CONFIG: &str = "kuvryn-sync";
@@ -281,6 +281,34 @@ fn two_replicas_create_one_certificate_and_publish_its_ca() {
         for m in [&a, &b] {
             assert!(!m.stderr().contains("PRIVATE KEY") && !m.stderr().contains("BEGIN CERTIFICATE"), "{}", m.stderr());
         }
+    });
+}
+
+/// The alert KuvrynSyncWebhookCertificateExpiring (`deploy/prometheus/rules.yaml`) reads
+/// `ksync_webhook_certificate_expiry_timestamp_seconds`: the presented certificate's notAfter, as
+/// the Secret records it.
+#[test]
+fn the_presented_certificates_expiry_is_exported() {
+    let cluster = Cluster::start();
+    support::runtime().block_on(async {
+        let admin = setup(&cluster).await;
+        let metrics = free_port();
+        let m = Manager::start_with_metrics(&cluster, &[], &[], Some(metrics));
+        install_configuration(&cluster, &admin, m.port).await;
+        let secrets: Api<Secret> = Api::namespaced(admin.clone(), SYSTEM);
+        let secret = eventually("the certificate Secret", WAIT, || async { secrets.get(SECRET).await.ok() }).await;
+        let not_after: jiff::Timestamp = secret_data(&secret, certs::keys::NOT_AFTER).parse().expect("notAfter");
+        let script = format!(
+            "import urllib.request;print(urllib.request.urlopen('http://127.0.0.1:{metrics}/metrics').read().decode())"
+        );
+        let exported = eventually("the certificate expiry gauge", WAIT, || async {
+            let out = std::process::Command::new("python3").args(["-c", &script]).output().ok()?;
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            let line = text.lines().find(|l| l.starts_with("ksync_webhook_certificate_expiry_timestamp_seconds "))?;
+            line.rsplit_once(' ')?.1.parse::<f64>().ok()
+        })
+        .await;
+        assert_eq!(exported, not_after.as_second() as f64, "{}", m.stderr());
     });
 }
 

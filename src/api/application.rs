@@ -444,7 +444,9 @@ pub struct ApplicationStatus {
 }
 
 /// Sync state.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, schemars::JsonSchema,
+)]
 pub enum SyncState {
     /// Live resources match the desired state of the desired Revision.
     Synced,
@@ -455,6 +457,21 @@ pub enum SyncState {
     /// Not compared yet.
     #[default]
     Unknown,
+}
+
+impl SyncState {
+    /// Every state.
+    pub const ALL: [SyncState; 4] = [SyncState::Synced, SyncState::OutOfSync, SyncState::Drifted, SyncState::Unknown];
+
+    /// Its name, as serialized in `status.sync.status`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SyncState::Synced => "Synced",
+            SyncState::OutOfSync => "OutOfSync",
+            SyncState::Drifted => "Drifted",
+            SyncState::Unknown => "Unknown",
+        }
+    }
 }
 
 /// `status.sync`.

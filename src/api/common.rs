@@ -40,7 +40,7 @@ pub struct GroupKind {
 }
 
 /// Operational health, as Applications and Revisions report it.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema)]
 pub enum HealthStatus {
     /// Every resource is operationally ready.
     Healthy,
@@ -51,6 +51,22 @@ pub enum HealthStatus {
     /// Not observed yet.
     #[default]
     Unknown,
+}
+
+impl HealthStatus {
+    /// Every status.
+    pub const ALL: [HealthStatus; 4] =
+        [HealthStatus::Healthy, HealthStatus::Progressing, HealthStatus::Degraded, HealthStatus::Unknown];
+
+    /// Its name, as serialized in `status.health.status`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HealthStatus::Healthy => "Healthy",
+            HealthStatus::Progressing => "Progressing",
+            HealthStatus::Degraded => "Degraded",
+            HealthStatus::Unknown => "Unknown",
+        }
+    }
 }
 
 /// Schema for `status.conditions`: a list-map keyed by `type`, bounded.

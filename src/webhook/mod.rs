@@ -42,6 +42,12 @@ use crate::api::names::annotations as a;
 use crate::api::revision::Revision;
 use record::{Annotations, Requester};
 
+/// Gauge: the unix time the serving certificate presented from the Secret expires (its
+/// `notAfter`), set each time the certificate is (still) presented. Not set for a cert-manager
+/// directory (`--webhook-cert-dir`): cert-manager exports its own
+/// `certmanager_certificate_expiration_timestamp_seconds`.
+pub const CERTIFICATE_EXPIRY: &str = "ksync_webhook_certificate_expiry_timestamp_seconds";
+
 /// Settings of the webhook (flags of `ksync-controller run`).
 #[derive(Clone, Debug)]
 pub struct Settings {
@@ -220,8 +226,12 @@ async fn tick(client: &kube::Client, s: &Settings, slot: &server::CertSlot, st: 
     // (still trusted); with none yet, present this one.
     if trusted || !slot.is_set() {
         match slot.set(&material.tls_crt, &material.tls_key) {
-            Ok(true) => tracing::info!(not_after = %material.not_after, "webhook: presenting the certificate"),
-            Ok(false) => {}
+            Ok(presented) => {
+                if presented {
+                    tracing::info!(not_after = %material.not_after, "webhook: presenting the certificate");
+                }
+                metrics::gauge!(CERTIFICATE_EXPIRY).set(material.not_after.as_second() as f64);
+            }
             Err(e) => tracing::error!(error = %e, "webhook: cannot use the certificate"),
         }
     }

@@ -43,11 +43,23 @@ impl Manager {
     /// `ksync-controller run` against `cluster` with its webhook on 127.0.0.1 (checked every
     /// second), `extra` arguments and `env` variables.
     pub fn start(cluster: &Cluster, extra: &[&str], env: &[(&str, &str)]) -> Manager {
+        Manager::start_with_metrics(cluster, extra, env, None)
+    }
+
+    /// [`Manager::start`], serving `/metrics` on 127.0.0.1:`metrics_port` when given (else no
+    /// metrics endpoint).
+    pub fn start_with_metrics(
+        cluster: &Cluster,
+        extra: &[&str],
+        env: &[(&str, &str)],
+        metrics_port: Option<u16>,
+    ) -> Manager {
         let dir = temp_dir("manager");
         let port = free_port();
         let log = dir.path().join("stderr.log");
+        let metrics = metrics_port.map(|p| format!("127.0.0.1:{p}")).unwrap_or_default();
         let mut cmd = Command::new(bin());
-        cmd.args(["run", "--metrics-bind-address", ""])
+        cmd.args(["run", "--metrics-bind-address", &metrics])
             .arg("--git-cache-dir")
             .arg(dir.path().join("cache"))
             .args(["--webhook-bind-address", &format!("127.0.0.1:{port}")])

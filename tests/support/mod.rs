@@ -99,6 +99,19 @@ impl Tools {
         c
     }
 
+    /// `promtool` (from Debian's prometheus package, which `scripts/install-tools` unpacks), for
+    /// the alert rules' tests.
+    pub fn promtool(&self) -> PathBuf {
+        let tool = self.bin.join("promtool");
+        assert!(
+            tool.exists(),
+            "{} is missing: run scripts/install-tools, which takes promtool out of Debian's prometheus \
+             package (`apt-get download prometheus`); without apt-get, put a promtool (Prometheus 2.x) there by hand",
+            tool.display()
+        );
+        tool
+    }
+
     /// `kubectl` with no ambient kubeconfig.
     pub fn kubectl(&self, home: &Path) -> Command {
         let mut c = Command::new(self.bin.join("kubectl"));

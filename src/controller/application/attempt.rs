@@ -212,6 +212,8 @@ impl Rollout<'_> {
         if matches!(step, Step::Start { .. }) && !planned.fresh {
             return Err(Error::Stale);
         }
+        // Before the attempt is recorded: its own start is not a failure of the desired state.
+        let new_drift = self.drift_is_new(&planned);
         let mut live = planned.live.clone();
         let mut managed_left: Vec<Value> = planned.managed.clone();
         // The inventory is what exists: recomputed every time from the cluster.
@@ -286,7 +288,12 @@ impl Rollout<'_> {
                     }
                     self.rs.approval = Some(rev::Approval { attempt: Some(number), ..a });
                 }
-                match self.start(number, &planned, &policy, &mut live, &mut managed_left).await? {
+                let started = self.start(number, &planned, &policy, &mut live, &mut managed_left).await?;
+                if new_drift {
+                    // A self-heal (or an approved repair) of drift no reconcile reported yet.
+                    metrics::counter!("ksync_drift_detected_total").increment(1);
+                }
+                match started {
                     Some(deadline) => deadline,
                     None => return self.failed_at_once(&planned, &policy).await,
                 }
@@ -628,6 +635,9 @@ impl Rollout<'_> {
     ) -> Result<Action, Error> {
         self.rs.phase = RevisionPhase::Healthy;
         self.rs.failure = None;
+        if self.drift_is_new(planned) {
+            metrics::counter!("ksync_drift_detected_total").increment(1);
+        }
         if changes {
             self.set_sync(SyncState::Drifted, planned);
         } else {
@@ -813,6 +823,15 @@ impl Rollout<'_> {
             status: summary.status,
             message: (!summary.message.is_empty()).then(|| bounded(&summary.message, 1024)),
         });
+    }
+
+    /// Whether this reconcile notices drift of the deployed desired state anew
+    /// ([`rollout::drift_is_new`]).
+    fn drift_is_new(&self, planned: &Planned) -> bool {
+        let before = self.old.sync.as_ref().map_or(SyncState::Unknown, |s| s.status);
+        let deployed = self.rollback.is_none() && is_deployed(self.rs, &planned.hash);
+        let failures = rollout::consecutive_failures(&self.rs.attempts, Some(&planned.hash));
+        rollout::drift_is_new(deployed, planned.plan.changes(), before, failures)
     }
 
     pub(super) fn set_sync(&mut self, state: SyncState, planned: &Planned) {

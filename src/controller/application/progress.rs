@@ -8,19 +8,24 @@
 //! - `ksync_applications_reconcile_stale`: of those, not reconciled for longer than
 //!   `--stale-reconcile-after` (counted from when this replica took the shard for one it has not
 //!   reconciled yet);
+//! - `ksync_applications{sync,health}`: of those, how many are in each sync state and health
+//!   (`status.sync.status`, `status.health.status`; Unknown before the first status), every
+//!   combination published, 0 included, so a state nobody is in any more reads 0;
+//! - `ksync_shards_owned`: shard controllers this replica runs (1 without sharding);
 //! - `ksync_reconcile_queue_seconds`: time from the first trigger to the reconcile's start;
 //! - `ksync_reconcile_duration_seconds` and `ksync_reconciles_total{result}`.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use kube::runtime::reflector::{ObjectRef, Store};
 
-use crate::api::application::Application;
+use crate::api::application::{Application, SyncState};
+use crate::api::common::HealthStatus;
 
 /// The figures [`Progress::snapshot`] computes.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Snapshot {
     /// Applications in the running shard controllers' caches.
     pub owned: usize,
@@ -28,6 +33,26 @@ pub struct Snapshot {
     pub queued: usize,
     /// Not reconciled within the bound.
     pub stale: usize,
+    /// Running shard controllers.
+    pub shards: usize,
+    /// Owned Applications by sync state and health; only the combinations someone is in.
+    pub states: BTreeMap<(SyncState, HealthStatus), usize>,
+}
+
+impl Snapshot {
+    /// Owned Applications in `sync` and `health`.
+    pub fn count(&self, sync: SyncState, health: HealthStatus) -> usize {
+        self.states.get(&(sync, health)).copied().unwrap_or(0)
+    }
+}
+
+/// An Application's sync state and health as its status says (Unknown when it says nothing).
+fn state_of(app: &Application) -> (SyncState, HealthStatus) {
+    let status = app.status.as_ref();
+    (
+        status.and_then(|s| s.sync.as_ref()).map_or(SyncState::Unknown, |s| s.status),
+        status.and_then(|s| s.health.as_ref()).map_or(HealthStatus::Unknown, |h| h.status),
+    )
 }
 
 #[derive(Default)]
@@ -90,22 +115,26 @@ impl Progress {
     pub fn snapshot(&self, stale_after: Duration) -> Snapshot {
         let now = Instant::now();
         let mut inner = self.lock();
-        let mut owned: HashMap<ObjectRef<Application>, Instant> = HashMap::new();
+        let mut owned: HashMap<ObjectRef<Application>, (Instant, (SyncState, HealthStatus))> = HashMap::new();
         for (store, since) in inner.shards.values() {
             for app in store.state() {
-                owned.insert(ObjectRef::from_obj(&*app), *since);
+                owned.insert(ObjectRef::from_obj(&*app), (*since, state_of(&app)));
             }
+        }
+        let mut states = BTreeMap::new();
+        for (_, state) in owned.values() {
+            *states.entry(*state).or_insert(0) += 1;
         }
         inner.pending.retain(|r, _| owned.contains_key(r));
         inner.finished.retain(|r, _| owned.contains_key(r));
         let stale = owned
             .iter()
-            .filter(|(r, since)| {
-                let last = inner.finished.get(*r).copied().unwrap_or(**since).max(**since);
+            .filter(|(r, (since, _))| {
+                let last = inner.finished.get(*r).copied().unwrap_or(*since).max(*since);
                 now.duration_since(last) > stale_after
             })
             .count();
-        Snapshot { owned: owned.len(), queued: inner.pending.len(), stale }
+        Snapshot { owned: owned.len(), queued: inner.pending.len(), stale, shards: inner.shards.len(), states }
     }
 }
 
@@ -121,6 +150,14 @@ pub async fn report(progress: &Progress, stale_after: Duration, shutdown: impl s
                 metrics::gauge!("ksync_applications_owned").set(s.owned as f64);
                 metrics::gauge!("ksync_reconcile_queue_depth").set(s.queued as f64);
                 metrics::gauge!("ksync_applications_reconcile_stale").set(s.stale as f64);
+                metrics::gauge!("ksync_shards_owned").set(s.shards as f64);
+                // Every combination, so one nobody is in any more reads 0 rather than its last count.
+                for sync in SyncState::ALL {
+                    for health in HealthStatus::ALL {
+                        metrics::gauge!("ksync_applications", "sync" => sync.as_str(), "health" => health.as_str())
+                            .set(s.count(sync, health) as f64);
+                    }
+                }
                 if s.stale > 0 {
                     tracing::warn!(stale = s.stale, owned = s.owned, bound = ?stale_after,
                         "Applications not reconciled within the bound");
@@ -136,6 +173,7 @@ mod tests {
     use kube::runtime::watcher::Event;
 
     use super::*;
+    use crate::api::application::{ApplicationStatus, HealthSummary, SyncStatus};
 
     fn app(name: &str) -> Application {
         let mut a = Application::new(
@@ -149,6 +187,60 @@ mod tests {
         );
         a.metadata.namespace = Some("team".into());
         a
+    }
+
+    /// `app(name)` with `status.sync.status` and `status.health.status`.
+    fn app_in(name: &str, sync: SyncState, health: HealthStatus) -> Application {
+        let mut a = app(name);
+        a.status = Some(ApplicationStatus {
+            sync: Some(SyncStatus { status: sync, ..Default::default() }),
+            health: Some(HealthSummary { status: health, message: None }),
+            ..Default::default()
+        });
+        a
+    }
+
+    #[test]
+    fn state_names_are_the_serialized_ones() {
+        for s in SyncState::ALL {
+            assert_eq!(serde_json::to_value(s).unwrap(), s.as_str());
+        }
+        for h in HealthStatus::ALL {
+            assert_eq!(serde_json::to_value(h).unwrap(), h.as_str());
+        }
+    }
+
+    #[test]
+    fn applications_are_counted_by_sync_state_and_health_across_shards() {
+        let (one, mut w1) = reflector::store::<Application>();
+        let (two, mut w2) = reflector::store::<Application>();
+        w1.apply_watcher_event(&Event::Apply(app_in("a", SyncState::Synced, HealthStatus::Healthy)));
+        w1.apply_watcher_event(&Event::Apply(app_in("b", SyncState::Synced, HealthStatus::Healthy)));
+        w1.apply_watcher_event(&Event::Apply(app_in("c", SyncState::Drifted, HealthStatus::Degraded)));
+        // No status yet: Unknown and Unknown.
+        w2.apply_watcher_event(&Event::Apply(app("d")));
+        let progress = Progress::default();
+        let first = progress.shard_started(Some(0), one);
+        let second = progress.shard_started(Some(3), two);
+        let s = progress.snapshot(Duration::from_secs(60));
+        assert_eq!((s.owned, s.shards), (4, 2));
+        assert_eq!(s.count(SyncState::Synced, HealthStatus::Healthy), 2);
+        assert_eq!(s.count(SyncState::Drifted, HealthStatus::Degraded), 1);
+        assert_eq!(s.count(SyncState::Unknown, HealthStatus::Unknown), 1);
+        assert_eq!(s.count(SyncState::OutOfSync, HealthStatus::Progressing), 0);
+        assert_eq!(s.states.values().sum::<usize>(), s.owned);
+        // A repaired Application moves; the combination it left counts 0.
+        w1.apply_watcher_event(&Event::Apply(app_in("c", SyncState::Synced, HealthStatus::Healthy)));
+        let s = progress.snapshot(Duration::from_secs(60));
+        assert_eq!(s.count(SyncState::Synced, HealthStatus::Healthy), 3);
+        assert_eq!(s.count(SyncState::Drifted, HealthStatus::Degraded), 0);
+        // A stopped shard's Applications are no longer this replica's.
+        progress.shard_stopped(Some(0), first);
+        let s = progress.snapshot(Duration::from_secs(60));
+        assert_eq!((s.owned, s.shards), (1, 1));
+        assert_eq!(s.count(SyncState::Synced, HealthStatus::Healthy), 0);
+        progress.shard_stopped(Some(3), second);
+        assert_eq!(progress.snapshot(Duration::from_secs(60)), Snapshot::default());
     }
 
     #[test]
@@ -166,7 +258,8 @@ mod tests {
         progress.triggered(&a);
         progress.triggered(&b);
         progress.triggered(&gone);
-        assert_eq!(progress.snapshot(Duration::from_secs(60)), Snapshot { owned: 3, queued: 2, stale: 0 });
+        let s = progress.snapshot(Duration::from_secs(60));
+        assert_eq!((s.owned, s.queued, s.stale, s.shards), (3, 2, 0, 1));
         progress.started(&a);
         progress.finished(&a);
         assert_eq!(progress.snapshot(Duration::from_secs(60)).queued, 1);

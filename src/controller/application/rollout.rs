@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 
+use crate::api::application::SyncState;
 use crate::api::revision::{Attempt, AttemptResult, MAX_ATTEMPTS_KEPT, RevisionStatus};
 
 /// The policies a decision depends on.
@@ -191,6 +192,24 @@ pub fn decide(
     if now < at { Step::Retry { at } } else { Step::Start { number: next } }
 }
 
+/// Whether a reconcile notices drift anew, for `ksync_drift_detected_total`: the desired state
+/// is deployed (`deployed`; not a rollback's target), its plan would change something
+/// (`drifted`), the Application did not say Drifted already (`before`, its sync state when the
+/// reconcile started), and no repair of it has failed since it was deployed (`failures` of this
+/// desired state: a retried repair is the same drift). So one drift counts once, whether it is
+/// reported (no selfHeal) or repaired at once (selfHeal), however many reconciles see it.
+pub fn drift_is_new(deployed: bool, drifted: bool, before: SyncState, failures: u32) -> bool {
+    deployed && drifted && before != SyncState::Drifted && failures == 0
+}
+
+/// Whether an attempt that succeeded repaired drift, for `ksync_drift_repaired_total`: it
+/// applied (`applied`) the desired state that was deployed already (`deployed`), and was not a
+/// rollback (which may re-apply a Revision's deployed state too). Drift undone by someone else
+/// is not counted.
+pub fn repairs_drift(deployed: Option<&str>, applied: Option<&str>, rollback: bool) -> bool {
+    !rollback && applied.is_some() && applied == deployed
+}
+
 /// Append `attempt`, keeping the last [`MAX_ATTEMPTS_KEPT`].
 pub fn push(attempts: &mut Vec<Attempt>, attempt: Attempt) {
     attempts.push(attempt);
@@ -273,6 +292,28 @@ mod tests {
         assert_eq!(decide(&s, "D1", true, true, false, &heal, t(NOW)), Step::Start { number: 2 });
         // The same desired state changed under the Revision (new valuesFrom): a rollout.
         assert_eq!(decide(&s, "D1", false, true, false, &policy(), t(NOW)), Step::Start { number: 2 });
+    }
+
+    #[test]
+    fn drift_counts_once_when_noticed_and_when_repaired() {
+        use SyncState::*;
+        // Noticed: on a deployed desired state, by the first reconcile that sees it.
+        assert!(drift_is_new(true, true, Synced, 0));
+        assert!(drift_is_new(true, true, Unknown, 0));
+        // Reported already (no selfHeal: the Application says Drifted) or being repaired (a
+        // failed self-heal is retried): the same drift.
+        assert!(!drift_is_new(true, true, Drifted, 0));
+        assert!(!drift_is_new(true, true, OutOfSync, 1));
+        // Nothing differs, or the desired state is not deployed yet (a rollout, not drift).
+        assert!(!drift_is_new(true, false, Synced, 0));
+        assert!(!drift_is_new(false, true, Synced, 0));
+        assert!(!drift_is_new(false, true, OutOfSync, 0));
+        // Repaired: an attempt re-applied the deployed desired state.
+        assert!(repairs_drift(Some("D1"), Some("D1"), false));
+        assert!(!repairs_drift(Some("D1"), Some("D2"), false), "a new desired state deployed");
+        assert!(!repairs_drift(None, Some("D1"), false), "the first deployment");
+        assert!(!repairs_drift(Some("D1"), Some("D1"), true), "a rollback");
+        assert!(!repairs_drift(None, None, false));
     }
 
     #[test]

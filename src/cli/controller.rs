@@ -250,7 +250,7 @@ pub const DEFAULT_LOG_FILTER: &str = "info";
 
 /// Parse the process arguments and run.
 pub fn main() -> std::process::ExitCode {
-    super::main(|a: &Args| a.log_format, |_| DEFAULT_LOG_FILTER, run)
+    super::main(|a: &Args| a.log_format, |_| DEFAULT_LOG_FILTER, |a| matches!(a.command, Command::Run(_)), run)
 }
 
 /// Run parsed arguments.

@@ -92,15 +92,25 @@ pub enum Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// The common `main` of both binaries: parse, set up logging (`default_filter` of the arguments
-/// when `RUST_LOG` is unset), run, report an error on stderr in one line.
+/// when `RUST_LOG` is unset) and, where `traces` says, the trace exporter, run, report an error
+/// on stderr in one line.
 pub fn main<A: clap::Parser>(
     log_format: fn(&A) -> crate::telemetry::logging::LogFormat,
     default_filter: fn(&A) -> &'static str,
+    traces: fn(&A) -> bool,
     run: impl FnOnce(A) -> Result<()>,
 ) -> std::process::ExitCode {
     let args = A::parse();
-    crate::telemetry::logging::init_with_default(log_format(&args), default_filter(&args));
-    match run(args) {
+    let traced = traces(&args);
+    if let Err(e) = crate::telemetry::logging::init_with_default(log_format(&args), default_filter(&args), traced) {
+        eprintln!("error: {}", view::one_line(&e));
+        return std::process::ExitCode::FAILURE;
+    }
+    let result = run(args);
+    if traced {
+        crate::telemetry::traces::shutdown();
+    }
+    match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             tracing::debug!(error = ?e, "command failed");

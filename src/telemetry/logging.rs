@@ -15,16 +15,25 @@ pub enum LogFormat {
 
 /// Install the global subscriber. Later calls are ignored (tests may call it repeatedly).
 pub fn init(format: LogFormat) {
-    init_with_default(format, "info");
+    let _ = init_with_default(format, "info", false);
 }
 
 /// [`init`] with another filter when `RUST_LOG` is unset (`ksync` logs nothing by default, so
-/// its stderr holds the one-line error and nothing else).
-pub fn init_with_default(format: LogFormat, default_filter: &str) {
+/// its stderr holds the one-line error and nothing else), and, with `traces`, the OTLP exporter
+/// when the environment asks for it ([`super::traces`]). `Err`: the exporter cannot be set up.
+pub fn init_with_default(format: LogFormat, default_filter: &str, traces: bool) -> Result<(), String> {
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
-    let _ = match format {
-        LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+    let lines = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let lines = match format {
+        LogFormat::Text => lines.boxed(),
+        // With the current span's fields: a reconcile's `trace_id` when traces are exported.
+        LogFormat::Json => lines.json().flatten_event(true).boxed(),
     };
+    let registry = tracing_subscriber::registry().with(filter).with(lines);
+    let otel = if traces { super::traces::layer()? } else { None };
+    let _ = registry.with(otel).try_init();
+    Ok(())
 }

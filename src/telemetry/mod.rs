@@ -1,4 +1,5 @@
-//! Telemetry: logging now; metrics, traces and Events as the controllers arrive.
+//! Telemetry: logging, OTLP traces, the metrics endpoint.
 
 pub mod http;
 pub mod logging;
+pub mod traces;

@@ -177,7 +177,12 @@ pub fn palette(choice: ColorChoice, stdout_is_terminal: bool, env: impl Fn(&str)
 
 /// Parse the process arguments and run; `ksync dev` starts its API server with `emulator`.
 pub fn main_with(emulator: &dyn dev::emulator::Emulator) -> std::process::ExitCode {
-    super::main(|a: &Args| a.log_format, default_log_filter, |args| run(args, emulator))
+    super::main(
+        |a: &Args| a.log_format,
+        default_log_filter,
+        |a| matches!(a.command, Command::Controller { .. }),
+        |args| run(args, emulator),
+    )
 }
 
 /// No logs unless RUST_LOG asks: kube-rs logs failed requests as errors, and stderr is for the

@@ -16,6 +16,7 @@ use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use serde_json::Value;
+use tracing::Instrument as _;
 
 use super::approval;
 use super::context::{Context, Error};
@@ -501,8 +502,10 @@ impl Rollout<'_> {
         };
         let writer = self.ctx.writer(&planned.sa, self.ns, self.name);
         let rediscover = || self.ctx.rediscover();
+        let span = tracing::info_span!("apply", wave = ?wave, objects = plan.entries.len());
         let result =
             apply::apply(&writer, &self.ctx.client, &planned.scopes, rediscover, plan, &planned.desired, planned.adopt)
+                .instrument(span)
                 .await;
         let mut applied = match result {
             Ok(a) => a,
@@ -539,7 +542,10 @@ impl Rollout<'_> {
             planned.managed.iter().map(|o| (validate::identity(o), o.clone())).collect();
         let (ns, name) = (self.ns, self.name);
         let prunable = move |o: &Value| crate::plan::inventory::prunable_by(o, ns, name);
-        let kept = match apply::prune(&writer, &scopes, &planned.plan, &listed, &prunable, &mut applied).await {
+        let kept = match apply::prune(&writer, &scopes, &planned.plan, &listed, &prunable, &mut applied)
+            .instrument(tracing::info_span!("prune"))
+            .await
+        {
             Ok(k) => k,
             Err(e) => match e {
                 apply::Error::Api(e) => return Err(e.into()),
@@ -700,6 +706,7 @@ impl Rollout<'_> {
 
     /// Health of the managed resources onto the Application (and the Revision when `deployed`),
     /// with a `HealthDegraded` Event when it turns Degraded.
+    #[tracing::instrument(name = "health", skip_all, fields(status = tracing::field::Empty))]
     pub(super) async fn observe_health(
         &mut self,
         planned: &Planned,
@@ -708,6 +715,7 @@ impl Rollout<'_> {
     ) -> health::Summary {
         let pods = self.pods_of(planned, live, None).await;
         let summary = self.summarize(planned, live, &pods, deployed, None);
+        tracing::Span::current().record("status", tracing::field::debug(summary.status));
         if deployed {
             self.record_health(&summary);
         }

@@ -76,6 +76,7 @@ use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::watcher::{self, watcher};
 use serde_json::json;
+use tracing::Instrument as _;
 
 use super::with_jitter;
 use crate::api::application::{Application, ApplicationStatus, SyncState, SyncStatus};
@@ -246,7 +247,18 @@ async fn reconcile_tracked(app: Arc<Application>, ctx: Arc<Context>) -> Result<A
     let r = ObjectRef::from_obj(&*app);
     ctx.progress.started(&r);
     let started = Instant::now();
-    let result = reconcile(app, ctx.clone()).await;
+    let span = tracing::info_span!(
+        "reconcile",
+        application = %r.name,
+        namespace = r.namespace.as_deref().unwrap_or_default(),
+        revision = tracing::field::Empty,
+        commit = tracing::field::Empty,
+        trace_id = tracing::field::Empty,
+    );
+    if let Some(id) = crate::telemetry::traces::trace_id(&span) {
+        span.record("trace_id", id);
+    }
+    let result = reconcile(app, ctx.clone()).instrument(span.clone()).await;
     ctx.progress.finished(&r);
     metrics::histogram!("ksync_reconcile_duration_seconds").record(started.elapsed().as_secs_f64());
     let label = match &result {
@@ -257,6 +269,10 @@ async fn reconcile_tracked(app: Arc<Application>, ctx: Arc<Context>) -> Result<A
         Err(_) => "error",
     };
     metrics::counter!("ksync_reconciles_total", "result" => label).increment(1);
+    span.in_scope(|| match &result {
+        Ok(action) => tracing::debug!(result = label, next = ?action, "reconciled"),
+        Err(e) => tracing::debug!(result = label, error = %e, "reconciled"),
+    });
     result
 }
 
@@ -375,7 +391,7 @@ async fn plan_app(
     hold: Option<&dependencies::Verdict>,
 ) -> Result<(Action, Option<rolling_back::After>), Error> {
     let retry_soon = Action::requeue(with_jitter(Duration::from_secs(30), name));
-    let source = match source::resolve_source(app, ctx, ns, None).await? {
+    let source = match source::resolve_source(app, ctx, ns, None).instrument(tracing::info_span!("fetch")).await? {
         Ok(s) => s,
         Err(failure) => {
             report_failure(ctx, app, old, status, &failure, !failure.retryable, now).await;
@@ -394,7 +410,10 @@ async fn plan_app(
     let choice = rolling_back::choose(ctx, app, ns, old, &source.commit, spec_revision).await?;
     let source = match choice.pinned() {
         None => source,
-        Some(commit) => match source::resolve_source(app, ctx, ns, Some(commit)).await? {
+        Some(commit) => match source::resolve_source(app, ctx, ns, Some(commit))
+            .instrument(tracing::info_span!("fetch", pinned = commit))
+            .await?
+        {
             Ok(s) => s,
             Err(failure) => {
                 // A failed fetch of the target keeps the request: tried again after a while.
@@ -411,6 +430,7 @@ async fn plan_app(
         service_account: &spec.service_account_name,
     };
     let rev_name = identity::name(&identity);
+    tracing::Span::current().record("revision", rev_name.as_str()).record("commit", source.commit.as_str());
     if let Some(verdict) = hold
         && old.desired_revision.as_deref() != Some(rev_name.as_str())
     {
@@ -457,10 +477,12 @@ async fn plan_app(
             return Ok((render_failure::wait(ctx, app, old, status, &rs, at, now).await, None));
         }
     };
-    let result = match desired::desired(app, ctx, ns, name, &source).await? {
+    let result = match desired::desired(app, ctx, ns, name, &source).instrument(tracing::info_span!("render")).await? {
         Err(failure) => Err(failure),
         Ok(desired) => {
-            let mut planned = planning::plan(app, ctx, ns, name, desired.clone(), drift_check).await?;
+            let mut planned = planning::plan(app, ctx, ns, name, desired.clone(), drift_check)
+                .instrument(tracing::info_span!("plan", from_watch_caches = drift_check))
+                .await?;
             // A drift check reads from the watch caches; when its plan would start a rollout
             // (self-heal, a changed desired state) or may apply an attempt's next wave, the plan
             // is made again from what the service account lists now.
@@ -474,7 +496,9 @@ async fn plan_app(
                         rollout::Step::Start { .. }
                     ))
             {
-                planned = planning::plan(app, ctx, ns, name, desired, false).await?;
+                planned = planning::plan(app, ctx, ns, name, desired, false)
+                    .instrument(tracing::info_span!("plan", from_watch_caches = false))
+                    .await?;
             }
             planned
         }

@@ -35,6 +35,7 @@ use kube::api::{Api, DeleteParams, DynamicObject, PostParams, Preconditions, Pro
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use serde_json::Value;
+use tracing::Instrument as _;
 
 use super::attempt::{HEALTH_POLL, Rollout, describe, pending, reference};
 use super::context::Error;
@@ -359,8 +360,11 @@ impl Rollout<'_> {
         loop {
             // The wave applied last; every object up to it is waited for.
             let upto = waves.as_ref().and(self.rs.attempts.last().and_then(|a| a.wave));
-            let pods = self.pods_of(planned, live, upto).await;
-            let summary = self.summarize(planned, live, &pods, false, upto);
+            // The attempt's health wait (one look per reconcile).
+            let span = tracing::info_span!("health", wave = ?upto, status = tracing::field::Empty);
+            let pods = self.pods_of(planned, live, upto).instrument(span.clone()).await;
+            let summary = span.in_scope(|| self.summarize(planned, live, &pods, false, upto));
+            span.record("status", tracing::field::debug(summary.status));
             self.record_health(&summary);
             // The Sync hooks of the waves applied so far.
             let sync: Vec<Entry> = if self.runs_hooks(planned) {

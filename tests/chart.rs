@@ -10,20 +10,20 @@ mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams, ValidationDirective};
 use kube::discovery::ApiResource;
 use kuvryn_sync::api::revision::{Revision, RevisionPhase};
 use kuvryn_sync::api::{Application, Repository};
 use serde_json::{Value, json};
-use support::{Cluster, GitServer, Tools, WorkTree, eventually, free_port, install_crds, repo_root, temp_dir};
+use support::replica::{Replica, Runtime, shard_holders, token};
+use support::{Cluster, GitServer, Tools, WorkTree, eventually, install_crds, repo_root, temp_dir};
 
 const NS: &str = "kuvryn-system";
 const TENANT: &str = "team-a";
@@ -204,114 +204,6 @@ fn the_chart_renders_objects_the_api_server_accepts(cluster: Cluster) {
     });
 }
 
-/// A token of the ServiceAccount `NS/name`, from the TokenRequest API.
-async fn token(client: &kube::Client, name: &str) -> String {
-    let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), NS);
-    let request = TokenRequest {
-        spec: Some(TokenRequestSpec { expiration_seconds: Some(3600), ..Default::default() }),
-        ..Default::default()
-    };
-    sas.create_token_request(name, &PostParams::default(), &request)
-        .await
-        .expect("TokenRequest")
-        .status
-        .and_then(|s| s.token)
-        .expect("token")
-}
-
-/// A replica started as the chart's Deployment would start it, killed on drop.
-struct Replica {
-    child: std::process::Child,
-    log: PathBuf,
-    metrics: u16,
-}
-
-impl Drop for Replica {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if std::thread::panicking() {
-            let log = self.log();
-            let lines: Vec<&str> = log.lines().collect();
-            eprintln!(
-                "--- {} (last 60 lines)\n{}",
-                self.log.display(),
-                lines[lines.len().saturating_sub(60)..].join("\n")
-            );
-        }
-    }
-}
-
-impl Replica {
-    /// `ksync-controller` with the container's arguments and environment; what a kubelet would
-    /// fill in (the Pod's name and namespace) filled in; its ports on 127.0.0.1; the tools'
-    /// paths of this machine; `kubeconfig` as its credentials.
-    fn start(container: &Value, pod: &str, kubeconfig: &Path, dir: &Path) -> Replica {
-        let tools = Tools::get();
-        let mut args = args_of(container);
-        let metrics = free_port();
-        for a in &mut args {
-            if a.starts_with("--metrics-bind-address=") {
-                *a = format!("--metrics-bind-address=127.0.0.1:{metrics}");
-            }
-        }
-        args.push(format!("--webhook-bind-address=127.0.0.1:{}", free_port()));
-        let log = dir.join(format!("{pod}.log"));
-        let mut cmd = Command::new(support::manager::bin());
-        cmd.args(&args).env_clear().env("PATH", std::env::var_os("PATH").unwrap_or_default());
-        for e in container["env"].as_array().unwrap() {
-            let name = e["name"].as_str().unwrap();
-            let value = match (name, e["value"].as_str()) {
-                ("POD_NAME", _) => pod.to_string(),
-                ("POD_NAMESPACE", _) => NS.to_string(),
-                ("HOME", _) => dir.display().to_string(),
-                ("KSYNC_GIT_CACHE_DIR", _) => dir.join(format!("{pod}-git")).display().to_string(),
-                (_, Some(v)) => v.to_string(),
-                (_, None) => panic!("an environment variable the test does not know how to fill: {e}"),
-            };
-            cmd.env(name, value);
-        }
-        cmd.env("KUBECONFIG", kubeconfig)
-            .env("KSYNC_HELM", tools.bin.join("helm"))
-            .env("KSYNC_KUBECTL", tools.bin.join("kubectl"))
-            .env("KSYNC_LOG_FORMAT", "text")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).expect("log"));
-        Replica { child: cmd.spawn().expect("ksync-controller"), log, metrics }
-    }
-
-    /// Whether `/readyz` answers 200: the replica takes part in the shard split (what the
-    /// chart's readiness probe asks).
-    fn ready(&self) -> bool {
-        use std::io::{Read, Write};
-        let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", self.metrics)) else { return false };
-        let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-        if s.write_all(b"GET /readyz HTTP/1.0\r\nHost: x\r\n\r\n").is_err() {
-            return false;
-        }
-        let mut answer = String::new();
-        let _ = s.read_to_string(&mut answer);
-        answer.starts_with("HTTP/1.0 200") || answer.starts_with("HTTP/1.1 200")
-    }
-
-    /// SIGTERM, as a kubelet stops a Pod, and wait for the exit.
-    async fn terminate(mut self) {
-        let pid = rustix::process::Pid::from_child(&self.child);
-        rustix::process::kill_process(pid, rustix::process::Signal::TERM).expect("SIGTERM");
-        let child = &mut self.child;
-        eventually("a replica to exit after SIGTERM", Duration::from_secs(60), || {
-            let exited = child.try_wait().ok().flatten().is_some();
-            async move { exited.then_some(()) }
-        })
-        .await;
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
 /// The tenant's repository: one Application `web`, a ConfigMap, with selfHeal (and adopt: a
 /// hand edit takes the field over).
 fn tenant_repository(server: &GitServer) -> String {
@@ -337,7 +229,7 @@ async fn install(cluster: &Cluster, client: &kube::Client, objects: &[Value], ur
     }
     support::deployer_namespace(client, TENANT).await;
     let kubeconfig = dir.join("kubeconfig");
-    cluster.write_kubeconfig(&kubeconfig, Some(&token(client, "kuvryn-sync").await), None);
+    cluster.write_kubeconfig(&kubeconfig, Some(&token(client, NS, "kuvryn-sync").await), None);
     let repos: Api<Repository> = Api::namespaced(client.clone(), TENANT);
     let repo: Repository = serde_json::from_value(json!({
         "apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "Repository",
@@ -346,23 +238,6 @@ async fn install(cluster: &Cluster, client: &kube::Client, objects: &[Value], ur
     .unwrap();
     repos.create(&PostParams::default(), &repo).await.unwrap();
     kubeconfig
-}
-
-/// The holder of each of the four shard Leases, when it holds it now (renewed within its
-/// duration).
-async fn shard_holders(leases: &Api<Lease>) -> Vec<Option<String>> {
-    let now = jiff::Timestamp::now();
-    let mut out = Vec::new();
-    for k in 0..4 {
-        let spec = leases.get(&format!("kuvryn-sync-shard-{k}")).await.ok().and_then(|l| l.spec);
-        let held = spec.and_then(|s| {
-            let renewed = s.renew_time?.0;
-            let until = renewed + jiff::SignedDuration::from_secs(i64::from(s.lease_duration_seconds?));
-            (until > now).then_some(s.holder_identity?).filter(|h| !h.is_empty())
-        });
-        out.push(held);
-    }
-    out
 }
 
 async fn web_is_healthy(client: &kube::Client) {
@@ -404,13 +279,14 @@ fn replicas_with_the_charts_arguments_run_as_its_service_account(cluster: Cluste
         let container = manager_container(&objects);
         let replicas: Vec<Replica> = ["kuvryn-sync-7d9f-a", "kuvryn-sync-7d9f-b"]
             .iter()
-            .map(|pod| Replica::start(container, pod, &kubeconfig, dir.path()))
+            .map(|pod| Replica::start(container, pod, NS, &kubeconfig, dir.path(), Runtime::Host))
             .collect();
 
         // The two replicas split the four shards.
         let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
         eventually("both replicas to hold shards", Duration::from_secs(90), || async {
-            let holders: Option<BTreeSet<String>> = shard_holders(&leases).await.into_iter().collect();
+            let holders: Option<BTreeSet<String>> =
+                shard_holders(&leases, "kuvryn-sync", 4).await.into_iter().collect();
             (holders?.len() == 2).then_some(())
         })
         .await;
@@ -449,11 +325,12 @@ fn a_rolling_update_leaves_no_shard_without_an_owner_for_a_lease_duration(cluste
         let client = cluster.client().await;
         let kubeconfig = install(&cluster, &client, &old, &url, dir.path()).await;
         let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
-        let start =
-            |objects: &[Value], pod: &str| Replica::start(manager_container(objects), pod, &kubeconfig, dir.path());
+        let start = |objects: &[Value], pod: &str| {
+            Replica::start(manager_container(objects), pod, NS, &kubeconfig, dir.path(), Runtime::Host)
+        };
         let olds = vec![start(&old, "kuvryn-sync-old-a"), start(&old, "kuvryn-sync-old-b")];
         eventually("every shard to be held", Duration::from_secs(90), || async {
-            shard_holders(&leases).await.iter().all(Option::is_some).then_some(())
+            shard_holders(&leases, "kuvryn-sync", 4).await.iter().all(Option::is_some).then_some(())
         })
         .await;
         web_is_healthy(&client).await;
@@ -469,7 +346,7 @@ fn a_rolling_update_leaves_no_shard_without_an_owner_for_a_lease_duration(cluste
                 let mut unheld_since: [Option<std::time::Instant>; 4] = [None; 4];
                 let mut longest = [Duration::ZERO; 4];
                 loop {
-                    let holders = shard_holders(&leases).await;
+                    let holders = shard_holders(&leases, "kuvryn-sync", 4).await;
                     let now = std::time::Instant::now();
                     for (k, h) in holders.iter().enumerate() {
                         match (h, unheld_since[k]) {
@@ -505,7 +382,8 @@ fn a_rolling_update_leaves_no_shard_without_an_owner_for_a_lease_duration(cluste
             old_replica.terminate().await;
         }
         eventually("the new replicas to hold every shard", Duration::from_secs(90), || async {
-            let holders: Option<BTreeSet<String>> = shard_holders(&leases).await.into_iter().collect();
+            let holders: Option<BTreeSet<String>> =
+                shard_holders(&leases, "kuvryn-sync", 4).await.into_iter().collect();
             holders.filter(|h| h.iter().all(|n| n.contains("-new-"))).map(|_| ())
         })
         .await;

@@ -76,8 +76,8 @@ const NOT_YET_IMPLEMENTED: &[&str] = &[
     // Plan-wide warnings (only each entry's `warning` is written).
     "plan.warnings",
     "plan-wide warnings",
-    // The container build of `deploy/`.
-    "container build",
+    // An image in a registry.
+    "published image",
 ];
 
 /// Words of [`NOT_YET_IMPLEMENTED`] a whole doc may use unmarked, with the reason beside each

@@ -17,8 +17,10 @@
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
 pub mod apps;
+pub mod image;
 pub mod ksync;
 pub mod manager;
+pub mod replica;
 pub mod ssh;
 
 use std::net::{SocketAddr, TcpListener, TcpStream};

@@ -38,6 +38,8 @@ const NS: &str = "kuvryn-system";
 const TENANT: &str = "team-a";
 /// The chart's default `shards`, which the guide keeps.
 const SHARDS: usize = 16;
+/// The chart's default `leaseDuration`.
+const LEASE: Duration = Duration::from_secs(15);
 
 /// The guide's code blocks in `lang`, each with the `## ` section it is in, in order.
 fn blocks(guide: &str, lang: &str) -> Vec<(String, String)> {
@@ -172,6 +174,39 @@ impl Kubelet<'_> {
             }
             assert!(Instant::now() < end, "timed out after {deadline:?} waiting for {what}");
             tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    /// Sync while the Deployment rolls, until no Pod of `before` runs and `replicas` new ones
+    /// hold every shard; returns the longest time a shard had no holder meanwhile.
+    async fn roll(&mut self, before: &BTreeSet<String>, replicas: usize) -> Duration {
+        let leases: Api<Lease> = Api::namespaced(self.client.clone(), NS);
+        let end = Instant::now() + Duration::from_secs(180);
+        let mut unheld_since: Vec<Option<Instant>> = vec![None; SHARDS];
+        let mut longest = Duration::ZERO;
+        loop {
+            self.sync().await;
+            let holders = shard_holders(&leases, "kuvryn-sync", SHARDS).await;
+            let now = Instant::now();
+            for (since, holder) in unheld_since.iter_mut().zip(&holders) {
+                match (holder, *since) {
+                    (None, None) => *since = Some(now),
+                    (Some(_), Some(t)) => {
+                        longest = longest.max(now - t);
+                        *since = None;
+                    }
+                    _ => {}
+                }
+            }
+            let running: BTreeSet<&String> = self.running.keys().collect();
+            let rolled = running.len() == replicas && running.iter().all(|p| !before.contains(*p));
+            if rolled
+                && holders.iter().all(|h| h.as_ref().is_some_and(|h| running.iter().any(|p| h.contains(p.as_str()))))
+            {
+                return longest;
+            }
+            assert!(Instant::now() < end, "timed out waiting for the upgrade to roll {replicas} replicas");
+            tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
 
@@ -325,10 +360,13 @@ fn the_install_guide_works_as_written(cluster: Cluster) {
         let shown = shell(&cluster, &tools, home.path(), section("Multi-tenant setup").last().unwrap());
         assert!(shown.contains("web"), "{shown}");
 
+        let before: BTreeSet<String> = kubelet.running.keys().cloned().collect();
         run("Upgrade");
         let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
         secrets.get("sh.helm.release.v1.kuvryn-sync.v2").await.expect("helm upgrade made release 2");
-        kubelet.shards_split(2).await;
+        let gap = kubelet.roll(&before, 2).await;
+        eprintln!("the upgrade rolled 2 replicas; the longest time a shard had no holder: {gap:?}");
+        assert!(gap < LEASE, "a shard had no holder for {gap:?} during the upgrade, more than the {LEASE:?} Lease");
 
         run("Scale out");
         kubelet.shards_split(3).await;
@@ -377,7 +415,8 @@ fn the_install_guide_works_as_written(cluster: Cluster) {
         let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
         assert!(leases.list(&ListParams::default()).await.map(|l| l.items.is_empty()).unwrap_or(true));
 
-        assert_eq!(kubelet.ran.len(), 3, "one manager per Pod the Deployment made: {:?}", kubelet.ran);
+        // Two installed, two rolled in by the upgrade, one added by the scale-out.
+        assert_eq!(kubelet.ran.len(), 5, "one manager per Pod the Deployment made: {:?}", kubelet.ran);
         assert!(!logs.contains("forbidden"), "a request of the chart's ServiceAccount was refused:\n{logs}");
     });
     let unused: Vec<&str> = substitutions.iter().map(|(p, _)| *p).filter(|p| !used.contains(*p)).collect();

@@ -30,9 +30,14 @@ const TENANT: &str = "team-a";
 
 /// `helm template RELEASE deploy/chart -n kuvryn-system` with `values`: the rendered objects.
 fn render(tools: &Tools, release: &str, values: &[&str]) -> Vec<Value> {
+    render_chart(tools, &repo_root().join("deploy/chart"), release, values)
+}
+
+/// [`render`] of the chart at `chart` (a folder or a packaged `.tgz`).
+fn render_chart(tools: &Tools, chart: &Path, release: &str, values: &[&str]) -> Vec<Value> {
     let home = temp_dir("helm-home");
     let mut cmd = tools.helm(home.path());
-    cmd.args(["template", release]).arg(repo_root().join("deploy/chart")).args(["--namespace", NS]);
+    cmd.args(["template", release]).arg(chart).args(["--namespace", NS]);
     for v in values {
         cmd.args(["--set-json", v]);
     }
@@ -304,6 +309,57 @@ fn replicas_with_the_charts_arguments_run_as_its_service_account(cluster: Cluste
         let all = replicas.iter().map(|r| r.log()).collect::<Vec<_>>().join("\n---\n");
         assert!(!all.contains("forbidden"), "a request of the chart's ServiceAccount was refused:\n{all}");
     });
+}
+
+/// `scripts/release-assets` writes what a release publishes: `crds.yaml` holds exactly the CRDs
+/// of `crds/` and `kubectl apply --server-side` takes it, the packaged chart renders what
+/// `deploy/chart` renders, and `SHA256SUMS` checks.
+#[test]
+fn the_release_assets_hold_the_crds_and_the_chart() {
+    let tools = Tools::get();
+    let out = temp_dir("release");
+    let printed = support::run(
+        Command::new(repo_root().join("scripts/release-assets"))
+            .arg("--binary")
+            .arg(support::manager::bin())
+            .arg(out.path()),
+    );
+    let chart = out.path().join("kuvryn-sync-0.1.0.tgz");
+    let written: Vec<&str> = printed.lines().collect();
+    assert_eq!(written.len(), 3, "crds.yaml, the chart and SHA256SUMS: {printed}");
+    support::run(Command::new("sha256sum").args(["--check", "--strict", "SHA256SUMS"]).current_dir(out.path()));
+
+    let asset = std::fs::read_to_string(out.path().join("crds.yaml")).unwrap();
+    let docs = |text: &str| -> Vec<Value> {
+        kuvryn_sync::yaml::from_str_multiple::<Value>(text).unwrap().into_iter().filter(|d| !d.is_null()).collect()
+    };
+    let mut from_asset = docs(&asset);
+    let mut from_folder = Vec::new();
+    for entry in std::fs::read_dir(repo_root().join("crds")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "yaml") {
+            from_folder.extend(docs(&std::fs::read_to_string(path).unwrap()));
+        }
+    }
+    let by_name = |v: &Value| v["metadata"]["name"].as_str().unwrap().to_string();
+    from_asset.sort_by_key(by_name);
+    from_folder.sort_by_key(by_name);
+    assert_eq!(from_asset.len(), 4);
+    assert_eq!(from_asset, from_folder, "crds.yaml holds the CRDs of crds/");
+    let cluster = Cluster::start();
+    let home = temp_dir("release-kubectl");
+    let applied = support::run(
+        cluster.kubectl(&tools, home.path()).args(["apply", "--server-side", "-f"]).arg(out.path().join("crds.yaml")),
+    );
+    assert_eq!(applied.lines().filter(|l| l.contains("serverside-applied")).count(), 4, "{applied}");
+
+    for values in [&["replicas=1"][..], &["replicas=3", "shards=16"]] {
+        assert_eq!(
+            render_chart(&tools, &chart, "kuvryn-sync", values),
+            render(&tools, "kuvryn-sync", values),
+            "the packaged chart renders what deploy/chart renders"
+        );
+    }
 }
 
 /// `helm upgrade` to a chart whose Pod template differs rolls the Deployment: one new replica

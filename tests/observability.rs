@@ -19,7 +19,7 @@
 
 mod support;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -30,6 +30,7 @@ use kuvryn_sync::api::application::SyncState;
 use kuvryn_sync::api::{Application, Repository};
 use regex::Regex;
 use serde_json::{Value, json};
+use support::metrics::{Samples, metrics_until, scrape, value};
 use support::{Cluster, GitServer, Tools, WorkTree, eventually, free_port, install_crds, repo_root, temp_dir};
 
 const RULES: &str = "deploy/prometheus/rules.yaml";
@@ -267,66 +268,8 @@ impl Drop for Kill {
     }
 }
 
-/// The samples of `/metrics` on `port`: (name, labels) to value.
-type Samples = BTreeMap<(String, BTreeMap<String, String>), f64>;
-
-fn scrape(port: u16) -> Option<Samples> {
-    let script = format!(
-        "import urllib.request;print(urllib.request.urlopen('http://127.0.0.1:{port}/metrics').read().decode())"
-    );
-    let out = Command::new("python3").args(["-c", &script]).output().ok()?;
-    out.status.success().then_some(())?;
-    let mut samples = Samples::new();
-    for line in String::from_utf8_lossy(&out.stdout).lines().filter(|l| !l.starts_with('#') && !l.is_empty()) {
-        let (series, value) = line.rsplit_once(' ')?;
-        let (name, labels) = match series.split_once('{') {
-            Some((name, rest)) => {
-                let labels = rest.trim_end_matches('}').split("\",").filter(|l| !l.is_empty()).map(|l| {
-                    let (k, v) = l.split_once('=').expect("label");
-                    (k.to_string(), v.trim_matches('"').to_string())
-                });
-                (name, labels.collect())
-            }
-            None => (series, BTreeMap::new()),
-        };
-        samples.insert((name.to_string(), labels), value.parse().ok()?);
-    }
-    Some(samples)
-}
-
-/// The value of `name` with exactly `labels` (0 when it is not published).
-fn value(samples: &Samples, name: &str, labels: &[(&str, &str)]) -> f64 {
-    let labels = labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-    samples.get(&(name.to_string(), labels)).copied().unwrap_or(0.0)
-}
-
 fn applications(samples: &Samples, sync: &str, health: &str) -> f64 {
     value(samples, "ksync_applications", &[("sync", sync), ("health", health)])
-}
-
-/// Scrape until `check` holds (the gauges are published every 5 s), then return the samples;
-/// panics with the last ones after a minute.
-async fn metrics_until(port: u16, what: &str, check: impl Fn(&Samples) -> bool) -> Samples {
-    let end = std::time::Instant::now() + Duration::from_secs(60);
-    let mut last = None;
-    while std::time::Instant::now() < end {
-        if let Some(samples) = scrape(port) {
-            if check(&samples) {
-                return samples;
-            }
-            last = Some(samples);
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let shown: Vec<String> = last
-        .iter()
-        .flatten()
-        .filter(|((name, _), _)| {
-            name.starts_with("ksync_drift") || name.starts_with("ksync_reconciles") || name == "ksync_applications"
-        })
-        .map(|((name, labels), v)| format!("{name}{labels:?} {v}"))
-        .collect();
-    panic!("timed out after 60s waiting for {what}; last metrics:\n{}", shown.join("\n"));
 }
 
 #[test]

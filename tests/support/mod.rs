@@ -20,6 +20,7 @@ pub mod apps;
 pub mod image;
 pub mod ksync;
 pub mod manager;
+pub mod metrics;
 pub mod replica;
 pub mod ssh;
 

@@ -172,6 +172,8 @@ pub struct Context {
     pub(super) echoes: super::echoes::Echoes,
     /// Kinds each service account may not list across the cluster.
     pub(super) narrow_lists: super::live::NarrowLists,
+    /// What the last plans found unchanged: a drift check does not read it again.
+    pub(super) unchanged: super::unchanged::Unchanged,
     pub(super) scopes: crate::watch::discovery::Snapshots,
     pub(super) clients: Mutex<HashMap<(String, String), Client>>,
     /// The commit each (URL, credential identity, `spec.source.revision`) last resolved to.
@@ -207,6 +209,7 @@ impl Context {
             redeploys: Default::default(),
             echoes: Default::default(),
             narrow_lists: Default::default(),
+            unchanged: Default::default(),
             scopes: Default::default(),
             clients: Default::default(),
             resolved: Default::default(),

@@ -169,16 +169,31 @@ fn refused(desired: &Value, e: kube::Error) -> Error {
 }
 
 /// Read the live objects and dry-run results of `desired`. Objects of kinds the cluster does
-/// not serve yet (a CRD in the same plan) are absent.
+/// not serve yet (a CRD in the same plan) are absent. A `known` object is not read: its live
+/// object is the one given, and, as it was found unchanged, so is its dry run.
 pub async fn read_desired(
     client: &Client,
     scopes: &ClusterScopes,
     desired: &[Value],
     adopt: bool,
+    known: &BTreeMap<String, std::sync::Arc<Value>>,
     out: &mut Live,
 ) -> Result<(), Error> {
-    let requests: Vec<_> = desired
-        .iter()
+    let mut to_read = Vec::new();
+    for d in desired {
+        let id = validate::identity(d);
+        match known.get(&id) {
+            Some(live) => {
+                out.live.insert(id.clone(), Value::clone(live));
+                out.dry_run.insert(id, Value::clone(live));
+            }
+            None => to_read.push(d),
+        }
+    }
+    metrics::counter!("ksync_desired_reads_total", "source" => "unchanged").increment(known.len() as u64);
+    metrics::counter!("ksync_desired_reads_total", "source" => "api").increment(to_read.len() as u64);
+    let requests: Vec<_> = to_read
+        .into_iter()
         .map(|d| async move {
             let id = validate::identity(d);
             match resource_of(scopes, d) {
@@ -384,7 +399,13 @@ pub async fn read_managed(
     Ok(())
 }
 
-/// Read everything the plan needs (managed objects from `cached` where it answers).
+/// Which desired objects need no read, given the managed objects found (with their
+/// resourceVersions): identity → the live object to plan against.
+pub type Skip<'a> = &'a (dyn Fn(&[Value]) -> BTreeMap<String, std::sync::Arc<Value>> + Sync);
+
+/// Read everything the plan needs (managed objects from `cached` where it answers). With
+/// `skip`, the managed objects are read first and the desired objects `skip` names are not
+/// read.
 #[allow(clippy::too_many_arguments)]
 pub async fn read(
     client: &Client,
@@ -395,11 +416,21 @@ pub async fn read(
     search: Search<'_>,
     adopt: bool,
     cached: Cached<'_>,
+    skip: Option<Skip<'_>>,
 ) -> Result<Live, Error> {
     let mut out = Live::default();
-    read_desired(client, scopes, desired, adopt, &mut out).await?;
     let kinds = kinds_to_search(managed_kinds, desired);
-    read_managed(client, scopes, &kinds, selector, search, cached, &mut out).await?;
+    match skip {
+        Some(skip) => {
+            read_managed(client, scopes, &kinds, selector, search, cached, &mut out).await?;
+            let known = skip(&out.managed);
+            read_desired(client, scopes, desired, adopt, &known, &mut out).await?;
+        }
+        None => {
+            read_desired(client, scopes, desired, adopt, &BTreeMap::new(), &mut out).await?;
+            read_managed(client, scopes, &kinds, selector, search, cached, &mut out).await?;
+        }
+    }
     Ok(out)
 }
 

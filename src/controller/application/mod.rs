@@ -58,6 +58,7 @@ pub mod rollout;
 mod source;
 mod stages;
 mod status;
+mod unchanged;
 
 pub use context::{Context, DEFAULT_SHARD, Error, Settings, shard_of};
 

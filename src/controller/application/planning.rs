@@ -1,7 +1,7 @@
 //! The plan stage: the live objects and the Application's managed inventory read as its service
 //! account (or, for a drift check, the inventory from the shard's watch caches), and the plan.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use kube::Client;
@@ -13,10 +13,11 @@ use super::context::{Context, Error, shard_of};
 use super::desired::{Desired, redact};
 use super::live;
 use super::status::Failure;
+use super::unchanged;
 use crate::api::application::Application;
 use crate::api::names;
 use crate::api::revision as rev;
-use crate::plan::{self, inventory, revision};
+use crate::plan::{self, inventory, revision, validate};
 use crate::watch::discovery::ClusterScopes;
 
 /// What planning produced, for the rollout.
@@ -78,7 +79,30 @@ pub(super) async fn plan(
     };
     let who = format!("{ns}/{}", spec.service_account_name);
     let search = live::Search { namespaces: &namespaces, narrow: Some((&ctx.narrow_lists, &who)) };
-    let read = live::read(&sa_client, &scopes, &desired, &managed_kinds, &selector, search, adopt, &cached).await;
+    // A drift check does not read again what nothing can have changed (unchanged.rs), unless
+    // an operator asks for a reconcile: that reads everything.
+    let app_key = format!("{ns}/{name}");
+    let no_status = Default::default();
+    let requested = super::attempt::retry_requested(app, app.status.as_ref().unwrap_or(&no_status));
+    let kept = if from_cache && !requested { ctx.unchanged.get(&app_key) } else { Arc::default() };
+    let now = std::time::Instant::now();
+    let skipped = std::sync::Mutex::new(BTreeMap::new());
+    let skip = |managed: &[Value]| {
+        let cached: BTreeMap<String, String> = managed
+            .iter()
+            .filter_map(|m| Some((validate::identity(m), m["metadata"]["resourceVersion"].as_str()?.to_string())))
+            .collect();
+        let known = unchanged::skippable(&kept, &desired, &cached, now);
+        *skipped.lock().expect("skipped lock") =
+            kept.iter().filter(|(id, _)| known.contains_key(*id)).map(|(id, k)| (id.clone(), k.clone())).collect();
+        known
+    };
+    let read = {
+        let skip: Option<live::Skip<'_>> = if from_cache && !kept.is_empty() { Some(&skip) } else { None };
+        live::read(&sa_client, &scopes, &desired, &managed_kinds, &selector, search, adopt, &cached, skip).await
+    };
+    let skipped = skipped.into_inner().expect("skipped lock");
+    let kept_len = kept.len();
     let live = match read {
         Ok(l) => l,
         Err(live::Error::Forbidden(m)) => {
@@ -126,12 +150,18 @@ pub(super) async fn plan(
         run_hooks: spec.strategy.hooks,
     };
     // A plan of thousands of objects (diffs, dry-run comparisons) takes a while: off the runtime.
-    let (plan, stored, desired, inputs) = crate::offload::offload(move || {
+    let (plan, stored, desired, inputs, keep) = crate::offload::offload(move || {
         let plan = plan::build(&desired, &inputs);
         let stored = revision::stored(&plan, adopt);
-        (plan, stored, desired, inputs)
+        let keep = unchanged::to_keep(&desired, &plan, &inputs.live, &skipped, now);
+        // A drift check that skipped everything kept: what is kept stays as it is.
+        let same = from_cache && keep.len() == kept_len && keep.keys().all(|id| skipped.contains_key(id));
+        (plan, stored, desired, inputs, (!same).then_some(keep))
     })
     .await;
+    if let Some(keep) = keep {
+        ctx.unchanged.set(&app_key, keep);
+    }
     Ok(Ok(Planned {
         hash,
         desired,

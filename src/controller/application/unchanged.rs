@@ -1,0 +1,245 @@
+//! What the last plans found unchanged, so a drift check does not read it again.
+//!
+//! For every Application, each desired object a plan found `Unchanged` (no conflict) is kept
+//! with a digest of the desired object and the live object it was compared with, whose
+//! `metadata.resourceVersion` says which state of the object that was. A drift check (its
+//! inventory from the shard's watch caches, which carry every managed object's
+//! resourceVersion) then skips the `GET` and the server-side dry run of an object when
+//! [`skippable`] says nothing about it can have changed, and plans against the kept live
+//! object. An idle Application costs no request per resync.
+//!
+//! Bounded: [`MAX_BYTES`] of kept live objects per replica (the least recently used
+//! Applications go first, and are then read in full, as before).
+
+use std::collections::BTreeMap;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::plan::{Action, Plan, validate};
+
+/// Bytes of kept live objects per replica (about 40,000 small objects).
+pub const MAX_BYTES: u64 = 64 * 1024 * 1024;
+
+/// How long an object checked by a real read may be trusted without another. Defaults the API
+/// server adds, admission and CRD schemas can change without the object changing; after this
+/// the next drift check reads it again.
+pub const TRUST_FOR: Duration = Duration::from_secs(3600);
+
+/// One object a plan found unchanged.
+#[derive(Clone, Debug)]
+pub struct Known {
+    /// [`digest`] of the desired object it was compared as.
+    pub digest: u64,
+    /// The live object it was compared with (its resourceVersion included).
+    pub live: Arc<Value>,
+    /// When a real read (`GET` and dry run) last found it unchanged.
+    pub checked: Instant,
+}
+
+/// A desired object's digest: any change to it (a new commit, new values) changes it.
+pub fn digest(desired: &Value) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    // serde_json's maps are ordered: the same object prints the same.
+    desired.to_string().hash(&mut h);
+    h.finish()
+}
+
+fn resource_version(obj: &Value) -> Option<&str> {
+    obj["metadata"]["resourceVersion"].as_str().filter(|rv| !rv.is_empty())
+}
+
+/// The desired objects whose read can be skipped, by identity, with the live object to plan
+/// against.
+///
+/// Contract: an object is skipped only when all of these hold:
+/// - it was kept ([`Known`]) for this Application;
+/// - its desired object is the one kept ([`digest`] equal);
+/// - the watch cache has it (`cached`: identity → resourceVersion) at the very resourceVersion
+///   of the kept live object: every write to an object, by anyone, moves its resourceVersion;
+/// - a real read found it unchanged less than [`TRUST_FOR`] before `now`.
+///
+/// Anything else (no watch for its kind, not labelled yet, an edit, a new commit) is read.
+pub fn skippable(
+    known: &BTreeMap<String, Known>,
+    desired: &[Value],
+    cached: &BTreeMap<String, String>,
+    now: Instant,
+) -> BTreeMap<String, Arc<Value>> {
+    let mut out = BTreeMap::new();
+    for d in desired {
+        let id = validate::identity(d);
+        let Some(k) = known.get(&id) else { continue };
+        let same_state = match (cached.get(&id), resource_version(&k.live)) {
+            (Some(now_rv), Some(kept_rv)) => now_rv == kept_rv,
+            _ => false,
+        };
+        if same_state && k.digest == digest(d) && now.saturating_duration_since(k.checked) < TRUST_FOR {
+            out.insert(id, k.live.clone());
+        }
+    }
+    out
+}
+
+/// What to keep after a plan of `desired`: each object it found unchanged without conflict,
+/// compared with `live`. `skipped` objects keep when they were last really checked.
+pub fn to_keep(
+    desired: &[Value],
+    plan: &Plan,
+    live: &BTreeMap<String, Value>,
+    skipped: &BTreeMap<String, Known>,
+    now: Instant,
+) -> BTreeMap<String, Known> {
+    let unchanged: std::collections::BTreeSet<String> = plan
+        .entries
+        .iter()
+        .filter(|e| e.hook.is_none() && e.action == Action::Unchanged && e.conflicts.is_empty())
+        .map(|e| format!("{}/{}/{}/{}", e.group, e.kind, e.namespace, e.name))
+        .collect();
+    let mut out = BTreeMap::new();
+    for d in desired {
+        let id = validate::identity(d);
+        if !unchanged.contains(&id) {
+            continue;
+        }
+        let Some(l) = live.get(&id).filter(|l| resource_version(l).is_some()) else { continue };
+        let known = match skipped.get(&id) {
+            Some(k) => k.clone(),
+            None => Known { digest: digest(d), live: Arc::new(l.clone()), checked: now },
+        };
+        out.insert(id, known);
+    }
+    out
+}
+
+/// The kept objects of every Application of this replica.
+pub struct Unchanged {
+    cache: moka::sync::Cache<String, Arc<BTreeMap<String, Known>>>,
+}
+
+impl Default for Unchanged {
+    fn default() -> Self {
+        Unchanged::new(MAX_BYTES)
+    }
+}
+
+fn weight(known: &BTreeMap<String, Known>) -> u32 {
+    let bytes: usize = known.iter().map(|(id, k)| id.len() + k.live.to_string().len()).sum();
+    u32::try_from(bytes).unwrap_or(u32::MAX)
+}
+
+impl Unchanged {
+    /// At most `max_bytes` of kept live objects.
+    pub fn new(max_bytes: u64) -> Self {
+        let cache = moka::sync::Cache::builder()
+            .max_capacity(max_bytes)
+            .weigher(|_: &String, v: &Arc<BTreeMap<String, Known>>| weight(v))
+            .build();
+        Unchanged { cache }
+    }
+
+    /// What is kept for Application `app` (`namespace/name`).
+    pub fn get(&self, app: &str) -> Arc<BTreeMap<String, Known>> {
+        self.cache.get(app).unwrap_or_default()
+    }
+
+    /// Keep `known` for `app`, in place of what was kept.
+    pub fn set(&self, app: &str, known: BTreeMap<String, Known>) {
+        if known.is_empty() {
+            self.cache.invalidate(app);
+        } else {
+            self.cache.insert(app.to_string(), Arc::new(known));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn cm(data: &str) -> Value {
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": "n"}, "data": {"k": data}})
+    }
+
+    fn live(rv: &str) -> Value {
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": "n", "resourceVersion": rv}, "data": {"k": "1"}})
+    }
+
+    #[test]
+    fn an_object_is_skipped_only_when_nothing_about_it_can_have_changed() {
+        let id = validate::identity(&cm("1"));
+        let now = Instant::now();
+        let kept = |rv: &str, desired: &Value, age: Duration| {
+            BTreeMap::from([(
+                id.clone(),
+                Known { digest: digest(desired), live: Arc::new(live(rv)), checked: now - age },
+            )])
+        };
+        let cached = |rv: Option<&str>| rv.map(|rv| BTreeMap::from([(id.clone(), rv.to_string())])).unwrap_or_default();
+        let fresh = Duration::from_secs(10);
+        // (case, kept, desired now, resourceVersion in the watch cache, skipped)
+        let cases = [
+            ("unchanged", Some(kept("7", &cm("1"), fresh)), cm("1"), Some("7"), true),
+            ("edited since: the resourceVersion moved", Some(kept("7", &cm("1"), fresh)), cm("1"), Some("8"), false),
+            ("a new desired object", Some(kept("7", &cm("1"), fresh)), cm("2"), Some("7"), false),
+            ("not in a watch cache", Some(kept("7", &cm("1"), fresh)), cm("1"), None, false),
+            ("never planned", None, cm("1"), Some("7"), false),
+            ("checked too long ago", Some(kept("7", &cm("1"), TRUST_FOR)), cm("1"), Some("7"), false),
+            ("kept without a resourceVersion", Some(kept("", &cm("1"), fresh)), cm("1"), Some(""), false),
+        ];
+        for (case, kept, desired, rv, skipped) in cases {
+            let got = skippable(&kept.unwrap_or_default(), &[desired], &cached(rv), now);
+            assert_eq!(got.contains_key(&id), skipped, "{case}");
+        }
+    }
+
+    fn plan_of(action: Action, conflicts: Vec<crate::plan::Conflict>) -> Plan {
+        let desired = [cm("1")];
+        let live = BTreeMap::from([(validate::identity(&cm("1")), live("7"))]);
+        let dry_run = match action {
+            Action::Update => BTreeMap::from([(validate::identity(&cm("1")), cm("changed"))]),
+            _ => BTreeMap::new(),
+        };
+        let inputs = crate::plan::Inputs {
+            live: if action == Action::Create { BTreeMap::new() } else { live },
+            dry_run,
+            conflicts: if conflicts.is_empty() {
+                BTreeMap::new()
+            } else {
+                BTreeMap::from([(validate::identity(&cm("1")), conflicts)])
+            },
+            ..Default::default()
+        };
+        crate::plan::build(&desired, &inputs)
+    }
+
+    #[test]
+    fn only_objects_found_unchanged_without_conflict_are_kept() {
+        let now = Instant::now();
+        let id = validate::identity(&cm("1"));
+        let live_map = BTreeMap::from([(id.clone(), live("7"))]);
+        let conflict = crate::plan::Conflict { field: ".data.k".into(), manager: "kubectl".into() };
+        // (case, plan, kept)
+        let cases = [
+            ("unchanged", plan_of(Action::Unchanged, vec![]), true),
+            ("to update", plan_of(Action::Update, vec![]), false),
+            ("to create", plan_of(Action::Create, vec![]), false),
+            ("unchanged with a conflict", plan_of(Action::Unchanged, vec![conflict]), false),
+        ];
+        for (case, plan, kept) in cases {
+            let out = to_keep(&[cm("1")], &plan, &live_map, &BTreeMap::new(), now);
+            assert_eq!(out.contains_key(&id), kept, "{case}: {:?}", plan.entries);
+        }
+        // A skipped object keeps when it was really checked.
+        let earlier = now - Duration::from_secs(60);
+        let skipped = BTreeMap::from([(
+            id.clone(),
+            Known { digest: digest(&cm("1")), live: Arc::new(live("7")), checked: earlier },
+        )]);
+        let out = to_keep(&[cm("1")], &plan_of(Action::Unchanged, vec![]), &live_map, &skipped, now);
+        assert_eq!(out[&id].checked, earlier);
+    }
+}

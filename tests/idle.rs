@@ -1,0 +1,138 @@
+//! An idle Application costs no request: a drift check (a resync, nothing changing) does not
+//! `GET` and dry-run again a desired object whose resourceVersion in the shard's watch cache is
+//! the one its last plan found unchanged (`src/controller/application/unchanged.rs`). A hand
+//! edit moves the resourceVersion, so it is read and noticed as before; a reconcile an operator
+//! asks for reads everything. simcluster only: its audit log shows every write and dry run.
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kuvryn_sync::api::application::SyncState;
+use kuvryn_sync::api::{Application, Repository};
+use serde_json::json;
+use support::manager::Manager;
+use support::metrics::{Samples, metrics_until, value};
+use support::{Cluster, GitServer, WorkTree, eventually, free_port, install_crds};
+
+const NS: &str = "idle";
+const DEPLOYER: &str = "system:serviceaccount:idle:deployer";
+
+fn reconciles(m: &Samples) -> f64 {
+    m.iter().filter(|((name, _), _)| name == "ksync_reconciles_total").map(|(_, v)| v).sum()
+}
+
+fn skipped(m: &Samples) -> f64 {
+    value(m, "ksync_desired_reads_total", &[("source", "unchanged")])
+}
+
+fn read(m: &Samples) -> f64 {
+    value(m, "ksync_desired_reads_total", &[("source", "api")])
+}
+
+/// The dry runs of the Application's objects, as its service account, since audit entry `from`
+/// (the audit log has writes and dry runs, not reads): (resource, name).
+fn dry_runs(sim: &simcluster::SimCluster, from: usize) -> Vec<(String, String)> {
+    sim.audit_log()
+        .into_iter()
+        .skip(from)
+        .filter(|e| e.user == DEPLOYER && e.namespace == NS && e.dry_run)
+        .map(|e| (e.resource, e.name))
+        .collect()
+}
+
+/// The manager's API requests by verb.
+fn requests(m: &Samples) -> BTreeMap<String, f64> {
+    m.iter()
+        .filter(|((name, _), _)| name == "ksync_api_requests_total")
+        .map(|((_, labels), v)| (labels.get("verb").cloned().unwrap_or_default(), *v))
+        .collect()
+}
+
+#[test]
+fn an_idle_application_is_not_read_again_until_something_changes() {
+    let cluster = Cluster::start();
+    let sim = cluster.sim().expect("simcluster");
+    let server = GitServer::start();
+    let url = server.create_repo("platform");
+    let work = WorkTree::clone(&url);
+    work.write(
+        ".ksync.yaml",
+        "metadata: {name: web}\nspec: {source: {repository: platform, path: web}, serviceAccountName: deployer, destination: {namespace: idle}}\n",
+    );
+    work.write("web/cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: web}\ndata: {greeting: hello}\n");
+    work.write(
+        "web/svc.yaml",
+        "apiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec: {selector: {app: web}, ports: [{port: 80}]}\n",
+    );
+    work.write(
+        "web/deploy.yaml",
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec:\n  replicas: 0\n  selector: {matchLabels: {app: web}}\n  template:\n    metadata: {labels: {app: web}}\n    spec: {containers: [{name: web, image: nginx:1.27}]}\n",
+    );
+    work.commit_and_push("web");
+    let port = free_port();
+    let runtime = support::runtime();
+    runtime.block_on(async {
+        let client = cluster.client().await;
+        install_crds(&client).await;
+        support::deployer_namespace(&client, NS).await;
+        let _manager = Manager::start_with_metrics(
+            &cluster,
+            &["--enable-webhooks", "false", "--drift-resync-interval", "1s"],
+            &[],
+            Some(port),
+        );
+        let repos: Api<Repository> = Api::namespaced(client.clone(), NS);
+        let repo: Repository = serde_json::from_value(json!({
+            "apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "Repository",
+            "metadata": {"name": "platform"}, "spec": {"url": url, "ref": {"branch": "main"}},
+        }))
+        .unwrap();
+        repos.create(&PostParams::default(), &repo).await.unwrap();
+        let apps: Api<Application> = Api::namespaced(client.clone(), NS);
+        let sync_of = |app: Application| app.status.and_then(|s| s.sync).map(|s| s.status);
+
+        // Deployed, and settled: a resync already found it unchanged without reading it.
+        let settled = metrics_until(port, "web Synced and Healthy, then a resync without reads", |m| {
+            value(m, "ksync_applications", &[("sync", "Synced"), ("health", "Healthy")]) == 1.0 && skipped(m) >= 3.0
+        })
+        .await;
+
+        // Resyncs every second, nothing changing: no GET, no dry run of the objects.
+        let mark = sim.audit_log().len();
+        let at_least = reconciles(&settled) + 3.0;
+        let idle = metrics_until(port, "three more resyncs", |m| reconciles(m) >= at_least).await;
+        let seen = dry_runs(sim, mark);
+        assert!(seen.is_empty(), "an idle resync dry-ran objects again: {seen:?}");
+        assert_eq!(read(&idle), read(&settled), "an idle resync read objects again");
+        assert!(skipped(&idle) >= skipped(&settled) + 9.0, "three resyncs of three objects, none read");
+        let resyncs = reconciles(&idle) - reconciles(&settled);
+        let (before, after) = (requests(&settled), requests(&idle));
+        let per_resync: BTreeMap<&String, f64> =
+            after.iter().map(|(verb, n)| (verb, (n - before.get(verb).unwrap_or(&0.0)) / resyncs)).collect();
+        eprintln!("API requests per idle resync of one Application, by verb: {per_resync:?}");
+
+        // A reconcile an operator asks for reads every object again.
+        let mark = sim.audit_log().len();
+        let request =
+            json!({"metadata": {"annotations": {"sync.kuvryn.io/reconcile-requested-at": "2026-12-03T00:00:00Z"}}});
+        apps.patch("web", &PatchParams::default(), &Patch::Merge(request)).await.unwrap();
+        eventually("the requested reconcile to read every object", Duration::from_secs(60), || async {
+            let read: BTreeSet<String> = dry_runs(sim, mark).into_iter().map(|(resource, _)| resource).collect();
+            (read.len() == 3).then_some(())
+        })
+        .await;
+
+        // A hand edit moves the ConfigMap's resourceVersion: it is read, and the drift noticed.
+        let cms: Api<ConfigMap> = Api::namespaced(client.clone(), NS);
+        let by_hand = PatchParams { field_manager: Some("kubectl-edit".into()), ..Default::default() };
+        cms.patch("web", &by_hand, &Patch::Merge(json!({"data": {"greeting": "edited"}}))).await.unwrap();
+        eventually("web Drifted", Duration::from_secs(60), || async {
+            (sync_of(apps.get("web").await.ok()?) == Some(SyncState::Drifted)).then_some(())
+        })
+        .await;
+    });
+}

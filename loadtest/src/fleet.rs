@@ -215,10 +215,11 @@ pub fn binary(given: Option<&Path>, name: &str, build: &str) -> Result<PathBuf, 
 
 /// Start the `simcluster` binary on a free loopback port (kubelet simulation on); returns the
 /// process and its admin kubeconfig.
-pub fn start_simcluster(bin: &Path, dir: &Path) -> Result<(Process, PathBuf), Error> {
+pub fn start_simcluster(bin: &Path, dir: &Path, pods: usize) -> Result<(Process, PathBuf), Error> {
     let kubeconfig = dir.join("admin.kubeconfig");
     let mut cmd = Command::new(bin);
-    cmd.args(["--port", "0", "--nodes", "3", "--kubeconfig-out"]).arg(&kubeconfig).env("RUST_LOG", "warn");
+    let nodes = nodes_for(pods).to_string();
+    cmd.args(["--port", "0", "--nodes", &nodes, "--kubeconfig-out"]).arg(&kubeconfig).env("RUST_LOG", "warn");
     let mut sim = Process::spawn("simcluster", &mut cmd, dir.join("simcluster.log"))?;
     // The kubeconfig is written once the server listens.
     let end = Instant::now() + Duration::from_secs(60);
@@ -229,6 +230,15 @@ pub fn start_simcluster(bin: &Path, dir: &Path) -> Result<(Process, PathBuf), Er
         std::thread::sleep(Duration::from_millis(20));
     }
     Ok((sim, kubeconfig))
+}
+
+/// Pods a simulated Node holds (simcluster's default Node: 110, some kept free).
+const PODS_PER_NODE: usize = 100;
+
+/// Simulated Nodes for `pods` Pods: at least 3, and room for every Pod (with 3 default Nodes,
+/// 670 of 1,000 Deployments once stayed unscheduled and their Applications never Healthy).
+pub fn nodes_for(pods: usize) -> usize {
+    pods.div_ceil(PODS_PER_NODE).max(3)
 }
 
 /// How to run a replica.
@@ -286,6 +296,14 @@ pub fn start_replica(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn there_are_nodes_for_every_pod() {
+        // (pods, nodes)
+        for (pods, nodes) in [(0, 3), (100, 3), (300, 3), (301, 4), (1000, 10), (10_000, 100)] {
+            assert_eq!(nodes_for(pods), nodes, "{pods} Pods");
+        }
+    }
 
     #[test]
     fn the_plan_spreads_namespaces_self_heal_and_deployments() {

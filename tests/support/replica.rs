@@ -175,11 +175,6 @@ impl Replica {
         answer.starts_with("HTTP/1.0 200") || answer.starts_with("HTTP/1.1 200")
     }
 
-    /// The replica's metrics port on 127.0.0.1.
-    pub fn metrics_port(&self) -> u16 {
-        self.metrics
-    }
-
     /// Whether it has exited.
     pub fn exited(&mut self) -> bool {
         self.child.try_wait().ok().flatten().is_some()

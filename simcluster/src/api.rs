@@ -122,6 +122,8 @@ pub async fn dispatch(state: &Arc<State>, req: &Req, t: &Target) -> Result<Outpu
         Some(crate::faults::FaultAction::Reset) => return Ok(Output::Response(reset())),
         None => {}
     }
+    let client = req.impersonated_by.as_deref().unwrap_or(&req.user.name);
+    state.faults.count_request(client, verb, &resource, is_dry_run(req));
     let out = match admission::authorize(state, req, t, verb) {
         Ok(()) => serve_verb(state, req, t, verb).await,
         Err(e) => Err(e),

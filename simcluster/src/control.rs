@@ -13,6 +13,7 @@
 //! | `POST /simcluster/v1/nodes/{name}/stop`, `.../start` | stop a Node's simulated kubelet, or start it again |
 //! | `POST /simcluster/v1/nodes/{name}/not-ready`, `.../ready` | make its kubelet report `Ready=False`, or `Ready=True` again |
 //! | `GET /simcluster/v1/audit` | the audit log (JSON list of [`crate::faults::AuditEvent`]) |
+//! | `GET /simcluster/v1/requests` | resource requests (reads too) by client, verb and resource (JSON list of [`crate::faults::RequestCount`]) |
 //!
 //! Only the cluster admin may use it.
 
@@ -84,6 +85,7 @@ pub async fn handle(state: &Arc<State>, req: &Req, rest: &[&str]) -> Result<Resp
             Ok(ok())
         }
         (&Method::GET, ["audit"]) => Ok(respond(200, &json!(state.faults.audit_log()), Encoding::Json, &[])),
+        (&Method::GET, ["requests"]) => Ok(respond(200, &json!(state.faults.request_counts()), Encoding::Json, &[])),
         _ => Err(ApiError::PageNotFound),
     }
 }

@@ -129,6 +129,26 @@ pub struct AuditEvent {
 /// Most audit events kept (oldest dropped).
 pub const AUDIT_LIMIT: usize = 200_000;
 
+/// How many resource requests one client sent of one `verb resource`, reads included (the
+/// audit log keeps writes only).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RequestCount {
+    /// Who sent them: the authenticated user (the impersonator when one impersonated another).
+    pub client: String,
+    /// Verb (`get`, `list`, `watch`, `create`, `patch`, ...).
+    pub verb: String,
+    /// Resource (plural), with `/subresource` when there is one.
+    pub resource: String,
+    /// Whether they were dry runs.
+    pub dry_run: bool,
+    /// How many.
+    pub count: u64,
+}
+
+/// The key of a [`RequestCount`]: client, verb, resource, dry run.
+type RequestKey = (String, String, String, bool);
+
 /// Fault and audit state.
 pub struct Faults {
     rules: Mutex<Vec<FaultRule>>,
@@ -136,6 +156,8 @@ pub struct Faults {
     /// Tells open watches to end: `None` all, `Some("group/resource")` those of one resource.
     pub drop_watches: broadcast::Sender<Option<String>>,
     audit: Mutex<VecDeque<AuditEvent>>,
+    /// Bounded by clients × verbs × resources, all finite.
+    requests: Mutex<std::collections::BTreeMap<RequestKey, u64>>,
 }
 
 impl Default for Faults {
@@ -145,6 +167,7 @@ impl Default for Faults {
             paused: watch::channel(false).0,
             drop_watches: broadcast::channel(16).0,
             audit: Mutex::new(VecDeque::new()),
+            requests: Mutex::new(std::collections::BTreeMap::new()),
         }
     }
 }
@@ -203,6 +226,26 @@ impl Faults {
         while a.len() > AUDIT_LIMIT {
             a.pop_front();
         }
+    }
+
+    /// Count one resource request.
+    pub fn count_request(&self, client: &str, verb: &str, resource: &str, dry_run: bool) {
+        let mut r = self.requests.lock().unwrap_or_else(|p| p.into_inner());
+        *r.entry((client.to_string(), verb.to_string(), resource.to_string(), dry_run)).or_default() += 1;
+    }
+
+    /// Every resource request served so far, counted by client, verb and resource.
+    pub fn request_counts(&self) -> Vec<RequestCount> {
+        let r = self.requests.lock().unwrap_or_else(|p| p.into_inner());
+        r.iter()
+            .map(|((client, verb, resource, dry_run), count)| RequestCount {
+                client: client.clone(),
+                verb: verb.clone(),
+                resource: resource.clone(),
+                dry_run: *dry_run,
+                count: *count,
+            })
+            .collect()
     }
 
     /// The audit log, oldest first.

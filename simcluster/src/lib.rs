@@ -157,6 +157,11 @@ impl SimCluster {
         self.state.faults.audit_log()
     }
 
+    /// Every resource request so far (reads too), counted by client, verb and resource.
+    pub fn request_counts(&self) -> Vec<faults::RequestCount> {
+        self.state.faults.request_counts()
+    }
+
     /// The base URL, `http://127.0.0.1:PORT`.
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)

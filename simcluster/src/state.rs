@@ -198,6 +198,10 @@ pub struct State {
     pub remote: Option<kube::Client>,
     /// Local addresses of the Services admission webhooks are reached at.
     pub webhook_services: crate::webhook::Services,
+    /// The RBAC objects every request is authorized against.
+    pub policy: crate::auth::PolicyCache,
+    /// The cluster IPs and node ports Services hold.
+    pub service_addresses: std::sync::Mutex<crate::admission::ServiceAddresses>,
 }
 
 /// Address and port allocation state.
@@ -225,6 +229,8 @@ impl State {
             node_faults: NodeFaults::default(),
             remote: None,
             webhook_services: Default::default(),
+            policy: Default::default(),
+            service_addresses: Default::default(),
         }
     }
 }

@@ -61,6 +61,8 @@ pub struct Inner {
     rv: u64,
     objects: HashMap<String, Objects>,
     history: VecDeque<Arc<Change>>,
+    /// The resourceVersion of each key's last change (caches of derived state key on it).
+    changed: HashMap<String, u64>,
     /// Oldest resourceVersion the history can still serve.
     pub compacted: u64,
 }
@@ -129,6 +131,21 @@ impl Txn<'_> {
         }
         let ns = namespace.to_string();
         Box::new(m.range((ns.clone(), String::new())..).take_while(move |((n, _), _)| *n == ns).map(|(_, v)| v))
+    }
+
+    /// The resourceVersion of the last change to an object of `key` (0: none since start).
+    pub fn changed_at(&self, key: &str) -> u64 {
+        self.inner.changed.get(key).copied().unwrap_or(0)
+    }
+
+    /// The changes to objects of `key` after `rv`, oldest first, or `None` when history does
+    /// not reach back that far.
+    pub fn changes_of_since(&self, key: &str, rv: u64) -> Option<Vec<Arc<Change>>> {
+        if rv < self.inner.compacted {
+            return None;
+        }
+        let from = self.inner.history.partition_point(|c| c.rv <= rv);
+        Some(self.inner.history.range(from..).filter(|c| c.key == key).cloned().collect())
     }
 
     /// Every object of a key as of `rv` (reconstructed from history), or `None` when history does
@@ -212,6 +229,7 @@ impl Txn<'_> {
     }
 
     fn record(&mut self, change: Change) {
+        self.inner.changed.insert(change.key.clone(), change.rv);
         let change = Arc::new(change);
         self.inner.history.push_back(change.clone());
         while self.inner.history.len() > HISTORY {
@@ -249,6 +267,7 @@ impl Txn<'_> {
         for (k, v) in objects {
             let ns = v["metadata"]["namespace"].as_str().unwrap_or_default().to_string();
             let name = v["metadata"]["name"].as_str().unwrap_or_default().to_string();
+            self.inner.changed.insert(k.clone(), rv);
             self.inner.objects.entry(k).or_default().insert((ns, name), v);
         }
         self.inner.rv = rv;

@@ -487,3 +487,74 @@ async fn audit_records_who_wrote_what() {
     assert_eq!(create.code, 201);
     assert!(!create.resource_version.is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_counts_include_reads_by_the_authenticated_client() {
+    let (sim, admin) = start().await;
+    let mut config = kube::Config::new(sim.url().parse().unwrap());
+    config.auth_info.impersonate = Some("system:serviceaccount:default:deployer".into());
+    let as_sa: Api<ConfigMap> = Api::namespaced(kube::Client::try_from(config).unwrap(), "default");
+    let count = |verb: &str, dry_run: bool| {
+        sim.request_counts()
+            .iter()
+            .filter(|c| c.client == "admin" && c.verb == verb && c.resource == "configmaps" && c.dry_run == dry_run)
+            .map(|c| c.count)
+            .sum::<u64>()
+    };
+    let (gets, lists) = (count("get", false), count("list", false));
+    assert!(admin.get_opt("absent").await.unwrap().is_none());
+    admin.list(&Default::default()).await.unwrap();
+    // Impersonated: counted for the client that sent it, refused or not.
+    let _ = as_sa.get_opt("absent").await;
+    let cm = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "counted"}});
+    let dry = PatchParams { dry_run: true, ..PatchParams::apply("ksync") };
+    admin.patch("counted", &dry, &Patch::Apply(&cm)).await.unwrap();
+    assert_eq!(count("get", false), gets + 2);
+    assert_eq!(count("list", false), lists + 1);
+    assert_eq!(count("patch", true), 1);
+    assert!(!sim.request_counts().iter().any(|c| c.client.contains("deployer")), "{:?}", sim.request_counts());
+}
+
+/// Cluster IPs and node ports are allocated against what the other Services hold, kept up to
+/// date from the store's changes: a held address is refused, a deleted Service's is free again,
+/// and a Service keeps its own across updates.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn service_addresses_follow_creates_updates_and_deletes() {
+    use k8s_openapi::api::core::v1::Service;
+    let (sim, _) = start().await;
+    let services: Api<Service> = Api::namespaced(sim.client().await.unwrap(), "default");
+    let svc = |name: &str, ip: &str, node_port: Option<i64>| {
+        let mut port = json!({"port": 80});
+        let mut spec = json!({"clusterIP": ip, "ports": [port.clone()]});
+        if let Some(np) = node_port {
+            port["nodePort"] = json!(np);
+            spec = json!({"type": "NodePort", "clusterIP": ip, "ports": [port]});
+        }
+        serde_json::from_value::<Service>(json!({"metadata": {"name": name}, "spec": spec})).unwrap()
+    };
+    let pp = PostParams::default();
+    services.create(&pp, &svc("a", "10.96.0.50", Some(30050))).await.unwrap();
+    let held = services.create(&pp, &svc("b", "10.96.0.50", None)).await.unwrap_err();
+    assert!(format!("{held:?}").contains("already allocated"), "{held:?}");
+    let port_held = services.create(&pp, &svc("b", "10.96.0.51", Some(30050))).await.unwrap_err();
+    assert!(format!("{port_held:?}").contains("already allocated"), "{port_held:?}");
+    // An update keeps its own address and port.
+    let patch = json!({"metadata": {"labels": {"updated": "yes"}}});
+    services.patch("a", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    // Deleted: both are free again.
+    services.delete("a", &Default::default()).await.unwrap();
+    services.create(&pp, &svc("b", "10.96.0.50", Some(30050))).await.unwrap();
+    // Many Services, none sharing an address.
+    for i in 0..50 {
+        services.create(&pp, &svc(&format!("s{i}"), "", None)).await.unwrap();
+    }
+    let ips: std::collections::BTreeSet<String> = services
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter_map(|s| s.spec.as_ref()?.cluster_ip.clone())
+        .collect();
+    assert_eq!(ips.len(), 51, "{ips:?}");
+}

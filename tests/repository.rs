@@ -160,6 +160,19 @@ fn applications_follow_git_and_bad_commits_change_nothing(cluster: Cluster) {
         assert!(events.iter().any(|(t, r, n)| t == "Normal" && r == "NewRevision" && n.contains(&first[..12])), "{events:?}");
         assert!(events.iter().any(|(_, r, n)| r == "DiscoveryChanged" && n.contains("created api, web")), "{events:?}");
 
+        // Fetches that find the same commit write nothing (interval 1s): an idle Repository
+        // costs no writes, and its Applications no reconciles.
+        let git = &server;
+        let fetches = |n: usize| {
+            let at_least = git.upload_packs("platform") + n;
+            eventually("more fetches", WAIT, move || async move { (git.upload_packs("platform") >= at_least).then_some(()) })
+        };
+        fetches(1).await;
+        let before = env.repos().get("platform").await.unwrap().resource_version();
+        fetches(3).await;
+        let after = env.repos().get("platform").await.unwrap();
+        assert_eq!(after.resource_version(), before, "a fetch of the same commit wrote {:?}", after.status);
+
         // Git changes: web moves, api goes, db arrives.
         work.write(".ksync.yaml", &format!("applications:\n{}{}", app_yaml("web", "apps/web-v2"), app_yaml("db", "apps/db")));
         let second = work.commit_and_push("web v2, api removed, db added");

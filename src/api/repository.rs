@@ -151,7 +151,7 @@ pub struct ObservedRevision {
     /// The full commit id.
     #[schemars(length(max = 64))]
     pub commit: String,
-    /// When the commit was last fetched or confirmed.
+    /// When this commit was fetched (a later fetch that finds the same commit changes nothing).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fetched_at: Option<Time>,
 }

@@ -423,10 +423,9 @@ async fn sync(
             fetched_at: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::now())),
         });
     } else if let Some(r) = status.revision.as_mut() {
+        // A fetch that confirms the commit writes nothing: an idle Repository costs no writes,
+        // and its Applications no reconciles.
         r.reference = ref_name.clone();
-        if fresh {
-            r.fetched_at = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::now()));
-        }
     }
     if !(created.is_empty() && updated.is_empty() && deleted.is_empty()) {
         let mut parts = Vec::new();

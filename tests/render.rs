@@ -11,7 +11,11 @@ use serde_json::{Value, json};
 
 fn renderer(limits: Limits) -> Renderer {
     let t = support::Tools::get();
-    Renderer::new(Tools { helm: t.bin.join("helm"), kubectl: t.bin.join("kubectl") }, limits, 100)
+    Renderer::new(
+        Tools { helm: t.bin.join("helm"), kubectl: t.bin.join("kubectl") },
+        limits,
+        kuvryn_sync::render::DEFAULT_CACHE_BYTES,
+    )
 }
 
 fn dir(name: &str) -> std::path::PathBuf {
@@ -120,7 +124,7 @@ async fn a_renderer_that_hangs_is_killed_at_the_timeout() {
     let r = Renderer::new(
         Tools { helm: fake, kubectl: "kubectl".into() },
         Limits { timeout: Duration::from_secs(1), ..Limits::default() },
-        10,
+        kuvryn_sync::render::DEFAULT_CACHE_BYTES,
     );
     let d = dir("chart");
     let render = render_of(RenderType::Helm, None);
@@ -162,7 +166,11 @@ fn recording_tool(dir: &std::path::Path, name: &str) -> (std::path::PathBuf, std
 async fn helm_release_names_are_checked_before_helm_runs() {
     let scratch = support::temp_dir("release-name");
     let (helm, log) = recording_tool(scratch.path(), "helm");
-    let r = Renderer::new(Tools { helm, kubectl: "kubectl".into() }, Limits::default(), 10);
+    let r = Renderer::new(
+        Tools { helm, kubectl: "kubectl".into() },
+        Limits::default(),
+        kuvryn_sync::render::DEFAULT_CACHE_BYTES,
+    );
     let d = dir("chart");
     for bad in ["--set-file=x=/proc/1/environ", "Web", "web_1", "web-"] {
         let helm = HelmRender { release_name: Some(bad.into()), ..HelmRender::default() };
@@ -196,7 +204,7 @@ async fn tools_get_their_positional_arguments_after_a_double_dash() {
     let scratch = support::temp_dir("double-dash");
     let (helm, helm_log) = recording_tool(scratch.path(), "helm");
     let (kubectl, kubectl_log) = recording_tool(scratch.path(), "kubectl");
-    let r = Renderer::new(Tools { helm, kubectl }, Limits::default(), 10);
+    let r = Renderer::new(Tools { helm, kubectl }, Limits::default(), kuvryn_sync::render::DEFAULT_CACHE_BYTES);
     let args = |log: &std::path::Path| -> Vec<String> {
         std::fs::read_to_string(log).unwrap().lines().map(str::to_string).collect()
     };
@@ -236,4 +244,33 @@ fn after_the_double_dash_helm_reads_no_flag() {
     assert!(!stdout.contains("controller-secret-value"), "helm read the file: {stdout}");
     assert!(!out.status.success(), "{stdout}");
     assert!(stderr.contains("invalid release name"), "{stderr}");
+}
+
+/// The render cache is bounded in bytes: results are kept by tree id until what they hold
+/// would pass the bound, the least recently used go first, and one larger than the bound is not
+/// kept at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_render_cache_is_bounded_in_bytes() {
+    let d = dir("plain");
+    let render = render_of(RenderType::Yaml, None);
+    let one = {
+        let r = renderer(Limits::default());
+        let objects = r.render(&Request { tree: Some("t0".into()), ..request(&d, &render) }).await.unwrap();
+        let size: usize = objects.iter().map(kuvryn_sync::render::heap_size).sum();
+        assert_eq!(r.cached_bytes(), size as u64, "one result cached, weighed by its objects");
+        size as u64
+    };
+    // Room for two results: the third evicts one, and the total never passes the bound.
+    let t = support::Tools::get();
+    let tools = || Tools { helm: t.bin.join("helm"), kubectl: t.bin.join("kubectl") };
+    let r = Renderer::new(tools(), Limits::default(), 2 * one + one / 2);
+    for tree in ["t1", "t2", "t3", "t4"] {
+        r.render(&Request { tree: Some(tree.into()), ..request(&d, &render) }).await.unwrap();
+        assert!(r.cached_bytes() <= 2 * one + one / 2, "{} > bound", r.cached_bytes());
+    }
+    assert!(r.cached_bytes() >= one, "something is cached");
+    // Smaller than one result: nothing is kept.
+    let r = Renderer::new(tools(), Limits::default(), one - 1);
+    r.render(&Request { tree: Some("t5".into()), ..request(&d, &render) }).await.unwrap();
+    assert_eq!(r.cached_bytes(), 0);
 }

@@ -336,7 +336,7 @@ async fn render_anyway(dir: &std::path::Path, type_: RenderType) -> String {
     let renderer = Renderer::new(
         Tools { helm: t.bin.join("helm"), kubectl: t.bin.join("kubectl") },
         kuvryn_sync::render::Limits::default(),
-        10,
+        kuvryn_sync::render::DEFAULT_CACHE_BYTES,
     );
     let render = Render { type_, helm: None };
     let req = Request {

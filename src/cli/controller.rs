@@ -136,10 +136,10 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 64 * 1024 * 1024)]
     pub render_max_output_bytes: u64,
 
-    /// Rendered desired states kept in memory (an Application whose path did not change is not
-    /// rendered again).
-    #[arg(long, default_value_t = 1024)]
-    pub render_cache_entries: u64,
+    /// Memory for rendered desired states, in bytes (an Application whose path did not change
+    /// is not rendered again while its result is kept; the least recently used go first).
+    #[arg(long, default_value_t = crate::render::DEFAULT_CACHE_BYTES)]
+    pub render_cache_bytes: u64,
 
     /// How often an Application is reconciled again without a trigger.
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
@@ -340,7 +340,7 @@ fn run_controllers(args: RunArgs) -> Result<()> {
         let renderer = crate::render::Renderer::new(
             crate::render::Tools { helm: args.helm.clone(), kubectl: args.kubectl.clone() },
             crate::render::Limits { timeout: args.render_timeout, max_output_bytes: args.render_max_output_bytes },
-            args.render_cache_entries,
+            args.render_cache_bytes,
         );
         let repositories = std::sync::Arc::new(crate::controller::repository::Context::new(
             client.clone(),

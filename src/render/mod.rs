@@ -101,10 +101,28 @@ pub struct Renderer {
     cache: moka::sync::Cache<String, Arc<Vec<Value>>>,
 }
 
+/// The render cache's default bound: 128 MiB of rendered objects, as [`heap_size`] counts them.
+pub const DEFAULT_CACHE_BYTES: u64 = 128 * 1024 * 1024;
+
 impl Renderer {
-    /// A renderer keeping up to `cache_entries` results.
-    pub fn new(tools: Tools, limits: Limits, cache_entries: u64) -> Renderer {
-        Renderer { tools, limits, cache: moka::sync::Cache::new(cache_entries) }
+    /// A renderer keeping results that together hold at most `cache_bytes` (as [`heap_size`]
+    /// counts them); the least recently used go first, and a result larger than the bound is
+    /// not kept.
+    pub fn new(tools: Tools, limits: Limits, cache_bytes: u64) -> Renderer {
+        let cache = moka::sync::Cache::builder()
+            .weigher(|_: &String, objects: &Arc<Vec<Value>>| {
+                u32::try_from(objects.iter().map(heap_size).sum::<usize>()).unwrap_or(u32::MAX)
+            })
+            .max_capacity(cache_bytes)
+            .build();
+        Renderer { tools, limits, cache }
+    }
+
+    /// The bytes the cached results hold now, as [`heap_size`] counts them (pending
+    /// evictions are applied first).
+    pub fn cached_bytes(&self) -> u64 {
+        self.cache.run_pending_tasks();
+        self.cache.weighted_size()
     }
 
     /// Render `req`: the objects in a stable order.
@@ -162,6 +180,21 @@ async fn parse_output(stdout: Vec<u8>, tool: &'static str, output: &'static str)
         objects_of(docs, output)
     })
     .await
+}
+
+/// About how much memory `v` takes: its own size, its strings' bytes and its containers'
+/// slots (a cache bound, not an exact figure).
+pub fn heap_size(v: &Value) -> usize {
+    let own = std::mem::size_of::<Value>();
+    own + match v {
+        Value::Null | Value::Bool(_) | Value::Number(_) => 0,
+        Value::String(s) => s.capacity(),
+        Value::Array(a) => a.iter().map(heap_size).sum::<usize>() + (a.capacity() - a.len()) * own,
+        // A map entry: its key and value, and about three words of the tree's node.
+        Value::Object(m) => {
+            m.iter().map(|(k, v)| k.capacity() + 3 * 8 + std::mem::size_of::<String>() + heap_size(v)).sum()
+        }
+    }
 }
 
 /// sha256 over the tree, the settings and the values (a digest, never the values themselves).

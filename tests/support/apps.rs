@@ -52,7 +52,7 @@ impl Env {
         let renderer = Renderer::new(
             Tools { helm: tools.bin.join("helm"), kubectl: tools.bin.join("kubectl") },
             Limits::default(),
-            100,
+            kuvryn_sync::render::DEFAULT_CACHE_BYTES,
         );
         let repos = Arc::new(repository::Context::new(client.clone(), cache.clone(), Some("test".into())));
         let apps = Arc::new(

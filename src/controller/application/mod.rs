@@ -573,8 +573,11 @@ async fn plan_app(
     }
     let after = rolling_back::settle(ctx, app, ns, &choice, &reconciled, &rs, old, status, now).await?;
     // History changes only with a new desired Revision or a new limit: a drift check lists no
-    // Revisions.
-    if old.desired_revision.as_deref() != Some(rev_name.as_str()) || old.observed_generation != app.metadata.generation
+    // Revisions, and neither does an Application's first Revision (nothing to trim: Revisions
+    // of an earlier Application of that name are owned by it and go with it).
+    if old.desired_revision.is_some()
+        && (old.desired_revision.as_deref() != Some(rev_name.as_str())
+            || old.observed_generation != app.metadata.generation)
     {
         revision::retain_history(ctx, app, ns, &rev_name, spec.history.limit).await?;
     }

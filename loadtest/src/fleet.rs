@@ -35,6 +35,21 @@ pub struct AppDef {
     pub self_heal: bool,
     /// Whether its directory also holds a one-replica Deployment.
     pub deployment: bool,
+    /// Whether its directory also holds a ClusterIP Service and a Deployment (of no replicas
+    /// unless `deployment`): the cold-sync shape.
+    pub three: bool,
+}
+
+/// What each Application's directory holds (`--objects`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Objects {
+    /// A ConfigMap (every `--deployment-every`-th also a one-replica Deployment).
+    #[default]
+    Configmap,
+    /// A ConfigMap, a ClusterIP Service and a zero-replica Deployment (one replica for every
+    /// `--deployment-every`-th).
+    Three,
 }
 
 impl AppDef {
@@ -75,11 +90,20 @@ impl AppDef {
                 crate::observe::EDITED_KEY
             ),
         )];
-        if self.deployment {
+        if self.three {
+            files.push((
+                format!("{}/service.yaml", self.path()),
+                format!(
+                    "apiVersion: v1\nkind: Service\nmetadata:\n  name: {name}-web\nspec:\n  selector: {{app: {name}}}\n  ports:\n  - port: 80\n    targetPort: 8080\n"
+                ),
+            ));
+        }
+        if self.deployment || self.three {
+            let replicas = u8::from(self.deployment);
             files.push((
                 format!("{}/deployment.yaml", self.path()),
                 format!(
-                    "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: {name}-web\nspec:\n  replicas: 1\n  selector:\n    matchLabels: {{app: {name}}}\n  template:\n    metadata:\n      labels: {{app: {name}}}\n    spec:\n      containers:\n      - name: web\n        image: nginx:1.27\n"
+                    "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: {name}-web\nspec:\n  replicas: {replicas}\n  selector:\n    matchLabels: {{app: {name}}}\n  template:\n    metadata:\n      labels: {{app: {name}}}\n    spec:\n      containers:\n      - name: web\n        image: nginx:1.27\n"
                 ),
             ));
         }
@@ -94,14 +118,15 @@ pub fn namespaces(count: usize) -> Vec<String> {
 
 /// `apps` Applications named `app-0000`, ... spread round-robin over `namespaces`; every other
 /// one in each namespace self-heals; every `deployment_every`-th (0: none) also runs a
-/// Deployment.
-pub fn plan(apps: usize, namespaces: &[String], deployment_every: usize) -> Vec<AppDef> {
+/// Deployment; with [`Objects::Three`] every one also has a Service and a Deployment.
+pub fn plan(apps: usize, namespaces: &[String], deployment_every: usize, objects: Objects) -> Vec<AppDef> {
     (0..apps)
         .map(|i| AppDef {
             namespace: namespaces[i % namespaces.len()].clone(),
             name: format!("app-{i:04}"),
             self_heal: (i / namespaces.len()).is_multiple_of(2),
             deployment: deployment_every > 0 && i.is_multiple_of(deployment_every),
+            three: objects == Objects::Three,
         })
         .collect()
 }
@@ -306,10 +331,22 @@ mod tests {
     }
 
     #[test]
+    fn three_objects_are_a_configmap_a_service_and_a_deployment_of_no_replicas() {
+        let apps = plan(4, &namespaces(1), 2, Objects::Three);
+        let files = |i: usize| apps[i].files().into_iter().map(|(p, y)| (p.rsplit('/').next().unwrap().to_string(), y));
+        let kinds: Vec<String> = files(1).map(|(p, _)| p).collect();
+        assert_eq!(kinds, ["configmap.yaml", "service.yaml", "deployment.yaml"]);
+        let replicas = |i: usize| files(i).find(|(p, _)| p == "deployment.yaml").unwrap().1;
+        assert!(replicas(1).contains("replicas: 0"), "{}", replicas(1));
+        assert!(replicas(0).contains("replicas: 1"), "every 2nd runs a Pod");
+        assert_eq!(plan(4, &namespaces(1), 0, Objects::Configmap)[0].files().len(), 1);
+    }
+
+    #[test]
     fn the_plan_spreads_namespaces_self_heal_and_deployments() {
         let ns = namespaces(3);
         assert_eq!(ns, ["team-00", "team-01", "team-02"]);
-        let apps = plan(10, &ns, 4);
+        let apps = plan(10, &ns, 4, Objects::Configmap);
         assert_eq!(apps[4].namespace, "team-01");
         assert_eq!(apps[4].name, "app-0004");
         // Per namespace: self-healing, not, self-healing, ...
@@ -331,7 +368,7 @@ mod tests {
 
     #[test]
     fn the_edit_sample_is_half_self_healing_and_spread() {
-        let apps = plan(1000, &namespaces(10), 10);
+        let apps = plan(1000, &namespaces(10), 10, Objects::Configmap);
         let sample = edit_sample(&apps, 200);
         assert_eq!(sample.len(), 200);
         assert_eq!(sample.iter().filter(|i| apps[**i].self_heal).count(), 100);
@@ -344,6 +381,6 @@ mod tests {
         assert_eq!(spaces.len(), 10);
         // Odd counts and more edits than Applications.
         assert_eq!(edit_sample(&apps, 5).len(), 5);
-        assert_eq!(edit_sample(&plan(4, &namespaces(1), 0), 10).len(), 4);
+        assert_eq!(edit_sample(&plan(4, &namespaces(1), 0, Objects::Configmap), 10).len(), 4);
     }
 }

@@ -15,14 +15,14 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::Parser;
-
 pub mod fleet;
 pub mod metrics;
 pub mod observe;
+pub mod plot;
 pub mod procfs;
 pub mod report;
 pub mod run;
+pub mod scenario;
 pub mod stats;
 
 /// The integration tests' harness (git server, work trees, CRDs, namespaces, ServiceAccount
@@ -69,9 +69,13 @@ fn parse_duration(s: &str) -> std::result::Result<Duration, String> {
 }
 
 /// Kuvryn Sync load test.
-#[derive(Parser, Debug, Clone)]
+#[derive(clap::Parser, Debug, Clone)]
 #[command(name = "loadtest", about = "Kuvryn Sync load test: Applications on sharded replicas against simcluster")]
 pub struct Args {
+    /// A named run (`cold-10k`, `takeover`, `idle`, `monorepo`): sets the flags of that
+    /// measurement; flags given as well win.
+    #[arg(long, value_enum)]
+    pub scenario: Option<scenario::Scenario>,
     /// Applications.
     #[arg(long, default_value_t = 1000)]
     pub apps: usize,
@@ -88,12 +92,15 @@ pub struct Args {
     /// Namespaces the Applications are spread over (each with its Repository and deployer).
     #[arg(long, default_value_t = 10)]
     pub namespaces: usize,
+    /// What each Application deploys: `configmap`, or `three` (a ConfigMap, a ClusterIP
+    /// Service and a zero-replica Deployment).
+    #[arg(long, value_enum, default_value_t = fleet::Objects::Configmap)]
+    pub objects: fleet::Objects,
     /// Every n-th Application also runs a one-replica Deployment (0: none).
     #[arg(long, default_value_t = 10)]
     pub deployment_every: usize,
-    /// `spec.interval` of the Repositories (the CRD's default is 1m). Each fetch records
-    /// `status.revision.fetchedAt`, which the Application controller sees as a change of the
-    /// Repository.
+    /// `spec.interval` of the Repositories (the CRD's default is 1m). A fetch that finds the
+    /// same commit writes nothing.
     #[arg(long, default_value = "1m")]
     pub repository_interval: String,
     /// `--lease-duration` of every replica.
@@ -118,6 +125,17 @@ pub struct Args {
     /// Quiet period after convergence over which idle CPU is measured.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub settle: Duration,
+    /// `--drift-resync-interval` of every replica (default: the controller's, 5m).
+    #[arg(long, value_parser = parse_duration)]
+    pub drift_resync_interval: Option<Duration>,
+    /// After the edits, a quiet window this long: API requests per Application per drift
+    /// resync and writes, with nothing changing (0: none).
+    #[arg(long, default_value = "0s", value_parser = parse_duration)]
+    pub idle: Duration,
+    /// After the edits, one commit changing the first Application's path: renders, and the
+    /// writes and dry runs of the Applications it does not touch.
+    #[arg(long)]
+    pub monorepo_commit: bool,
     /// Skip killing a replica.
     #[arg(long)]
     pub no_takeover: bool,
@@ -142,13 +160,23 @@ pub struct Args {
     /// Print the report as JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Also write the report to this folder: `report.md`, `report.json` and `ready.svg`
+    /// (Applications Ready over time, per replica).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
 }
 
 /// Parse the arguments, run the load test, print the report.
 pub fn main() -> ExitCode {
-    let args = Args::parse();
+    let args = scenario::parse();
     match run::run(&args) {
         Ok(report) => {
+            if let Some(dir) = &args.out
+                && let Err(e) = report.write(dir)
+            {
+                eprintln!("loadtest: writing the report to {}: {e}", dir.display());
+                return ExitCode::FAILURE;
+            }
             if args.json {
                 println!("{}", serde_json::to_string_pretty(&report).expect("report JSON"));
             } else {

@@ -16,10 +16,12 @@ pub const KEPT: &[&str] = &[
     "ksync_reconcile_duration_seconds_sum",
     "ksync_reconcile_duration_seconds_count",
     "ksync_reconcile_queue_seconds_sum",
+    "ksync_render_cache_requests_total",
 ];
 
 /// Sum every sample of each [`KEPT`] series in Prometheus text exposition `text`, and count
-/// `ksync_reconciles_total` by `result` as `ksync_reconciles_total{result}`.
+/// `ksync_reconciles_total` and `ksync_render_cache_requests_total` by `result` as
+/// `name{result}`.
 pub fn parse(text: &str) -> BTreeMap<String, f64> {
     let mut out = BTreeMap::new();
     for line in text.lines().filter(|l| !l.starts_with('#')) {
@@ -30,11 +32,11 @@ pub fn parse(text: &str) -> BTreeMap<String, f64> {
             continue;
         }
         *out.entry(name.to_string()).or_insert(0.0) += value;
-        if name == "ksync_reconciles_total"
+        if matches!(name, "ksync_reconciles_total" | "ksync_render_cache_requests_total")
             && let Some(result) = labels.split(',').find_map(|l| l.strip_prefix("result=\""))
         {
             let result = result.trim_end_matches('}').trim_end_matches('"');
-            *out.entry(format!("ksync_reconciles_total{{{result}}}")).or_insert(0.0) += value;
+            *out.entry(format!("{name}{{{result}}}")).or_insert(0.0) += value;
         }
     }
     out
@@ -67,6 +69,7 @@ mod tests {
             ksync_api_throttle_seconds_count 40\n\
             ksync_reconciles_total{result=\"ok\"} 7\n\
             ksync_reconciles_total{result=\"not_owner\"} 2\n\
+            ksync_render_cache_requests_total{result=\"miss\"} 4\n\
             other_total 3\n";
         let m = parse(text);
         assert_eq!(m["ksync_api_requests_total"], 15.0);
@@ -75,6 +78,7 @@ mod tests {
         assert_eq!(m["ksync_reconciles_total"], 9.0);
         assert_eq!(m["ksync_reconciles_total{not_owner}"], 2.0);
         assert!(!m.contains_key("other_total"));
+        assert_eq!(m["ksync_render_cache_requests_total{miss}"], 4.0);
         assert!(!m.contains_key("ksync_api_throttle_seconds"));
     }
 }

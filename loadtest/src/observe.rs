@@ -138,6 +138,8 @@ pub struct AppSeen {
     pub handled: Option<String>,
     /// The `sync.kuvryn.io/shard` label.
     pub shard: Option<String>,
+    /// `status.sync.commit`.
+    pub commit: Option<String>,
 }
 
 impl AppSeen {
@@ -155,6 +157,7 @@ fn app_seen(app: &Application) -> AppSeen {
         ready: status.is_some_and(|s| conditions::is_true(&s.conditions, names::conditions::READY)),
         handled: status.and_then(|s| s.last_handled_reconcile_at.clone()),
         shard: app.labels().get(names::labels::SHARD).cloned(),
+        commit: status.and_then(|s| s.sync.as_ref()).and_then(|s| s.commit.clone()),
     }
 }
 

@@ -34,8 +34,21 @@ pub struct Report {
     pub takeover: Option<Takeover>,
     /// Shard ownership over the whole run.
     pub ownership: Ownership,
+    /// The replicas' API requests (reads too, as simcluster counted them) from the first
+    /// create until every Application converged, per Application, by `verb resource` (` (dry
+    /// run)` apart), and in all under `all`. Lease renewals and watches of the period are in it.
+    pub requests_per_app: BTreeMap<String, f64>,
     /// simcluster's audit log: writes (dry runs included) by phase, then by `verb resource`.
     pub api_writes: BTreeMap<String, BTreeMap<String, usize>>,
+    /// When each Application first converged (seconds after the first create), by the replica
+    /// holding its shard at the end of convergence: the plot's data.
+    pub ready: BTreeMap<String, Vec<f64>>,
+    /// CPU seconds the replicas used from the first create until every Application converged.
+    pub convergence_cpu_s: f64,
+    /// The quiet window (`--idle`), when run.
+    pub idle: Option<Idle>,
+    /// The monorepo commit (`--monorepo-commit`), when run.
+    pub monorepo: Option<Monorepo>,
     /// Why the run stopped early (a phase timed out or failed); the figures before it stand.
     pub failure: Option<String>,
     /// At a convergence timeout: the Applications not converged, counted by what was last seen
@@ -54,14 +67,54 @@ pub struct Settings {
     pub shards: u32,
     /// Namespaces.
     pub namespaces: usize,
-    /// Applications that also run a Deployment.
+    /// Applications that also run a Deployment with a Pod.
     pub deployments: usize,
+    /// What each Application deploys.
+    pub objects: crate::fleet::Objects,
     /// Edits timed.
     pub edits: usize,
     /// Lease duration, seconds.
     pub lease_duration_s: f64,
     /// The command line.
     pub command: String,
+    /// `--scenario`, when given.
+    pub scenario: Option<crate::scenario::Scenario>,
+    /// `--drift-resync-interval` of the replicas, seconds (the controller's 300 when not given).
+    pub drift_resync_s: f64,
+}
+
+/// A quiet window with nothing changing.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Idle {
+    /// Its length, seconds.
+    pub window_s: f64,
+    /// The replicas' requests per Application per drift resync interval, Leases apart.
+    pub requests_per_app_per_resync: f64,
+    /// Those requests by `verb resource`, in all over the window.
+    pub requests: BTreeMap<String, u64>,
+    /// Lease requests (renewals, their reads) over the window: the replicas' heartbeat.
+    pub lease_requests: u64,
+    /// The controllers' writes other than Leases (simcluster's audit log), over the window.
+    pub writes: BTreeMap<String, usize>,
+    /// Those writes per hour.
+    pub writes_per_hour: f64,
+}
+
+/// One commit changing one Application's path in a repository of many.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Monorepo {
+    /// Applications in the repository.
+    pub apps: usize,
+    /// From the push until every Application desired the new commit and had converged.
+    pub settled_s: f64,
+    /// Renders the replicas ran for it (render cache misses).
+    pub renders: f64,
+    /// Writes by `verb resource` (simcluster's audit log) from the push until settled.
+    pub writes: BTreeMap<String, usize>,
+    /// Writes of the Applications the commit did not touch, per Application (Leases apart).
+    pub unaffected_writes_per_app: f64,
+    /// Server-side dry runs of their objects.
+    pub unaffected_dry_runs: usize,
 }
 
 /// The machine.
@@ -183,6 +236,27 @@ pub struct Takeover {
     pub shards_moved: usize,
 }
 
+/// One row of the goals table: what, the goal, the figure, and whether it is met (`None`: no
+/// goal to judge against).
+#[derive(Clone, Debug, Serialize)]
+pub struct Goal {
+    /// The measure.
+    pub measure: String,
+    /// Its goal.
+    pub goal: String,
+    /// What this run measured.
+    pub measured: String,
+    /// Met or not.
+    pub met: Option<bool>,
+}
+
+/// The six most frequent of `counts`, as `what n, what n, ...` (ties by name).
+fn most_frequent<N: Ord + std::fmt::Display>(counts: &BTreeMap<String, N>) -> String {
+    let mut top: Vec<(&String, &N)> = counts.iter().collect();
+    top.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    top.iter().take(6).map(|(k, n)| format!("{k} {n}")).collect::<Vec<_>>().join(", ")
+}
+
 fn mib(kib: u64) -> String {
     #[allow(clippy::cast_precision_loss)]
     let m = kib as f64 / 1024.0;
@@ -190,14 +264,122 @@ fn mib(kib: u64) -> String {
 }
 
 impl Report {
+    /// Issue 23's goals this run measured, each with its figure.
+    pub fn goals(&self) -> Vec<Goal> {
+        let mut out = Vec::new();
+        let mut row = |measure: &str, goal: &str, measured: String, met: Option<bool>| {
+            out.push(Goal { measure: measure.into(), goal: goal.into(), measured, met });
+        };
+        let s = &self.settings;
+        let c = &self.convergence;
+        if c.per_app.count > 0 {
+            row(
+                &format!("cold sync: {} Applications, first create to all Synced/Healthy/Ready", s.apps),
+                "≤ 120 s at 10,000 × 3 objects",
+                format!("{:.1} s", c.all_ready_s),
+                (s.apps >= 10_000 && s.objects == crate::fleet::Objects::Three).then_some(c.all_ready_s <= 120.0),
+            );
+        }
+        if let Some(all) = self.requests_per_app.get(crate::run::ALL) {
+            row("API requests per new Application, all kinds", "≤ 6", format!("{all:.1}"), Some(*all <= 6.0));
+        }
+        let d = &self.drift;
+        if d.detected.count > 0 {
+            row(
+                "drift: hand edit to `Drifted`, p99",
+                "≤ 1 s",
+                format!("{:.0} ms ({} edits)", d.detected.p99 * 1e3, d.detected.count),
+                Some(d.detected.p99 <= 1.0 && d.missed == 0),
+            );
+        }
+        if d.repaired.count > 0 {
+            row(
+                "drift: hand edit repaired (selfHeal), p99",
+                "≤ 1 s",
+                format!("{:.0} ms ({} edits)", d.repaired.p99 * 1e3, d.repaired.count),
+                Some(d.repaired.p99 <= 1.0 && d.missed == 0),
+            );
+        }
+        if let Some(i) = &self.idle {
+            row(
+                "idle: API requests per Application per drift resync",
+                "≤ 1",
+                format!("{:.2}", i.requests_per_app_per_resync),
+                Some(i.requests_per_app_per_resync <= 1.0),
+            );
+            row(
+                "idle: writes per hour (Leases apart)",
+                "0",
+                format!("{:.0}", i.writes_per_hour),
+                Some(i.writes_per_hour == 0.0),
+            );
+        }
+        if let Some(p) = self.usage.iter().find(|p| p.phase == "after convergence") {
+            let rss = p.processes.iter().filter(|(n, _)| n.starts_with("ksync-")).map(|(_, u)| u.rss_kib).max();
+            if let Some(rss) = rss {
+                row(
+                    &format!("memory per replica after convergence, largest ({} Applications)", s.apps),
+                    "≤ 150 MiB at 10,000",
+                    mib(rss),
+                    (s.apps >= 10_000).then_some(rss <= 150 * 1024),
+                );
+            }
+        }
+        if c.per_app.count > 0 && self.convergence_cpu_s > 0.0 {
+            #[allow(clippy::cast_precision_loss)]
+            let ms = self.convergence_cpu_s * 1e3 / c.per_app.count as f64;
+            row("replica CPU per Application synced", "≤ 10 ms", format!("{ms:.1} ms"), Some(ms <= 10.0));
+        }
+        if let Some(m) = &self.monorepo {
+            row("monorepo commit: renders", "1", format!("{:.0}", m.renders), Some(m.renders <= 1.0));
+            row(
+                "monorepo commit: writes per unaffected Application (and their dry runs)",
+                "≤ 2, no dry runs",
+                format!("{:.2} ({})", m.unaffected_writes_per_app, m.unaffected_dry_runs),
+                Some(m.unaffected_writes_per_app <= 2.0 && m.unaffected_dry_runs == 0),
+            );
+        }
+        if let Some(t) = &self.takeover {
+            row(
+                "SIGKILL: every moved Application reconciled, max",
+                &format!("≤ lease + 5 s = {:.0} s", t.target_s),
+                format!("{:.1} s ({} Applications, {} missed)", t.reconciled.max, t.apps, t.missed),
+                Some(t.missed == 0 && t.reconciled.max <= t.target_s),
+            );
+        }
+        out
+    }
+
+    /// Write `report.md`, `report.json` and `ready.svg` to `dir`.
+    pub fn write(&self, dir: &std::path::Path) -> std::io::Result<()> {
+        std::fs::create_dir_all(dir)?;
+        std::fs::write(dir.join("report.md"), self.table())?;
+        std::fs::write(dir.join("report.json"), serde_json::to_string_pretty(self).map_err(std::io::Error::other)?)?;
+        let s = &self.settings;
+        let title = format!("{} Applications on {} replicas: Ready over time", s.apps, s.replicas);
+        std::fs::write(
+            dir.join("ready.svg"),
+            crate::plot::ready_svg(&title, &self.ready).map_err(std::io::Error::other)?,
+        )
+    }
+
     /// The report as Markdown.
     pub fn table(&self) -> String {
         let s = &self.settings;
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "\n## Load test: {} Applications, {} replicas, {} shards, {} namespaces, {} Deployments, lease {:.0} s\n",
-            s.apps, s.replicas, s.shards, s.namespaces, s.deployments, s.lease_duration_s
+            "\n## Load test: {} Applications ({}), {} replicas, {} shards, {} namespaces, {} Deployments with a Pod, lease {:.0} s\n",
+            s.apps,
+            match s.objects {
+                crate::fleet::Objects::Configmap => "a ConfigMap each",
+                crate::fleet::Objects::Three => "a ConfigMap, a Service and a Deployment each",
+            },
+            s.replicas,
+            s.shards,
+            s.namespaces,
+            s.deployments,
+            s.lease_duration_s
         );
         let _ = writeln!(out, "`{}` on {} cores, {:.0} GiB\n", s.command, self.machine.cores, self.machine.memory_gib);
         if let Some(failure) = &self.failure {
@@ -209,6 +391,19 @@ impl Report {
                 }
                 let _ = writeln!(out);
             }
+        }
+        let goals = self.goals();
+        if !goals.is_empty() {
+            let _ = writeln!(out, "| Goal | Target | Measured | |\n|---|---|---|---|");
+            for g in &goals {
+                let verdict = match g.met {
+                    Some(true) => "met",
+                    Some(false) => "missed",
+                    None => "",
+                };
+                let _ = writeln!(out, "| {} | {} | {} | {verdict} |", g.measure, g.goal, g.measured);
+            }
+            let _ = writeln!(out);
         }
         let _ = writeln!(out, "| What | Figure |\n|---|---|");
         let c = &self.convergence;
@@ -225,6 +420,17 @@ impl Report {
             c.with_deployment.cell_s(),
             c.configmap_only.cell_s()
         );
+        if let Some(all) = self.requests_per_app.get(crate::run::ALL) {
+            let mut each: Vec<(&String, &f64)> =
+                self.requests_per_app.iter().filter(|(k, _)| *k != crate::run::ALL).collect();
+            each.sort_by(|a, b| b.1.total_cmp(a.1).then(a.0.cmp(b.0)));
+            let each: Vec<String> = each.iter().map(|(k, n)| format!("{k} {n:.2}")).collect();
+            let _ = writeln!(
+                out,
+                "| API requests per new Application, replicas, all kinds (goal ≤ 6) | {all:.1} ({}) |",
+                each.join(", ")
+            );
+        }
         if c.nudged > 0 {
             let _ = writeln!(
                 out,
@@ -303,6 +509,30 @@ impl Report {
                 let _ = writeln!(out, "| Applications not reconciled before the deadline | {} |", t.missed);
             }
         }
+        if let Some(i) = &self.idle {
+            let top = most_frequent(&i.requests);
+            let _ = writeln!(
+                out,
+                "| idle {:.0} s (resync every {:.0} s): replica requests, Leases apart / Lease requests / other writes | {} ({}) / {} / {} |",
+                i.window_s,
+                s.drift_resync_s,
+                i.requests.values().sum::<u64>(),
+                top,
+                i.lease_requests,
+                i.writes.values().sum::<usize>()
+            );
+        }
+        if let Some(m) = &self.monorepo {
+            let top = most_frequent(&m.writes);
+            let _ = writeln!(
+                out,
+                "| monorepo commit ({} Applications): push to all settled / writes | {:.1} s / {} ({}) |",
+                m.apps,
+                m.settled_s,
+                m.writes.values().sum::<usize>(),
+                top
+            );
+        }
         let o = &self.ownership;
         let _ = writeln!(
             out,
@@ -315,14 +545,9 @@ impl Report {
         let _ = writeln!(out, "| status writes refused as stale (409) | {} |", counts(&o.stale_status_writes));
         for (phase, writes) in &self.api_writes {
             let total: usize = writes.values().sum();
-            let mut top: Vec<(&String, &usize)> = writes.iter().collect();
-            top.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
-            let top: Vec<String> = top.iter().take(6).map(|(k, n)| format!("{k} {n}")).collect();
-            let _ = writeln!(
-                out,
-                "| API writes during {phase} (simcluster audit; most frequent) | {total} ({}) |",
-                top.join(", ")
-            );
+            let top = most_frequent(writes);
+            let _ =
+                writeln!(out, "| API writes during {phase} (simcluster audit; most frequent) | {total} ({}) |", top);
         }
         let loads: Vec<String> =
             self.load.iter().map(|(p, l)| format!("{p} {:.2}/{:.2}/{:.2}", l[0], l[1], l[2])).collect();
@@ -345,11 +570,13 @@ mod tests {
             metrics: [("ksync-0".to_string(), [("ksync_api_requests_total".to_string(), 42.0)].into())].into(),
         });
         r.takeover = Some(Takeover { victim: "ksync-0".into(), target_s: 20.0, ..Default::default() });
+        r.requests_per_app = [("all".to_string(), 5.5), ("get configmaps".to_string(), 1.0)].into();
         let t = r.table();
         assert!(t.contains("20 Applications"));
         assert!(t.contains("ksync-0 1 MiB (2 MiB peak), 3 CPU s"));
         assert!(t.contains("target 20 s: met"));
         assert!(t.contains("ksync-0 42 (0 s waiting for the budget)"));
         assert!(t.contains("| drift detected"));
+        assert!(t.contains("all kinds (goal ≤ 6) | 5.5 (get configmaps 1.00) |"), "{t}");
     }
 }

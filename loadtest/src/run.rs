@@ -49,6 +49,9 @@ macro_rules! say {
     ($($t:tt)*) => { eprintln!("loadtest: {}", format!($($t)*)) };
 }
 
+mod idle;
+mod monorepo;
+
 /// Everything a run holds on to; the processes die with it.
 struct Fleet {
     args: Args,
@@ -64,6 +67,8 @@ struct Fleet {
     started: Instant,
     /// When each phase started (wall clock, to place audit events).
     phases: Vec<(String, jiff::Timestamp)>,
+    /// The repository's work tree (the monorepo commit pushes from it).
+    work_tree: WorkTree,
 }
 
 /// Run the load test described by `args` (see the module documentation).
@@ -87,7 +92,7 @@ pub fn run(args: &Args) -> Result<Report> {
         None => temp.path().to_path_buf(),
     };
     let started = Instant::now();
-    let apps = fleet::plan(args.apps, &fleet::namespaces(args.namespaces), args.deployment_every);
+    let apps = fleet::plan(args.apps, &fleet::namespaces(args.namespaces), args.deployment_every, args.objects);
 
     // The Git side is blocking work: before the runtime.
     let git = GitServer::start();
@@ -142,6 +147,7 @@ pub fn run(args: &Args) -> Result<Report> {
             replicas: Vec::new(),
             started,
             phases: Vec::new(),
+            work_tree: wt,
         };
         fleet.describe();
         let phases = async {
@@ -150,6 +156,12 @@ pub fn run(args: &Args) -> Result<Report> {
             fleet.converge().await?;
             fleet.drift().await?;
             fleet.snapshot("after the edits");
+            if !fleet.args.idle.is_zero() {
+                fleet.idle().await?;
+            }
+            if fleet.args.monorepo_commit {
+                fleet.monorepo().await?;
+            }
             if !fleet.args.no_takeover {
                 fleet.takeover().await?;
                 fleet.snapshot("at the end");
@@ -177,6 +189,39 @@ pub fn run(args: &Args) -> Result<Report> {
     result
 }
 
+/// The key of the total in [`Report::requests_per_app`].
+pub const ALL: &str = "all";
+
+/// Requests per Application between two counts, by `verb resource`, and their total as
+/// [`ALL`].
+fn requests_per_app(
+    before: &BTreeMap<String, u64>,
+    after: &BTreeMap<String, u64>,
+    apps: usize,
+) -> BTreeMap<String, f64> {
+    #[allow(clippy::cast_precision_loss)]
+    let apps = apps.max(1) as f64;
+    #[allow(clippy::cast_precision_loss)]
+    let mut out: BTreeMap<String, f64> = grown(before, after).into_iter().map(|(k, d)| (k, d as f64 / apps)).collect();
+    let all = out.values().sum();
+    out.insert(ALL.to_string(), all);
+    out
+}
+
+/// What grew from `before` to `after`, by how much (counts that did not grow are left out).
+fn grown(before: &BTreeMap<String, u64>, after: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
+    after
+        .iter()
+        .map(|(what, n)| (what.clone(), n.saturating_sub(before.get(what).copied().unwrap_or(0))))
+        .filter(|(_, d)| *d > 0)
+        .collect()
+}
+
+/// An audited write as the report counts it: `verb resource`, with ` (dry run)` after the verb.
+fn write_kind(e: &simcluster::faults::AuditEvent) -> String {
+    format!("{}{} {}", e.verb, if e.dry_run { " (dry run)" } else { "" }, e.resource)
+}
+
 impl Fleet {
     fn describe(&mut self) {
         let (cores, memory_gib) = procfs::machine();
@@ -188,9 +233,12 @@ impl Fleet {
             shards: a.shards,
             namespaces: a.namespaces.max(1),
             deployments: self.apps.iter().filter(|d| d.deployment).count(),
+            objects: a.objects,
             edits: a.edits,
             lease_duration_s: a.lease_duration.as_secs_f64(),
             command: std::env::args().collect::<Vec<_>>().join(" "),
+            scenario: a.scenario,
+            drift_resync_s: a.drift_resync_interval.map_or(300.0, |d| d.as_secs_f64()),
         };
     }
 
@@ -287,13 +335,17 @@ impl Fleet {
         self.phase("replicas");
         let tools = support::repo_root().join("tools/bin");
         let tools = tools.join("helm").is_file().then_some(tools);
+        let mut extra = self.args.controller_arg.clone();
+        if let Some(d) = self.args.drift_resync_interval {
+            extra.push(format!("--drift-resync-interval={}ms", d.as_millis()));
+        }
         let options = fleet::ReplicaOptions {
             bin,
             shards: self.args.shards,
             lease_duration: self.args.lease_duration,
             concurrency: self.args.concurrent_applications,
             log_filter: &self.args.controller_log,
-            extra: &self.args.controller_arg,
+            extra: &extra,
             tools: tools.as_deref(),
         };
         let names = self.replica_names();
@@ -356,6 +408,8 @@ impl Fleet {
 
     async fn converge(&mut self) -> Result<()> {
         self.phase("convergence");
+        let requests_before = self.replica_requests().await;
+        let cpu_before = self.replica_cpu_s();
         let first = Instant::now();
         self.report.convergence.started_at_s = first.duration_since(self.started).as_secs_f64();
         let created: HashMap<String, Instant> = futures_util::stream::iter(self.apps.clone())
@@ -481,6 +535,12 @@ impl Fleet {
             nudged: nudged.len(),
         };
         say!("all {total} converged {:.1} s after the first create", self.report.convergence.all_ready_s);
+        if let (Some(before), Some(after)) = (requests_before, self.replica_requests().await) {
+            self.report.requests_per_app = requests_per_app(&before, &after, total);
+            say!("API requests per new Application: {:.1}", self.report.requests_per_app.get(ALL).unwrap_or(&0.0));
+        }
+        self.report.convergence_cpu_s = self.replica_cpu_s() - cpu_before;
+        self.report.ready = self.ready_curve(&created, first);
         self.snapshot("after convergence");
 
         // Idle: what the processes burn while nothing changes.
@@ -541,20 +601,77 @@ impl Fleet {
         }
     }
 
-    /// simcluster's audit log (every write, dry runs included), counted by phase and by
-    /// `verb resource`.
-    async fn api_writes(&mut self) {
-        let request = http::Request::get("/simcluster/v1/audit").body(Vec::new()).expect("a request");
-        let events: Vec<simcluster::faults::AuditEvent> =
-            match self.client.request_text(request).await.map(|t| serde_json::from_str(&t)) {
-                Ok(Ok(events)) => events,
-                Ok(Err(e)) => return say!("reading the audit log: {e}"),
-                Err(e) => return say!("reading the audit log: {e}"),
+    /// CPU seconds of the replicas running now.
+    fn replica_cpu_s(&mut self) -> f64 {
+        self.replicas.iter_mut().filter_map(Process::usage).map(|u| u.cpu_s).sum()
+    }
+
+    /// When each Application first converged after its create, seconds after `first`, by the
+    /// replica holding its shard now.
+    fn ready_curve(&self, created: &HashMap<String, Instant>, first: Instant) -> BTreeMap<String, Vec<f64>> {
+        let holders = self.holders();
+        let mut out: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+        for def in &self.apps {
+            let k = key(&def.namespace, &def.name);
+            let Some(at) = created.get(&k).and_then(|c| self.app_seen.first_since(&k, *c, AppSeen::converged)) else {
+                continue;
             };
+            let owner = holders.get(&def.shard(self.args.shards)).cloned().flatten().unwrap_or_else(|| "none".into());
+            out.entry(owner).or_default().push(at.saturating_duration_since(first).as_secs_f64());
+        }
+        out
+    }
+
+    /// simcluster's count of the replicas' requests (reads too), by `verb resource` (with
+    /// ` (dry run)`); `None` when it cannot be read.
+    async fn replica_requests(&self) -> Option<BTreeMap<String, u64>> {
+        let request = http::Request::get("/simcluster/v1/requests").body(Vec::new()).expect("a request");
+        let text = self.client.request_text(request).await.map_err(|e| say!("reading request counts: {e}")).ok()?;
+        let counts: Vec<simcluster::faults::RequestCount> =
+            serde_json::from_str(&text).map_err(|e| say!("reading request counts: {e}")).ok()?;
+        let mut out = BTreeMap::new();
+        let replica = format!("system:serviceaccount:{SYSTEM}:");
+        for c in counts.iter().filter(|c| c.client.starts_with(&replica)) {
+            let what = format!("{} {}{}", c.verb, c.resource, if c.dry_run { " (dry run)" } else { "" });
+            *out.entry(what).or_default() += c.count;
+        }
+        Some(out)
+    }
+
+    /// simcluster's audit log (every write, dry runs included); `None` when it cannot be read.
+    async fn audit(&self) -> Option<Vec<simcluster::faults::AuditEvent>> {
+        let request = http::Request::get("/simcluster/v1/audit").body(Vec::new()).expect("a request");
+        match self.client.request_text(request).await.map(|t| serde_json::from_str(&t)) {
+            Ok(Ok(events)) => Some(events),
+            Ok(Err(e)) => {
+                say!("reading the audit log: {e}");
+                None
+            }
+            Err(e) => {
+                say!("reading the audit log: {e}");
+                None
+            }
+        }
+    }
+
+    /// The sum over the running replicas of one series of their `/metrics` (as
+    /// `metrics::parse` names it).
+    fn replica_metric(&mut self, series: &str) -> f64 {
+        self.replicas
+            .iter_mut()
+            .filter_map(|p| p.running().then_some(&*p))
+            .filter_map(|p| crate::metrics::scrape(p.metrics_port?))
+            .map(|m| m.get(series).copied().unwrap_or(0.0))
+            .sum()
+    }
+
+    /// simcluster's audit log counted by phase and by `verb resource`.
+    async fn api_writes(&mut self) {
+        let Some(events) = self.audit().await else { return };
         for e in events {
             let Ok(at) = e.time.parse::<jiff::Timestamp>() else { continue };
             let Some((phase, _)) = self.phases.iter().rev().find(|(_, start)| *start <= at) else { continue };
-            let what = format!("{}{} {}", e.verb, if e.dry_run { " (dry run)" } else { "" }, e.resource);
+            let what = write_kind(&e);
             *self.report.api_writes.entry(phase.clone()).or_default().entry(what).or_default() += 1;
         }
     }
@@ -754,5 +871,21 @@ impl Fleet {
         );
         self.report.takeover = Some(takeover);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_per_application_count_only_what_grew() {
+        let before: BTreeMap<String, u64> = [("get revisions".into(), 10), ("update leases".into(), 5)].into();
+        let after: BTreeMap<String, u64> =
+            [("get revisions".into(), 30), ("update leases".into(), 5), ("patch configmaps".into(), 10)].into();
+        assert_eq!(grown(&before, &after), [("get revisions".into(), 20), ("patch configmaps".into(), 10)].into());
+        let per = requests_per_app(&before, &after, 10);
+        assert_eq!((per["get revisions"], per["patch configmaps"], per[ALL]), (2.0, 1.0, 3.0));
+        assert!(!per.contains_key("update leases"));
     }
 }

@@ -8,7 +8,10 @@ use std::process::Command;
 
 #[test]
 fn a_small_load_converges_detects_drift_and_takes_over_without_stalling() {
+    let dir = tempfile::tempdir().expect("a temporary folder");
     let out = Command::new(env!("CARGO_BIN_EXE_loadtest"))
+        .arg("--out")
+        .arg(dir.path())
         .args(["--apps", "100", "--replicas", "2", "--shards", "4", "--edits", "10", "--namespaces", "4"])
         .args(["--deployment-every", "10", "--lease-duration", "6s", "--settle", "1s", "--timeout", "5m", "--json"])
         .output()
@@ -34,4 +37,22 @@ fn a_small_load_converges_detects_drift_and_takes_over_without_stalling() {
         assert!(phase["processes"]["simcluster"]["rss_kib"].as_u64().unwrap_or(0) > 0, "{phase}");
     }
     assert!(report["api_writes"].as_object().is_some_and(|w| !w.is_empty()), "{report:#}");
+    // Requests per new Application: the writes every one needs are there, once each or more.
+    let requests = &report["requests_per_app"];
+    for what in ["create revisions", "patch configmaps", "patch applications/status"] {
+        assert!(requests[what].as_f64().is_some_and(|n| n >= 1.0), "{what}: {report:#}");
+    }
+    assert!(requests["all"].as_f64().unwrap_or(0.0) > 3.0, "{report:#}");
+    // The plot's data: every Application, by the replica holding its shard.
+    let ready: usize =
+        report["ready"].as_object().expect("ready").values().map(|t| t.as_array().map_or(0, Vec::len)).sum();
+    assert_eq!(ready, 100, "{report:#}");
+    // The files: the same report, its goals table, and the plot.
+    let md = std::fs::read_to_string(dir.path().join("report.md")).expect("report.md");
+    assert!(md.contains("| Goal | Target | Measured |") && md.contains("API requests per new Application"), "{md}");
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("report.json")).expect("report.json")).expect("JSON");
+    assert_eq!(json["settings"], report["settings"]);
+    let svg = std::fs::read_to_string(dir.path().join("ready.svg")).expect("ready.svg");
+    assert!(svg.starts_with("<svg") && svg.contains("all (100)"), "{}", &svg[..svg.len().min(300)]);
 }

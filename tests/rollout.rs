@@ -6,6 +6,7 @@
 mod support;
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
@@ -17,6 +18,7 @@ use kuvryn_sync::api::Application;
 use kuvryn_sync::api::conditions;
 use kuvryn_sync::api::names;
 use kuvryn_sync::api::revision::{AttemptResult, PlanAction, Revision, RevisionPhase};
+use kuvryn_sync::controller::application;
 use kuvryn_sync::plan::inventory;
 use serde_json::json;
 use support::apps::{Env, WAIT, action_of, entries};
@@ -1029,12 +1031,63 @@ fn render_failures_are_attempts_that_back_off_and_pause(cluster: Cluster) {
     });
 }
 
+/// A reconcile of the copy of an Application from before this replica's own status write (a
+/// trigger came before that write's watch event) runs on what the write returned: the Revision
+/// is not created again, and the status write is not refused as computed from a stale copy.
+fn a_reconcile_of_the_copy_before_its_own_status_write_runs_on_the_written_one(cluster: Cluster) {
+    let runtime = support::runtime();
+    runtime.block_on(async {
+        let ns = "stale-copy";
+        let (env, ctx) = Env::start_driven(&cluster, ns).await;
+        env.app_from(
+            "web",
+            &[("web/config.yaml", CONFIG)],
+            json!({"source": {"repository": "platform", "path": "web"}, "serviceAccountName": "deployer",
+                   "destination": {"namespace": ns}}),
+        )
+        .await;
+        let desired = |a: &Application| a.status.as_ref().and_then(|s| s.desired_revision.clone());
+        // The first reconcile adds the finalizer; a later one creates the Revision, applies and
+        // writes the status. `before`: the copy that status write was computed from.
+        let deadline = std::time::Instant::now() + WAIT;
+        let mut before = None;
+        let revision = loop {
+            let app = Arc::new(env.apps().get("web").await.unwrap());
+            if let Some(r) = desired(&app) {
+                break r;
+            }
+            assert!(std::time::Instant::now() < deadline, "no status written: {:#?}", app.status);
+            application::reconcile(app.clone(), ctx.clone()).await.unwrap();
+            before = Some(app);
+        };
+        let before = before.expect("reconciled");
+        assert_eq!(desired(&before), None);
+        let creates = |sim: &simcluster::SimCluster| -> u64 {
+            let counts = sim.request_counts().into_iter();
+            counts.filter(|c| c.verb == "create" && c.resource == "revisions").map(|c| c.count).sum()
+        };
+        let created = cluster.sim().map(creates);
+
+        let action = application::reconcile(before, ctx.clone()).await.unwrap();
+        let stale = kube::runtime::controller::Action::requeue(Duration::from_millis(500));
+        assert_ne!(action, stale, "the status write was refused as computed from a stale copy");
+        let app = env.apps().get("web").await.unwrap();
+        assert_eq!(desired(&app).as_deref(), Some(revision.as_str()));
+        if cluster.require_simcluster("the Revision is created once", "request counts") {
+            let sim = cluster.sim().unwrap();
+            assert_eq!(created, Some(1));
+            assert_eq!(creates(sim), 1, "the Revision was created again");
+        }
+    });
+}
+
 crate::both!(
     render_failures_are_attempts_that_back_off_and_pause,
     a_prune_deletes_only_the_object_it_listed,
     an_object_belongs_to_one_application,
     conflicts_permissions_and_deletion_policies,
-    symlinks_out_of_the_checkout_fail_the_source_and_nothing_is_pruned
+    symlinks_out_of_the_checkout_fail_the_source_and_nothing_is_pruned,
+    a_reconcile_of_the_copy_before_its_own_status_write_runs_on_the_written_one,
 );
 
 crate::both!(

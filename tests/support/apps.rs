@@ -44,6 +44,18 @@ impl Env {
     /// CRDs, the namespace `ns` with a service account `deployer` that may do anything in it,
     /// a Git server, and both controllers running.
     pub async fn start(cluster: &Cluster, ns: &str) -> Env {
+        let (env, apps) = Env::start_driven(cluster, ns).await;
+        let rx = env.stop.as_ref().expect("running").subscribe();
+        tokio::spawn(application::run(apps, async move {
+            let mut rx = rx;
+            let _ = rx.wait_for(|s| *s).await;
+        }));
+        env
+    }
+
+    /// As [`Env::start`] with the Repository controller only: the test reconciles its
+    /// Applications itself (`application::reconcile`) with the context returned.
+    pub async fn start_driven(cluster: &Cluster, ns: &str) -> (Env, Arc<application::Context>) {
         log_controllers();
         let mut env = Env::without_controllers(cluster, ns).await;
         let client = env.client.clone();
@@ -59,14 +71,12 @@ impl Env {
             application::Context::new(cluster.config().await, cache, renderer, Some("test".into()), Default::default())
                 .unwrap(),
         );
-        let (tx, rx) = tokio::sync::watch::channel(false);
-        let on_stop = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let (tx, mut rx) = tokio::sync::watch::channel(false);
+        tokio::spawn(repository::run(repos, async move {
             let _ = rx.wait_for(|s| *s).await;
-        };
-        tokio::spawn(repository::run(repos, on_stop(rx.clone())));
-        tokio::spawn(application::run(apps, on_stop(rx)));
+        }));
         env.stop = Some(tx);
-        env
+        (env, apps)
     }
 
     /// As [`Env::start`] without the controllers: for tests that run the manager binary.

@@ -165,6 +165,9 @@ pub struct Context {
     /// The resourceVersion of each Application's last status write by this replica: its watch
     /// event triggers no reconcile (nothing changed that the reconcile had not just seen).
     pub(super) own_writes: Mutex<HashMap<ObjectRef<Application>, String>>,
+    /// Status writes the Application watch has not shown yet: a reconcile of the copy one
+    /// replaced runs on what it wrote.
+    pub(super) written: super::written::Written,
     /// Redeploy requests announced (their Event sent) and not yet recorded in the
     /// Application's `status.lastHandledRedeployAt`: the status write records them.
     pub(super) redeploys: Mutex<HashMap<ObjectRef<Application>, String>>,
@@ -213,6 +216,7 @@ impl Context {
             repositories: Default::default(),
             healthchecks: Default::default(),
             own_writes: Default::default(),
+            written: Default::default(),
             redeploys: Default::default(),
             echoes: Default::default(),
             narrow_lists: Default::default(),

@@ -59,6 +59,7 @@ mod source;
 mod stages;
 mod status;
 mod unchanged;
+mod written;
 
 pub use context::{Context, DEFAULT_SHARD, Error, Settings, shard_of};
 
@@ -125,6 +126,7 @@ pub async fn run_shard(
         let own = a.as_ref().is_ok_and(|a| {
             let r = ObjectRef::from_obj(a);
             let mut writes = c.own_writes.lock().expect("own writes lock");
+            c.written.observed(&r, a.resource_version().as_deref());
             let ours = writes.get(&r).is_some_and(|rv| a.resource_version().as_ref() == Some(rv));
             if ours {
                 writes.remove(&r);
@@ -301,6 +303,8 @@ fn error_policy(app: Arc<Application>, error: &Error, _ctx: Arc<Context>) -> Act
 
 /// Reconcile one Application (see the module documentation).
 pub async fn reconcile(app: Arc<Application>, ctx: Arc<Context>) -> Result<Action, Error> {
+    // Not the copy our last status write replaced (see `written`).
+    let app = ctx.written.latest(app);
     let ns = app.namespace().ok_or(Error::NoNamespace)?;
     let name = app.name_any();
     let old = app.status.clone().unwrap_or_default();

@@ -151,6 +151,7 @@ async fn write_if_changed(
             if let Some(rv) = written.resource_version().filter(|_| quiet) {
                 ctx.own_writes.lock().expect("own writes lock").insert(ObjectRef::from_obj(app), rv);
             }
+            ctx.written.record(app.resource_version(), written);
             Ok(true)
         }
         Err(kube::Error::Api(s)) if s.code == 409 => {

@@ -1081,6 +1081,57 @@ fn a_reconcile_of_the_copy_before_its_own_status_write_runs_on_the_written_one(c
     });
 }
 
+/// While an attempt waits for health, each reconcile plans from the watch caches (here, with
+/// no shard watches running, from the service account's lists, which carry resourceVersions
+/// too): an object a plan found unchanged is not read again until its resourceVersion moves.
+fn an_attempt_waiting_for_health_does_not_read_its_unchanged_objects_again(cluster: Cluster) {
+    let runtime = support::runtime();
+    runtime.block_on(async {
+        let ns = "waiting";
+        let (env, ctx) = Env::start_driven(&cluster, ns).await;
+        // Its Pods become ready only after ten minutes: the attempt waits all test long.
+        let slow = deployment("nginx:1.27").replace("\"2000\"", "\"600000\"");
+        env.app_from(
+            "web",
+            &[("web/config.yaml", CONFIG), ("web/deploy.yaml", &slow)],
+            json!({"source": {"repository": "platform", "path": "web"}, "serviceAccountName": "deployer",
+                   "destination": {"namespace": ns}}),
+        )
+        .await;
+        let reconcile = || async {
+            let app = Arc::new(env.apps().get("web").await.unwrap());
+            application::reconcile(app, ctx.clone()).await.unwrap();
+        };
+        let running = || async {
+            let app = env.apps().get("web").await.ok()?;
+            let rev = env.revisions().get(app.status?.desired_revision.as_deref()?).await.ok()?;
+            let last = rev.status?.attempts.last().cloned()?;
+            Some(last.result == AttemptResult::Running)
+        };
+        let deadline = std::time::Instant::now() + WAIT;
+        while running().await != Some(true) {
+            assert!(std::time::Instant::now() < deadline, "no attempt started");
+            reconcile().await;
+        }
+        // The first look at the running attempt reads everything (no plan found it unchanged
+        // yet: the attempt's plan created it).
+        reconcile().await;
+        let gets = |sim: &simcluster::SimCluster| -> u64 {
+            let counts = sim.request_counts().into_iter();
+            counts.filter(|c| c.verb == "get" && c.resource == "configmaps").map(|c| c.count).sum()
+        };
+        let before = cluster.sim().map(gets);
+        for _ in 0..3 {
+            reconcile().await;
+        }
+        assert_eq!(running().await, Some(true), "the attempt still waits for the Deployment");
+        if cluster.require_simcluster("the ConfigMap is not read again", "request counts") {
+            let sim = cluster.sim().unwrap();
+            assert_eq!(gets(sim) - before.unwrap(), 0, "the unchanged ConfigMap was read again while waiting");
+        }
+    });
+}
+
 crate::both!(
     render_failures_are_attempts_that_back_off_and_pause,
     a_prune_deletes_only_the_object_it_listed,
@@ -1088,6 +1139,7 @@ crate::both!(
     conflicts_permissions_and_deletion_policies,
     symlinks_out_of_the_checkout_fail_the_source_and_nothing_is_pruned,
     a_reconcile_of_the_copy_before_its_own_status_write_runs_on_the_written_one,
+    an_attempt_waiting_for_health_does_not_read_its_unchanged_objects_again,
 );
 
 crate::both!(

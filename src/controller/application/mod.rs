@@ -466,10 +466,17 @@ async fn plan_app(
     if matches!(choice.target, rollback::Target::Lift | rollback::Target::Rollback { .. }) {
         rolling_back::lift(&mut rs);
     }
-    // A drift check (the desired Revision is deployed and unchanged) reads the managed-object
-    // inventory from the watch caches; a rollout lists it as the service account.
-    let drift_check = old.desired_revision.as_deref() == Some(rev_name.as_str())
-        && rev.status.as_ref().is_some_and(|s| s.deployed_desired_state_hash.is_some());
+    // A drift check (the desired Revision is deployed and unchanged) and an attempt waiting for
+    // health read the managed-object inventory from the watch caches, and do not read again the
+    // objects whose resourceVersion has not moved: an attempt's objects are listed and read as
+    // the service account once, when it starts (or applies its next wave or leaves its hooks).
+    let same_revision = old.desired_revision.as_deref() == Some(rev_name.as_str());
+    let waiting = rs
+        .attempts
+        .last()
+        .is_some_and(|a| a.result == AttemptResult::Running && a.hook.is_none_or(|h| h == rev::HookPhase::Sync));
+    let drift_check =
+        same_revision && (waiting || rev.status.as_ref().is_some_and(|s| s.deployed_desired_state_hash.is_some()));
     let rollback_target = matches!(choice.target, rollback::Target::Rollback { .. });
     let render = render_failure::step(app, old, &rs, rollback_target, now);
     let render_attempt = match render {
@@ -488,10 +495,14 @@ async fn plan_app(
             let mut planned = planning::plan(app, ctx, ns, name, desired.clone(), drift_check)
                 .instrument(tracing::info_span!("plan", from_watch_caches = drift_check))
                 .await?;
-            // A drift check reads from the watch caches; when its plan would start a rollout
-            // (self-heal, a changed desired state) or may apply an attempt's next wave, the plan
-            // is made again from what the service account lists now.
-            let next_wave = rs.attempts.last().is_some_and(|a| a.result == AttemptResult::Running && a.wave.is_some());
+            // A plan from the watch caches is never acted on: when it would start a rollout
+            // (self-heal, a changed desired state) or may apply an attempt's next wave, or end
+            // its hooks and apply its first, the plan is made again from what the service
+            // account lists now.
+            let next_wave = rs.attempts.last().is_some_and(|a| {
+                a.result == AttemptResult::Running
+                    && (a.wave.is_some() || a.hook.is_some_and(|h| h != rev::HookPhase::Sync))
+            });
             if let Ok(p) = &planned
                 && hold.is_none()
                 && !p.fresh

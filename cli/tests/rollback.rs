@@ -275,14 +275,15 @@ fn a_manual_sync_rollback_is_approved_by_its_own_request(cluster: Cluster) {
             names::annotations::ROLLBACK_TARGET_HASH: stale,
         }}});
         env.apps().patch("web", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&request)).await.unwrap();
-        let events = eventually("RollbackTargetChanged", WAIT, || async {
+        // The Events come before the Revision's status write of the same reconcile.
+        let (events, r) = eventually("RollbackTargetChanged, and the target waiting", WAIT, || async {
             let ev = env.events("web").await;
-            ev.iter().any(|e| e.1 == names::events::ROLLBACK_TARGET_CHANGED && e.0 == "Warning").then_some(ev)
+            let r = env.revisions().get(&b.name_any()).await.ok()?;
+            let changed = ev.iter().any(|e| e.1 == names::events::ROLLBACK_TARGET_CHANGED && e.0 == "Warning");
+            (changed && phase(&r) == Some(RevisionPhase::AwaitingApproval)).then_some((ev, r))
         })
         .await;
         assert!(events.iter().any(|e| e.1 == names::events::APPROVAL_STALE), "{events:#?}");
-        let r = env.revisions().get(&b.name_any()).await.unwrap();
-        assert_eq!(phase(&r), Some(RevisionPhase::AwaitingApproval));
         assert_eq!(held_by(&r), None, "asking to roll back to it lifts its hold");
         assert_eq!(color(&cms).await.as_deref(), Some("blue"), "nothing deployed without an approval");
         env.planned_digest("web", &b.name_any()).await;

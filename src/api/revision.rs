@@ -86,8 +86,7 @@ pub enum RevisionPhase {
     /// Rendering, validating and computing the plan.
     #[default]
     Planning,
-    /// Manual sync: the plan waits for `ksync sync` (or a manual rollback's own approval: Not
-    /// yet implemented).
+    /// Manual sync: the plan waits for `ksync sync` (or a manual rollback's own approval).
     AwaitingApproval,
     /// Applying and pruning.
     Applying,

@@ -90,7 +90,8 @@ use crate::plan::revision as identity;
 use crate::watch::managed as watched;
 use attempt::Rollout;
 use context::{NOT_OWNER_RETRY, STALE_RETRY, fenced, may_write};
-use status::{report_failure, write_status};
+use planning::Planned;
+use status::{Failure, report_failure, write_status};
 
 /// Run the controller for every Application until `shutdown` completes.
 pub async fn run(ctx: Arc<Context>, shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static) {
@@ -381,6 +382,35 @@ async fn write_revision_status(
     Ok(())
 }
 
+/// Render the desired state of `source` and plan it: from the service account's lists, or with
+/// `from_caches`, from the watch caches, made again from the lists when `from_caches` says the
+/// plan would be acted on (a plan from the caches never is).
+async fn render_and_plan(
+    app: &Application,
+    ctx: &Context,
+    ns: &str,
+    name: &str,
+    source: &source::Source,
+    from_caches: Option<&(dyn Fn(&Planned) -> bool + Sync)>,
+) -> Result<Result<Planned, Failure>, Error> {
+    let desired = match desired::desired(app, ctx, ns, name, source).instrument(tracing::info_span!("render")).await? {
+        Err(failure) => return Ok(Err(failure)),
+        Ok(desired) => desired,
+    };
+    let fresh = |desired| {
+        planning::plan(app, ctx, ns, name, desired, false)
+            .instrument(tracing::info_span!("plan", from_watch_caches = false))
+    };
+    let Some(acted_on) = from_caches else { return fresh(desired).await };
+    let planned = planning::plan(app, ctx, ns, name, desired.clone(), true)
+        .instrument(tracing::info_span!("plan", from_watch_caches = true))
+        .await?;
+    match &planned {
+        Ok(p) if !p.fresh && acted_on(p) => fresh(desired).await,
+        _ => Ok(planned),
+    }
+}
+
 /// Steps 2 to 8, and the rollout. `hold`: the dependencies are not ready, so nothing may be
 /// applied; only the Revision already desired is looked at (health, drift), and a new one is
 /// not even rendered.
@@ -445,7 +475,12 @@ async fn plan_app(
     }
     fenced(ctx, app)?;
     let new = status.desired_revision.as_deref() != Some(rev_name.as_str());
-    let rev = revision::ensure_revision(ctx, app, ns, &rev_name, &source, new).await?;
+    // A Revision the Application does not desire yet is rendered and planned first (as the
+    // desired Revision would be: from the service account's lists), so it is created with its
+    // desiredStateHash rather than patched with it.
+    let early = if new { Some(render_and_plan(app, ctx, ns, name, &source, None).await?) } else { None };
+    let hash = early.as_ref().and_then(|r| r.as_ref().ok()).map(|p| p.hash.as_str());
+    let rev = revision::ensure_revision(ctx, app, ns, &rev_name, &source, new, hash).await?;
     if let Some(previous) = status.desired_revision.clone().filter(|p| *p != rev_name) {
         revision::supersede(ctx, app, ns, &previous, &rev_name).await?;
     }
@@ -489,12 +524,9 @@ async fn plan_app(
             return Ok((render_failure::wait(ctx, app, old, status, &rs, at, now).await, None));
         }
     };
-    let result = match desired::desired(app, ctx, ns, name, &source).instrument(tracing::info_span!("render")).await? {
-        Err(failure) => Err(failure),
-        Ok(desired) => {
-            let mut planned = planning::plan(app, ctx, ns, name, desired.clone(), drift_check)
-                .instrument(tracing::info_span!("plan", from_watch_caches = drift_check))
-                .await?;
+    let result = match early {
+        Some(result) => result,
+        None => {
             // A plan from the watch caches is never acted on: when it would start a rollout
             // (self-heal, a changed desired state) or may apply an attempt's next wave, or end
             // its hooks and apply its first, the plan is made again from what the service
@@ -503,20 +535,23 @@ async fn plan_app(
                 a.result == AttemptResult::Running
                     && (a.wave.is_some() || a.hook.is_some_and(|h| h != rev::HookPhase::Sync))
             });
-            if let Ok(p) = &planned
-                && hold.is_none()
-                && !p.fresh
-                && (next_wave
-                    || matches!(
-                        attempt::step_of(app, old, &rev_name, &rs, p, now, choice.request.as_ref()).0,
-                        rollout::Step::Start { .. }
-                    ))
-            {
-                planned = planning::plan(app, ctx, ns, name, desired, false)
-                    .instrument(tracing::info_span!("plan", from_watch_caches = false))
-                    .await?;
-            }
-            planned
+            let again = |p: &Planned| {
+                hold.is_none()
+                    && (next_wave
+                        || matches!(
+                            attempt::step_of(app, old, &rev_name, &rs, p, now, choice.request.as_ref()).0,
+                            rollout::Step::Start { .. }
+                        ))
+            };
+            render_and_plan(
+                app,
+                ctx,
+                ns,
+                name,
+                &source,
+                drift_check.then_some(&again as &(dyn Fn(&Planned) -> bool + Sync)),
+            )
+            .await?
         }
     };
     let mut reconciled = rolling_back::Reconciled {

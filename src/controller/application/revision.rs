@@ -18,9 +18,10 @@ use crate::api::names;
 use crate::api::revision::{self as rev, Revision, RevisionPhase, RevisionSource, RevisionSpec};
 use crate::plan::inventory;
 
-/// Step 3: the Revision of this identity, created when missing. `new` (the Application does
-/// not desire it yet: a new commit or spec) tries the create first, since the Revision rarely
-/// exists then, and reads it only when the create finds it (409); otherwise it is read first.
+/// Step 3: the Revision of this identity, created when missing (with `hash`, its desired
+/// state's, when it rendered). `new` (the Application does not desire it yet: a new commit or
+/// spec) tries the create first, since the Revision rarely exists then, and reads it only when
+/// the create finds it (409); otherwise it is read first.
 pub(super) async fn ensure_revision(
     ctx: &Context,
     app: &Application,
@@ -28,6 +29,7 @@ pub(super) async fn ensure_revision(
     rev_name: &str,
     source: &Source,
     new: bool,
+    hash: Option<&str>,
 ) -> Result<Revision, Error> {
     let api: Api<Revision> = Api::namespaced(ctx.client.clone(), ns);
     if !new && let Some(r) = api.get_opt(rev_name).await? {
@@ -67,7 +69,7 @@ pub(super) async fn ensure_revision(
             },
             render: app.spec.source.render.clone(),
             service_account_name: app.spec.service_account_name.clone(),
-            desired_state_hash: None,
+            desired_state_hash: hash.map(str::to_string),
         },
         status: None,
     };

@@ -230,6 +230,7 @@ impl Faults {
 
     /// Count one resource request.
     pub fn count_request(&self, client: &str, verb: &str, resource: &str, dry_run: bool) {
+        tracing::debug!(client, verb, resource, dry_run, "request");
         let mut r = self.requests.lock().unwrap_or_else(|p| p.into_inner());
         *r.entry((client.to_string(), verb.to_string(), resource.to_string(), dry_run)).or_default() += 1;
     }

@@ -523,6 +523,8 @@ impl Rollout<'_> {
                 return Ok(false);
             }
         };
+        let kept = super::unchanged::applied(&planned.desired, &applied.objects, std::time::Instant::now());
+        self.ctx.unchanged.add(&format!("{}/{}", self.ns, self.name), kept);
         for (id, obj) in std::mem::take(&mut applied.objects) {
             let (group, kind) =
                 id.split_once('/').map(|(g, rest)| (g, rest.split('/').next().unwrap_or_default())).unwrap_or_default();

@@ -114,6 +114,21 @@ pub fn to_keep(
     out
 }
 
+/// What to keep after an attempt applied `objects` (identity → the object the apply returned)
+/// of `desired`: applying the same desired object again would change nothing, so each is kept
+/// as if a plan had just found it unchanged, compared with what the apply returned. The next
+/// look at the attempt then reads only what changed since (a Deployment's status), not every
+/// object it has just written.
+pub fn applied(desired: &[Value], objects: &BTreeMap<String, Value>, now: Instant) -> BTreeMap<String, Known> {
+    let mut out = BTreeMap::new();
+    for d in desired {
+        let id = validate::identity(d);
+        let Some(l) = objects.get(&id).filter(|l| resource_version(l).is_some()) else { continue };
+        out.insert(id, Known { digest: digest(d), live: Arc::new(l.clone()), checked: now });
+    }
+    out
+}
+
 /// The kept objects of every Application of this replica.
 pub struct Unchanged {
     cache: moka::sync::Cache<String, Arc<BTreeMap<String, Known>>>,
@@ -143,6 +158,16 @@ impl Unchanged {
     /// What is kept for Application `app` (`namespace/name`).
     pub fn get(&self, app: &str) -> Arc<BTreeMap<String, Known>> {
         self.cache.get(app).unwrap_or_default()
+    }
+
+    /// Keep `more` for `app` as well, in place of what was kept of the same objects.
+    pub fn add(&self, app: &str, more: BTreeMap<String, Known>) {
+        if more.is_empty() {
+            return;
+        }
+        let mut known = BTreeMap::clone(&self.get(app));
+        known.extend(more);
+        self.set(app, known);
     }
 
     /// Keep `known` for `app`, in place of what was kept.
@@ -214,6 +239,33 @@ mod tests {
             ..Default::default()
         };
         crate::plan::build(&desired, &inputs)
+    }
+
+    #[test]
+    fn applied_objects_are_kept_as_the_apply_returned_them() {
+        let now = Instant::now();
+        let id = validate::identity(&cm("1"));
+        // (case, objects the apply returned, kept)
+        let cases = [
+            ("applied", BTreeMap::from([(id.clone(), live("8"))]), true),
+            ("not applied (pruned, or another wave)", BTreeMap::new(), false),
+            ("returned without a resourceVersion", BTreeMap::from([(id.clone(), live(""))]), false),
+        ];
+        for (case, objects, kept) in cases {
+            let out = applied(&[cm("1")], &objects, now);
+            assert_eq!(out.contains_key(&id), kept, "{case}");
+        }
+        // Then skipped while the watch cache has it at that resourceVersion, and read once it moved.
+        let out = applied(&[cm("1")], &BTreeMap::from([(id.clone(), live("8"))]), now);
+        let at = |rv: &str| BTreeMap::from([(id.clone(), rv.to_string())]);
+        assert!(skippable(&out, &[cm("1")], &at("8"), now).contains_key(&id));
+        assert!(!skippable(&out, &[cm("1")], &at("9"), now).contains_key(&id));
+        // Kept with what a plan kept of the Application's other objects.
+        let store = Unchanged::default();
+        let other = "v1/ConfigMap/n/other".to_string();
+        store.set("n/app", BTreeMap::from([(other.clone(), out[&id].clone())]));
+        store.add("n/app", out);
+        assert_eq!(store.get("n/app").len(), 2);
     }
 
     #[test]

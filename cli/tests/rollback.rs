@@ -394,12 +394,16 @@ fn a_manual_sync_rollback_to_a_live_target_waits_for_approval(cluster: Cluster) 
             .await;
 
         // A manual rollback to the live Revision, written by hand without a requester: no
-        // approval of its own, and the earlier ksync sync was given before the request.
+        // approval of its own, and the earlier ksync sync was given before the request, a
+        // nanosecond before in the same second (the Revision records approvals in whole seconds).
+        let approved_at: jiff::Timestamp =
+            env.apps().get("web").await.unwrap().annotations()[names::annotations::APPROVED_AT].parse().unwrap();
+        let requested_at = approved_at + jiff::SignedDuration::from_nanos(1);
         let request = json!({"metadata": {"annotations": {
             names::annotations::ROLLBACK_TO: b.spec.source.commit,
             names::annotations::ROLLBACK_KIND: "manual",
             names::annotations::ROLLBACK_TARGET_REVISION: b.name_any(),
-            names::annotations::ROLLBACK_REQUESTED_AT: jiff::Timestamp::now().to_string(),
+            names::annotations::ROLLBACK_REQUESTED_AT: requested_at.to_string(),
         }}});
         env.apps().patch("web", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&request)).await.unwrap();
         env.revision_where("web", "the live target waiting for approval", |r| {

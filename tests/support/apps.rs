@@ -164,13 +164,37 @@ impl Env {
 
     /// The desired Revision of `app` once `check` holds for it.
     pub async fn revision_where(&self, app: &str, what: &str, check: impl Fn(&Revision) -> bool) -> Revision {
-        eventually(what, WAIT, || async {
-            let a = self.apps().get(app).await.ok()?;
-            let name = a.status?.desired_revision?;
-            let r = self.revisions().get(&name).await.ok()?;
-            check(&r).then_some(r)
-        })
-        .await
+        // On timeout, what was last seen says why.
+        let mut last = None;
+        let end = std::time::Instant::now() + WAIT;
+        loop {
+            let seen = async {
+                let a = self.apps().get(app).await.ok()?;
+                let name = a.status.as_ref()?.desired_revision.clone()?;
+                let r = self.revisions().get(&name).await.ok()?;
+                Some((a, r))
+            }
+            .await;
+            if let Some((a, r)) = seen {
+                if check(&r) {
+                    return r;
+                }
+                last = Some((a, r));
+            }
+            if std::time::Instant::now() >= end {
+                let (a, r) = match &last {
+                    Some((a, r)) => (
+                        serde_json::to_string_pretty(&(a.metadata.annotations.as_ref(), &a.status)).unwrap_or_default(),
+                        serde_json::to_string_pretty(&(&r.metadata.name, &r.status)).unwrap_or_default(),
+                    ),
+                    None => ("none".into(), "none".into()),
+                };
+                panic!(
+                    "timed out after {WAIT:?} waiting for {what}\nthe Application last seen: {a}\nits desired Revision: {r}"
+                );
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
     }
 
     /// Everything, cluster-wide, for the `deployer` service account: it may create Namespaces

@@ -12,7 +12,9 @@
 //!   later drift needs a new approval.
 //! - An approval given before `not_before` (a rollback's `rollback-requested-at`) does not
 //!   count; one without a recorded time cannot show it was given after, so it does not count
-//!   either.
+//!   either. Times are compared as precisely as both records say: `status.approval.time` is in
+//!   whole seconds, so a recorded approval of the request's own second counts only when it shows
+//!   it came at or after the request ([`given_since`]).
 //! - A rollback whose target is already live completes on a manual-sync Application only once
 //!   an approval given at or after its request started an attempt that succeeded
 //!   ([`completed_since`]).
@@ -62,12 +64,16 @@ pub fn request_of(annotations: &BTreeMap<String, String>) -> Option<Request> {
     })
 }
 
-/// An approval or request time from an annotation, in whole seconds as the API records times
-/// (`status.approval.time`): a request is then recognized once recorded, and "at or after the
-/// request" compares what both records can say. `None` when not RFC 3339.
+/// An approval or request time from an annotation, as precise as it is written (ksync writes
+/// nanoseconds, the webhook whole seconds). `None` when not RFC 3339.
 pub fn parse_time(s: &str) -> Option<Timestamp> {
-    let t: Timestamp = s.trim().parse().ok()?;
-    Timestamp::from_second(t.as_second()).ok()
+    s.trim().parse().ok()
+}
+
+/// `t` in whole seconds, as the API records times (`status.approval.time`): what is recorded
+/// is then the same in memory as once read back.
+pub fn whole_second(t: Timestamp) -> Timestamp {
+    Timestamp::from_second(t.as_second()).unwrap_or(t)
 }
 
 /// What [`judge`] looks at.
@@ -130,7 +136,9 @@ impl Verdict {
 /// Judge the approval of the current plan (see the module's contract).
 pub fn judge(f: &Facts) -> Verdict {
     let used = |r: &Request| {
-        f.recorded.as_ref().is_some_and(|a| a.plan_digest == r.plan && r.at.is_none_or(|at| a.time.0 == at))
+        f.recorded
+            .as_ref()
+            .is_some_and(|a| a.plan_digest == r.plan && r.at.is_none_or(|at| a.time.0.as_second() == at.as_second()))
     };
     if let Some(a) = &f.recorded
         && a.desired_state_hash.as_deref() == Some(f.desired.as_str())
@@ -149,7 +157,7 @@ pub fn judge(f: &Facts) -> Verdict {
     }
     Verdict::Approved(Approval {
         user: r.by.clone().unwrap_or_else(|| UNKNOWN_USER.to_string()),
-        time: Time(r.at.unwrap_or(f.now)),
+        time: Time(whole_second(r.at.unwrap_or(f.now))),
         plan_digest: r.plan.clone(),
         source: Some(MANUAL_SYNC.to_string()),
         desired_state_hash: Some(f.desired.clone()),
@@ -158,12 +166,36 @@ pub fn judge(f: &Facts) -> Verdict {
 }
 
 /// Whether the recorded approval `recorded`, given at or after `not_before` (any time when
-/// `None`), started an attempt that succeeded.
-pub fn completed_since(recorded: Option<&Approval>, attempts: &[Attempt], not_before: Option<Timestamp>) -> bool {
+/// `None`, see [`given_since`]), started an attempt that succeeded. `request` is the approval
+/// request on the Application now.
+pub fn completed_since(
+    recorded: Option<&Approval>,
+    attempts: &[Attempt],
+    not_before: Option<Timestamp>,
+    request: Option<&Request>,
+) -> bool {
     recorded.is_some_and(|a| {
-        not_before.is_none_or(|nb| a.time.0 >= nb)
+        not_before.is_none_or(|nb| given_since(a, nb, request))
             && a.attempt.is_some_and(|n| attempts.iter().any(|t| t.number == n && t.result == AttemptResult::Succeeded))
     })
+}
+
+/// Whether the recorded approval `a` was given at or after `not_before`. Its time is in whole
+/// seconds: within the second of `not_before` it counts only when it can show it: as a manual
+/// rollback's own approval (recorded at its request's time), or as the request still on the
+/// Application (same digest and second), whose `approved-at` says more precisely.
+pub fn given_since(a: &Approval, not_before: Timestamp, request: Option<&Request>) -> bool {
+    let second = a.time.0.as_second();
+    match second.cmp(&not_before.as_second()) {
+        std::cmp::Ordering::Greater => true,
+        std::cmp::Ordering::Less => false,
+        std::cmp::Ordering::Equal => {
+            a.source.as_deref() == Some(MANUAL_ROLLBACK)
+                || request.is_some_and(|r| {
+                    r.plan == a.plan_digest && r.at.is_some_and(|at| at.as_second() == second && at >= not_before)
+                })
+        }
+    }
 }
 
 /// Whether `a` still covers the rollout it started: no attempt since the one it started has
@@ -220,14 +252,83 @@ mod tests {
         let done = [attempt(1, AttemptResult::Succeeded), attempt(2, AttemptResult::Succeeded)];
         let request = Some(at("2026-12-02T10:00:00Z"));
         let a = approval("2026-12-02T10:00:00Z", Some(2));
-        assert!(completed_since(Some(&a), &done, request), "approved at the request and completed");
-        assert!(!completed_since(None, &done, request), "never approved");
+        assert!(completed_since(Some(&a), &done, request, None), "approved at the request and completed");
+        assert!(!completed_since(None, &done, request, None), "never approved");
         let before = approval("2026-12-02T09:00:00Z", Some(1));
-        assert!(!completed_since(Some(&before), &done, request), "approved before the request");
-        assert!(completed_since(Some(&before), &done, None), "a request without a time takes any approval");
-        assert!(!completed_since(Some(&approval("2026-12-02T10:00:00Z", None)), &done, request), "started nothing");
+        assert!(!completed_since(Some(&before), &done, request, None), "approved before the request");
+        assert!(completed_since(Some(&before), &done, None, None), "a request without a time takes any approval");
+        assert!(
+            !completed_since(Some(&approval("2026-12-02T10:00:00Z", None)), &done, request, None),
+            "started nothing"
+        );
         let running = [attempt(1, AttemptResult::Succeeded), attempt(2, AttemptResult::Running)];
-        assert!(!completed_since(Some(&a), &running, request), "its attempt still runs");
+        assert!(!completed_since(Some(&a), &running, request, None), "its attempt still runs");
+    }
+
+    /// The recorded time is in whole seconds: within the request's second only what shows it
+    /// came at or after the request counts.
+    #[test]
+    fn an_approval_of_the_requests_own_second_counts_only_when_it_shows_it_came_after() {
+        let at = |s: &str| s.parse::<Timestamp>().unwrap();
+        let sync = Approval {
+            user: "alice".into(),
+            time: Time(at("2026-12-02T10:00:00Z")),
+            plan_digest: "sha256:P1".into(),
+            source: Some(MANUAL_SYNC.into()),
+            desired_state_hash: Some("D1".into()),
+            attempt: Some(1),
+        };
+        let request = |plan: &str, t: &str| Request { plan: plan.into(), by: Some("alice".into()), at: Some(at(t)) };
+        let nb = at("2026-12-02T10:00:00.500Z");
+        let cases = [
+            ("given the second after", Approval { time: Time(at("2026-12-02T10:00:01Z")), ..sync.clone() }, None, true),
+            (
+                "given the second before",
+                Approval { time: Time(at("2026-12-02T09:59:59Z")), ..sync.clone() },
+                None,
+                false,
+            ),
+            ("same second, nothing says more", sync.clone(), None, false),
+            (
+                "same second, its request says before",
+                sync.clone(),
+                Some(request("sha256:P1", "2026-12-02T10:00:00.179Z")),
+                false,
+            ),
+            (
+                "same second, its request says after",
+                sync.clone(),
+                Some(request("sha256:P1", "2026-12-02T10:00:00.900Z")),
+                true,
+            ),
+            (
+                "same second, its request says at",
+                sync.clone(),
+                Some(request("sha256:P1", "2026-12-02T10:00:00.500Z")),
+                true,
+            ),
+            (
+                "same second, a request of another plan",
+                sync.clone(),
+                Some(request("sha256:P2", "2026-12-02T10:00:00.900Z")),
+                false,
+            ),
+            (
+                "same second, a request of another second",
+                sync.clone(),
+                Some(request("sha256:P1", "2026-12-02T10:00:01.100Z")),
+                false,
+            ),
+            (
+                "a manual rollback's own approval, recorded at its request",
+                Approval { source: Some(MANUAL_ROLLBACK.into()), ..sync.clone() },
+                None,
+                true,
+            ),
+        ];
+        for (name, a, r, want) in cases {
+            assert_eq!(given_since(&a, nb, r.as_ref()), want, "{name}");
+        }
     }
 
     #[test]
@@ -243,12 +344,13 @@ mod tests {
         .unwrap();
         assert_eq!(r.by.as_deref(), Some("alice"));
         assert_eq!(r.at, Some("2026-12-02T10:00:00Z".parse().unwrap()));
-        // Sub-second times (ksync without the webhook) are read as the whole seconds recorded.
+        // Sub-second times (ksync without the webhook) are kept: they order an approval and a
+        // rollback request of the same second.
         let fine = request_of(&a(&[
             (names::annotations::APPROVED_PLAN, "sha256:1"),
             (names::annotations::APPROVED_AT, "2026-12-02T10:00:00.999Z"),
         ]));
-        assert_eq!(fine.unwrap().at, Some("2026-12-02T10:00:00Z".parse().unwrap()));
+        assert_eq!(fine.unwrap().at, Some("2026-12-02T10:00:00.999Z".parse().unwrap()));
         let bad = request_of(&a(&[
             (names::annotations::APPROVED_PLAN, "sha256:1"),
             (names::annotations::APPROVED_AT, "yesterday"),

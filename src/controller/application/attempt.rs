@@ -126,15 +126,18 @@ pub(super) fn step_of(
     let policy = policy_of(app);
     let changes = planned.plan.changes();
     let not_before = rollback.and_then(|r| r.requested_at);
+    let request = approval::request_of(app.annotations());
     // A rollback's target is deployed once nothing would change; on a manual-sync Application
     // also only once an approval given for the rollback completed a rollout of it, even when it
     // was live all along.
     let deployed = is_deployed(rs, &planned.hash)
         && rollback.is_none_or(|_| {
-            !changes && (policy.automatic || approval::completed_since(rs.approval.as_ref(), &rs.attempts, not_before))
+            !changes
+                && (policy.automatic
+                    || approval::completed_since(rs.approval.as_ref(), &rs.attempts, not_before, request.as_ref()))
         });
     let mut verdict = approval::judge(&approval::Facts {
-        request: approval::request_of(app.annotations()),
+        request,
         recorded: rs.approval.clone(),
         attempts: rs.attempts.clone(),
         plan: planned.plan.digest.clone(),
@@ -184,7 +187,7 @@ fn rollback_approval(
     }
     Some(approval::Verdict::Approved(rev::Approval {
         user: by.clone(),
-        time: Time(r.requested_at.unwrap_or(now)),
+        time: Time(approval::whole_second(r.requested_at.unwrap_or(now))),
         plan_digest: planned.plan.digest.clone(),
         source: Some(approval::MANUAL_ROLLBACK.to_string()),
         desired_state_hash: Some(planned.hash.clone()),

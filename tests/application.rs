@@ -342,4 +342,46 @@ fn plan_load() {
     });
 }
 
-crate::both!(plans_follow_git_and_the_cluster, failures_are_reported_and_nothing_is_touched,);
+/// A desired Revision deleted by hand is created again by the next reconcile: the copy the
+/// controller kept of it is not used once the Revision watch shows it gone
+/// (`src/controller/application/revision_cache.rs`).
+fn a_desired_revision_deleted_by_hand_is_created_again(cluster: Cluster) {
+    let runtime = support::runtime();
+    runtime.block_on(async {
+        let ns = "revision-deleted";
+        let env = Env::start(&cluster, ns).await;
+        env.app_from(
+            "web",
+            &[("web/b.yaml", CM_B)],
+            json!({"source": {"repository": "platform", "path": "web"}, "serviceAccountName": "deployer",
+                   "destination": {"namespace": ns}}),
+        )
+        .await;
+        let first = env
+            .revision_where("web", "web Healthy", |r| {
+                r.status.as_ref().is_some_and(|s| s.phase == RevisionPhase::Healthy)
+            })
+            .await;
+        // A resync after the last write: the next reconcile would take the copy kept.
+        env.poke("web", "settled").await;
+        eventually("the poke handled", WAIT, || async {
+            let app = env.apps().get("web").await.ok()?;
+            (app.status?.last_handled_reconcile_at.as_deref() == Some("settled")).then_some(())
+        })
+        .await;
+        env.revisions().delete(&first.name_any(), &kube::api::DeleteParams::default()).await.unwrap();
+        eventually("the Revision gone", WAIT, || async {
+            env.revisions().get_opt(&first.name_any()).await.ok()?.is_none().then_some(())
+        })
+        .await;
+        env.poke("web", "deleted").await;
+        let again = env.revision_where("web", "the Revision created again", |r| r.uid() != first.uid()).await;
+        assert_eq!(again.name_any(), first.name_any(), "the same identity, so the same name");
+    });
+}
+
+crate::both!(
+    plans_follow_git_and_the_cluster,
+    failures_are_reported_and_nothing_is_touched,
+    a_desired_revision_deleted_by_hand_is_created_again,
+);

@@ -168,6 +168,9 @@ pub struct Context {
     /// Status writes the Application watch has not shown yet: a reconcile of the copy one
     /// replaced runs on what it wrote.
     pub(super) written: super::written::Written,
+    /// Each Application's desired Revision as last read or written, and a watch saying whether
+    /// it is still current: no `GET` of an unchanged Revision.
+    pub(super) revisions: super::revision_cache::Revisions,
     /// Redeploy requests announced (their Event sent) and not yet recorded in the
     /// Application's `status.lastHandledRedeployAt`: the status write records them.
     pub(super) redeploys: Mutex<HashMap<ObjectRef<Application>, String>>,
@@ -217,6 +220,7 @@ impl Context {
             healthchecks: Default::default(),
             own_writes: Default::default(),
             written: Default::default(),
+            revisions: Default::default(),
             redeploys: Default::default(),
             echoes: Default::default(),
             narrow_lists: Default::default(),

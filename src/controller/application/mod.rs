@@ -52,6 +52,7 @@ mod planning;
 pub mod progress;
 mod render_failure;
 mod revision;
+mod revision_cache;
 pub mod rollback;
 mod rolling_back;
 pub mod rollout;
@@ -116,6 +117,8 @@ pub async fn run_shard(
     };
     let selector = watched::selector(shard);
     let (store, writer) = reflector::store();
+    // Its Applications' Revisions may have been written by another replica since they were kept.
+    ctx.revisions.clear();
     let started = ctx.progress.shard_started(shard, store.clone());
     let noted = |r: ObjectRef<Application>, ctx: &Context| {
         ctx.progress.triggered(&r);
@@ -371,7 +374,10 @@ async fn write_revision_status(
     rs: &rev::RevisionStatus,
 ) -> Result<(), Error> {
     fenced(ctx, app)?;
-    ctx.writer(&ctx.client, ns, &app.name_any())
+    // Forgotten first: a failed write may still have landed.
+    ctx.revisions.forget(ns, &app.name_any());
+    let written = ctx
+        .writer(&ctx.client, ns, &app.name_any())
         .patch_status::<Revision, _>(
             Some(ns),
             rev,
@@ -379,6 +385,7 @@ async fn write_revision_status(
             &Patch::Apply(json!({"apiVersion": names::API_VERSION, "kind": "Revision", "status": rs})),
         )
         .await?;
+    ctx.revisions.keep(&written);
     Ok(())
 }
 
@@ -578,6 +585,7 @@ async fn plan_app(
         }
         Ok(planned) => {
             if rev.spec.desired_state_hash.as_deref() != Some(planned.hash.as_str()) {
+                ctx.revisions.forget(ns, name);
                 writer
                     .patch::<Revision, _>(
                         Some(ns),

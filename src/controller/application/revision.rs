@@ -32,10 +32,16 @@ pub(super) async fn ensure_revision(
     hash: Option<&str>,
 ) -> Result<Revision, Error> {
     let api: Api<Revision> = Api::namespaced(ctx.client.clone(), ns);
-    if !new && let Some(r) = api.get_opt(rev_name).await? {
-        return Ok(r);
-    }
     let name = app.name_any();
+    if !new {
+        if let Some(r) = ctx.revisions.get(&ctx.client, ns, &name, rev_name) {
+            return Ok(r);
+        }
+        if let Some(r) = api.get_opt(rev_name).await? {
+            ctx.revisions.keep(&r);
+            return Ok(r);
+        }
+    }
     let rev = Revision {
         metadata: ObjectMeta {
             name: Some(rev_name.to_string()),
@@ -75,6 +81,7 @@ pub(super) async fn ensure_revision(
     };
     match ctx.writer(&ctx.client, ns, &rev.spec.application).create(Some(ns), &PostParams::default(), &rev).await {
         Ok(created) => {
+            ctx.revisions.keep(&created);
             let short = &source.commit[..source.commit.len().min(12)];
             let subject =
                 ctx.cache.commit_subject(&source.url, &source.credentials, &source.commit).await.unwrap_or_default();
@@ -87,7 +94,11 @@ pub(super) async fn ensure_revision(
                 .await;
             Ok(created)
         }
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(api.get(rev_name).await?),
+        Err(kube::Error::Api(s)) if s.code == 409 => {
+            let r = api.get(rev_name).await?;
+            ctx.revisions.keep(&r);
+            Ok(r)
+        }
         Err(e) => Err(e.into()),
     }
 }
@@ -116,6 +127,7 @@ pub(super) async fn supersede(
         message: format!("superseded by Revision {by} before its rollout completed"),
         retryable: false,
     });
+    ctx.revisions.forget(ns, &app.name_any());
     ctx.writer(&ctx.client, ns, &app.name_any())
         .patch_status::<Revision, _>(
             Some(ns),

@@ -130,6 +130,7 @@ async fn hold(
         );
         rs.phase = RevisionPhase::Failed;
         super::context::fenced(ctx, app)?;
+        ctx.revisions.forget(ns, &name);
         ctx.writer(&ctx.client, ns, &name)
             .patch_status::<Revision, _>(
                 Some(ns),

@@ -194,7 +194,10 @@ mod tests {
         .unwrap()
     }
 
-    fn shown(r: &Revisions, events: Vec<watcher::Event<(&str, &str)>>) {
+    /// A watch event of Revision (name, resourceVersion) in namespace `team`.
+    type Shown = watcher::Event<(&'static str, &'static str)>;
+
+    fn shown(r: &Revisions, events: Vec<Shown>) {
         let mut state = r.state.lock().unwrap();
         for e in events {
             state.apply(map(e, |(name, rv)| (r.key("team", name), r.version(rv))));
@@ -204,7 +207,7 @@ mod tests {
     #[test]
     fn a_kept_copy_is_used_only_while_the_watch_shows_it_unchanged() {
         use watcher::Event::*;
-        let cases: Vec<(&str, Vec<watcher::Event<(&str, &str)>>, bool)> = vec![
+        let cases: Vec<(&str, Vec<Shown>, bool)> = vec![
             ("listed at the kept version", vec![Init, InitApply(("web-1", "5")), InitDone], true),
             ("not listed yet", vec![Apply(("web-1", "5"))], false),
             ("listed, then changed", vec![Init, InitApply(("web-1", "5")), InitDone, Apply(("web-1", "6"))], false),

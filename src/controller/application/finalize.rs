@@ -143,6 +143,8 @@ pub(super) async fn finalize(
     }
     let f = app.finalizers().iter().filter(|f| *f != names::finalizers::APPLICATION).cloned().collect();
     set_finalizers(ctx, app, ns, f).await?;
+    // Its Revisions go with it (owner references).
+    ctx.revisions.forget(ns, name);
     Ok(Action::await_change())
 }
 

@@ -14,7 +14,8 @@
 //! wrote, and forgetting an Application's copy whenever this replica writes one of its Revisions
 //! another way ([`Revisions::forget`]) or a shard starts ([`Revisions::clear`]), leaves the watch's
 //! lag as the only window, and in it the only other writer, a replica that lost the shard, is
-//! fenced.
+//! fenced. A copy is dropped when the watch shows its Revision deleted, or its Application is
+//! finalized, so copies do not outlive their Applications.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
@@ -76,6 +77,15 @@ fn map<A, B>(event: watcher::Event<A>, f: impl Fn(A) -> B) -> watcher::Event<B> 
 }
 
 impl State {
+    /// Revision `name` of Application `ns/app` is deleted: its copy, if kept, is dropped (its
+    /// Application deleted, or history retention), so kept copies do not outlive them.
+    fn deleted(&mut self, ns: &str, app: &str, name: &str) {
+        let key = (ns.to_string(), app.to_string());
+        if self.kept.get(&key).is_some_and(|k| k.name_any() == name) {
+            self.kept.remove(&key);
+        }
+    }
+
     /// Apply one watch event.
     fn apply(&mut self, event: watcher::Event<(u64, u64)>) {
         match event {
@@ -123,11 +133,18 @@ impl Revisions {
                 let mut stream = std::pin::pin!(stream);
                 while let Some(event) = stream.next().await {
                     let event = match event {
-                        Ok(e) => map(e, |r| {
-                            let key =
-                                hasher.hash_one((r.namespace().unwrap_or_default().as_str(), r.name_any().as_str()));
-                            (key, hasher.hash_one(r.resource_version().unwrap_or_default().as_str()))
-                        }),
+                        Ok(e) => {
+                            if let watcher::Event::Delete(r) = &e {
+                                let app = r.labels().get(names::labels::APPLICATION).cloned().unwrap_or_default();
+                                let ns = r.namespace().unwrap_or_default();
+                                state.lock().expect("revisions lock").deleted(&ns, &app, &r.name_any());
+                            }
+                            map(e, |r| {
+                                let key = hasher
+                                    .hash_one((r.namespace().unwrap_or_default().as_str(), r.name_any().as_str()));
+                                (key, hasher.hash_one(r.resource_version().unwrap_or_default().as_str()))
+                            })
+                        }
                         Err(e) => {
                             tracing::debug!(error = %e, "watching Revisions");
                             continue;
@@ -249,5 +266,10 @@ mod tests {
         r.keep(&revision("web-2", "7"));
         r.clear();
         assert!(r.lookup("team", "web", "web-2").is_none(), "cleared");
+        r.keep(&revision("web-2", "7"));
+        r.state.lock().unwrap().deleted("team", "web", "web-1");
+        assert_eq!(r.state.lock().unwrap().kept.len(), 1, "another Revision of the Application deleted");
+        r.state.lock().unwrap().deleted("team", "web", "web-2");
+        assert!(r.state.lock().unwrap().kept.is_empty(), "the copy does not outlive its Revision");
     }
 }

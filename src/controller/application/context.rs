@@ -43,7 +43,7 @@ pub const DEFAULT_SHARD: &str = "0";
 pub struct Settings {
     /// How often a planned Application is reconciled again without a trigger.
     pub resync: Duration,
-    /// Applications reconciled at once.
+    /// Applications reconciled at once by the replica, across its shards.
     pub concurrency: u16,
     /// Validation limits.
     pub validate: validate::Limits,
@@ -171,6 +171,10 @@ pub struct Context {
     /// Each Application's desired Revision as last read or written, and a watch saying whether
     /// it is still current: no `GET` of an unchanged Revision.
     pub(super) revisions: super::revision_cache::Revisions,
+    /// The replica's slots for reconciles, shared by its shards (`--concurrent-applications`).
+    pub(super) queue: Arc<crate::controller::queue::Queue>,
+    /// Reconciles of each Application failed in a row, for the retry backoff.
+    pub(super) failures: Mutex<HashMap<ObjectRef<Application>, u32>>,
     /// Redeploy requests announced (their Event sent) and not yet recorded in the
     /// Application's `status.lastHandledRedeployAt`: the status write records them.
     pub(super) redeploys: Mutex<HashMap<ObjectRef<Application>, String>>,
@@ -204,6 +208,7 @@ impl Context {
     ) -> Result<Context, kube::Error> {
         let client = settings.limiter.client(config.clone())?;
         let reporter = Reporter { controller: names::FIELD_MANAGER.to_string(), instance };
+        let queue = crate::controller::queue::Queue::new(usize::from(settings.concurrency));
         Ok(Context {
             reporter,
             client: client.clone(),
@@ -221,6 +226,8 @@ impl Context {
             own_writes: Default::default(),
             written: Default::default(),
             revisions: Default::default(),
+            queue,
+            failures: Default::default(),
             redeploys: Default::default(),
             echoes: Default::default(),
             narrow_lists: Default::default(),

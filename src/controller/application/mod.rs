@@ -117,6 +117,9 @@ pub async fn run_shard(
     };
     let selector = watched::selector(shard);
     let (store, writer) = reflector::store();
+    // Set once the shard stops: reconciles still waiting for a slot then give up (the
+    // controller waits for those in flight before it returns).
+    let (stop_tx, stopping) = tokio::sync::watch::channel(false);
     // Its Applications' Revisions may have been written by another replica since they were kept.
     ctx.revisions.clear();
     let started = ctx.progress.shard_started(shard, store.clone());
@@ -142,8 +145,10 @@ pub async fn run_shard(
         std::future::ready(!own)
     });
     let controller = Controller::for_stream(own, store.clone()).with_config(
+        // Every due reconcile starts and waits for one of the replica's slots (`queue`), so
+        // the cap is per replica and fair across namespaces.
         controller::Config::default()
-            .concurrency(ctx.settings.concurrency)
+            .concurrency(0)
             // A burst of changes (a rollout's status updates) is one reconcile.
             .debounce(Duration::from_millis(200)),
     );
@@ -220,8 +225,11 @@ pub async fn run_shard(
         .reconcile_on(repo_triggers)
         .reconcile_on(hc_triggers)
         .reconcile_on(dep_triggers)
-        .graceful_shutdown_on(shutdown)
-        .run(reconcile_tracked, error_policy, ctx.clone())
+        .graceful_shutdown_on(async move {
+            shutdown.await;
+            let _ = stop_tx.send(true);
+        })
+        .run(move |app, ctx| reconcile_tracked(app, ctx, stopping.clone()), error_policy, ctx.clone())
         .for_each(|r| async move {
             if let Err(e) = r {
                 tracing::debug!(error = %e, "application reconcile");
@@ -249,9 +257,19 @@ fn tracked<M: kube::Resource<DynamicType = ()>>(
     }
 }
 
-/// [`reconcile`], recorded for the queue and staleness metrics.
-async fn reconcile_tracked(app: Arc<Application>, ctx: Arc<Context>) -> Result<Action, Error> {
+/// [`reconcile`] in one of the replica's slots ([`crate::controller::queue`]), recorded for the
+/// queue and staleness metrics.
+async fn reconcile_tracked(
+    app: Arc<Application>,
+    ctx: Arc<Context>,
+    mut stopping: tokio::sync::watch::Receiver<bool>,
+) -> Result<Action, Error> {
     let r = ObjectRef::from_obj(&*app);
+    let _slot = tokio::select! {
+        slot = ctx.queue.enter(r.namespace.as_deref().unwrap_or_default()) => slot,
+        // The shard stops: whoever owns it next reconciles this Application.
+        _ = stopping.wait_for(|s| *s) => return Ok(Action::await_change()),
+    };
     ctx.progress.started(&r);
     let started = Instant::now();
     let span = tracing::info_span!(
@@ -266,6 +284,9 @@ async fn reconcile_tracked(app: Arc<Application>, ctx: Arc<Context>) -> Result<A
         span.record("trace_id", id);
     }
     let result = reconcile(app, ctx.clone()).instrument(span.clone()).await;
+    if result.is_ok() {
+        ctx.failures.lock().expect("failures lock").remove(&r);
+    }
     ctx.progress.finished(&r);
     metrics::histogram!("ksync_reconcile_duration_seconds").record(started.elapsed().as_secs_f64());
     let label = match &result {
@@ -297,12 +318,21 @@ fn received<T: Clone + Send + 'static>(
     })
 }
 
-fn error_policy(app: Arc<Application>, error: &Error, _ctx: Arc<Context>) -> Action {
+/// A failed reconcile is retried after a backoff that doubles with each failure in a row
+/// ([`crate::controller::retry_after`]); a shard that moved is looked at again soon.
+fn error_policy(app: Arc<Application>, error: &Error, ctx: Arc<Context>) -> Action {
     if matches!(error, Error::NotOwner) {
         return Action::requeue(NOT_OWNER_RETRY);
     }
-    tracing::warn!(application = %app.name_any(), namespace = ?app.namespace(), error = %error, "reconcile failed");
-    Action::requeue(Duration::from_secs(5))
+    let failures = {
+        let mut failures = ctx.failures.lock().expect("failures lock");
+        let n = failures.entry(ObjectRef::from_obj(&*app)).or_default();
+        *n = n.saturating_add(1);
+        *n
+    };
+    let retry = crate::controller::with_jitter(crate::controller::retry_after(failures), &app.name_any());
+    tracing::warn!(application = %app.name_any(), namespace = ?app.namespace(), error = %error, failures, retry_in = ?retry, "reconcile failed");
+    Action::requeue(retry)
 }
 
 /// Reconcile one Application (see the module documentation).

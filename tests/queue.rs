@@ -14,12 +14,14 @@ use std::time::Duration;
 
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, PostParams};
+use kuvryn_sync::api::Application;
 use kuvryn_sync::api::names;
 use kuvryn_sync::api::revision::Revision;
-use kuvryn_sync::api::{Application, Repository};
 use serde_json::json;
 use support::manager::{Manager, SYSTEM};
-use support::{Cluster, GitServer, WorkTree, apply_as, deployer_namespace, eventually, install_crds};
+use support::{
+    Cluster, GitServer, WorkTree, apply_as, create_repository, deployer_namespace, eventually, install_crds,
+};
 
 const BUSY: &str = "busy";
 const SMALL: &str = "small";
@@ -32,16 +34,6 @@ async fn revisions_created(client: &kube::Client, ns: &str) -> Vec<jiff::Timesta
         return Vec::new();
     };
     list.items.iter().filter_map(|r| r.annotations().get(names::annotations::CREATED_AT)?.parse().ok()).collect()
-}
-
-async fn repository(client: &kube::Client, ns: &str, url: &str) {
-    let repo: Repository = serde_json::from_value(json!({
-        "apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "Repository",
-        "metadata": {"name": "platform", "namespace": ns},
-        "spec": {"url": url, "ref": {"branch": "main"}, "interval": "1h"},
-    }))
-    .unwrap();
-    Api::<Repository>::namespaced(client.clone(), ns).create(&PostParams::default(), &repo).await.unwrap();
 }
 
 async fn application(client: &kube::Client, ns: &str, name: &str, path: &str) {
@@ -91,11 +83,11 @@ fn a_small_tenant_is_served_in_turn_with_a_busy_one(cluster: Cluster) {
         );
         // The small tenant's Repository is ready first; the busy tenant's Applications wait for
         // theirs, so they all fall due together when it is fetched.
-        repository(&client, SMALL, &url).await;
+        create_repository(&client, SMALL, &url).await;
         for i in 0..APPS {
             application(&client, BUSY, &format!("app-{i:03}"), &format!("busy/app-{i:03}")).await;
         }
-        repository(&client, BUSY, &url).await;
+        create_repository(&client, BUSY, &url).await;
         // The first busy Revision: the rest of the busy tenant's Applications are queued.
         let end = std::time::Instant::now() + WAIT;
         while revisions_created(&client, BUSY).await.is_empty() {

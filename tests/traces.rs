@@ -8,10 +8,9 @@ mod support;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use kube::api::{Api, PostParams};
-use kuvryn_sync::api::Repository;
+use kube::api::Api;
 use kuvryn_sync::api::application::Application;
-use serde_json::{Value, json};
+use serde_json::Value;
 use support::manager::Manager;
 use support::{Cluster, GitServer, WorkTree, eventually, install_crds};
 
@@ -121,13 +120,7 @@ async fn web(client: &kube::Client, git: &GitServer, ns: &str) -> String {
     );
     wt.write("web/cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: web}\ndata: {color: blue}\n");
     let commit = wt.commit_and_push("web");
-    let repo: Repository = serde_json::from_value(json!({
-        "apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "Repository",
-        "metadata": {"name": "platform", "namespace": ns},
-        "spec": {"url": url, "ref": {"branch": "main"}, "interval": "1h"},
-    }))
-    .unwrap();
-    Api::<Repository>::namespaced(client.clone(), ns).create(&PostParams::default(), &repo).await.unwrap();
+    support::create_repository(client, ns, &url).await;
     commit
 }
 

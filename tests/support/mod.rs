@@ -712,6 +712,22 @@ pub async fn deployer_namespace(client: &kube::Client, ns: &str) {
     .await;
 }
 
+/// A Repository `platform` in `ns` following `url`'s `main`, fetched hourly (tests ask for a
+/// fetch when they need one).
+pub async fn create_repository(client: &kube::Client, ns: &str, url: &str) {
+    use kube::api::{Api, PostParams};
+    let repo: kuvryn_sync::api::Repository = serde_json::from_value(serde_json::json!({
+        "apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "Repository",
+        "metadata": {"name": "platform", "namespace": ns},
+        "spec": {"url": url, "ref": {"branch": "main"}, "interval": "1h"},
+    }))
+    .expect("a Repository");
+    Api::<kuvryn_sync::api::Repository>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &repo)
+        .await
+        .expect("create the Repository");
+}
+
 /// A kubeconfig in `dir` acting as the ServiceAccount `<namespace>/<name>` (cluster-admin, with a
 /// token from a TokenRequest), so simcluster's audit log attributes this identity's writes. The
 /// namespace must exist. simcluster only: it swaps the admin token of [`Cluster::kubeconfig`].

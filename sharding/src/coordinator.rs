@@ -72,6 +72,21 @@ impl Fence {
         self.rx.borrow().shards.get(&shard).filter(|h| h.valid(self.spare)).map(|h| h.valid_until - self.spare)
     }
 
+    /// Wait until this replica may write for `shard`; at once when it may. Ownership changes
+    /// with each round's renewals, so a Lease late to renew is waited for, not polled. Never
+    /// completes once the coordinator is gone: callers bound the wait.
+    pub async fn owned(&self, shard: u32) {
+        let mut rx = self.rx.clone();
+        loop {
+            if rx.borrow_and_update().shards.get(&shard).is_some_and(|h| h.valid(self.spare)) {
+                return;
+            }
+            if rx.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+
     /// The shards owned now.
     pub fn shards(&self) -> BTreeSet<u32> {
         self.rx.borrow().shards.iter().filter(|(_, h)| h.valid(self.spare)).map(|(s, _)| *s).collect()
@@ -399,5 +414,37 @@ impl Coordinator {
             tracing::warn!(error = %e, "releasing the membership Lease");
         }
         self.set_status(Status::Starting);
+    }
+}
+
+#[cfg(test)]
+mod fence_tests {
+    use super::*;
+
+    fn held(valid_for: Duration) -> Held {
+        Held { name: "ksync-shard-3".into(), epoch: 2, valid_until: std::time::Instant::now() + valid_for }
+    }
+
+    #[tokio::test]
+    async fn a_fenced_shard_is_waited_for_until_its_lease_is_renewed() {
+        let spare = Duration::from_secs(1);
+        let (tx, rx) = watch::channel(Ownership::default());
+        let fence = Fence::new(rx, spare);
+        let wait = |f: Fence| tokio::spawn(async move { f.owned(3).await });
+        let waiting = wait(fence.clone());
+        // Another shard, and shard 3 with less than the spare time left: still fenced.
+        tx.send_replace(Ownership { shards: [(4, held(Duration::from_secs(60)))].into() });
+        tx.send_replace(Ownership { shards: [(3, held(Duration::from_millis(500)))].into() });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!waiting.is_finished(), "not owned yet");
+        // Renewed.
+        tx.send_replace(Ownership { shards: [(3, held(Duration::from_secs(60)))].into() });
+        tokio::time::timeout(Duration::from_secs(10), waiting).await.expect("owned after the renewal").unwrap();
+        // Owned: at once.
+        tokio::time::timeout(Duration::from_secs(10), wait(fence.clone())).await.expect("at once").unwrap();
+        // The coordinator gone: the wait never completes (its caller bounds it).
+        tx.send_replace(Ownership::default());
+        drop(tx);
+        assert!(tokio::time::timeout(Duration::from_millis(100), fence.owned(3)).await.is_err());
     }
 }

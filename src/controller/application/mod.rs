@@ -257,6 +257,9 @@ fn tracked<M: kube::Resource<DynamicType = ()>>(
     }
 }
 
+/// The longest a reconcile waits for its shard's Lease to be renewed before it is requeued.
+const OWNER_WAIT: Duration = Duration::from_secs(30);
+
 /// [`reconcile`] in one of the replica's slots ([`crate::controller::queue`]), recorded for the
 /// queue and staleness metrics.
 async fn reconcile_tracked(
@@ -265,6 +268,18 @@ async fn reconcile_tracked(
     mut stopping: tokio::sync::watch::Receiver<bool>,
 ) -> Result<Action, Error> {
     let r = ObjectRef::from_obj(&*app);
+    // A shard whose Lease is late to renew: wait for the renewal (or the shard to stop) before
+    // taking a slot, instead of retrying every second.
+    if let Some(fence) = &ctx.fence {
+        let shard = context::shard_of(&ctx, r.namespace.as_deref().unwrap_or_default(), &r.name);
+        if fence.owns(shard).is_none() {
+            tokio::select! {
+                () = fence.owned(shard) => {}
+                _ = stopping.wait_for(|s| *s) => return Ok(Action::await_change()),
+                () = tokio::time::sleep(OWNER_WAIT) => return Ok(Action::requeue(NOT_OWNER_RETRY)),
+            }
+        }
+    }
     let _slot = tokio::select! {
         slot = ctx.queue.enter(r.namespace.as_deref().unwrap_or_default()) => slot,
         // The shard stops: whoever owns it next reconciles this Application.

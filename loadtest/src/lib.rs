@@ -72,8 +72,8 @@ fn parse_duration(s: &str) -> std::result::Result<Duration, String> {
 #[derive(clap::Parser, Debug, Clone)]
 #[command(name = "loadtest", about = "Kuvryn Sync load test: Applications on sharded replicas against simcluster")]
 pub struct Args {
-    /// A named run (`cold-10k`, `takeover`, `idle`, `monorepo`): sets the flags of that
-    /// measurement; flags given as well win.
+    /// A named run (`cold-10k`, `takeover`, `idle`, `monorepo`, `scale-out`): sets the flags of
+    /// that measurement; flags given as well win.
     #[arg(long, value_enum)]
     pub scenario: Option<scenario::Scenario>,
     /// Applications.
@@ -106,6 +106,11 @@ pub struct Args {
     /// `--lease-duration` of every replica.
     #[arg(long, default_value = "15s", value_parser = parse_duration)]
     pub lease_duration: Duration,
+    /// `--kube-api-qps` of every replica: its API budget, requests per second (default: the
+    /// controller's, which lifts the budget when the server applies API Priority and Fairness,
+    /// as simcluster does).
+    #[arg(long)]
+    pub kube_api_qps: Option<f64>,
     /// `--concurrent-applications` of every replica (default: the controller's).
     #[arg(long)]
     pub concurrent_applications: Option<u16>,
@@ -136,6 +141,12 @@ pub struct Args {
     /// writes and dry runs of the Applications it does not touch.
     #[arg(long)]
     pub monorepo_commit: bool,
+    /// Instead of converging the whole fleet at once: half the Applications on one replica,
+    /// then, once the others have joined and split the shards, the other half on all
+    /// `--replicas`, at the same per-replica budget. The report gives the throughput of each
+    /// and their ratio.
+    #[arg(long)]
+    pub scale_out: bool,
     /// Skip killing a replica.
     #[arg(long)]
     pub no_takeover: bool,

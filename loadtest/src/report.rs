@@ -49,6 +49,8 @@ pub struct Report {
     pub idle: Option<Idle>,
     /// The monorepo commit (`--monorepo-commit`), when run.
     pub monorepo: Option<Monorepo>,
+    /// One replica against all of them (`--scale-out`), when run.
+    pub scale_out: Option<ScaleOut>,
     /// Why the run stopped early (a phase timed out or failed); the figures before it stand.
     pub failure: Option<String>,
     /// At a convergence timeout: the Applications not converged, counted by what was last seen
@@ -115,6 +117,45 @@ pub struct Monorepo {
     pub unaffected_writes_per_app: f64,
     /// Server-side dry runs of their objects.
     pub unaffected_dry_runs: usize,
+}
+
+/// The same work on one replica, then on all of them (`--scale-out`).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ScaleOut {
+    /// `--kube-api-qps` of every replica (`None`: the controller's default).
+    pub budget_qps: Option<f64>,
+    /// Half the Applications, on one replica.
+    pub one: Batch,
+    /// The other half, on all the replicas.
+    pub many: Batch,
+    /// From starting the other replicas until they held their shards and had reconciled the
+    /// Applications that moved to them, seconds.
+    pub joined_s: f64,
+    /// Applications per second on all the replicas over on one.
+    pub ratio: f64,
+}
+
+/// Applications created at once and converged on a given number of replicas.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Batch {
+    /// Replicas running.
+    pub replicas: usize,
+    /// Applications created.
+    pub apps: usize,
+    /// Creating them (the API calls alone), seconds.
+    pub create_s: f64,
+    /// From the first create until every one was Synced, Healthy and Ready, seconds.
+    pub all_ready_s: f64,
+    /// Throughput: Applications over `all_ready_s`.
+    pub per_s: f64,
+    /// When each converged, seconds after the first create.
+    pub ready: Summary,
+    /// The replicas' requests per Application (simcluster's count, reads too).
+    pub requests_per_app: f64,
+    /// Those requests by `verb resource`.
+    pub requests: BTreeMap<String, u64>,
+    /// The replicas' CPU per Application, milliseconds.
+    pub cpu_ms_per_app: f64,
 }
 
 /// The machine.
@@ -339,6 +380,14 @@ impl Report {
                 Some(m.unaffected_writes_per_app <= 2.0 && m.unaffected_dry_runs == 0),
             );
         }
+        if let Some(o) = &self.scale_out {
+            row(
+                &format!("scale-out: throughput on {} replicas over 1, same per-replica budget", o.many.replicas),
+                "≥ 2.7 with 3",
+                format!("{:.2} ({:.1} against {:.1} Applications per second)", o.ratio, o.many.per_s, o.one.per_s),
+                (o.many.replicas == 3).then_some(o.ratio >= 2.7),
+            );
+        }
         if let Some(t) = &self.takeover {
             row(
                 "SIGKILL: every moved Application reconciled, max",
@@ -409,17 +458,21 @@ impl Report {
         let c = &self.convergence;
         let _ = writeln!(out, "| replicas started until every shard held, split evenly | {:.1} s |", self.setup_s);
         let _ = writeln!(out, "| then every Repository resolved the commit | {:.1} s |", self.repositories_s);
-        let _ = writeln!(out, "| creating {} Applications (API calls) | {:.1} s |", s.apps, c.create_s);
-        let _ = writeln!(out, "| first create until all Synced, Healthy, Ready | {:.1} s |", c.all_ready_s);
-        let _ = writeln!(out, "| per Application, create to Ready (p50 / p90 / p99 / max) | {} |", c.per_app.cell_s());
-        let _ = writeln!(
-            out,
-            "| … with a Deployment ({}) / a ConfigMap only ({}) | {} / {} |",
-            c.with_deployment.count,
-            c.configmap_only.count,
-            c.with_deployment.cell_s(),
-            c.configmap_only.cell_s()
-        );
+        // A scale-out run converges in two batches, reported on their own rows.
+        if self.scale_out.is_none() {
+            let _ = writeln!(out, "| creating {} Applications (API calls) | {:.1} s |", s.apps, c.create_s);
+            let _ = writeln!(out, "| first create until all Synced, Healthy, Ready | {:.1} s |", c.all_ready_s);
+            let _ =
+                writeln!(out, "| per Application, create to Ready (p50 / p90 / p99 / max) | {} |", c.per_app.cell_s());
+            let _ = writeln!(
+                out,
+                "| … with a Deployment ({}) / a ConfigMap only ({}) | {} / {} |",
+                c.with_deployment.count,
+                c.configmap_only.count,
+                c.with_deployment.cell_s(),
+                c.configmap_only.cell_s()
+            );
+        }
         if let Some(all) = self.requests_per_app.get(crate::run::ALL) {
             let mut each: Vec<(&String, &f64)> =
                 self.requests_per_app.iter().filter(|(k, _)| *k != crate::run::ALL).collect();
@@ -522,6 +575,29 @@ impl Report {
                 i.writes.values().sum::<usize>()
             );
         }
+        if let Some(o) = &self.scale_out {
+            let budget =
+                o.budget_qps.map_or("the default budget".to_string(), |q| format!("{q} requests per second each"));
+            for b in [&o.one, &o.many] {
+                let top = most_frequent(&b.requests);
+                let _ = writeln!(
+                    out,
+                    "| scale-out, {} Applications on {} replica(s), {budget}: first create to all Ready / per second / each (p50 / p90 / p99 / max) / requests each / CPU each | {:.1} s / {:.1} / {} / {:.1} ({top}) / {:.1} ms |",
+                    b.apps,
+                    b.replicas,
+                    b.all_ready_s,
+                    b.per_s,
+                    b.ready.cell_s(),
+                    b.requests_per_app,
+                    b.cpu_ms_per_app
+                );
+            }
+            let _ = writeln!(
+                out,
+                "| scale-out: the others started until the shards split and moved Applications reconciled / throughput ratio | {:.1} s / {:.2} |",
+                o.joined_s, o.ratio
+            );
+        }
         if let Some(m) = &self.monorepo {
             let top = most_frequent(&m.writes);
             let _ = writeln!(
@@ -578,5 +654,17 @@ mod tests {
         assert!(t.contains("ksync-0 42 (0 s waiting for the budget)"));
         assert!(t.contains("| drift detected"));
         assert!(t.contains("all kinds (goal ≤ 6) | 5.5 (get configmaps 1.00) |"), "{t}");
+    }
+
+    #[test]
+    fn scale_out_is_judged_with_three_replicas_only() {
+        let batch = |replicas, per_s| Batch { replicas, apps: 10, per_s, ..Batch::default() };
+        let mut r = Report::default();
+        r.scale_out = Some(ScaleOut { one: batch(1, 2.0), many: batch(3, 5.6), ratio: 2.8, ..Default::default() });
+        let goal = r.goals().into_iter().find(|g| g.measure.starts_with("scale-out")).expect("a scale-out goal");
+        assert_eq!((goal.met, goal.measured.as_str()), (Some(true), "2.80 (5.6 against 2.0 Applications per second)"));
+        assert!(r.table().contains("10 Applications on 3 replica(s), the default budget"), "{}", r.table());
+        r.scale_out = Some(ScaleOut { one: batch(1, 2.0), many: batch(2, 3.0), ratio: 1.5, ..Default::default() });
+        assert_eq!(r.goals().into_iter().find(|g| g.measure.starts_with("scale-out")).unwrap().met, None);
     }
 }

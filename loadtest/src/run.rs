@@ -51,6 +51,7 @@ macro_rules! say {
 
 mod idle;
 mod monorepo;
+mod scale_out;
 
 /// Everything a run holds on to; the processes die with it.
 struct Fleet {
@@ -69,6 +70,12 @@ struct Fleet {
     phases: Vec<(String, jiff::Timestamp)>,
     /// The repository's work tree (the monorepo commit pushes from it).
     work_tree: WorkTree,
+    /// Each replica's kubeconfig (its ServiceAccount's token), by index.
+    kubeconfigs: Vec<PathBuf>,
+    /// Where logs, kubeconfigs and Git caches go.
+    dir: PathBuf,
+    /// The `ksync-controller` binary.
+    controller_bin: PathBuf,
 }
 
 /// Run the load test described by `args` (see the module documentation).
@@ -148,12 +155,19 @@ pub fn run(args: &Args) -> Result<Report> {
             started,
             phases: Vec::new(),
             work_tree: wt,
+            kubeconfigs: Vec::new(),
+            dir: PathBuf::new(),
+            controller_bin: PathBuf::new(),
         };
         fleet.describe();
         let phases = async {
             fleet.set_up(&cluster, &url, &dir, &controller_bin).await?;
             fleet.repositories_resolved(&commit).await?;
-            fleet.converge().await?;
+            if fleet.args.scale_out {
+                fleet.scale_out().await?;
+            } else {
+                fleet.converge().await?;
+            }
             fleet.drift().await?;
             fleet.snapshot("after the edits");
             if !fleet.args.idle.is_zero() {
@@ -333,14 +347,32 @@ impl Fleet {
         }
 
         self.phase("replicas");
+        for name in self.replica_names() {
+            let config = support::service_account_kubeconfig(cluster, &self.client, dir, SYSTEM, &name).await;
+            self.kubeconfigs.push(config);
+        }
+        self.dir = dir.to_path_buf();
+        self.controller_bin = bin.to_path_buf();
+        // A scale-out run starts with one replica; the others join later.
+        let initial = if self.args.scale_out { 1 } else { self.args.replicas };
+        self.report.setup_s = self.start_replicas(initial).await?;
+        Ok(())
+    }
+
+    /// Start the replicas up to the `upto`-th, then wait until the running ones hold every shard,
+    /// split evenly; the seconds that took.
+    async fn start_replicas(&mut self, upto: usize) -> Result<f64> {
         let tools = support::repo_root().join("tools/bin");
         let tools = tools.join("helm").is_file().then_some(tools);
         let mut extra = self.args.controller_arg.clone();
         if let Some(d) = self.args.drift_resync_interval {
             extra.push(format!("--drift-resync-interval={}ms", d.as_millis()));
         }
+        if let Some(qps) = self.args.kube_api_qps {
+            extra.push(format!("--kube-api-qps={qps}"));
+        }
         let options = fleet::ReplicaOptions {
-            bin,
+            bin: &self.controller_bin,
             shards: self.args.shards,
             lease_duration: self.args.lease_duration,
             concurrency: self.args.concurrent_applications,
@@ -348,17 +380,15 @@ impl Fleet {
             extra: &extra,
             tools: tools.as_deref(),
         };
-        let names = self.replica_names();
-        let mut configs = Vec::new();
-        for name in &names {
-            configs.push(support::service_account_kubeconfig(cluster, &self.client, dir, SYSTEM, name).await);
-        }
+        let names: Vec<String> = self.replica_names().into_iter().take(upto).collect();
         let start = Instant::now();
-        for (name, config) in names.iter().zip(&configs) {
-            let p = fleet::start_replica(&options, name, config, dir)?;
+        let mut started = Vec::new();
+        for (name, config) in names.iter().zip(&self.kubeconfigs).skip(self.replicas.len()) {
+            let p = fleet::start_replica(&options, name, config, &self.dir)?;
             say!("{name}: pid {}, log {}", p.pid(), p.log.display());
-            self.replicas.push(p);
+            started.push(p);
         }
+        self.replicas.extend(started);
         // Every shard held, every replica holding floor or ceil of its share.
         let shards = self.args.shards;
         let deadline = start + Duration::from_secs(120).max(self.args.lease_duration * 8);
@@ -374,9 +404,9 @@ impl Fleet {
             })
             .await
             .ok_or_else(|| Error::Timeout(deadline - start, "the replicas to split the shards".into()))?;
-        self.report.setup_s = start.elapsed().as_secs_f64();
-        say!("shards split {split:?} after {:.1} s", self.report.setup_s);
-        Ok(())
+        let took = start.elapsed().as_secs_f64();
+        say!("shards split {split:?} after {took:.1} s");
+        Ok(took)
     }
 
     /// Wait until every namespace's Repository has resolved `commit` (the leader's Repository

@@ -25,6 +25,12 @@ pub enum Scenario {
     /// 1,000 Applications in one Repository, then one commit changing one Application's path:
     /// renders, and the writes and dry runs of the 999 it does not touch.
     Monorepo,
+    /// 1,000 Applications (a ConfigMap each), 10 Repositories, 16 shards, a budget of 50
+    /// requests per second per replica: half converged on one replica, the other half on
+    /// three (`--scale-out`).
+    #[value(name = "scale-out")]
+    #[serde(rename = "scale-out")]
+    ScaleOut,
 }
 
 /// One flag a scenario sets: its `Args` field name (clap's id) and how to set it.
@@ -72,6 +78,18 @@ impl Scenario {
                 ("no_takeover", |a| a.no_takeover = true),
                 ("monorepo_commit", |a| a.monorepo_commit = true),
             ],
+            Scenario::ScaleOut => vec![
+                ("apps", |a| a.apps = 1000),
+                ("objects", |a| a.objects = Objects::Configmap),
+                ("deployment_every", |a| a.deployment_every = 0),
+                ("namespaces", |a| a.namespaces = 10),
+                ("replicas", |a| a.replicas = 3),
+                ("shards", |a| a.shards = 16),
+                ("kube_api_qps", |a| a.kube_api_qps = Some(50.0)),
+                ("scale_out", |a| a.scale_out = true),
+                ("edits", |a| a.edits = 0),
+                ("no_takeover", |a| a.no_takeover = true),
+            ],
         }
     }
 
@@ -115,7 +133,7 @@ mod tests {
     #[test]
     fn every_setting_names_a_flag() {
         let command = Args::command();
-        for s in [Scenario::Cold10k, Scenario::Takeover, Scenario::Idle, Scenario::Monorepo] {
+        for s in [Scenario::Cold10k, Scenario::Takeover, Scenario::Idle, Scenario::Monorepo, Scenario::ScaleOut] {
             for (id, _) in s.settings() {
                 assert!(command.get_arguments().any(|a| a.get_id() == id), "{s:?}: no flag {id}");
             }
@@ -133,8 +151,12 @@ mod tests {
         assert_eq!((a.idle, a.drift_resync_interval), (Duration::from_secs(90), Some(Duration::from_secs(30))));
         let a = parsed(&["loadtest", "--scenario", "monorepo"]);
         assert!(a.monorepo_commit && a.namespaces == 1 && a.apps == 1000);
+        let a = parsed(&["loadtest", "--scenario", "scale-out", "--kube-api-qps", "20"]);
+        assert!(a.scale_out && a.replicas == 3 && a.edits == 0 && a.no_takeover);
+        assert_eq!(a.kube_api_qps, Some(20.0));
         // No scenario: the flags' defaults.
         let plain = Args::parse_from(["loadtest"]);
         assert_eq!((plain.apps, plain.idle, plain.monorepo_commit), (1000, Duration::ZERO, false));
+        assert!(!plain.scale_out && plain.kube_api_qps.is_none());
     }
 }

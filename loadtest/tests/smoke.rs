@@ -56,3 +56,28 @@ fn a_small_load_converges_detects_drift_and_takes_over_without_stalling() {
     let svg = std::fs::read_to_string(dir.path().join("ready.svg")).expect("ready.svg");
     assert!(svg.starts_with("<svg") && svg.contains("all (100)"), "{}", &svg[..svg.len().min(300)]);
 }
+
+#[test]
+fn a_small_scale_out_converges_one_batch_per_replica_count() {
+    let out = Command::new(env!("CARGO_BIN_EXE_loadtest"))
+        .args(["--scale-out", "--apps", "40", "--replicas", "2", "--shards", "4", "--namespaces", "2"])
+        .args(["--deployment-every", "0", "--edits", "0", "--no-takeover", "--lease-duration", "6s"])
+        .args(["--settle", "1s", "--timeout", "5m", "--json"])
+        .output()
+        .expect("loadtest");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "loadtest failed:\n{stderr}");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON report");
+    assert!(report["failure"].is_null(), "{report:#}");
+    let scale_out = &report["scale_out"];
+    // Half on one replica, half on both, each batch converged in full.
+    for (batch, replicas) in [("one", 1), ("many", 2)] {
+        assert_eq!(scale_out[batch]["replicas"], replicas, "{report:#}");
+        assert_eq!(scale_out[batch]["apps"], 20, "{report:#}");
+        assert_eq!(scale_out[batch]["ready"]["count"], 20, "{report:#}");
+        assert!(scale_out[batch]["requests"]["patch configmaps"].as_u64().is_some_and(|n| n >= 20), "{report:#}");
+    }
+    assert!(scale_out["ratio"].as_f64().is_some_and(|r| r > 0.0), "{report:#}");
+    // Their requests together are the run's requests per new Application.
+    assert!(report["requests_per_app"]["patch configmaps"].as_f64().is_some_and(|n| n >= 1.0), "{report:#}");
+}

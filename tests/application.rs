@@ -174,10 +174,17 @@ fn plans_follow_git_and_the_cluster(cluster: Cluster) {
         want.sort();
         assert_eq!(remaining, want);
 
-        // A NewRevision Event for each Revision.
+        // An Event tells each Revision's creation: `NewRevision`, or the later step of the same
+        // reconcile it was told with (`Progressing`, `Succeeded`).
         let events = env.events("web").await;
-        let new_revisions = events.iter().filter(|e| e.1 == names::events::NEW_REVISION).count();
-        assert!(new_revisions >= 3, "{events:#?}");
+        for r in [&rev, &rev2, &rev3] {
+            let created = format!("Revision {} for commit", r.name_any());
+            let told = events.iter().find(|e| e.2.contains(&created));
+            assert!(
+                told.is_some_and(|e| [names::events::NEW_REVISION, "Progressing", "Succeeded"].contains(&e.1.as_str())),
+                "{created}: {events:#?}"
+            );
+        }
         assert!(events.iter().any(|e| e.2.contains("web: add c")), "{events:#?}");
     });
 }

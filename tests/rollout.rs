@@ -1131,8 +1131,49 @@ fn an_attempt_waiting_for_health_does_not_read_its_unchanged_objects_again(clust
     });
 }
 
+fn the_steps_one_reconcile_takes_on_a_revision_are_told_in_one_event(cluster: Cluster) {
+    let runtime = support::runtime();
+    runtime.block_on(async {
+        let ns = "told-once";
+        let (env, ctx) = Env::start_driven(&cluster, ns).await;
+        env.app_from(
+            "web",
+            &[("web/config.yaml", CONFIG)],
+            json!({"source": {"repository": "platform", "path": "web"}, "serviceAccountName": "deployer",
+                   "destination": {"namespace": ns}}),
+        )
+        .await;
+        let deadline = std::time::Instant::now() + WAIT;
+        let mut reconciles = 0;
+        let rev = loop {
+            let app = Arc::new(env.apps().get("web").await.unwrap());
+            let desired = app.status.as_ref().and_then(|s| s.desired_revision.clone());
+            if let Some(rev) = desired.filter(|_| ready(&app).1 == "Succeeded") {
+                break rev;
+            }
+            assert!(std::time::Instant::now() < deadline, "the Application never turned Ready");
+            application::reconcile(app, ctx.clone()).await.unwrap();
+            reconciles += 1;
+        };
+        let events = env.events("web").await;
+        let about: Vec<&(String, String, String)> = events.iter().filter(|e| e.2.contains(rev.as_str())).collect();
+        // A ConfigMap is Healthy once applied: the reconcile that created the Revision applied
+        // it and saw it Healthy, and said so in one Event.
+        assert_eq!(reconciles, 1, "{events:#?}");
+        assert_eq!(about.len(), 1, "{events:#?}");
+        let (kind, reason, note) = about[0];
+        assert_eq!((kind.as_str(), reason.as_str()), ("Normal", "Succeeded"), "{note}");
+        for step in
+            [format!("Revision {rev} for commit"), "attempt 1: applying".into(), format!("Revision {rev} is Healthy")]
+        {
+            assert!(note.contains(&step), "{step:?} missing from {note:?}");
+        }
+    });
+}
+
 crate::both!(
     render_failures_are_attempts_that_back_off_and_pause,
+    the_steps_one_reconcile_takes_on_a_revision_are_told_in_one_event,
     a_prune_deletes_only_the_object_it_listed,
     an_object_belongs_to_one_application,
     conflicts_permissions_and_deletion_policies,

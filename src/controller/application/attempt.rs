@@ -23,7 +23,7 @@ use super::context::{Context, Error};
 use super::planning::Planned;
 use super::revision::revision_ref;
 use super::rollout::{self, Policy, Step};
-use super::status::{Failure, event, report_failure};
+use super::status::{Failure, event, lifecycle_event, report_failure};
 use crate::api::application::{Application, ApplicationStatus, HealthSummary, ResourceRef, SyncState};
 use crate::api::common::{GroupVersionKind, HealthStatus};
 use crate::api::conditions;
@@ -432,16 +432,13 @@ impl Rollout<'_> {
             }
             _ => String::new(),
         };
-        let related = revision_ref(self.ns, self.rev);
-        event(
+        lifecycle_event(
             self.ctx,
             self.app,
-            Some(&related),
-            EventType::Normal,
+            revision_ref(self.ns, self.rev),
             names::reasons::PROGRESSING,
             &format!("Revision {} attempt {number}: applying {}{}", self.rev, counts(&planned.stored), approved_by),
-        )
-        .await;
+        );
         // Conflict policy fail: conflicts block the rollout; nothing is forced.
         let blocking: Vec<String> = planned
             .plan

@@ -180,6 +180,8 @@ pub struct Context {
     pub(super) redeploys: Mutex<HashMap<ObjectRef<Application>, String>>,
     /// Our applies, so their watch events trigger no reconcile.
     pub(super) echoes: super::echoes::Echoes,
+    /// Lifecycle Events held until the reconcile ends.
+    pub(super) held_events: super::held_events::HeldEvents,
     /// Kinds each service account may not list across the cluster.
     pub(super) narrow_lists: super::live::NarrowLists,
     /// What the last plans found unchanged: a drift check does not read it again.
@@ -230,6 +232,7 @@ impl Context {
             failures: Default::default(),
             redeploys: Default::default(),
             echoes: Default::default(),
+            held_events: Default::default(),
             narrow_lists: Default::default(),
             unchanged: Default::default(),
             scopes: Default::default(),

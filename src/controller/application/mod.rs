@@ -47,6 +47,7 @@ mod echoes;
 mod finalize;
 mod gate;
 mod healthchecks;
+mod held_events;
 pub mod live;
 mod planning;
 pub mod progress;
@@ -352,6 +353,12 @@ fn error_policy(app: Arc<Application>, error: &Error, ctx: Arc<Context>) -> Acti
 
 /// Reconcile one Application (see the module documentation).
 pub async fn reconcile(app: Arc<Application>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let result = reconcile_once(app.clone(), ctx.clone()).await;
+    status::flush_events(&ctx, &app).await;
+    result
+}
+
+async fn reconcile_once(app: Arc<Application>, ctx: Arc<Context>) -> Result<Action, Error> {
     // Not the copy our last status write replaced (see `written`).
     let app = ctx.written.latest(app);
     let ns = app.namespace().ok_or(Error::NoNamespace)?;

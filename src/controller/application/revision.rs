@@ -6,12 +6,11 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::runtime::events::EventType;
 use serde_json::json;
 
 use super::context::{Context, Error};
 use super::source::Source;
-use super::status::event;
+use super::status::lifecycle_event;
 use crate::api::application::Application;
 use crate::api::conditions;
 use crate::api::names;
@@ -90,8 +89,7 @@ pub(super) async fn ensure_revision(
             } else {
                 format!("Revision {rev_name} for commit {short}: {subject}")
             };
-            event(ctx, app, Some(&revision_ref(ns, rev_name)), EventType::Normal, names::events::NEW_REVISION, &note)
-                .await;
+            lifecycle_event(ctx, app, revision_ref(ns, rev_name), names::events::NEW_REVISION, &note);
             Ok(created)
         }
         Err(kube::Error::Api(s)) if s.code == 409 => {

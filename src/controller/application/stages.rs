@@ -42,7 +42,7 @@ use super::context::Error;
 use super::planning::Planned;
 use super::revision::revision_ref;
 use super::rollout::Policy;
-use super::status::event;
+use super::status::{event, lifecycle_event};
 use crate::api::application::SyncState;
 use crate::api::common::HealthStatus;
 use crate::api::conditions;
@@ -321,8 +321,7 @@ impl Rollout<'_> {
             self.app.metadata.generation,
             self.now,
         );
-        let related = revision_ref(self.ns, self.rev);
-        event(self.ctx, self.app, Some(&related), EventType::Normal, names::reasons::SUCCEEDED, &message).await;
+        lifecycle_event(self.ctx, self.app, revision_ref(self.ns, self.rev), names::reasons::SUCCEEDED, &message);
         if behind {
             // The newer desired state gets its attempt now, not at the next resync.
             return Action::requeue(NEXT_STAGE);

@@ -57,9 +57,42 @@ pub(super) async fn report_failure(
     tracing::info!(application = %app.name_any(), namespace = ?app.namespace(), reason = failure.reason, message = %failure.message, "application not ready");
 }
 
-/// Publish an Event about `app`. `related` (the Revision concerned) is part of the recorder's
+/// Publish an Event about `app`, after the lifecycle Events it holds
+/// ([`super::held_events`]). `related` (the Revision concerned) is part of the recorder's
 /// aggregation key, so Events about different Revisions are never merged into one series.
 pub(super) async fn event(
+    ctx: &Context,
+    app: &Application,
+    related: Option<&ObjectReference>,
+    type_: EventType,
+    reason: &str,
+    note: &str,
+) {
+    flush_events(ctx, app).await;
+    publish(ctx, app, related, type_, reason, note).await;
+}
+
+/// Hold a lifecycle Event (`NewRevision`, an attempt's `Progressing`, `Succeeded`) about the
+/// Revision `related` until the reconcile ends or another Event is published: the steps one
+/// reconcile takes on one Revision are told in one Event.
+pub(super) fn lifecycle_event(
+    ctx: &Context,
+    app: &Application,
+    related: ObjectReference,
+    reason: &'static str,
+    note: &str,
+) {
+    ctx.held_events.hold(app, super::held_events::Held { reason, related, note: note.to_string() });
+}
+
+/// Publish the lifecycle Events `app` holds, merged.
+pub(super) async fn flush_events(ctx: &Context, app: &Application) {
+    for h in ctx.held_events.take(app) {
+        publish(ctx, app, Some(&h.related), EventType::Normal, h.reason, &h.note).await;
+    }
+}
+
+async fn publish(
     ctx: &Context,
     app: &Application,
     related: Option<&ObjectReference>,

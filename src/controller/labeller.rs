@@ -6,8 +6,10 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use kube::api::{Api, Patch, PatchParams};
+use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::watcher;
+use kube::runtime::watcher::{self, watcher};
+use kube::runtime::{WatchStreamExt, reflector};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
@@ -24,9 +26,16 @@ struct Ctx {
 
 /// Label Applications until `shutdown`.
 pub async fn run(client: Client, shards: u32, shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static) {
-    let apps: Api<Application> = Api::all(client.clone());
-    // Metadata is all it needs; the full objects come with the Controller's reflector.
-    Controller::new(apps, watcher::Config::default())
+    let apps: Api<PartialObjectMeta<Application>> = Api::all(client.clone());
+    // Names and labels are all it needs: the leader holds every Application of the cluster, so
+    // it keeps their metadata only, without managedFields.
+    let (store, writer) = reflector::store::<PartialObjectMeta<Application>>();
+    let stream = watcher(apps, watcher::Config::default())
+        .default_backoff()
+        .modify(|a| a.metadata.managed_fields = None)
+        .reflect(writer)
+        .applied_objects();
+    Controller::for_stream(stream, store)
         .graceful_shutdown_on(shutdown)
         .run(
             reconcile,
@@ -37,7 +46,7 @@ pub async fn run(client: Client, shards: u32, shutdown: impl std::future::Future
         .await;
 }
 
-async fn reconcile(app: Arc<Application>, ctx: Arc<Ctx>) -> Result<Action, kube::Error> {
+async fn reconcile(app: Arc<PartialObjectMeta<Application>>, ctx: Arc<Ctx>) -> Result<Action, kube::Error> {
     let ns = app.namespace().unwrap_or_default();
     let name = app.name_any();
     let want = sharding::ring::shard_of(&sharding::ring::application_key(&ns, &name), ctx.shards.max(1)).to_string();

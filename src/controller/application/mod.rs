@@ -129,22 +129,28 @@ pub async fn run_shard(
         r
     };
     let c = ctx.clone();
-    let own = watcher(apps, config).default_backoff().reflect(writer).touched_objects().filter(move |a| {
-        // Our own status write coming back: the store has it, no reconcile needed.
-        let own = a.as_ref().is_ok_and(|a| {
-            let r = ObjectRef::from_obj(a);
-            let mut writes = c.own_writes.lock().expect("own writes lock");
-            c.written.observed(&r, a.resource_version().as_deref());
-            let ours = writes.get(&r).is_some_and(|rv| a.resource_version().as_ref() == Some(rv));
-            if ours {
-                writes.remove(&r);
-            } else {
-                c.progress.triggered(&r);
-            }
-            ours
+    // Nothing reads an Application's managedFields: the store keeps it without them.
+    let own = watcher(apps, config)
+        .default_backoff()
+        .modify(|a| a.metadata.managed_fields = None)
+        .reflect(writer)
+        .touched_objects()
+        .filter(move |a| {
+            // Our own status write coming back: the store has it, no reconcile needed.
+            let own = a.as_ref().is_ok_and(|a| {
+                let r = ObjectRef::from_obj(a);
+                let mut writes = c.own_writes.lock().expect("own writes lock");
+                c.written.observed(&r, a.resource_version().as_deref());
+                let ours = writes.get(&r).is_some_and(|rv| a.resource_version().as_ref() == Some(rv));
+                if ours {
+                    writes.remove(&r);
+                } else {
+                    c.progress.triggered(&r);
+                }
+                ours
+            });
+            std::future::ready(!own)
         });
-        std::future::ready(!own)
-    });
     let controller = Controller::for_stream(own, store.clone()).with_config(
         // Every due reconcile starts and waits for one of the replica's slots (`queue`), so
         // the cap is per replica and fair across namespaces.

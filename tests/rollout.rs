@@ -1171,8 +1171,44 @@ fn the_steps_one_reconcile_takes_on_a_revision_are_told_in_one_event(cluster: Cl
     });
 }
 
+fn a_replica_taking_over_an_application_nothing_changed_writes_nothing(cluster: Cluster) {
+    let runtime = support::runtime();
+    runtime.block_on(async {
+        let ns = "taken-over";
+        let (env, ctx) = Env::start_driven(&cluster, ns).await;
+        env.app_from(
+            "web",
+            &[("web/config.yaml", CONFIG)],
+            json!({"source": {"repository": "platform", "path": "web"}, "serviceAccountName": "deployer",
+                   "destination": {"namespace": ns}}),
+        )
+        .await;
+        let deadline = std::time::Instant::now() + WAIT;
+        let settled = |a: &Application| ready(a).1 == "Succeeded";
+        let mut app = env.apps().get("web").await.unwrap();
+        while !settled(&app) {
+            assert!(std::time::Instant::now() < deadline, "the Application never turned Ready");
+            application::reconcile(Arc::new(app), ctx.clone()).await.unwrap();
+            app = env.apps().get("web").await.unwrap();
+        }
+        // Its shard moves: another replica, which kept nothing of the reconciles above, checks it.
+        let (other, _cache) = Env::another_replica(&cluster).await;
+        let before = app.clone();
+        application::reconcile(Arc::new(app), other).await.unwrap();
+        let after = env.apps().get("web").await.unwrap();
+        assert_eq!(
+            after.resource_version(),
+            before.resource_version(),
+            "the status was written again:\nbefore {:#?}\nafter {:#?}",
+            before.status,
+            after.status
+        );
+    });
+}
+
 crate::both!(
     render_failures_are_attempts_that_back_off_and_pause,
+    a_replica_taking_over_an_application_nothing_changed_writes_nothing,
     the_steps_one_reconcile_takes_on_a_revision_are_told_in_one_event,
     a_prune_deletes_only_the_object_it_listed,
     an_object_belongs_to_one_application,

@@ -659,8 +659,10 @@ mod tests {
     #[test]
     fn scale_out_is_judged_with_three_replicas_only() {
         let batch = |replicas, per_s| Batch { replicas, apps: 10, per_s, ..Batch::default() };
-        let mut r = Report::default();
-        r.scale_out = Some(ScaleOut { one: batch(1, 2.0), many: batch(3, 5.6), ratio: 2.8, ..Default::default() });
+        let mut r = Report {
+            scale_out: Some(ScaleOut { one: batch(1, 2.0), many: batch(3, 5.6), ratio: 2.8, ..Default::default() }),
+            ..Default::default()
+        };
         let goal = r.goals().into_iter().find(|g| g.measure.starts_with("scale-out")).expect("a scale-out goal");
         assert_eq!((goal.met, goal.measured.as_str()), (Some(true), "2.80 (5.6 against 2.0 Applications per second)"));
         assert!(r.table().contains("10 Applications on 3 replica(s), the default budget"), "{}", r.table());

@@ -373,16 +373,50 @@ pub fn build(desired: &[Value], inputs: &Inputs) -> Plan {
     let mut entries = applies;
     entries.extend(skipped);
     entries.extend(deletes);
-    let canonical = serde_json::to_vec(&entries).unwrap_or_default();
-    // The entries name paths, never values: the digest also covers what the objects are set to,
-    // so approving one plan never approves other values on the same paths (red to blue after
-    // blue to red).
-    let objects: Vec<Value> = desired.iter().chain(&inputs.hooks).cloned().collect();
+    let digest = digest(&entries, desired, &inputs.hooks);
+    Plan { entries, digest }
+}
+
+/// sha256 over the canonical JSON of `entries` and the desired state hash of `desired` and
+/// `hooks`. The entries name paths, never values: the digest also covers what the objects are
+/// set to, so approving one plan never approves other values on the same paths (red to blue
+/// after blue to red).
+fn digest(entries: &[Entry], desired: &[Value], hooks: &[Value]) -> String {
+    let canonical = serde_json::to_vec(entries).unwrap_or_default();
+    let objects: Vec<Value> = desired.iter().chain(hooks).cloned().collect();
     let mut h = Sha256::new();
     h.update(&canonical);
     h.update(b"\n");
     h.update(revision::desired_state_hash(&objects).as_bytes());
-    let digest = format!("sha256:{}", h.finalize().iter().map(|b| format!("{b:02x}")).collect::<String>());
+    format!("sha256:{}", h.finalize().iter().map(|b| format!("{b:02x}")).collect::<String>())
+}
+
+/// The plan of `desired` once `plan` (built from `desired` and `hooks`) has been carried out:
+/// every object it creates or updates live as desired, every object it deletes gone, no field
+/// left in conflict; hooks and skipped prunes as they were.
+///
+/// # Contract
+/// Its digest is the digest of a plan computed against the live state right after a
+/// successful rollout of `plan`, by a replica that kept nothing ([`build`] with what it reads and
+/// dry-runs). A rollout records it as `status.sync.planDigest`, so the next drift check, or the
+/// replica a shard moves to, finds the status as it would write it and writes nothing.
+pub fn carried_out(plan: &Plan, desired: &[Value], hooks: &[Value]) -> Plan {
+    let entries: Vec<Entry> = plan
+        .entries
+        .iter()
+        .filter(|e| e.action != Action::Delete)
+        .map(|e| match e.action {
+            Action::Create | Action::Update if e.hook.is_none() => Entry {
+                action: Action::Unchanged,
+                changed: Vec::new(),
+                more_changed: 0,
+                conflicts: Vec::new(),
+                ..e.clone()
+            },
+            _ => e.clone(),
+        })
+        .collect();
+    let digest = digest(&entries, desired, hooks);
     Plan { entries, digest }
 }
 

@@ -60,23 +60,34 @@ impl Env {
         let mut env = Env::without_controllers(cluster, ns).await;
         let client = env.client.clone();
         let cache = GitCache::new(CacheConfig::new(env._cache_dir.path())).unwrap();
-        let tools = super::Tools::get();
-        let renderer = Renderer::new(
-            Tools { helm: tools.bin.join("helm"), kubectl: tools.bin.join("kubectl") },
-            Limits::default(),
-            kuvryn_sync::render::DEFAULT_CACHE_BYTES,
-        );
         let repos = Arc::new(repository::Context::new(client.clone(), cache.clone(), Some("test".into())));
-        let apps = Arc::new(
-            application::Context::new(cluster.config().await, cache, renderer, Some("test".into()), Default::default())
-                .unwrap(),
-        );
+        let apps = Env::context(cluster, cache).await;
         let (tx, mut rx) = tokio::sync::watch::channel(false);
         tokio::spawn(repository::run(repos, async move {
             let _ = rx.wait_for(|s| *s).await;
         }));
         env.stop = Some(tx);
         (env, apps)
+    }
+
+    /// An Application controller's context as another replica has it: its own Git cache (in
+    /// the folder returned) and renderer, nothing kept from earlier reconciles.
+    pub async fn another_replica(cluster: &Cluster) -> (Arc<application::Context>, tempfile::TempDir) {
+        let dir = temp_dir("git-cache");
+        (Env::context(cluster, GitCache::new(CacheConfig::new(dir.path())).unwrap()).await, dir)
+    }
+
+    async fn context(cluster: &Cluster, cache: GitCache) -> Arc<application::Context> {
+        let tools = super::Tools::get();
+        let renderer = Renderer::new(
+            Tools { helm: tools.bin.join("helm"), kubectl: tools.bin.join("kubectl") },
+            Limits::default(),
+            kuvryn_sync::render::DEFAULT_CACHE_BYTES,
+        );
+        Arc::new(
+            application::Context::new(cluster.config().await, cache, renderer, Some("test".into()), Default::default())
+                .unwrap(),
+        )
     }
 
     /// As [`Env::start`] without the controllers: for tests that run the manager binary.

@@ -22,10 +22,8 @@ impl Fleet {
     /// until they split the shards and the Applications that moved are reconciled, then converge
     /// the rest on all of them.
     pub(super) async fn scale_out(&mut self) -> Result<()> {
-        let (first, second): (Vec<(usize, AppDef)>, Vec<(usize, AppDef)>) =
-            self.apps.iter().cloned().enumerate().partition(|(i, _)| i % 2 == 0);
-        let first: Vec<AppDef> = first.into_iter().map(|(_, d)| d).collect();
-        let second: Vec<AppDef> = second.into_iter().map(|(_, d)| d).collect();
+        let first: Vec<AppDef> = self.apps.iter().step_by(2).cloned().collect();
+        let second: Vec<AppDef> = self.apps.iter().skip(1).step_by(2).cloned().collect();
         let many = self.args.replicas;
 
         self.phase("scale-out: 1 replica");

@@ -76,10 +76,13 @@ mod tests {
         Held { reason, related, note: note.to_string() }
     }
 
+    /// Published as (reason, revision, note).
+    type Published<'a> = Vec<(&'a str, &'a str, &'a str)>;
+
     #[test]
     fn steps_of_one_revision_become_one_event_with_the_last_reason() {
-        // (held, published as (reason, revision, note))
-        let cases: Vec<(Vec<Held>, Vec<(&str, &str, &str)>)> = vec![
+        // (held, published)
+        let cases: Vec<(Vec<Held>, Published)> = vec![
             (vec![], vec![]),
             (vec![held("NewRevision", "r1", "a")], vec![("NewRevision", "r1", "a")]),
             // Created, applied and Healthy in one reconcile: one Succeeded.

@@ -313,6 +313,13 @@ impl Rollout<'_> {
         self.rs.deployed_desired_state_hash = Some(applied.unwrap_or_else(|| planned.hash.clone()));
         self.status.last_healthy_revision = Some(self.rev.to_string());
         self.set_sync(SyncState::Synced, planned);
+        // The plan against the live state is now the carried-out one: recorded as such, the next
+        // drift check (or the replica a shard moves to) finds nothing to write.
+        let (plan, desired, hooks) = (planned.plan.clone(), planned.desired.clone(), planned.hooks.clone());
+        let done = crate::offload::offload(move || crate::plan::carried_out(&plan, &desired, &hooks)).await;
+        if let Some(sync) = self.status.sync.as_mut() {
+            sync.plan_digest = Some(done.digest);
+        }
         let message = format!("Revision {} is Healthy", self.rev);
         conditions::mark_ready(
             &mut self.status.conditions,

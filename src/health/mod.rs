@@ -180,6 +180,16 @@ pub fn is_workload(group: &str, kind: &str) -> bool {
     group == "apps" && matches!(kind, "Deployment" | "StatefulSet" | "DaemonSet")
 }
 
+/// Whether a workload's Pods may say why it is not Healthy: not when it wants none
+/// (`spec.replicas: 0`), nor when its controller has not observed it yet (no
+/// `status.observedGeneration`: it made no Pods for it). Listing them then costs a request and
+/// tells nothing.
+pub fn pods_may_explain(workload: &Value) -> bool {
+    let wants_none = workload["spec"]["replicas"].as_i64() == Some(0);
+    let observed = workload["status"]["observedGeneration"].is_i64();
+    observed && !wants_none
+}
+
 /// A workload's assessment with its Pods as evidence: when it is not Healthy and one of its
 /// Pods is Degraded (crash loop, OOMKilled, image pull failure, ...), the message names that
 /// Pod and why, and with `degrade` the workload is Degraded: a cause is evident. A workload

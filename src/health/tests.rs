@@ -290,3 +290,18 @@ fn a_healthcheck_decides_in_the_summary() {
     );
     assert_eq!(s.unhealthy[0].1.status, HealthStatus::Unknown);
 }
+
+#[test]
+fn pods_are_evidence_only_of_a_workload_that_wants_some_and_was_observed() {
+    // (case, workload, its Pods may explain)
+    let cases = [
+        ("observed, wants 2", json!({"spec": {"replicas": 2}, "status": {"observedGeneration": 1}}), true),
+        ("a DaemonSet (no replicas), observed", json!({"spec": {}, "status": {"observedGeneration": 3}}), true),
+        ("wants none", json!({"spec": {"replicas": 0}, "status": {"observedGeneration": 1}}), false),
+        ("just created: no status", json!({"spec": {"replicas": 2}}), false),
+        ("status without observedGeneration", json!({"spec": {"replicas": 2}, "status": {"replicas": 0}}), false),
+    ];
+    for (case, workload, want) in cases {
+        assert_eq!(pods_may_explain(&workload), want, "{case}");
+    }
+}

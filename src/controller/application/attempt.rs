@@ -755,7 +755,7 @@ impl Rollout<'_> {
             }
             let id = format!("{}/{}/{}/{}", e.group, e.kind, e.namespace, e.name);
             let Some(obj) = live.get(&id) else { continue };
-            if health::assess(obj).status == HealthStatus::Healthy {
+            if health::assess(obj).status == HealthStatus::Healthy || !health::pods_may_explain(obj) {
                 continue;
             }
             let Some(labels) = obj["spec"]["selector"]["matchLabels"].as_object().filter(|l| !l.is_empty()) else {

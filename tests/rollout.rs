@@ -1131,30 +1131,34 @@ fn an_attempt_waiting_for_health_does_not_read_its_unchanged_objects_again(clust
     });
 }
 
+/// A driven Application `web` of one ConfigMap in `ns`, reconciled with the context returned
+/// until it is Ready: the Application then, and the reconciles that took.
+async fn a_ready_config_map(cluster: &Cluster, ns: &str) -> (Env, Arc<application::Context>, Application, usize) {
+    let (env, ctx) = Env::start_driven(cluster, ns).await;
+    env.app_from(
+        "web",
+        &[("web/config.yaml", CONFIG)],
+        json!({"source": {"repository": "platform", "path": "web"}, "serviceAccountName": "deployer",
+               "destination": {"namespace": ns}}),
+    )
+    .await;
+    let deadline = std::time::Instant::now() + WAIT;
+    let mut reconciles = 0;
+    let mut app = env.apps().get("web").await.unwrap();
+    while ready(&app).1 != "Succeeded" {
+        assert!(std::time::Instant::now() < deadline, "the Application never turned Ready");
+        application::reconcile(Arc::new(app), ctx.clone()).await.unwrap();
+        reconciles += 1;
+        app = env.apps().get("web").await.unwrap();
+    }
+    (env, ctx, app, reconciles)
+}
+
 fn the_steps_one_reconcile_takes_on_a_revision_are_told_in_one_event(cluster: Cluster) {
     let runtime = support::runtime();
     runtime.block_on(async {
-        let ns = "told-once";
-        let (env, ctx) = Env::start_driven(&cluster, ns).await;
-        env.app_from(
-            "web",
-            &[("web/config.yaml", CONFIG)],
-            json!({"source": {"repository": "platform", "path": "web"}, "serviceAccountName": "deployer",
-                   "destination": {"namespace": ns}}),
-        )
-        .await;
-        let deadline = std::time::Instant::now() + WAIT;
-        let mut reconciles = 0;
-        let rev = loop {
-            let app = Arc::new(env.apps().get("web").await.unwrap());
-            let desired = app.status.as_ref().and_then(|s| s.desired_revision.clone());
-            if let Some(rev) = desired.filter(|_| ready(&app).1 == "Succeeded") {
-                break rev;
-            }
-            assert!(std::time::Instant::now() < deadline, "the Application never turned Ready");
-            application::reconcile(app, ctx.clone()).await.unwrap();
-            reconciles += 1;
-        };
+        let (env, _ctx, app, reconciles) = a_ready_config_map(&cluster, "told-once").await;
+        let rev = app.status.and_then(|s| s.desired_revision).expect("a desired Revision");
         let events = env.events("web").await;
         let about: Vec<&(String, String, String)> = events.iter().filter(|e| e.2.contains(rev.as_str())).collect();
         // A ConfigMap is Healthy once applied: the reconcile that created the Revision applied
@@ -1174,27 +1178,10 @@ fn the_steps_one_reconcile_takes_on_a_revision_are_told_in_one_event(cluster: Cl
 fn a_replica_taking_over_an_application_nothing_changed_writes_nothing(cluster: Cluster) {
     let runtime = support::runtime();
     runtime.block_on(async {
-        let ns = "taken-over";
-        let (env, ctx) = Env::start_driven(&cluster, ns).await;
-        env.app_from(
-            "web",
-            &[("web/config.yaml", CONFIG)],
-            json!({"source": {"repository": "platform", "path": "web"}, "serviceAccountName": "deployer",
-                   "destination": {"namespace": ns}}),
-        )
-        .await;
-        let deadline = std::time::Instant::now() + WAIT;
-        let settled = |a: &Application| ready(a).1 == "Succeeded";
-        let mut app = env.apps().get("web").await.unwrap();
-        while !settled(&app) {
-            assert!(std::time::Instant::now() < deadline, "the Application never turned Ready");
-            application::reconcile(Arc::new(app), ctx.clone()).await.unwrap();
-            app = env.apps().get("web").await.unwrap();
-        }
+        let (env, _ctx, before, _) = a_ready_config_map(&cluster, "taken-over").await;
         // Its shard moves: another replica, which kept nothing of the reconciles above, checks it.
         let (other, _cache) = Env::another_replica(&cluster).await;
-        let before = app.clone();
-        application::reconcile(Arc::new(app), other).await.unwrap();
+        application::reconcile(Arc::new(before.clone()), other).await.unwrap();
         let after = env.apps().get("web").await.unwrap();
         assert_eq!(
             after.resource_version(),

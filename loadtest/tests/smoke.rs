@@ -6,20 +6,28 @@
 
 use std::process::Command;
 
-#[test]
-fn a_small_load_converges_detects_drift_and_takes_over_without_stalling() {
-    let dir = tempfile::tempdir().expect("a temporary folder");
-    let out = Command::new(env!("CARGO_BIN_EXE_loadtest"))
-        .arg("--out")
-        .arg(dir.path())
-        .args(["--apps", "100", "--replicas", "2", "--shards", "4", "--edits", "10", "--namespaces", "4"])
-        .args(["--deployment-every", "10", "--lease-duration", "6s", "--settle", "1s", "--timeout", "5m", "--json"])
-        .output()
-        .expect("loadtest");
+/// Run the load test with `args` and `--json`; its report, once it succeeded without stopping
+/// early.
+fn report_of(args: &[&std::ffi::OsStr]) -> serde_json::Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_loadtest")).args(args).arg("--json").output().expect("loadtest");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "loadtest failed:\n{stderr}");
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON report");
     assert!(report["failure"].is_null(), "{report:#}");
+    report
+}
+
+fn os(args: &[&'static str]) -> Vec<&'static std::ffi::OsStr> {
+    args.iter().map(|a| std::ffi::OsStr::new(*a)).collect()
+}
+
+#[test]
+fn a_small_load_converges_detects_drift_and_takes_over_without_stalling() {
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let mut args = vec![std::ffi::OsStr::new("--out"), dir.path().as_os_str()];
+    args.extend(os(&["--apps", "100", "--replicas", "2", "--shards", "4", "--edits", "10", "--namespaces", "4"]));
+    args.extend(os(&["--deployment-every", "10", "--lease-duration", "6s", "--settle", "1s", "--timeout", "5m"]));
+    let report = report_of(&args);
     assert_eq!(report["settings"]["apps"], 100, "{report:#}");
     let convergence = &report["convergence"];
     assert_eq!(convergence["per_app"]["count"], 100, "{report:#}");
@@ -59,16 +67,28 @@ fn a_small_load_converges_detects_drift_and_takes_over_without_stalling() {
 
 #[test]
 fn a_small_scale_out_converges_one_batch_per_replica_count() {
-    let out = Command::new(env!("CARGO_BIN_EXE_loadtest"))
-        .args(["--scale-out", "--apps", "40", "--replicas", "2", "--shards", "4", "--namespaces", "2"])
-        .args(["--deployment-every", "0", "--edits", "0", "--no-takeover", "--lease-duration", "6s"])
-        .args(["--settle", "1s", "--timeout", "5m", "--json"])
-        .output()
-        .expect("loadtest");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "loadtest failed:\n{stderr}");
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON report");
-    assert!(report["failure"].is_null(), "{report:#}");
+    let report = report_of(&os(&[
+        "--scale-out",
+        "--apps",
+        "40",
+        "--replicas",
+        "2",
+        "--shards",
+        "4",
+        "--namespaces",
+        "2",
+        "--deployment-every",
+        "0",
+        "--edits",
+        "0",
+        "--no-takeover",
+        "--lease-duration",
+        "6s",
+        "--settle",
+        "1s",
+        "--timeout",
+        "5m",
+    ]));
     let scale_out = &report["scale_out"];
     // Half on one replica, half on both, each batch converged in full.
     for (batch, replicas) in [("one", 1), ("many", 2)] {

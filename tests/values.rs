@@ -3,6 +3,8 @@
 
 mod support;
 
+use std::time::Duration;
+
 use kuvryn_sync::api::application::{ValuesKind, ValuesReference};
 use kuvryn_sync::render::values;
 use serde_json::json;
@@ -39,13 +41,18 @@ fn values_are_read_as_the_service_account(cluster: Cluster) {
                      "subjects": [{"kind": "ServiceAccount", "name": "deployer", "namespace": ns}]})).await;
 
         let sa = values::impersonating(&cluster.config().await, ns, "deployer").unwrap();
-        let (docs, secrets) = values::read(
-            &sa,
-            ns,
-            &[r(ValuesKind::Secret, "helm-values", false), r(ValuesKind::ConfigMap, "public", false), r(ValuesKind::ConfigMap, "absent", true)],
-        )
-        .await
-        .unwrap();
+        let wanted =
+            [r(ValuesKind::Secret, "helm-values", false), r(ValuesKind::ConfigMap, "public", false), r(ValuesKind::ConfigMap, "absent", true)];
+        // A real API server authorizes from an informer's copy of RBAC: the RoleBinding takes
+        // effect a moment after it is written.
+        let (docs, secrets) = support::eventually("the RoleBinding to take effect", Duration::from_secs(30), || async {
+            match values::read(&sa, ns, &wanted).await {
+                Ok(read) => Some(read),
+                Err(e) if e.to_string().contains("may not read it") => None,
+                Err(e) => panic!("reading the values: {e}"),
+            }
+        })
+        .await;
         assert_eq!(docs, [json!({"password": "hunter2-secret", "replicas": 3}), json!({"greeting": "hi"})]);
         assert!(secrets.iter().any(|s| s == "hunter2-secret"), "{secrets:?}");
 

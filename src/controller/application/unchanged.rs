@@ -107,7 +107,7 @@ pub fn to_keep(
         let Some(l) = live.get(&id).filter(|l| resource_version(l).is_some()) else { continue };
         let known = match skipped.get(&id) {
             Some(k) => k.clone(),
-            None => Known { digest: digest(d), live: Arc::new(l.clone()), checked: now },
+            None => Known { digest: digest(d), live: Arc::new(kept(l)), checked: now },
         };
         out.insert(id, known);
     }
@@ -124,9 +124,20 @@ pub fn applied(desired: &[Value], objects: &BTreeMap<String, Value>, now: Instan
     for d in desired {
         let id = validate::identity(d);
         let Some(l) = objects.get(&id).filter(|l| resource_version(l).is_some()) else { continue };
-        out.insert(id, Known { digest: digest(d), live: Arc::new(l.clone()), checked: now });
+        out.insert(id, Known { digest: digest(d), live: Arc::new(kept(l)), checked: now });
     }
     out
+}
+
+/// A live object as kept: without `metadata.managedFields`, often its largest part, which
+/// nothing planned from a kept object reads (conflicts come from dry runs, which a skipped
+/// object does not get).
+fn kept(live: &Value) -> Value {
+    let mut l = live.clone();
+    if let Some(meta) = l.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.remove("managedFields");
+    }
+    l
 }
 
 /// The kept objects of every Application of this replica.
@@ -266,6 +277,28 @@ mod tests {
         store.set("n/app", BTreeMap::from([(other.clone(), out[&id].clone())]));
         store.add("n/app", out);
         assert_eq!(store.get("n/app").len(), 2);
+    }
+
+    #[test]
+    fn kept_objects_lose_their_managed_fields_only() {
+        let now = Instant::now();
+        let id = validate::identity(&cm("1"));
+        let mut returned = live("8");
+        returned["metadata"]["managedFields"] = json!([{"manager": "kuvryn-sync", "fieldsV1": {"f:data": {}}}]);
+        let plan = crate::plan::build(
+            &[cm("1")],
+            &crate::plan::Inputs { live: BTreeMap::from([(id.clone(), returned.clone())]), ..Default::default() },
+        );
+        let live_map = BTreeMap::from([(id.clone(), returned.clone())]);
+        let objects = BTreeMap::from([(id.clone(), returned)]);
+        for (how, out) in [
+            ("kept by a plan", to_keep(&[cm("1")], &plan, &live_map, &BTreeMap::new(), now)),
+            ("kept after an apply", applied(&[cm("1")], &objects, now)),
+        ] {
+            let kept = &out[&id].live;
+            assert!(kept["metadata"].get("managedFields").is_none(), "{how}: {kept}");
+            assert_eq!(**kept, live("8"), "{how}: everything else is kept");
+        }
     }
 
     #[test]

@@ -176,11 +176,14 @@ impl Revisions {
         (state.seen.get(&self.key(ns, rev)) == Some(&rv)).then(|| (**kept).clone())
     }
 
-    /// Keep `r`, as just read or written, as the copy of its Application's desired Revision.
+    /// Keep `r`, as just read or written, as the copy of its Application's desired Revision,
+    /// without `metadata.managedFields` (nothing reads them; they are most of a copy's memory).
     pub(super) fn keep(&self, r: &Revision) {
         let Some(ns) = r.namespace() else { return };
         let key = (ns, r.spec.application.clone());
-        self.state.lock().expect("revisions lock").kept.insert(key, Arc::new(r.clone()));
+        let mut copy = r.clone();
+        copy.metadata.managed_fields = None;
+        self.state.lock().expect("revisions lock").kept.insert(key, Arc::new(copy));
     }
 
     /// Forget the copy kept for Application `ns/app` (one of its Revisions is written another way).
@@ -271,5 +274,20 @@ mod tests {
         assert_eq!(r.state.lock().unwrap().kept.len(), 1, "another Revision of the Application deleted");
         r.state.lock().unwrap().deleted("team", "web", "web-2");
         assert!(r.state.lock().unwrap().kept.is_empty(), "the copy does not outlive its Revision");
+    }
+
+    #[test]
+    fn a_kept_copy_is_the_revision_without_its_managed_fields() {
+        use watcher::Event::*;
+        let r = Revisions::default();
+        shown(&r, vec![Init, InitApply(("web-1", "5")), InitDone]);
+        let mut read = revision("web-1", "5");
+        read.metadata.managed_fields =
+            Some(vec![k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry::default()]);
+        r.keep(&read);
+        let copy = r.lookup("team", "web", "web-1").expect("kept");
+        assert!(copy.metadata.managed_fields.is_none());
+        read.metadata.managed_fields = None;
+        assert_eq!(serde_json::to_value(&copy).unwrap(), serde_json::to_value(&read).unwrap(), "all else kept");
     }
 }

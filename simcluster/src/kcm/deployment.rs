@@ -44,10 +44,10 @@ pub async fn reconcile(client: Client) {
         return;
     }
     let Ok(rss) = client.list(&path("apps/v1", "replicasets", "", "", ""), "").await else { return };
+    let mut candidates = Candidates::default();
     // List items carry no kind/apiVersion; Events and ownerReferences need them.
-    let mut rss_by_ns: std::collections::HashMap<String, Vec<Value>> = std::collections::HashMap::new();
     for rs in rss.into_iter().map(with_kind) {
-        rss_by_ns.entry(namespace(&rs).to_string()).or_default().push(rs);
+        candidates.add(rs);
     }
     for d in deployments {
         let d = with_kind_d(d);
@@ -55,15 +55,42 @@ pub async fn reconcile(client: Client) {
         if !BACKOFF.ready(&key) {
             continue;
         }
-        let ns = namespace(&d).to_string();
-        let in_ns: Vec<Value> = rss_by_ns.get(&ns).cloned().unwrap_or_default();
+        let mine = candidates.of(&key, namespace(&d));
         let mut dc = Dc { client: &client, d, rss: vec![], new: None };
-        match dc.sync(in_ns).await {
+        match dc.sync(mine).await {
             Ok(()) => BACKOFF.succeeded(&key),
             // A conflict only means a newer version to work from: the next pass retries.
             Err(e) if e.code() == 409 => {}
             Err(_) => BACKOFF.failed(&key),
         }
+    }
+}
+
+/// The ReplicaSets a Deployment may claim ([`Dc::claim_replica_sets`] skips those another
+/// object controls): its own, by controller uid, and the orphans of its namespace. Handing each
+/// Deployment only these, rather than every ReplicaSet of its namespace, keeps a pass linear in
+/// the ReplicaSets (with 200 Deployments a namespace, a pass over 10,000 copied 2,000,000).
+#[derive(Default)]
+struct Candidates {
+    by_controller: std::collections::HashMap<String, Vec<Value>>,
+    orphans: std::collections::HashMap<String, Vec<Value>>,
+}
+
+impl Candidates {
+    fn add(&mut self, rs: Value) {
+        match controller_of(&rs).map(|r| r["uid"].as_str()) {
+            Some(Some(uid)) => self.by_controller.entry(uid.to_string()).or_default().push(rs),
+            // A controller reference without a uid matches no Deployment.
+            Some(None) => {}
+            None => self.orphans.entry(namespace(&rs).to_string()).or_default().push(rs),
+        }
+    }
+
+    /// What the Deployment with `uid` in `ns` may claim (its own are taken: uids are unique).
+    fn of(&mut self, uid: &str, ns: &str) -> Vec<Value> {
+        let mut out = self.by_controller.remove(uid).unwrap_or_default();
+        out.extend(self.orphans.get(ns).into_iter().flatten().cloned());
+        out
     }
 }
 
@@ -806,6 +833,40 @@ mod tests {
         // 10 -> 20 replicas: a ReplicaSet sized 5 of max 13 grows to round(5*23/13) = 9.
         assert_eq!(proportion(&rs(5, "13"), &d, 10, 0), 4);
         assert_eq!(proportion(&rs(5, "13"), &d, 2, 0), 2);
+    }
+
+    #[test]
+    fn a_deployment_is_handed_its_own_replica_sets_and_its_namespace_orphans_only() {
+        let owned = |name: &str, ns: &str, uid: Option<&str>| {
+            let mut refs = json!([{"kind": "Deployment", "name": "x", "controller": true}]);
+            if let Some(uid) = uid {
+                refs[0]["uid"] = json!(uid);
+            }
+            json!({"metadata": {"name": name, "namespace": ns, "ownerReferences": refs}})
+        };
+        let orphan = |name: &str, ns: &str| json!({"metadata": {"name": name, "namespace": ns}});
+        let mut c = Candidates::default();
+        for rs in [
+            owned("mine", "a", Some("u1")),
+            owned("another's", "a", Some("u2")),
+            owned("no uid", "a", None),
+            orphan("orphan", "a"),
+            orphan("elsewhere", "b"),
+            // Owned by u1 though in another namespace: the claim decides (as before).
+            owned("mine too", "b", Some("u1")),
+        ] {
+            c.add(rs);
+        }
+        let names = |v: Vec<Value>| v.iter().map(|r| name(r).to_string()).collect::<Vec<_>>();
+        // (case, uid, namespace, handed)
+        let cases: [(&str, &str, &str, &[&str]); 3] = [
+            ("its own and the orphans", "u1", "a", &["mine", "mine too", "orphan"]),
+            ("another Deployment of the namespace", "u2", "a", &["another's", "orphan"]),
+            ("a Deployment with none", "u3", "b", &["elsewhere"]),
+        ];
+        for (case, uid, ns, want) in cases {
+            assert_eq!(names(c.of(uid, ns)), *want, "{case}");
+        }
     }
 }
 

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock, Mutex};
 
 use kube_cel::KubeCelExt as _;
 use kube_cel::cel;
@@ -207,13 +207,30 @@ impl Rule {
     }
 }
 
-/// Compile a CEL expression, never panicking.
-pub(crate) fn compile(expr: &str) -> Result<cel::Program, String> {
-    match std::panic::catch_unwind(|| cel::Program::compile(expr)) {
-        Ok(Ok(p)) => Ok(p),
+/// Most compiled expressions kept; past it the cache starts over (a CRD's rules are few, so
+/// only an API that keeps changing them gets there).
+const MAX_PROGRAMS: usize = 4096;
+
+/// Compile a CEL expression, never panicking. Programs are kept by their text: every write of
+/// a custom resource evaluates its CRD's rules, and parsing them each time was the largest part
+/// of an update's cost at 10,000 Applications.
+pub(crate) fn compile(expr: &str) -> Result<Arc<cel::Program>, String> {
+    static PROGRAMS: LazyLock<Mutex<HashMap<String, Result<Arc<cel::Program>, String>>>> =
+        LazyLock::new(Default::default);
+    if let Some(p) = PROGRAMS.lock().unwrap_or_else(|e| e.into_inner()).get(expr) {
+        return p.clone();
+    }
+    let compiled = match std::panic::catch_unwind(|| cel::Program::compile(expr)) {
+        Ok(Ok(p)) => Ok(Arc::new(p)),
         Ok(Err(e)) => Err(e.to_string()),
         Err(_) => Err(format!("ERROR: <input>: failed to parse {expr:?}")),
+    };
+    let mut programs = PROGRAMS.lock().unwrap_or_else(|e| e.into_inner());
+    if programs.len() >= MAX_PROGRAMS {
+        programs.clear();
     }
+    programs.insert(expr.to_string(), compiled.clone());
+    compiled
 }
 
 /// Evaluate a boolean expression over plain JSON variables (webhook `matchConditions`).

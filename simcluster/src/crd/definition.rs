@@ -13,7 +13,7 @@ const DNS1035_MSG: &str = "a DNS-1035 label must consist of lower case alphanume
 const DNS1123_SUBDOMAIN_MSG: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
 
 fn matches(pattern: &str, s: &str) -> bool {
-    regex::Regex::new(pattern).map(|r| r.is_match(s)).unwrap_or(false)
+    super::formats::regex(pattern).is_some_and(|r| r.is_match(s))
 }
 
 /// `IsDNS1035Label` errors.

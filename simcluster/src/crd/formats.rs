@@ -3,7 +3,29 @@
 use base64::Engine as _;
 
 fn re(pattern: &str, s: &str) -> bool {
-    regex::Regex::new(pattern).map(|r| r.is_match(s)).unwrap_or(true)
+    regex(pattern).is_none_or(|r| r.is_match(s))
+}
+
+/// Most compiled patterns kept; past it the cache starts over (schemas' patterns are few).
+const MAX_PATTERNS: usize = 4096;
+
+/// `pattern` compiled (`None`: not a valid regex), kept by its text: every write of a custom
+/// resource checks its schema's patterns, and compiling them each time was a large part of an
+/// update's cost at 10,000 Applications.
+pub(crate) fn regex(pattern: &str) -> Option<regex::Regex> {
+    use std::collections::HashMap;
+    use std::sync::{LazyLock, Mutex};
+    static PATTERNS: LazyLock<Mutex<HashMap<String, Option<regex::Regex>>>> = LazyLock::new(Default::default);
+    if let Some(r) = PATTERNS.lock().unwrap_or_else(|e| e.into_inner()).get(pattern) {
+        return r.clone();
+    }
+    let compiled = regex::Regex::new(pattern).ok();
+    let mut patterns = PATTERNS.lock().unwrap_or_else(|e| e.into_inner());
+    if patterns.len() >= MAX_PATTERNS {
+        patterns.clear();
+    }
+    patterns.insert(pattern.to_string(), compiled.clone());
+    compiled
 }
 
 /// Whether `s` is valid for `format`; `None` for formats the registry does not know (not checked).

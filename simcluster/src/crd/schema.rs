@@ -416,8 +416,8 @@ fn validate_string(s: &Value, st: &str, path: &str, errs: &mut Vec<Cause>) {
         return;
     }
     if let Some(p) = s.get("pattern").and_then(Value::as_str) {
-        match regex::Regex::new(p) {
-            Ok(re) if re.is_match(st) => {}
+        match super::formats::regex(p) {
+            Some(re) if re.is_match(st) => {}
             _ => errs.push(openapi_invalid(path, Bad::str(st), format!("{} should match '{p}'", in_body(path)))),
         }
     }

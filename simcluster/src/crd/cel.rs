@@ -215,8 +215,8 @@ const MAX_PROGRAMS: usize = 4096;
 /// a custom resource evaluates its CRD's rules, and parsing them each time was the largest part
 /// of an update's cost at 10,000 Applications.
 pub(crate) fn compile(expr: &str) -> Result<Arc<cel::Program>, String> {
-    static PROGRAMS: LazyLock<Mutex<HashMap<String, Result<Arc<cel::Program>, String>>>> =
-        LazyLock::new(Default::default);
+    type Compiled = Result<Arc<cel::Program>, String>;
+    static PROGRAMS: LazyLock<Mutex<HashMap<String, Compiled>>> = LazyLock::new(Default::default);
     if let Some(p) = PROGRAMS.lock().unwrap_or_else(|e| e.into_inner()).get(expr) {
         return p.clone();
     }

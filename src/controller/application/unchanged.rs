@@ -76,7 +76,8 @@ pub fn skippable(
     for d in desired {
         let id = validate::identity(d);
         let Some(k) = known.get(&id) else { continue };
-        let same_state = !k.resource_version.is_empty() && cached.get(&id).is_some_and(|rv| **rv == *k.resource_version);
+        let same_state =
+            !k.resource_version.is_empty() && cached.get(&id).is_some_and(|rv| **rv == *k.resource_version);
         if !(same_state && k.digest == digest(d) && now.saturating_duration_since(k.checked) < TRUST_FOR) {
             continue;
         }
@@ -219,10 +220,7 @@ mod tests {
         let id = validate::identity(&cm("1"));
         let now = Instant::now();
         let kept = |rv: &str, desired: &Value, age: Duration| {
-            BTreeMap::from([(
-                id.clone(),
-                known(desired, &live(rv), now - age),
-            )])
+            BTreeMap::from([(id.clone(), known(desired, &live(rv), now - age))])
         };
         let cached = |rv: Option<&str>| rv.map(|rv| BTreeMap::from([(id.clone(), rv.to_string())])).unwrap_or_default();
         let fresh = Duration::from_secs(10);
@@ -333,10 +331,7 @@ mod tests {
         }
         // A skipped object keeps when it was really checked.
         let earlier = now - Duration::from_secs(60);
-        let skipped = BTreeMap::from([(
-            id.clone(),
-            known(&cm("1"), &live("7"), earlier),
-        )]);
+        let skipped = BTreeMap::from([(id.clone(), known(&cm("1"), &live("7"), earlier))]);
         let out = to_keep(&[cm("1")], &plan_of(Action::Unchanged, vec![]), &live_map, &skipped, now);
         assert_eq!(out[&id].checked, earlier);
     }

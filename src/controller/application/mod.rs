@@ -305,7 +305,10 @@ async fn reconcile_tracked(
     if let Some(id) = crate::telemetry::traces::trace_id(&span) {
         span.record("trace_id", id);
     }
-    let result = reconcile(app, ctx.clone()).instrument(span.clone()).await;
+    // Boxed: every Application due (all of a shard's at once when it starts) has one of these
+    // futures waiting for a slot above, and inline each would also carry the whole state of a
+    // reconcile (kilobytes) while it waits.
+    let result = Box::pin(reconcile(app, ctx.clone())).instrument(span.clone()).await;
     if result.is_ok() {
         ctx.failures.lock().expect("failures lock").remove(&r);
     }

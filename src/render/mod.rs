@@ -128,10 +128,12 @@ impl Renderer {
     /// Render `req`: the objects in a stable order.
     pub async fn render(&self, req: &Request<'_>) -> Result<Arc<Vec<Value>>, Error> {
         let key = req.tree.as_ref().map(|tree| cache_key(tree, req));
+        // Parsing and printing a result (tens of megabytes for a large chart) happen off the
+        // runtime, as rendering does.
         if let Some(k) = &key
             && let Some(hit) = self.cache.get(k)
             // Written below from objects: it parses (if not, it is rendered again).
-            && let Ok(objects) = serde_json::from_str::<Vec<Value>>(&hit)
+            && let Ok(objects) = crate::offload::offload(move || serde_json::from_str::<Vec<Value>>(&hit)).await
         {
             metrics::counter!("ksync_render_cache_requests_total", "result" => "hit").increment(1);
             return Ok(Arc::new(objects));
@@ -154,12 +156,14 @@ impl Renderer {
         metrics::histogram!("ksync_render_duration_seconds", "renderer" => label)
             .record(started.elapsed().as_secs_f64());
         let objects = result.map_err(|e| redact(e, &req.secrets))?;
-        if let Some(k) = key
-            && let Ok(text) = serde_json::to_string(&objects)
-        {
-            self.cache.insert(k, text.into());
+        let objects = Arc::new(objects);
+        if let Some(k) = key {
+            let printed = objects.clone();
+            if let Ok(text) = crate::offload::offload(move || serde_json::to_string(&*printed)).await {
+                self.cache.insert(k, text.into());
+            }
         }
-        Ok(Arc::new(objects))
+        Ok(objects)
     }
 }
 

@@ -400,8 +400,8 @@ pub async fn read_managed(
 }
 
 /// Which desired objects need no read, given the managed objects found (with their
-/// resourceVersions): identity → the live object to plan against.
-pub type Skip<'a> = &'a (dyn Fn(&[Value]) -> BTreeMap<String, std::sync::Arc<Value>> + Sync);
+/// resourceVersions): identity → the live object to plan against, as JSON text.
+pub type Skip<'a> = &'a (dyn Fn(&[Value]) -> BTreeMap<String, std::sync::Arc<str>> + Sync);
 
 /// Read everything the plan needs (managed objects from `cached` where it answers). With
 /// `skip`, the managed objects are read first and the desired objects `skip` names are not
@@ -423,7 +423,17 @@ pub async fn read(
     match skip {
         Some(skip) => {
             read_managed(client, scopes, &kinds, selector, search, cached, &mut out).await?;
-            let known = skip(&out.managed);
+            let kept = skip(&out.managed);
+            // Parsed off the runtime (an Application's objects can be tens of megabytes); one
+            // that does not parse is read instead.
+            let known = crate::offload::offload(move || {
+                kept.into_iter()
+                    .filter_map(|(id, text)| {
+                        Some((id, std::sync::Arc::new(serde_json::from_str::<Value>(&text).ok()?)))
+                    })
+                    .collect::<BTreeMap<_, _>>()
+            })
+            .await;
             read_desired(client, scopes, desired, adopt, &known, &mut out).await?;
         }
         None => {

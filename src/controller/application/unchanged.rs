@@ -56,7 +56,7 @@ fn resource_version(obj: &Value) -> Option<&str> {
 }
 
 /// The desired objects whose read can be skipped, by identity, with the live object to plan
-/// against.
+/// against (as kept: compact JSON, which the caller parses off the runtime).
 ///
 /// Contract: an object is skipped only when all of these hold:
 /// - it was kept ([`Known`]) for this Application;
@@ -71,19 +71,15 @@ pub fn skippable(
     desired: &[Value],
     cached: &BTreeMap<String, String>,
     now: Instant,
-) -> BTreeMap<String, Arc<Value>> {
+) -> BTreeMap<String, Arc<str>> {
     let mut out = BTreeMap::new();
     for d in desired {
         let id = validate::identity(d);
         let Some(k) = known.get(&id) else { continue };
         let same_state =
             !k.resource_version.is_empty() && cached.get(&id).is_some_and(|rv| **rv == *k.resource_version);
-        if !(same_state && k.digest == digest(d) && now.saturating_duration_since(k.checked) < TRUST_FOR) {
-            continue;
-        }
-        // Written by `known` from a `Value`: it parses (if not, the object is read).
-        if let Ok(live) = serde_json::from_str::<Value>(&k.live) {
-            out.insert(id, Arc::new(live));
+        if same_state && k.digest == digest(d) && now.saturating_duration_since(k.checked) < TRUST_FOR {
+            out.insert(id, k.live.clone());
         }
     }
     out
@@ -139,15 +135,45 @@ pub fn applied(desired: &[Value], objects: &BTreeMap<String, Value>, now: Instan
 /// `metadata.managedFields`, often its largest part, which nothing planned from a kept object
 /// reads (conflicts come from dry runs, which a skipped object does not get).
 fn known(desired: &Value, live: &Value, checked: Instant) -> Known {
-    let mut l = live.clone();
-    if let Some(meta) = l.get_mut("metadata").and_then(Value::as_object_mut) {
-        meta.remove("managedFields");
-    }
     Known {
         digest: digest(desired),
         resource_version: resource_version(live).unwrap_or_default().into(),
-        live: l.to_string().into(),
+        live: serde_json::to_string(&WithoutManagedFields(live)).unwrap_or_default().into(),
         checked,
+    }
+}
+
+/// An object printed without `metadata.managedFields`, and without copying it first (this
+/// runs on the runtime after an apply, for every object applied).
+struct WithoutManagedFields<'a>(&'a Value);
+
+impl serde::Serialize for WithoutManagedFields<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let Value::Object(top) = self.0 else { return self.0.serialize(s) };
+        let mut map = s.serialize_map(Some(top.len()))?;
+        for (k, v) in top {
+            match v {
+                Value::Object(meta) if k == "metadata" => {
+                    map.serialize_entry(k, &MetadataWithout(meta))?;
+                }
+                _ => map.serialize_entry(k, v)?,
+            }
+        }
+        map.end()
+    }
+}
+
+struct MetadataWithout<'a>(&'a serde_json::Map<String, Value>);
+
+impl serde::Serialize for MetadataWithout<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = s.serialize_map(None)?;
+        for (k, v) in self.0.iter().filter(|(k, _)| *k != "managedFields") {
+            map.serialize_entry(k, v)?;
+        }
+        map.end()
     }
 }
 
@@ -308,7 +334,7 @@ mod tests {
             assert_eq!(kept, live("8"), "{how}: everything else is kept");
             // And it is what a skipped read is planned against.
             let skipped = skippable(&out, &[cm("1")], &BTreeMap::from([(id.clone(), "8".to_string())]), now);
-            assert_eq!(*skipped[&id], live("8"), "{how}");
+            assert_eq!(serde_json::from_str::<Value>(&skipped[&id]).unwrap(), live("8"), "{how}");
         }
     }
 

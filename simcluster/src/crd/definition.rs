@@ -203,7 +203,7 @@ pub(crate) fn parse(crd: &Value) -> Result<CrdModel, Vec<Cause>> {
             name: vname,
             served,
             storage: is_storage,
-            schema: schema_value,
+            schema: std::sync::Arc::new(schema_value),
             status_subresource,
             scale_subresource,
             printer_columns,

@@ -55,7 +55,7 @@ pub struct CrdVersion {
     /// The storage version.
     pub storage: bool,
     /// `schema.openAPIV3Schema`.
-    pub schema: Value,
+    pub schema: std::sync::Arc<Value>,
     /// `subresources.status` is set.
     pub status_subresource: bool,
     /// `subresources.scale`, if set.

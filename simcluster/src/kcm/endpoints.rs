@@ -143,7 +143,7 @@ async fn sync_service(client: &Client, snap: &Snapshot, svc: &Value) {
     let (trigger, state) = TRACKER.compute(scope(client), svc, &pods);
     let subsets = desired_subsets(svc, &pods);
     let labels = Value::Object(endpoint_labels(svc, &[LABEL_MANAGED_BY], &[(LABEL_MANAGED_BY, MANAGED_BY)]));
-    let current = snap.endpoints.iter().find(|e| namespace(e) == ns && name(e) == name(svc));
+    let current = snap.endpoints_named(ns, name(svc));
     let result = match current {
         Some(cur) => {
             let cur_subsets = cur["subsets"].as_array().cloned().unwrap_or_default();
@@ -200,7 +200,7 @@ async fn reconcile_endpoints(client: &Client, snap: &Snapshot) {
         if ep["metadata"]["labels"][LABEL_MANAGED_BY] != MANAGED_BY || ep["metadata"]["deletionTimestamp"].is_string() {
             continue;
         }
-        let has_service = snap.services.iter().any(|s| namespace(s) == namespace(ep) && name(s) == name(ep));
+        let has_service = snap.service(namespace(ep), name(ep)).is_some();
         if !has_service {
             let _ = client.delete(&endpoints_path(namespace(ep), name(ep)), None, None).await;
         }

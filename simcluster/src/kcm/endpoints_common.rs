@@ -25,6 +25,19 @@ pub struct Snapshot {
     pub slices: Vec<Value>,
     /// v1 Endpoints.
     pub endpoints: Vec<Value>,
+    /// Indexes into the lists above by namespace and name (EndpointSlices by the name of
+    /// their Service): a pass looks each Service's up instead of scanning every one, which made
+    /// it quadratic (10,000 Services: 10^8 comparisons).
+    services_at: HashMap<(String, String), usize>,
+    endpoints_at: HashMap<(String, String), usize>,
+    slices_of: HashMap<(String, String), Vec<usize>>,
+}
+
+/// The label naming an EndpointSlice's Service.
+pub const SERVICE_NAME: &str = "kubernetes.io/service-name";
+
+fn key_of(o: &Value) -> (String, String) {
+    (namespace(o).to_string(), name(o).to_string())
 }
 
 impl Snapshot {
@@ -49,13 +62,45 @@ impl Snapshot {
                 Some((name(n).to_string(), zone.to_string()))
             })
             .collect();
+        let services: Vec<Value> = txn.all("/services").into_iter().filter(in_scope).cloned().collect();
+        let slices: Vec<Value> =
+            txn.all("discovery.k8s.io/endpointslices").into_iter().filter(in_scope).cloned().collect();
+        let endpoints: Vec<Value> = txn.all("/endpoints").into_iter().filter(in_scope).cloned().collect();
+        let mut slices_of: HashMap<(String, String), Vec<usize>> = HashMap::new();
+        for (i, s) in slices.iter().enumerate() {
+            if let Some(svc) = s["metadata"]["labels"][SERVICE_NAME].as_str() {
+                slices_of.entry((namespace(s).to_string(), svc.to_string())).or_default().push(i);
+            }
+        }
         Snapshot {
-            services: txn.all("/services").into_iter().filter(in_scope).cloned().collect(),
+            services_at: services.iter().enumerate().map(|(i, o)| (key_of(o), i)).collect(),
+            endpoints_at: endpoints.iter().enumerate().map(|(i, o)| (key_of(o), i)).collect(),
+            slices_of,
+            services,
             pods,
             zones,
-            slices: txn.all("discovery.k8s.io/endpointslices").into_iter().filter(in_scope).cloned().collect(),
-            endpoints: txn.all("/endpoints").into_iter().filter(in_scope).cloned().collect(),
+            slices,
+            endpoints,
         }
+    }
+
+    /// The Service `namespace/name`, if it exists.
+    pub fn service(&self, namespace: &str, name: &str) -> Option<&Value> {
+        self.services_at.get(&(namespace.to_string(), name.to_string())).map(|i| &self.services[*i])
+    }
+
+    /// The Endpoints `namespace/name`, if they exist.
+    pub fn endpoints_named(&self, namespace: &str, name: &str) -> Option<&Value> {
+        self.endpoints_at.get(&(namespace.to_string(), name.to_string())).map(|i| &self.endpoints[*i])
+    }
+
+    /// The EndpointSlices of `namespace` labelled with the Service name `service`.
+    pub fn slices_labelled(&self, namespace: &str, service: &str) -> impl Iterator<Item = &Value> {
+        self.slices_of
+            .get(&(namespace.to_string(), service.to_string()))
+            .into_iter()
+            .flatten()
+            .map(|i| &self.slices[*i])
     }
 
     /// The Pods a Service's selector matches (all of them, whatever their state).

@@ -21,7 +21,7 @@ use crate::client::{Client, path};
 /// `endpointslice.kubernetes.io/managed-by` value.
 pub const MANAGED_BY: &str = "endpointslice-controller.k8s.io";
 const LABEL_MANAGED_BY: &str = "endpointslice.kubernetes.io/managed-by";
-const LABEL_SERVICE_NAME: &str = "kubernetes.io/service-name";
+const LABEL_SERVICE_NAME: &str = super::common::SERVICE_NAME;
 const MAX_ENDPOINTS: usize = 100;
 
 static TRACKER: std::sync::LazyLock<TriggerTracker> = std::sync::LazyLock::new(TriggerTracker::default);
@@ -149,13 +149,9 @@ async fn sync_service(client: &Client, snap: &Snapshot, svc: &Value) -> bool {
     let desired = desired_slices(snap, svc, &pods);
     let labels = Value::Object(labels_for(svc));
     let mut existing: Vec<&Value> = snap
-        .slices
-        .iter()
+        .slices_labelled(ns, name(svc))
         .filter(|s| {
-            namespace(s) == ns
-                && s["metadata"]["labels"][LABEL_SERVICE_NAME] == name(svc)
-                && s["metadata"]["labels"][LABEL_MANAGED_BY] == MANAGED_BY
-                && !s["metadata"]["deletionTimestamp"].is_string()
+            s["metadata"]["labels"][LABEL_MANAGED_BY] == MANAGED_BY && !s["metadata"]["deletionTimestamp"].is_string()
         })
         .collect();
     existing.sort_by_key(|s| name(s).to_string());

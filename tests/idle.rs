@@ -3,13 +3,16 @@
 //! the one its last plan found unchanged (`src/controller/application/unchanged.rs`). A hand
 //! edit moves the resourceVersion, so it is read and noticed as before; a reconcile an operator
 //! asks for reads everything. Nor is its Revision read again while the Revision watch shows the
-//! copy last read or written unchanged (`src/controller/application/revision_cache.rs`). simcluster only: its audit log shows every write and dry run.
+//! copy last read or written unchanged (`src/controller/application/revision_cache.rs`). A
+//! Deployment whose status alone moved since (its controller's bookkeeping) is read but not
+//! dry-run again. simcluster only: its audit log shows every write and dry run.
 
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kuvryn_sync::api::application::SyncState;
@@ -102,6 +105,13 @@ fn an_idle_application_is_not_read_again_until_something_changes() {
         })
         .await;
 
+        // The deployment controller wrote the Deployment's status (and its revision annotation)
+        // after the apply, so the Deployment was read again; only that moved, so it was not
+        // dry-run (the namespace was empty: no object was dry-run before the apply either).
+        let deployments: Vec<_> = dry_runs(sim, 0).into_iter().filter(|(r, _)| r == "deployments").collect();
+        assert!(deployments.is_empty(), "a Deployment whose status alone moved was dry-run: {deployments:?}");
+        assert!(value(&settled, "ksync_dry_runs_spared_total", &[]) >= 1.0, "no dry run was spared");
+
         // Resyncs every second, nothing changing: no GET, no dry run of the objects.
         let mark = sim.audit_log().len();
         let at_least = reconciles(&settled) + 3.0;
@@ -131,9 +141,25 @@ fn an_idle_application_is_not_read_again_until_something_changes() {
         })
         .await;
 
+        // A hand edit of the Deployment's spec: read, dry-run (more than its status moved), and
+        // the drift noticed; undone, Synced again.
+        let by_hand = PatchParams { field_manager: Some("kubectl-edit".into()), ..Default::default() };
+        let deploys: Api<Deployment> = Api::namespaced(client.clone(), NS);
+        let image =
+            |image: &str| json!({"spec": {"template": {"spec": {"containers": [{"name": "web", "image": image}]}}}});
+        deploys.patch("web", &by_hand, &Patch::Strategic(image("nginx:1.28"))).await.unwrap();
+        eventually("web Drifted by the Deployment's edit", Duration::from_secs(60), || async {
+            (sync_of(apps.get("web").await.ok()?) == Some(SyncState::Drifted)).then_some(())
+        })
+        .await;
+        deploys.patch("web", &by_hand, &Patch::Strategic(image("nginx:1.27"))).await.unwrap();
+        eventually("web Synced once the edit is undone", Duration::from_secs(60), || async {
+            (sync_of(apps.get("web").await.ok()?) == Some(SyncState::Synced)).then_some(())
+        })
+        .await;
+
         // A hand edit moves the ConfigMap's resourceVersion: it is read, and the drift noticed.
         let cms: Api<ConfigMap> = Api::namespaced(client.clone(), NS);
-        let by_hand = PatchParams { field_manager: Some("kubectl-edit".into()), ..Default::default() };
         cms.patch("web", &by_hand, &Patch::Merge(json!({"data": {"greeting": "edited"}}))).await.unwrap();
         eventually("web Drifted", Duration::from_secs(60), || async {
             (sync_of(apps.get("web").await.ok()?) == Some(SyncState::Drifted)).then_some(())

@@ -39,6 +39,9 @@ pub struct Live {
     pub conflicts: BTreeMap<String, Vec<Conflict>>,
     /// Objects labelled as managed (metadata only, with apiVersion and kind).
     pub managed: Vec<Value>,
+    /// Desired objects read whose dry run was spared: only their status moved since a plan
+    /// found them unchanged ([`super::unchanged::same_but_status`]).
+    pub rechecked: BTreeSet<String>,
 }
 
 /// Why the live state could not be read.
@@ -122,20 +125,30 @@ enum One {
     Present { live: Value, dry_run: Option<Value>, conflicts: Vec<Conflict> },
 }
 
-async fn one(client: &Client, resource: &ApiResource, desired: &Value, adopt: bool) -> Result<One, Error> {
+async fn one(
+    client: &Client,
+    resource: &ApiResource,
+    desired: &Value,
+    adopt: bool,
+    prior: Option<&Value>,
+) -> Result<(One, bool), Error> {
     let ns = desired["metadata"]["namespace"].as_str();
     let name = desired["metadata"]["name"].as_str().unwrap_or_default();
     let api = api_for(client, resource, ns);
     let live = match api.get_opt(name).await {
-        Ok(None) => return Ok(One::Absent),
+        Ok(None) => return Ok((One::Absent, false)),
         Ok(Some(o)) => serde_json::to_value(o).unwrap_or_default(),
         Err(kube::Error::Api(s)) if s.code == 403 => {
             return Err(Error::Forbidden(format!("reading {}: {}", what(desired), s.message)));
         }
         // A namespace that does not exist yet holds nothing.
-        Err(kube::Error::Api(s)) if s.code == 404 => return Ok(One::Absent),
+        Err(kube::Error::Api(s)) if s.code == 404 => return Ok((One::Absent, false)),
         Err(e) => return Err(e.into()),
     };
+    if prior.is_some_and(|p| super::unchanged::same_but_status(desired, p, &live)) {
+        let dry_run = Some(live.clone());
+        return Ok((One::Present { live, dry_run, conflicts: Vec::new() }, true));
+    }
     let params = PatchParams::apply(names::FIELD_MANAGER).dry_run();
     let (dry_run, conflicts) = match api.patch(name, &params, &Patch::Apply(desired)).await {
         Ok(o) => (Some(serde_json::to_value(o).unwrap_or_default()), Vec::new()),
@@ -153,7 +166,7 @@ async fn one(client: &Client, resource: &ApiResource, desired: &Value, adopt: bo
         }
         Err(e) => return Err(refused(desired, e)),
     };
-    Ok(One::Present { live, dry_run, conflicts })
+    Ok((One::Present { live, dry_run, conflicts }, false))
 }
 
 fn refused(desired: &Value, e: kube::Error) -> Error {
@@ -170,13 +183,16 @@ fn refused(desired: &Value, e: kube::Error) -> Error {
 
 /// Read the live objects and dry-run results of `desired`. Objects of kinds the cluster does
 /// not serve yet (a CRD in the same plan) are absent. A `known` object is not read: its live
-/// object is the one given, and, as it was found unchanged, so is its dry run.
+/// object is the one given, and, as it was found unchanged, so is its dry run. A `prior` one
+/// (the live object a plan found unchanged) is read, and not dry-run when only its status
+/// moved since ([`super::unchanged::same_but_status`]).
 pub async fn read_desired(
     client: &Client,
     scopes: &ClusterScopes,
     desired: &[Value],
     adopt: bool,
     known: &BTreeMap<String, std::sync::Arc<Value>>,
+    prior: &BTreeMap<String, Value>,
     out: &mut Live,
 ) -> Result<(), Error> {
     let mut to_read = Vec::new();
@@ -197,19 +213,27 @@ pub async fn read_desired(
         .map(|d| async move {
             let id = validate::identity(d);
             match resource_of(scopes, d) {
-                None => (id, Ok(One::Absent)),
-                Some(r) => (id, one(client, r, d, adopt).await),
+                None => (id, Ok((One::Absent, false))),
+                Some(r) => {
+                    let read = one(client, r, d, adopt, prior.get(&id)).await;
+                    (id, read)
+                }
             }
         })
         .collect();
-    let results: Vec<(String, Result<One, Error>)> =
+    let results: Vec<(String, Result<(One, bool), Error>)> =
         futures_util::stream::iter(requests).buffer_unordered(CONCURRENCY).collect().await;
+    let spared = results.iter().filter(|(_, r)| matches!(r, Ok((_, true)))).count();
+    metrics::counter!("ksync_dry_runs_spared_total").increment(spared as u64);
     let mut invalid = Vec::new();
     let mut first_error = None;
     for (id, r) in results {
         match r {
-            Ok(One::Absent) => {}
-            Ok(One::Present { live, dry_run, conflicts }) => {
+            Ok((One::Absent, _)) => {}
+            Ok((One::Present { live, dry_run, conflicts }, rechecked)) => {
+                if rechecked {
+                    out.rechecked.insert(id.clone());
+                }
                 out.live.insert(id.clone(), live);
                 if let Some(d) = dry_run {
                     out.dry_run.insert(id.clone(), d);
@@ -399,9 +423,18 @@ pub async fn read_managed(
     Ok(())
 }
 
-/// Which desired objects need no read, given the managed objects found (with their
-/// resourceVersions): identity → the live object to plan against, as JSON text.
-pub type Skip<'a> = &'a (dyn Fn(&[Value]) -> BTreeMap<String, std::sync::Arc<str>> + Sync);
+/// What a read of the desired objects may spare, given the managed objects found (with their
+/// resourceVersions). Identity → the live object a plan found unchanged, as JSON text.
+#[derive(Default)]
+pub struct Spare {
+    /// Not read at all: planned against the kept object.
+    pub skip: BTreeMap<String, std::sync::Arc<str>>,
+    /// Read, and not dry-run if only their status moved since.
+    pub recheck: BTreeMap<String, std::sync::Arc<str>>,
+}
+
+/// Which desired objects need no read, or no dry run ([`Spare`]).
+pub type Skip<'a> = &'a (dyn Fn(&[Value]) -> Spare + Sync);
 
 /// Read everything the plan needs (managed objects from `cached` where it answers). With
 /// `skip`, the managed objects are read first and the desired objects `skip` names are not
@@ -423,21 +456,25 @@ pub async fn read(
     match skip {
         Some(skip) => {
             read_managed(client, scopes, &kinds, selector, search, cached, &mut out).await?;
-            let kept = skip(&out.managed);
+            let spare = skip(&out.managed);
             // Parsed off the runtime (an Application's objects can be tens of megabytes); one
-            // that does not parse is read instead.
-            let known = crate::offload::offload(move || {
-                kept.into_iter()
-                    .filter_map(|(id, text)| {
-                        Some((id, std::sync::Arc::new(serde_json::from_str::<Value>(&text).ok()?)))
-                    })
-                    .collect::<BTreeMap<_, _>>()
+            // that does not parse is read (and dry-run) instead.
+            let (known, prior) = crate::offload::offload(move || {
+                let parse = |text: &str| serde_json::from_str::<Value>(text).ok();
+                let known: BTreeMap<_, _> = spare
+                    .skip
+                    .into_iter()
+                    .filter_map(|(id, text)| Some((id, std::sync::Arc::new(parse(&text)?))))
+                    .collect();
+                let prior: BTreeMap<_, _> =
+                    spare.recheck.into_iter().filter_map(|(id, text)| Some((id, parse(&text)?))).collect();
+                (known, prior)
             })
             .await;
-            read_desired(client, scopes, desired, adopt, &known, &mut out).await?;
+            read_desired(client, scopes, desired, adopt, &known, &prior, &mut out).await?;
         }
         None => {
-            read_desired(client, scopes, desired, adopt, &BTreeMap::new(), &mut out).await?;
+            read_desired(client, scopes, desired, adopt, &BTreeMap::new(), &BTreeMap::new(), &mut out).await?;
             read_managed(client, scopes, &kinds, selector, search, cached, &mut out).await?;
         }
     }

@@ -87,6 +87,7 @@ pub(super) async fn plan(
     let kept = if from_cache && !requested { ctx.unchanged.get(&app_key) } else { Arc::default() };
     let now = std::time::Instant::now();
     let skipped = std::sync::Mutex::new(BTreeMap::new());
+    let recheckable = std::sync::Mutex::new(BTreeMap::new());
     let skip = |managed: &[Value]| {
         let cached: BTreeMap<String, String> = managed
             .iter()
@@ -95,13 +96,19 @@ pub(super) async fn plan(
         let known = unchanged::skippable(&kept, &desired, &cached, now);
         *skipped.lock().expect("skipped lock") =
             kept.iter().filter(|(id, _)| known.contains_key(*id)).map(|(id, k)| (id.clone(), k.clone())).collect();
-        known
+        let mut recheck = unchanged::recheckable(&kept, &desired, now);
+        recheck.retain(|id, _| !known.contains_key(id));
+        let spare =
+            live::Spare { skip: known, recheck: recheck.iter().map(|(id, k)| (id.clone(), k.live.clone())).collect() };
+        *recheckable.lock().expect("recheckable lock") = recheck;
+        spare
     };
     let read = {
         let skip: Option<live::Skip<'_>> = if from_cache && !kept.is_empty() { Some(&skip) } else { None };
         live::read(&sa_client, &scopes, &desired, &managed_kinds, &selector, search, adopt, &cached, skip).await
     };
     let skipped = skipped.into_inner().expect("skipped lock");
+    let mut rechecked = recheckable.into_inner().expect("recheckable lock");
     let kept_len = kept.len();
     let live = match read {
         Ok(l) => l,
@@ -119,6 +126,7 @@ pub(super) async fn plan(
         }
         Err(live::Error::Api(e)) => return Err(e.into()),
     };
+    rechecked.retain(|id, _| live.rechecked.contains(id));
     // One object, one Application: an object another Application manages is refused, naming
     // it, unless that Application is gone (its objects were orphaned and may be taken over).
     let mut claimed = Vec::new();
@@ -153,7 +161,7 @@ pub(super) async fn plan(
     let (plan, stored, desired, inputs, keep) = crate::offload::offload(move || {
         let plan = plan::build(&desired, &inputs);
         let stored = revision::stored(&plan, adopt);
-        let keep = unchanged::to_keep(&desired, &plan, &inputs.live, &skipped, now);
+        let keep = unchanged::to_keep(&desired, &plan, &inputs.live, &skipped, &rechecked, now);
         // A drift check that skipped everything kept: what is kept stays as it is.
         let same = from_cache && keep.len() == kept_len && keep.keys().all(|id| skipped.contains_key(id));
         (plan, stored, desired, inputs, (!same).then_some(keep))

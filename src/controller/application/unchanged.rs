@@ -85,13 +85,71 @@ pub fn skippable(
     out
 }
 
+/// The kept objects whose dry run a read may spare: kept for the same desired object
+/// ([`digest`] equal) and really checked less than [`TRUST_FOR`] before `now`, but at another
+/// resourceVersion than the watch cache shows (or with no watch cache), so they are read
+/// (`GET`); if the read finds only what [`same_but_status`] allows changed, the kept verdict
+/// (unchanged, no conflict) still holds.
+pub fn recheckable(known: &BTreeMap<String, Known>, desired: &[Value], now: Instant) -> BTreeMap<String, Known> {
+    let mut out = BTreeMap::new();
+    for d in desired {
+        let id = validate::identity(d);
+        let Some(k) = known.get(&id) else { continue };
+        if !k.resource_version.is_empty()
+            && k.digest == digest(d)
+            && now.saturating_duration_since(k.checked) < TRUST_FOR
+        {
+            out.insert(id, k.clone());
+        }
+    }
+    out
+}
+
+/// Whether `live`, read now, differs from `kept` (the live object a plan found unchanged for
+/// `desired`, without `metadata.managedFields`) only where a server-side dry run of `desired`
+/// cannot come out differently: its `status`, its `metadata.resourceVersion` and
+/// `managedFields`, and annotations `desired` does not declare (a controller's bookkeeping,
+/// such as a Deployment's `deployment.kubernetes.io/revision`).
+///
+/// Contract: true only if everything else (the spec or data, labels, every annotation `desired`
+/// declares, `generation`, `uid`, owners, finalizers, deletion) is equal. A dry run's result over
+/// the fields `desired` declares is the desired object merged into, and defaulted from, exactly
+/// those; `status` is not written by an apply of the main resource, and no default derives from
+/// an annotation. Ownership alone (`managedFields`) cannot make a no-op apply conflict: a
+/// conflict needs a value to change.
+pub fn same_but_status(desired: &Value, kept: &Value, live: &Value) -> bool {
+    let declared = desired["metadata"]["annotations"].as_object();
+    let strip = |o: &Value| -> Value {
+        let mut o = o.clone();
+        if let Some(top) = o.as_object_mut() {
+            top.remove("status");
+            if let Some(meta) = top.get_mut("metadata").and_then(Value::as_object_mut) {
+                meta.remove("resourceVersion");
+                meta.remove("managedFields");
+                if let Some(a) = meta.get_mut("annotations").and_then(Value::as_object_mut) {
+                    a.retain(|k, _| declared.is_some_and(|d| d.contains_key(k)));
+                    if a.is_empty() {
+                        meta.remove("annotations");
+                    }
+                }
+            }
+        }
+        o
+    };
+    strip(kept) == strip(live)
+}
+
 /// What to keep after a plan of `desired`: each object it found unchanged without conflict,
 /// compared with `live`. `skipped` objects keep when they were last really checked.
+///
+/// `rechecked` objects (read, their dry run spared by [`same_but_status`]) are kept as read,
+/// with when they were last really checked: a spared dry run does not renew the trust.
 pub fn to_keep(
     desired: &[Value],
     plan: &Plan,
     live: &BTreeMap<String, Value>,
     skipped: &BTreeMap<String, Known>,
+    rechecked: &BTreeMap<String, Known>,
     now: Instant,
 ) -> BTreeMap<String, Known> {
     let unchanged: std::collections::BTreeSet<String> = plan
@@ -107,9 +165,10 @@ pub fn to_keep(
             continue;
         }
         let Some(l) = live.get(&id).filter(|l| resource_version(l).is_some()) else { continue };
-        let known = match skipped.get(&id) {
-            Some(k) => k.clone(),
-            None => known(d, l, now),
+        let known = match (skipped.get(&id), rechecked.get(&id)) {
+            (Some(k), _) => k.clone(),
+            (None, Some(k)) => known(d, l, k.checked),
+            (None, None) => known(d, l, now),
         };
         out.insert(id, known);
     }
@@ -266,6 +325,106 @@ mod tests {
         }
     }
 
+    fn deployment(image: &str) -> Value {
+        json!({"apiVersion": "apps/v1", "kind": "Deployment",
+               "metadata": {"name": "web", "namespace": "n", "annotations": {"team": "a"}},
+               "spec": {"replicas": 0, "template": {"spec": {"containers": [{"name": "app", "image": image}]}}}})
+    }
+
+    /// The Deployment as an apply returned it: the desired fields, defaults, server metadata.
+    fn applied_deployment() -> Value {
+        let mut d = deployment("app:1");
+        d["metadata"]["resourceVersion"] = json!("7");
+        d["metadata"]["generation"] = json!(1);
+        d["metadata"]["uid"] = json!("u-1");
+        d["spec"]["strategy"] = json!({"type": "RollingUpdate"});
+        d["status"] = json!({});
+        d
+    }
+
+    #[test]
+    fn a_dry_run_is_spared_only_when_nothing_but_the_status_moved() {
+        let kept = applied_deployment();
+        let edit = |f: &dyn Fn(&mut Value)| {
+            let mut live = applied_deployment();
+            live["metadata"]["resourceVersion"] = json!("9");
+            f(&mut live);
+            live
+        };
+        // (case, live read now, spared)
+        let cases: Vec<(&str, Value, bool)> = vec![
+            ("nothing moved but the resourceVersion", edit(&|_| {}), true),
+            (
+                "the deployment controller wrote the status, its revision annotation and its managedFields",
+                edit(&|l| {
+                    l["status"] =
+                        json!({"observedGeneration": 1, "conditions": [{"type": "Available", "status": "True"}]});
+                    l["metadata"]["annotations"]["deployment.kubernetes.io/revision"] = json!("1");
+                    l["metadata"]["managedFields"] =
+                        json!([{"manager": "kube-controller-manager", "subresource": "status"}]);
+                }),
+                true,
+            ),
+            (
+                "a hand edit of the spec",
+                edit(&|l| l["spec"]["template"]["spec"]["containers"][0]["image"] = json!("app:2")),
+                false,
+            ),
+            ("a hand edit of a default", edit(&|l| l["spec"]["strategy"]["type"] = json!("Recreate")), false),
+            ("a new generation", edit(&|l| l["metadata"]["generation"] = json!(2)), false),
+            (
+                "an annotation the desired object declares",
+                edit(&|l| l["metadata"]["annotations"]["team"] = json!("b")),
+                false,
+            ),
+            ("a label added", edit(&|l| l["metadata"]["labels"] = json!({"x": "y"})), false),
+            ("deleted and created again", edit(&|l| l["metadata"]["uid"] = json!("u-2")), false),
+            ("being deleted", edit(&|l| l["metadata"]["deletionTimestamp"] = json!("2026-12-04T00:00:00Z")), false),
+            ("a finalizer added", edit(&|l| l["metadata"]["finalizers"] = json!(["x"])), false),
+        ];
+        for (case, live, spared) in cases {
+            assert_eq!(same_but_status(&deployment("app:1"), &kept, &live), spared, "{case}");
+        }
+        // Annotations the desired object does not declare are compared when it declares none.
+        let mut bare = deployment("app:1");
+        bare["metadata"].as_object_mut().unwrap().remove("annotations");
+        let mut kept_bare = applied_deployment();
+        kept_bare["metadata"].as_object_mut().unwrap().remove("annotations");
+        let mut live = kept_bare.clone();
+        live["metadata"]["annotations"] = json!({"deployment.kubernetes.io/revision": "1"});
+        assert!(same_but_status(&bare, &kept_bare, &live));
+    }
+
+    #[test]
+    fn only_objects_kept_for_the_same_desired_object_and_trusted_are_recheckable() {
+        let id = validate::identity(&cm("1"));
+        let now = Instant::now();
+        let kept = |rv: &str, age: Duration| BTreeMap::from([(id.clone(), known(&cm("1"), &live(rv), now - age))]);
+        let fresh = Duration::from_secs(10);
+        // (case, kept, desired now, recheckable)
+        let cases = [
+            ("kept", kept("7", fresh), cm("1"), true),
+            ("a new desired object", kept("7", fresh), cm("2"), false),
+            ("checked too long ago", kept("7", TRUST_FOR), cm("1"), false),
+            ("kept without a resourceVersion", kept("", fresh), cm("1"), false),
+            ("never planned", BTreeMap::new(), cm("1"), false),
+        ];
+        for (case, kept, desired, expected) in cases {
+            assert_eq!(recheckable(&kept, &[desired], now).contains_key(&id), expected, "{case}");
+        }
+        // Kept again as read, with when it was last really checked.
+        let earlier = now - Duration::from_secs(60);
+        let rechecked = BTreeMap::from([(id.clone(), known(&cm("1"), &live("7"), earlier))]);
+        let live_map = BTreeMap::from([(id.clone(), live("9"))]);
+        let plan = crate::plan::build(
+            &[cm("1")],
+            &crate::plan::Inputs { live: live_map.clone(), dry_run: live_map.clone(), ..Default::default() },
+        );
+        let out = to_keep(&[cm("1")], &plan, &live_map, &BTreeMap::new(), &rechecked, now);
+        assert_eq!(out[&id].checked, earlier);
+        assert_eq!(&*out[&id].resource_version, "9");
+    }
+
     fn plan_of(action: Action, conflicts: Vec<crate::plan::Conflict>) -> Plan {
         let desired = [cm("1")];
         let live = BTreeMap::from([(validate::identity(&cm("1")), live("7"))]);
@@ -326,7 +485,7 @@ mod tests {
         let live_map = BTreeMap::from([(id.clone(), returned.clone())]);
         let objects = BTreeMap::from([(id.clone(), returned)]);
         for (how, out) in [
-            ("kept by a plan", to_keep(&[cm("1")], &plan, &live_map, &BTreeMap::new(), now)),
+            ("kept by a plan", to_keep(&[cm("1")], &plan, &live_map, &BTreeMap::new(), &BTreeMap::new(), now)),
             ("kept after an apply", applied(&[cm("1")], &objects, now)),
         ] {
             let kept: Value = serde_json::from_str(&out[&id].live).expect("kept as JSON");
@@ -352,13 +511,13 @@ mod tests {
             ("unchanged with a conflict", plan_of(Action::Unchanged, vec![conflict]), false),
         ];
         for (case, plan, kept) in cases {
-            let out = to_keep(&[cm("1")], &plan, &live_map, &BTreeMap::new(), now);
+            let out = to_keep(&[cm("1")], &plan, &live_map, &BTreeMap::new(), &BTreeMap::new(), now);
             assert_eq!(out.contains_key(&id), kept, "{case}: {:?}", plan.entries);
         }
         // A skipped object keeps when it was really checked.
         let earlier = now - Duration::from_secs(60);
         let skipped = BTreeMap::from([(id.clone(), known(&cm("1"), &live("7"), earlier))]);
-        let out = to_keep(&[cm("1")], &plan_of(Action::Unchanged, vec![]), &live_map, &skipped, now);
+        let out = to_keep(&[cm("1")], &plan_of(Action::Unchanged, vec![]), &live_map, &skipped, &BTreeMap::new(), now);
         assert_eq!(out[&id].checked, earlier);
     }
 }

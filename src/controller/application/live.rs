@@ -122,7 +122,13 @@ fn api_message(e: &kube::Error) -> String {
 
 enum One {
     Absent,
-    Present { live: Value, dry_run: Option<Value>, conflicts: Vec<Conflict> },
+    /// `spared`: not dry-run, only its status moved since a plan found it unchanged.
+    Present {
+        live: Value,
+        dry_run: Option<Value>,
+        conflicts: Vec<Conflict>,
+        spared: bool,
+    },
 }
 
 async fn one(
@@ -131,23 +137,23 @@ async fn one(
     desired: &Value,
     adopt: bool,
     prior: Option<&Value>,
-) -> Result<(One, bool), Error> {
+) -> Result<One, Error> {
     let ns = desired["metadata"]["namespace"].as_str();
     let name = desired["metadata"]["name"].as_str().unwrap_or_default();
     let api = api_for(client, resource, ns);
     let live = match api.get_opt(name).await {
-        Ok(None) => return Ok((One::Absent, false)),
+        Ok(None) => return Ok(One::Absent),
         Ok(Some(o)) => serde_json::to_value(o).unwrap_or_default(),
         Err(kube::Error::Api(s)) if s.code == 403 => {
             return Err(Error::Forbidden(format!("reading {}: {}", what(desired), s.message)));
         }
         // A namespace that does not exist yet holds nothing.
-        Err(kube::Error::Api(s)) if s.code == 404 => return Ok((One::Absent, false)),
+        Err(kube::Error::Api(s)) if s.code == 404 => return Ok(One::Absent),
         Err(e) => return Err(e.into()),
     };
     if prior.is_some_and(|p| super::unchanged::same_but_status(desired, p, &live)) {
         let dry_run = Some(live.clone());
-        return Ok((One::Present { live, dry_run, conflicts: Vec::new() }, true));
+        return Ok(One::Present { live, dry_run, conflicts: Vec::new(), spared: true });
     }
     let params = PatchParams::apply(names::FIELD_MANAGER).dry_run();
     let (dry_run, conflicts) = match api.patch(name, &params, &Patch::Apply(desired)).await {
@@ -166,7 +172,7 @@ async fn one(
         }
         Err(e) => return Err(refused(desired, e)),
     };
-    Ok((One::Present { live, dry_run, conflicts }, false))
+    Ok(One::Present { live, dry_run, conflicts, spared: false })
 }
 
 fn refused(desired: &Value, e: kube::Error) -> Error {
@@ -213,7 +219,7 @@ pub async fn read_desired(
         .map(|d| async move {
             let id = validate::identity(d);
             match resource_of(scopes, d) {
-                None => (id, Ok((One::Absent, false))),
+                None => (id, Ok(One::Absent)),
                 Some(r) => {
                     let read = one(client, r, d, adopt, prior.get(&id)).await;
                     (id, read)
@@ -221,17 +227,17 @@ pub async fn read_desired(
             }
         })
         .collect();
-    let results: Vec<(String, Result<(One, bool), Error>)> =
+    let results: Vec<(String, Result<One, Error>)> =
         futures_util::stream::iter(requests).buffer_unordered(CONCURRENCY).collect().await;
-    let spared = results.iter().filter(|(_, r)| matches!(r, Ok((_, true)))).count();
+    let spared = results.iter().filter(|(_, r)| matches!(r, Ok(One::Present { spared: true, .. }))).count();
     metrics::counter!("ksync_dry_runs_spared_total").increment(spared as u64);
     let mut invalid = Vec::new();
     let mut first_error = None;
     for (id, r) in results {
         match r {
-            Ok((One::Absent, _)) => {}
-            Ok((One::Present { live, dry_run, conflicts }, rechecked)) => {
-                if rechecked {
+            Ok(One::Absent) => {}
+            Ok(One::Present { live, dry_run, conflicts, spared }) => {
+                if spared {
                     out.rechecked.insert(id.clone());
                 }
                 out.live.insert(id.clone(), live);

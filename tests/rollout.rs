@@ -634,10 +634,12 @@ fn a_deployment_edited_by_hand_other_watched_kinds_and_zero_writes_at_rest(clust
         // simcluster only: the audit log tells dry runs from writes.
         if cluster.require_simcluster("zero writes at rest", "the audit log") {
             let sim = cluster.sim().unwrap();
-            // At rest, a drift check costs reads and dry runs, never a write. Touching an
-            // annotation nobody manages triggers checks through the metadata watches: of a
-            // ConfigMap (watched by default) and of a ServiceAccount (watched because the
-            // controller may list and watch it, as a SelfSubjectAccessReview said).
+            // At rest, a drift check costs reads and dry runs, never a write. Touching a label
+            // nobody manages triggers checks through the metadata watches: of a ConfigMap
+            // (watched by default) and of a ServiceAccount (watched because the controller may
+            // list and watch it, as a SelfSubjectAccessReview said). (A label, not an
+            // annotation: an object whose undeclared annotations alone moved is read but not
+            // dry-run, and the audit log shows dry runs, not reads.)
             let dry_runs_of = |name: &str, from: usize| {
                 sim.audit_log()
                     .into_iter()
@@ -647,7 +649,7 @@ fn a_deployment_edited_by_hand_other_watched_kinds_and_zero_writes_at_rest(clust
             };
             let mark = sim.audit_log().len();
             let before = env.apps().get("web").await.unwrap().status;
-            let touch = json!({"metadata": {"annotations": {"example.com/touched": "1"}}});
+            let touch = json!({"metadata": {"labels": {"example.com/touched": "1"}}});
             let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), "steady");
             let sas: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::namespaced(env.client.clone(), "steady");
             let as_test = PatchParams { field_manager: Some("test".into()), ..Default::default() };

@@ -93,13 +93,11 @@ pub(super) async fn plan(
             .iter()
             .filter_map(|m| Some((validate::identity(m), m["metadata"]["resourceVersion"].as_str()?.to_string())))
             .collect();
-        let known = unchanged::skippable(&kept, &desired, &cached, now);
-        *skipped.lock().expect("skipped lock") =
-            kept.iter().filter(|(id, _)| known.contains_key(*id)).map(|(id, k)| (id.clone(), k.clone())).collect();
-        let mut recheck = unchanged::recheckable(&kept, &desired, now);
-        recheck.retain(|id, _| !known.contains_key(id));
-        let spare =
-            live::Spare { skip: known, recheck: recheck.iter().map(|(id, k)| (id.clone(), k.live.clone())).collect() };
+        let (skip, recheck) = unchanged::split(&kept, &desired, &cached, now);
+        let text =
+            |m: &BTreeMap<String, unchanged::Known>| m.iter().map(|(id, k)| (id.clone(), k.live.clone())).collect();
+        let spare = live::Spare { skip: text(&skip), recheck: text(&recheck) };
+        *skipped.lock().expect("skipped lock") = skip;
         *recheckable.lock().expect("recheckable lock") = recheck;
         spare
     };

@@ -5,7 +5,7 @@
 //! `metadata.resourceVersion` says which state of the object that was. A drift check (its
 //! inventory from the shard's watch caches, which carry every managed object's
 //! resourceVersion) then skips the `GET` and the server-side dry run of an object when
-//! [`skippable`] says nothing about it can have changed, and plans against the kept live
+//! [`split`] says nothing about it can have changed, and plans against the kept live
 //! object. An idle Application costs no request per resync.
 //!
 //! Bounded: [`MAX_BYTES`] of kept live objects per replica (the least recently used
@@ -55,8 +55,9 @@ fn resource_version(obj: &Value) -> Option<&str> {
     obj["metadata"]["resourceVersion"].as_str().filter(|rv| !rv.is_empty())
 }
 
-/// The desired objects whose read can be skipped, by identity, with the live object to plan
-/// against (as kept: compact JSON, which the caller parses off the runtime).
+/// The kept objects of `desired`, split: those whose read can be skipped (planned against the
+/// kept live object, compact JSON that the caller parses off the runtime), and those that are
+/// read but may have their dry run spared ([`same_but_status`]).
 ///
 /// Contract: an object is skipped only when all of these hold:
 /// - it was kept ([`Known`]) for this Application;
@@ -65,32 +66,25 @@ fn resource_version(obj: &Value) -> Option<&str> {
 ///   of the kept live object: every write to an object, by anyone, moves its resourceVersion;
 /// - a real read found it unchanged less than [`TRUST_FOR`] before `now`.
 ///
-/// Anything else (no watch for its kind, not labelled yet, an edit, a new commit) is read.
-pub fn skippable(
+/// Anything else (no watch for its kind, not labelled yet, an edit, a new commit) is read; of
+/// those, the second part holds the [`recheckable`] ones.
+pub fn split(
     known: &BTreeMap<String, Known>,
     desired: &[Value],
     cached: &BTreeMap<String, String>,
     now: Instant,
-) -> BTreeMap<String, Arc<str>> {
-    let mut out = BTreeMap::new();
-    for d in desired {
-        let id = validate::identity(d);
-        let Some(k) = known.get(&id) else { continue };
-        let same_state =
-            !k.resource_version.is_empty() && cached.get(&id).is_some_and(|rv| **rv == *k.resource_version);
-        if same_state && k.digest == digest(d) && now.saturating_duration_since(k.checked) < TRUST_FOR {
-            out.insert(id, k.live.clone());
-        }
-    }
-    out
+) -> (BTreeMap<String, Known>, BTreeMap<String, Known>) {
+    recheckable(known, desired, now)
+        .into_iter()
+        .partition(|(id, k)| cached.get(id).is_some_and(|rv| **rv == *k.resource_version))
 }
 
-/// The kept objects whose dry run a read may spare: kept for the same desired object
-/// ([`digest`] equal) and really checked less than [`TRUST_FOR`] before `now`, but at another
-/// resourceVersion than the watch cache shows (or with no watch cache), so they are read
-/// (`GET`); if the read finds only what [`same_but_status`] allows changed, the kept verdict
-/// (unchanged, no conflict) still holds.
-pub fn recheckable(known: &BTreeMap<String, Known>, desired: &[Value], now: Instant) -> BTreeMap<String, Known> {
+/// The kept objects whose verdict may still hold: kept with a resourceVersion for the same
+/// desired object ([`digest`] equal), and really checked less than [`TRUST_FOR`] before `now`.
+/// Those the watch cache shows at the kept resourceVersion are skipped ([`split`]); the others are
+/// read (`GET`), and if the read finds only what [`same_but_status`] allows changed, the kept
+/// verdict (unchanged, no conflict) still holds and their dry run is spared.
+fn recheckable(known: &BTreeMap<String, Known>, desired: &[Value], now: Instant) -> BTreeMap<String, Known> {
     let mut out = BTreeMap::new();
     for d in desired {
         let id = validate::identity(d);
@@ -291,6 +285,16 @@ impl Unchanged {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// The skipped part of [`split`], as the read gets it.
+    fn skippable(
+        known: &BTreeMap<String, Known>,
+        desired: &[Value],
+        cached: &BTreeMap<String, String>,
+        now: Instant,
+    ) -> BTreeMap<String, Arc<str>> {
+        split(known, desired, cached, now).0.into_iter().map(|(id, k)| (id, k.live)).collect()
+    }
 
     fn cm(data: &str) -> Value {
         json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": "n"}, "data": {"k": data}})

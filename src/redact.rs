@@ -36,6 +36,26 @@ pub fn redact<'a>(message: &str, secrets: impl IntoIterator<Item = &'a str>) -> 
     values.iter().fold(message.to_string(), |m, v| m.replace(v, REDACTED))
 }
 
+/// Every string a message must not show: desired Secrets' values.
+pub fn secret_strings(objects: &[serde_json::Value]) -> Vec<String> {
+    use base64::Engine;
+    let mut out = Vec::new();
+    for o in objects.iter().filter(|o| o["kind"] == "Secret" && o["apiVersion"] == "v1") {
+        if let Some(data) = o["data"].as_object() {
+            for v in data.values().filter_map(serde_json::Value::as_str) {
+                if let Ok(bytes) = base64::engine::general_purpose::STANDARD.decode(v) {
+                    out.push(String::from_utf8_lossy(&bytes).to_string());
+                }
+                out.push(v.to_string());
+            }
+        }
+        if let Some(data) = o["stringData"].as_object() {
+            out.extend(data.values().filter_map(serde_json::Value::as_str).map(str::to_string));
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

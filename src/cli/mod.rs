@@ -86,6 +86,10 @@ pub enum Error {
     /// `ksync`: the output could not be produced or written.
     #[error("writing output: {0}")]
     Output(String),
+    /// `ksync diff`: exit with this status, printing nothing more (what there was to say is
+    /// said): 1 when something would change, 2 after an error.
+    #[error("exit status {0}")]
+    Exit(u8),
 }
 
 /// Result of a command.
@@ -112,6 +116,7 @@ pub fn main<A: clap::Parser>(
     }
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(Error::Exit(status)) => std::process::ExitCode::from(status),
         Err(e) => {
             tracing::debug!(error = ?e, "command failed");
             // One line, whatever the cause's message holds.

@@ -20,6 +20,7 @@ pub mod diff;
 pub mod hooks;
 pub mod inventory;
 pub mod order;
+pub mod prepare;
 pub mod redeploy;
 pub mod revision;
 pub mod target_hash;

@@ -21,6 +21,13 @@ pub const MAX_VALUE_BYTES: usize = 64;
 /// The kinds (group `apps`) a redeploy restarts.
 pub const WORKLOAD_KINDS: [&str; 3] = ["Deployment", "StatefulSet", "DaemonSet"];
 
+/// The redeploy request among an Application's annotations
+/// ([`names::annotations::REDEPLOY_REQUESTED_AT`]), normalized ([`parse`]); `Err`: the
+/// message of a bad one.
+pub fn requested(annotations: &std::collections::BTreeMap<String, String>) -> Result<Option<String>, String> {
+    annotations.get(names::annotations::REDEPLOY_REQUESTED_AT).map(|v| parse(v)).transpose()
+}
+
 /// Check a [`names::annotations::REDEPLOY_REQUESTED_AT`] value: an RFC 3339 time
 /// (`YYYY-MM-DDTHH:MM:SS`, optional fraction of 1 to 9 digits, then `Z` or `±HH:MM`), a real
 /// date, at most [`MAX_VALUE_BYTES`] bytes. Returns it normalized to UTC (`Z`), or why not

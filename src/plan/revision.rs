@@ -94,38 +94,7 @@ pub fn stored(plan: &Plan, adopt: bool) -> rev::Plan {
             truncated = true;
             break;
         }
-        let owners: Vec<FieldOwner> = e
-            .conflicts
-            .iter()
-            .take(32)
-            .map(|c| FieldOwner { field: bounded(&c.field, 512), manager: bounded(&c.manager, 128) })
-            .collect();
-        let mut fields: Vec<String> = e.changed.iter().take(32).map(|f| bounded(f, 512)).collect();
-        if e.more_changed > 0 && fields.len() < 32 {
-            fields.push(format!("... and {} more", e.more_changed));
-        }
-        let entry = PlanEntry {
-            resource: ResourceRef {
-                group: e.group.clone(),
-                kind: e.kind.clone(),
-                namespace: (!e.namespace.is_empty()).then(|| e.namespace.clone()),
-                name: e.name.clone(),
-            },
-            version: bounded(&e.version, 63),
-            action: match e.action {
-                Action::Create => PlanAction::Create,
-                Action::Update => PlanAction::Update,
-                Action::Unchanged => PlanAction::Unchanged,
-                Action::Delete => PlanAction::Delete,
-                Action::Skip => PlanAction::Skip,
-            },
-            wave: e.wave,
-            hook: e.hook,
-            fields,
-            warning: (!e.warnings.is_empty()).then(|| bounded(&e.warnings.join("; "), 1024)),
-            conflicts: if adopt { Vec::new() } else { owners.clone() },
-            adopted: if adopt { owners } else { Vec::new() },
-        };
+        let entry = stored_entry(e, adopt);
         let size = serde_json::to_vec(&entry).map(|v| v.len()).unwrap_or(0);
         if bytes + size > MAX_PLAN_BYTES {
             truncated = true;
@@ -135,6 +104,43 @@ pub fn stored(plan: &Plan, adopt: bool) -> rev::Plan {
         entries.push(entry);
     }
     rev::Plan { digest: plan.digest.clone(), summary, entries, truncated, warnings: Vec::new() }
+}
+
+/// One entry as a Revision stores it: field lists and strings bounded; `adopt`: conflicts are
+/// fields taken over (`adopted`), else conflicts that block the apply.
+pub fn stored_entry(e: &super::Entry, adopt: bool) -> PlanEntry {
+    let owners: Vec<FieldOwner> = e
+        .conflicts
+        .iter()
+        .take(32)
+        .map(|c| FieldOwner { field: bounded(&c.field, 512), manager: bounded(&c.manager, 128) })
+        .collect();
+    let mut fields: Vec<String> = e.changed.iter().take(32).map(|f| bounded(f, 512)).collect();
+    if e.more_changed > 0 && fields.len() < 32 {
+        fields.push(format!("... and {} more", e.more_changed));
+    }
+    PlanEntry {
+        resource: ResourceRef {
+            group: e.group.clone(),
+            kind: e.kind.clone(),
+            namespace: (!e.namespace.is_empty()).then(|| e.namespace.clone()),
+            name: e.name.clone(),
+        },
+        version: bounded(&e.version, 63),
+        action: match e.action {
+            Action::Create => PlanAction::Create,
+            Action::Update => PlanAction::Update,
+            Action::Unchanged => PlanAction::Unchanged,
+            Action::Delete => PlanAction::Delete,
+            Action::Skip => PlanAction::Skip,
+        },
+        wave: e.wave,
+        hook: e.hook,
+        fields,
+        warning: (!e.warnings.is_empty()).then(|| bounded(&e.warnings.join("; "), 1024)),
+        conflicts: if adopt { Vec::new() } else { owners.clone() },
+        adopted: if adopt { owners } else { Vec::new() },
+    }
 }
 
 #[cfg(test)]

@@ -19,6 +19,7 @@ pub mod cache;
 pub mod checkout;
 pub mod discovery;
 pub mod git;
+pub mod local;
 pub mod url;
 
 pub use cache::{CacheConfig, GitCache};
@@ -192,10 +193,38 @@ impl Error {
 /// The result type of this module.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// `spec.source.revision` as a reference: hex of 7 to 40 digits is a commit, anything else a
+/// branch (then a tag when no branch has that name).
+pub fn references_of(revision: &str) -> Vec<Reference> {
+    let r = revision.trim();
+    if (7..=40).contains(&r.len()) && r.bytes().all(|b| b.is_ascii_hexdigit()) {
+        vec![Reference::Commit(r.to_ascii_lowercase())]
+    } else if let Some(tag) = r.strip_prefix("refs/tags/") {
+        vec![Reference::Tag(tag.to_string())]
+    } else {
+        let branch = r.strip_prefix("refs/heads/").unwrap_or(r);
+        vec![Reference::Branch(branch.to_string()), Reference::Tag(branch.to_string())]
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::api::repository::GitRef;
+
+    #[test]
+    fn source_revisions_are_commits_branches_or_tags() {
+        assert_eq!(references_of("0123abc"), vec![Reference::Commit("0123abc".into())]);
+        assert_eq!(references_of("ABCDEF0123"), vec![Reference::Commit("abcdef0123".into())]);
+        assert_eq!(references_of("main"), vec![Reference::Branch("main".into()), Reference::Tag("main".into())]);
+        assert_eq!(references_of("refs/tags/v1.2.0"), vec![Reference::Tag("v1.2.0".into())]);
+        assert_eq!(
+            references_of("refs/heads/release"),
+            vec![Reference::Branch("release".into()), Reference::Tag("release".into())]
+        );
+        // Too short to be a commit.
+        assert_eq!(references_of("cafe"), vec![Reference::Branch("cafe".into()), Reference::Tag("cafe".into())]);
+    }
 
     #[test]
     fn references_from_the_spec() {

@@ -37,6 +37,9 @@ pub struct Cluster {
     pub namespace: String,
     /// The API server URL, for error messages.
     pub url: String,
+    /// The configuration the client was made from (`ksync diff` makes an impersonating client
+    /// from it).
+    pub config: kube::Config,
 }
 
 /// What a request was for, so an error can name what was not found.
@@ -119,8 +122,8 @@ pub async fn connect(args: &ClusterArgs) -> Result<Cluster> {
     let url = config.cluster_url.to_string();
     let url = url.strip_suffix('/').unwrap_or(&url).to_string();
     let namespace = args.namespace.clone().unwrap_or_else(|| config.default_namespace.clone());
-    let client = Client::try_from(config).map_err(|e| Error::Kubeconfig(innermost(&e)))?;
-    Ok(Cluster { client, namespace, url })
+    let client = Client::try_from(config.clone()).map_err(|e| Error::Kubeconfig(innermost(&e)))?;
+    Ok(Cluster { client, namespace, url, config })
 }
 
 fn status_message(s: &Status) -> String {

@@ -4,7 +4,7 @@
 use kube::ResourceExt;
 
 use super::{Palette, Tone, fields, phase_name, phase_of, phase_tone, resource_id};
-use crate::api::revision::{MAX_PLAN_ENTRIES, Plan, PlanAction, PlanSummary, Revision};
+use crate::api::revision::{MAX_PLAN_ENTRIES, Plan, PlanAction, PlanEntry, PlanSummary, Revision};
 
 /// The symbol, word and colour of an action.
 pub fn action_style(a: PlanAction) -> (&'static str, &'static str, Tone) {
@@ -30,37 +30,45 @@ pub fn summary_line(s: &PlanSummary) -> String {
     )
 }
 
-/// The entries, warnings and summary of a plan.
-pub fn entries(plan: &Plan, palette: Palette) -> String {
+/// One entry: the action, the object with its wave or hook phase, then the changed field paths,
+/// conflicts, adopted fields and the warning, each on its own line.
+pub fn entry(e: &PlanEntry, palette: Palette) -> String {
     let width = "unchanged".len();
     // Detail lines start under the resource: "  " + symbol + " " + action + "  ".
     let sub = " ".repeat(2 + 1 + 1 + width + 2);
     let mut out = String::new();
+    let (symbol, word, tone) = action_style(e.action);
+    let wave = match (e.wave, e.hook) {
+        (0, None) => String::new(),
+        (w, None) => format!(" (wave {w})"),
+        (0, Some(h)) => format!(" ({h} hook)"),
+        (w, Some(h)) => format!(" ({h} hook, wave {w})"),
+    };
+    let head = format!("{symbol} {word:<width$}");
+    out.push_str(&format!("  {}  {}{wave}\n", palette.paint(tone, &head), resource_id(&e.resource)));
+    for f in &e.fields {
+        out.push_str(&format!("{sub}{f}\n"));
+    }
+    for c in &e.conflicts {
+        let text = format!("conflict: {} (owned by {})", c.field, c.manager);
+        out.push_str(&format!("{sub}{}\n", palette.paint(Tone::Bad, &text)));
+    }
+    for a in &e.adopted {
+        let text = format!("adopted: {} (from {})", a.field, a.manager);
+        out.push_str(&format!("{sub}{}\n", palette.paint(Tone::Warn, &text)));
+    }
+    if let Some(w) = &e.warning {
+        let text = format!("warning: {}", super::one_line(w));
+        out.push_str(&format!("{sub}{}\n", palette.paint(Tone::Warn, &text)));
+    }
+    out
+}
+
+/// The entries, warnings and summary of a plan.
+pub fn entries(plan: &Plan, palette: Palette) -> String {
+    let mut out = String::new();
     for e in &plan.entries {
-        let (symbol, word, tone) = action_style(e.action);
-        let wave = match (e.wave, e.hook) {
-            (0, None) => String::new(),
-            (w, None) => format!(" (wave {w})"),
-            (0, Some(h)) => format!(" ({h} hook)"),
-            (w, Some(h)) => format!(" ({h} hook, wave {w})"),
-        };
-        let head = format!("{symbol} {word:<width$}");
-        out.push_str(&format!("  {}  {}{wave}\n", palette.paint(tone, &head), resource_id(&e.resource)));
-        for f in &e.fields {
-            out.push_str(&format!("{sub}{f}\n"));
-        }
-        for c in &e.conflicts {
-            let text = format!("conflict: {} (owned by {})", c.field, c.manager);
-            out.push_str(&format!("{sub}{}\n", palette.paint(Tone::Bad, &text)));
-        }
-        for a in &e.adopted {
-            let text = format!("adopted: {} (from {})", a.field, a.manager);
-            out.push_str(&format!("{sub}{}\n", palette.paint(Tone::Warn, &text)));
-        }
-        if let Some(w) = &e.warning {
-            let text = format!("warning: {}", super::one_line(w));
-            out.push_str(&format!("{sub}{}\n", palette.paint(Tone::Warn, &text)));
-        }
+        out.push_str(&entry(e, palette));
     }
     if plan.entries.is_empty() {
         out.push_str("  (no objects)\n");

@@ -17,29 +17,9 @@ use super::status::{Failure, event};
 use crate::api::application::{Application, RenderType};
 use crate::api::names;
 use crate::api::revision::Revision;
-use crate::plan::{inventory, revision, validate};
+use crate::plan::{revision, validate};
 use crate::render;
 use crate::watch::discovery::ClusterScopes;
-
-/// Every string a message must not show: desired Secrets' values.
-pub(super) fn secret_strings(objects: &[Value]) -> Vec<String> {
-    use base64::Engine;
-    let mut out = Vec::new();
-    for o in objects.iter().filter(|o| o["kind"] == "Secret" && o["apiVersion"] == "v1") {
-        if let Some(data) = o["data"].as_object() {
-            for v in data.values().filter_map(Value::as_str) {
-                if let Ok(bytes) = base64::engine::general_purpose::STANDARD.decode(v) {
-                    out.push(String::from_utf8_lossy(&bytes).to_string());
-                }
-                out.push(v.to_string());
-            }
-        }
-        if let Some(data) = o["stringData"].as_object() {
-            out.extend(data.values().filter_map(Value::as_str).map(str::to_string));
-        }
-    }
-    out
-}
 
 /// `message` without any of `secrets` ([`crate::redact::redact`]).
 pub(super) fn redact(message: &str, secrets: &[String]) -> String {
@@ -75,7 +55,7 @@ pub(super) async fn desired(
 ) -> Result<Result<Desired, Failure>, Error> {
     let spec = &app.spec;
     // A redeploy request is checked before anything else: a bad one applies nothing.
-    let redeploy = match redeploy_request(app) {
+    let redeploy = match crate::plan::redeploy::requested(app.annotations()) {
         Ok(r) => r,
         Err(message) => return Ok(Err(Failure::new(names::reasons::VALIDATION_FAILURE, message, false))),
     };
@@ -122,7 +102,7 @@ pub(super) async fn desired(
         Err(e) => return Ok(Err(render_failure(e))),
     };
     let found = objects.clone();
-    secrets.extend(crate::offload::offload(move || secret_strings(&found)).await);
+    secrets.extend(crate::offload::offload(move || crate::redact::secret_strings(&found)).await);
     let fail = |reason: &'static str, message: String, retryable: bool| {
         Ok(Err(Failure::new(reason, redact(&message, &secrets), retryable)))
     };
@@ -156,39 +136,16 @@ pub(super) async fn desired(
     };
     let (app_ns, app_name) = (ns.to_string(), name.to_string());
     let at = redeploy.clone();
-    let (desired, hooks, hash, restarted) = crate::offload::offload(move || {
-        // Hooks are split off after validation: they pass the same checks as every object.
-        let (mut hooks, mut desired): (Vec<Value>, Vec<Value>) = std::mem::take(&mut desired)
-            .into_iter()
-            .partition(|o| !matches!(crate::plan::hooks::hooked(o), Ok(crate::plan::hooks::Hooked::No)));
-        for o in &mut desired {
-            inventory::stamp(o, &app_ns, &app_name, &shard);
-        }
-        for h in &mut hooks {
-            inventory::stamp_hook(h, &app_ns, &app_name);
-        }
-        // A redeploy: the workloads' pod templates carry the request (never the hooks'), so the
-        // desired state, and its hash, change with it.
-        let restarted = at.as_deref().map(|at| crate::plan::redeploy::inject(&mut desired, at)).unwrap_or_default();
-        // A changed hook is a new desired state (a rollout runs it).
-        let all: Vec<Value> = desired.iter().chain(&hooks).cloned().collect();
-        let hash = revision::desired_state_hash(&all);
-        (Arc::new(desired), Arc::new(hooks), hash, restarted)
+    let prepared = crate::offload::offload(move || {
+        crate::plan::prepare::prepare(std::mem::take(&mut desired), &app_ns, &app_name, &shard, at.as_deref())
     })
     .await;
+    let (hooks, hash, restarted) = (Arc::new(prepared.hooks), prepared.hash, prepared.restarted);
+    let desired = Arc::new(prepared.objects);
     if let Some(at) = &redeploy {
         announce_redeploy(ctx, app, ns, &rev_name, at, &restarted).await;
     }
     Ok(Ok(Desired { objects: desired, hooks, hash, secrets, scopes, sa: sa_client }))
-}
-
-/// The Application's redeploy request ([`names::annotations::REDEPLOY_REQUESTED_AT`]),
-/// normalized ([`crate::plan::redeploy::parse`]); `Err`: the message of a bad one.
-pub(super) fn redeploy_request(app: &Application) -> Result<Option<String>, String> {
-    app.annotations()
-        .get(names::annotations::REDEPLOY_REQUESTED_AT)
-        .map(|v| crate::plan::redeploy::parse(v))
-        .transpose()
 }
 
 /// The redeploy value the desired state carries: the request, unless it is new (neither in
@@ -269,7 +226,7 @@ mod tests {
                    "data": {"password": "aHVudGVyMg=="}, "stringData": {"token": "tok-123456"}}),
             json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"x": "visible"}}),
         ];
-        let secrets = secret_strings(&objs);
+        let secrets = crate::redact::secret_strings(&objs);
         let m = redact("password hunter2 and tok-123456 (aHVudGVyMg==) visible", &secrets);
         assert_eq!(m, "password <redacted> and <redacted> (<redacted>) visible");
     }

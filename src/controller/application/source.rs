@@ -29,20 +29,6 @@ pub(super) struct Source {
     pub(super) commit: String,
 }
 
-/// `spec.source.revision` as a reference: hex of 7 to 40 digits is a commit, anything else a
-/// branch (then a tag when no branch has that name).
-pub(super) fn references_of(revision: &str) -> Vec<Reference> {
-    let r = revision.trim();
-    if (7..=40).contains(&r.len()) && r.bytes().all(|b| b.is_ascii_hexdigit()) {
-        vec![Reference::Commit(r.to_ascii_lowercase())]
-    } else if let Some(tag) = r.strip_prefix("refs/tags/") {
-        vec![Reference::Tag(tag.to_string())]
-    } else {
-        let branch = r.strip_prefix("refs/heads/").unwrap_or(r);
-        vec![Reference::Branch(branch.to_string()), Reference::Tag(branch.to_string())]
-    }
-}
-
 /// Step 2. The outer error is an API failure to retry; the inner one is reported. `pinned`: a
 /// commit to resolve instead of the spec's (a rollback's target, or the Revision a hold keeps
 /// running).
@@ -92,7 +78,7 @@ pub(super) async fn resolve_source(
                 _ => {
                     let mut last = None;
                     let mut found = None;
-                    for reference in references_of(revision) {
+                    for reference in crate::source::references_of(revision) {
                         match ctx.cache.resolve(&url, &reference, &credentials, timeout).await {
                             Ok(r) => {
                                 found = Some(r.commit);
@@ -121,23 +107,4 @@ pub(super) async fn resolve_source(
         return fail(credentials.redact(&format!("fetching commit {commit}: {e}")), e.retryable());
     }
     Ok(Ok(Source { repository: repo_name.clone(), url, credentials, reference, commit }))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn source_revisions_are_commits_branches_or_tags() {
-        assert_eq!(references_of("0123abc"), vec![Reference::Commit("0123abc".into())]);
-        assert_eq!(references_of("ABCDEF0123"), vec![Reference::Commit("abcdef0123".into())]);
-        assert_eq!(references_of("main"), vec![Reference::Branch("main".into()), Reference::Tag("main".into())]);
-        assert_eq!(references_of("refs/tags/v1.2.0"), vec![Reference::Tag("v1.2.0".into())]);
-        assert_eq!(
-            references_of("refs/heads/release"),
-            vec![Reference::Branch("release".into()), Reference::Tag("release".into())]
-        );
-        // Too short to be a commit.
-        assert_eq!(references_of("cafe"), vec![Reference::Branch("cafe".into()), Reference::Tag("cafe".into())]);
-    }
 }

@@ -138,7 +138,7 @@ pub(super) async fn write_status(
     };
     // A request not taken up yet (it waits for a running attempt): this write's own watch
     // event triggers the next reconcile, which may take it up, instead of the resync.
-    let waiting = super::desired::redeploy_request(app)
+    let waiting = crate::plan::redeploy::requested(app.annotations())
         .ok()
         .flatten()
         .is_some_and(|at| new.last_handled_redeploy_at.as_ref() != Some(&at));

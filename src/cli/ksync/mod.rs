@@ -11,6 +11,7 @@ pub mod app;
 pub mod apps;
 pub mod connect;
 pub mod dev;
+pub mod diff;
 pub mod graph;
 pub mod healthchecks;
 pub mod history;
@@ -100,6 +101,15 @@ pub enum Command {
     /// them (owned, selected, used, mounted...), missing ones marked, and the path to the root
     /// cause when something is not Healthy. `-o dot` for Graphviz, `-o json`.
     Graph(graph::GraphArgs),
+    /// Preview what deploying a branch, tag, commit or local checkout would change: render,
+    /// validate and plan it against the live cluster as the Application's service account, and
+    /// print the plan in apply order with a unified diff per changed object (server-managed
+    /// fields removed, Secret values masked).
+    ///
+    /// Read-only: it writes nothing to the cluster (no Revision, no status); its only requests
+    /// are reads and server-side dry runs (dryRun=All). Exit status 0 when nothing would
+    /// change, 1 when something would, 2 on an error.
+    Diff(diff::DiffArgs),
     /// Roll an Application back to an earlier Revision (default: the last healthy one before
     /// the desired one) or commit. When the rollback completes, the commit rolled back from is
     /// held: not deployed again until a new commit or spec change.
@@ -239,6 +249,7 @@ pub fn run(args: Args, emulator: &dyn dev::emulator::Emulator) -> Result<()> {
                     Command::Sync(s) => sync::run(&cluster, &s, context).await,
                     Command::Rollback(r) => rollback::run(&cluster, &r, context).await,
                     Command::Graph(g) => graph::run(&cluster, &g, context).await,
+                    Command::Diff(d) => diff::run(&cluster, &d, context).await,
                     Command::Redeploy(r) => redeploy::run(&cluster, &r, context).await,
                     Command::Version
                     | Command::Completion { .. }

@@ -10,6 +10,7 @@
 pub mod app;
 pub mod apps;
 pub mod dev;
+pub mod diff;
 pub mod graph;
 pub mod history;
 pub mod plan;

@@ -181,6 +181,16 @@ fn previews_a_branch_a_local_checkout_and_every_application_without_writing(clus
         assert_eq!(code, 1, "{out}{err}");
         assert!(out.contains(&format!("Local:        {local} (not pushed)")), "{out}");
         assert!(out.contains("+  color: purple"), "{out}");
+        // A symlink out of the checkout is refused, as in a Git checkout: what it points to is
+        // never rendered.
+        let outside = support::temp_dir("outside");
+        let stolen = outside.path().join("stolen.yaml");
+        std::fs::write(&stolen, "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: stolen\n").unwrap();
+        std::os::unix::fs::symlink(&stolen, wt.path().join("web/stolen.yaml")).unwrap();
+        let (code, out, err) = ksync(&kubeconfig, &["diff", "web", "--path", local]);
+        assert_eq!(code, 2, "{out}{err}");
+        assert!(err.contains("symlink stolen.yaml") && !out.contains("stolen"), "{out}{err}");
+        std::fs::remove_file(wt.path().join("web/stolen.yaml")).unwrap();
 
         // Every Application of the Repository: a summary table, then the diffs.
         let (code, out, err) =

@@ -387,7 +387,8 @@ mod tests {
     #[test]
     fn secret_values_are_never_shown() {
         let (old, new) = ("c2VjcmV0LW9uZQ==", "c2VjcmV0LXR3bw==");
-        let cases: [(Option<Value>, Option<Value>, Option<&str>, Option<&str>); 4] = [
+        type Case = (Option<Value>, Option<Value>, Option<&'static str>, Option<&'static str>);
+        let cases: [Case; 4] = [
             (
                 Some(secret(json!({"password": old}), None)),
                 Some(secret(json!({"password": new}), None)),

@@ -73,12 +73,9 @@ pub struct DevArgs {
     /// Start over from the shipped example, discarding the repository of an earlier run.
     #[arg(long)]
     pub fresh: bool,
-    /// The helm (v4) binary (default: the one scripts/install-tools installs, else PATH).
-    #[arg(long, env = "KSYNC_HELM", value_name = "PATH")]
-    pub helm: Option<PathBuf>,
-    /// The kubectl binary, for Kustomize (default: the one scripts/install-tools installs, else PATH).
-    #[arg(long, env = "KSYNC_KUBECTL", value_name = "PATH")]
-    pub kubectl: Option<PathBuf>,
+    /// The tools to render with.
+    #[command(flatten)]
+    pub tools: tools::ToolArgs,
 }
 
 /// An I/O error on `path`.
@@ -214,7 +211,8 @@ async fn start(args: &DevArgs, out: &mut Out, emulator: &dyn emulator::Emulator)
     let (api_port, git_port, metrics_port) = ports(args.port, args.replicas)?;
     git::git(&state, &["--version"]).await?;
     let tools =
-        tools::find(args.helm.clone(), args.kubectl.clone(), &mut |s| out.line("tools", s, Tone::Plain)).await?;
+        tools::find(args.tools.helm.clone(), args.tools.kubectl.clone(), &mut |s| out.line("tools", s, Tone::Plain))
+            .await?;
     out.line("tools", &format!("helm {}, kubectl {}", tools.helm.display(), tools.kubectl.display()), Tone::Plain);
 
     let emulator::Started { url, admin_token: token, nodes, server: sim } =

@@ -16,6 +16,17 @@ pub fn project_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// `--helm` and `--kubectl`, shared by the commands that render.
+#[derive(Clone, Debug, Default, PartialEq, Eq, clap::Args)]
+pub struct ToolArgs {
+    /// The helm (v4) binary (default: the one scripts/install-tools installs, else PATH).
+    #[arg(long, env = "KSYNC_HELM", value_name = "PATH")]
+    pub helm: Option<PathBuf>,
+    /// The kubectl binary, for Kustomize (default: the one scripts/install-tools installs, else PATH).
+    #[arg(long, env = "KSYNC_KUBECTL", value_name = "PATH")]
+    pub kubectl: Option<PathBuf>,
+}
+
 /// The tools the replicas render with.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Tools {

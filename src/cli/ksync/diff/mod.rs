@@ -47,12 +47,9 @@ pub struct DiffArgs {
     /// Output format.
     #[arg(short = 'o', long, value_enum)]
     pub output: Option<DiffFormat>,
-    /// The helm (v4) binary (default: the one scripts/install-tools installs, else PATH).
-    #[arg(long, env = "KSYNC_HELM", value_name = "PATH")]
-    pub helm: Option<PathBuf>,
-    /// The kubectl binary, for Kustomize (default: the one scripts/install-tools installs, else PATH).
-    #[arg(long, env = "KSYNC_KUBECTL", value_name = "PATH")]
-    pub kubectl: Option<PathBuf>,
+    /// The tools to render with.
+    #[command(flatten)]
+    pub tools: super::dev::tools::ToolArgs,
 }
 
 /// Preview, print, and exit with 0, 1 or 2 ([`Error::Exit`]).
@@ -98,7 +95,7 @@ async fn outcomes(cluster: &Cluster, args: &DiffArgs) -> Result<Vec<Outcome>> {
         }));
     }
     let mut say = |s: &str| eprintln!("{s}");
-    let found = super::dev::tools::find(args.helm.clone(), args.kubectl.clone(), &mut say).await;
+    let found = super::dev::tools::find(args.tools.helm.clone(), args.tools.kubectl.clone(), &mut say).await;
     // Plain YAML needs neither tool: a render that does reports that it is missing.
     let tools = found.map(|t| crate::render::Tools { helm: t.helm, kubectl: t.kubectl }).unwrap_or_default();
     let shared = preview::Shared::new(cluster, tools).await.map_err(Error::Unavailable)?;

@@ -5,7 +5,6 @@
 //! arrows labelled with their kind. The diagnosis path is drawn in red with thick frames and
 //! arrows, and its last node is labelled as the root cause with the reason.
 
-use std::collections::VecDeque;
 use std::fmt::Write as _;
 
 use super::{app_href, escape, page};
@@ -13,35 +12,55 @@ use crate::api::common::HealthStatus;
 use crate::cli::view::graph::{GraphView, health_of, tree};
 use crate::cli::view::{Palette, kind_of, one_line, resource_id};
 
-const BOX_W: usize = 210;
+const BOX_W: usize = 185;
 const BOX_H: usize = 58;
-const COL_W: usize = 280;
+const COL_W: usize = 240;
 const ROW_H: usize = 92;
 const MARGIN: usize = 20;
 /// Characters of a name shown in a box (the full name is in its tooltip).
-const NAME_CHARS: usize = 28;
+const NAME_CHARS: usize = 24;
 
-/// Each node's column: 0 for managed resources (and for nodes no edge from them reaches), else
-/// the length of the shortest path from one.
+/// Each node's column: 0 for the nodes no edge leads to (the managed resources at the top, a
+/// Service), else one more than the deepest node with an edge to it (the longest path), so
+/// that an owner is always left of what it owns. Cycles (not expected) are cut after as many
+/// rounds as there are nodes.
 pub fn layers(v: &GraphView<'_>) -> Vec<usize> {
     let n = v.graph.nodes.len();
-    let mut layer = vec![usize::MAX; n];
-    let mut queue = VecDeque::new();
-    for (i, node) in v.graph.nodes.iter().enumerate() {
-        if node.managed {
-            layer[i] = 0;
-            queue.push_back(i);
-        }
-    }
-    while let Some(i) = queue.pop_front() {
-        for l in v.graph.out(i) {
-            if layer[l.to] == usize::MAX {
-                layer[l.to] = layer[i] + 1;
-                queue.push_back(l.to);
+    let mut layer = vec![0usize; n];
+    for _ in 0..n {
+        let mut changed = false;
+        for l in &v.graph.links {
+            if l.from != l.to && layer[l.to] < layer[l.from] + 1 && layer[l.from] + 1 < n {
+                layer[l.to] = layer[l.from] + 1;
+                changed = true;
             }
         }
+        if !changed {
+            break;
+        }
     }
-    layer.into_iter().map(|l| if l == usize::MAX { 0 } else { l }).collect()
+    layer
+}
+
+/// The order of the nodes within each column: the diagnosis path first, then by the mean row
+/// of the nodes with an edge to them (fewer crossings), then in graph order.
+fn rows_of(v: &GraphView<'_>, layer: &[usize], path: &[usize]) -> Vec<usize> {
+    let n = v.graph.nodes.len();
+    let columns = layer.iter().max().map_or(0, |m| m + 1);
+    let mut row = vec![0usize; n];
+    for c in 0..columns {
+        let mut members: Vec<usize> = (0..n).filter(|i| layer[*i] == c).collect();
+        let weight = |i: usize| {
+            let from: Vec<usize> =
+                v.graph.links.iter().filter(|l| l.to == i && layer[l.from] < c).map(|l| row[l.from]).collect();
+            if from.is_empty() { usize::MAX } else { from.iter().sum::<usize>() * 16 / from.len() }
+        };
+        members.sort_by_key(|i| (!path.contains(i), weight(*i), *i));
+        for (r, i) in members.into_iter().enumerate() {
+            row[i] = r;
+        }
+    }
+    row
 }
 
 fn shorten(s: &str, n: usize) -> String {
@@ -55,25 +74,19 @@ pub fn svg(v: &GraphView<'_>) -> String {
     let path = v.path();
     let hot: Vec<(usize, usize)> = path.windows(2).map(|w| (w[0], w[1])).collect();
     let layer = layers(v);
+    let row = rows_of(v, &layer, &path);
     let columns = layer.iter().max().map_or(1, |m| m + 1);
-    let mut rows = vec![0usize; columns];
-    let mut place = vec![(0usize, 0usize); v.graph.nodes.len()];
-    // Path nodes first in their column, so the diagnosis reads along the top.
-    let mut order: Vec<usize> = (0..v.graph.nodes.len()).collect();
-    order.sort_by_key(|i| (!path.contains(i), *i));
-    for i in order {
-        let c = layer[i];
-        place[i] = (MARGIN + c * COL_W, MARGIN + rows[c] * ROW_H);
-        rows[c] += 1;
-    }
-    let width = MARGIN * 2 + (columns - 1) * COL_W + BOX_W;
-    let height = MARGIN * 2 + rows.iter().max().copied().unwrap_or(1).max(1) * ROW_H;
+    let place: Vec<(usize, usize)> =
+        (0..v.graph.nodes.len()).map(|i| (MARGIN + layer[i] * COL_W, MARGIN + row[i] * ROW_H)).collect();
+    // Room on the right for the root-cause label under the last column.
+    let width = MARGIN * 2 + (columns - 1) * COL_W + BOX_W + 60;
+    let height = MARGIN * 2 + (row.iter().max().map_or(0, |m| m + 1)).max(1) * ROW_H;
     let mut out = format!(
         "<svg xmlns=\"http://www.w3.org/2000/svg\" id=\"graph\" width=\"{width}\" height=\"{height}\" \
          viewBox=\"0 0 {width} {height}\" role=\"img\" aria-label=\"resource graph of {}\">\
-         <defs><marker id=\"arrow\" viewBox=\"0 0 10 10\" refX=\"10\" refY=\"5\" markerWidth=\"7\" markerHeight=\"7\" orient=\"auto\">\
+         <defs><marker id=\"arrow\" viewBox=\"0 0 10 10\" refX=\"10\" refY=\"5\" markerWidth=\"9\" markerHeight=\"9\" markerUnits=\"userSpaceOnUse\" orient=\"auto\">\
          <path d=\"M0,0 L10,5 L0,10 z\" fill=\"#7a8594\"/></marker>\
-         <marker id=\"arrow-hot\" viewBox=\"0 0 10 10\" refX=\"10\" refY=\"5\" markerWidth=\"7\" markerHeight=\"7\" orient=\"auto\">\
+         <marker id=\"arrow-hot\" viewBox=\"0 0 10 10\" refX=\"10\" refY=\"5\" markerWidth=\"9\" markerHeight=\"9\" markerUnits=\"userSpaceOnUse\" orient=\"auto\">\
          <path d=\"M0,0 L10,5 L0,10 z\" fill=\"#c62828\"/></marker></defs>",
         escape(v.application)
     );
@@ -93,8 +106,8 @@ pub fn svg(v: &GraphView<'_>) -> String {
             out,
             "<g class=\"{class}\"><line x1=\"{x1}\" y1=\"{y1}\" x2=\"{x2}\" y2=\"{y2}\" marker-end=\"url(#{marker})\"/>\
              <text x=\"{lx}\" y=\"{ly}\">{edge}</text></g>",
-            lx = (x1 + x2) / 2,
-            ly = (y1 + y2) / 2 - 4,
+            lx = (x1 + 2 * x2) / 3,
+            ly = (y1 + 2 * y2) / 3 - 4,
             edge = escape(&l.edge.to_string()),
         );
     }

@@ -58,7 +58,7 @@ mod tests {
             "apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "Repository",
             "metadata": {"name": "platform", "namespace": "team-a", "creationTimestamp": "2026-03-01T11:00:00Z"},
             "spec": {"url": "https://git.example/<x>.git", "ref": {"branch": "main"}},
-            "status": {"revision": {"commit": "0123456789abcdef0123"},
+            "status": {"revision": {"ref": "refs/heads/main", "commit": "0123456789abcdef0123"},
                        "conditions": [{"type": "Ready", "status": "True", "reason": "Succeeded", "message": "fetched",
                                        "lastTransitionTime": "2026-03-01T11:30:00Z"}]},
         }))

@@ -122,9 +122,12 @@ async fn application(Shared(s): Shared<App>, Path((ns, name)): Path<(String, Str
         Ok(a) => a.typed,
         Err(e) => return failure(&e),
     };
-    let desired = match app.status.as_ref().and_then(|st| st.desired_revision.as_deref()) {
-        Some(rev) => read::get_opt::<Revision>(&cluster, rev).await.ok().flatten().map(|r| r.typed),
-        None => None,
+    let (desired, desired_error) = match app.status.as_ref().and_then(|st| st.desired_revision.as_deref()) {
+        Some(rev) => match read::get_opt::<Revision>(&cluster, rev).await {
+            Ok(r) => (r.map(|r| r.typed), None),
+            Err(e) => (None, Some(e.to_string())),
+        },
+        None => (None, None),
     };
     let params = ListParams::default().labels(&format!("{}={name}", names::labels::APPLICATION));
     let (revisions, revisions_error) = match read::list::<Revision>(&cluster, false, &params).await {
@@ -136,6 +139,7 @@ async fn application(Shared(s): Shared<App>, Path((ns, name)): Path<(String, Str
     let detail = web::app::Detail {
         app: &app,
         desired: desired.as_ref(),
+        desired_error: desired_error.as_deref(),
         revisions: &revisions,
         revisions_error: revisions_error.as_deref(),
     };

@@ -20,6 +20,8 @@ pub struct Detail<'a> {
     pub app: &'a Application,
     /// Its desired Revision, if it could be read.
     pub desired: Option<&'a Revision>,
+    /// Why the desired Revision could not be read (a 403), shown in place of the plan.
+    pub desired_error: Option<&'a str>,
     /// Its Revisions (any order; shown newest first).
     pub revisions: &'a [Revision],
     /// Why the Revisions could not be listed (a 403), shown in their place.
@@ -118,11 +120,14 @@ pub fn render(d: &Detail<'_>, now: Timestamp) -> String {
     }
 
     body.push_str("<h2>Plan</h2>");
-    match d.desired {
-        Some(rev) => {
+    match (d.desired_error, d.desired) {
+        (Some(e), _) => {
+            let _ = write!(body, "<p class=\"error\">{}</p>", escape(e));
+        }
+        (None, Some(rev)) => {
             let _ = write!(body, "<pre id=\"plan\">{}</pre>", escape(&plan::render(rev, Palette::PLAIN)));
         }
-        None => body.push_str("<p class=\"dim\">No desired Revision yet.</p>"),
+        (None, None) => body.push_str("<p class=\"dim\">No desired Revision yet.</p>"),
     }
 
     body.push_str("<h2>History</h2>");
@@ -162,12 +167,19 @@ mod tests {
         }))
         .unwrap();
         let p = render(
-            &Detail { app: &app, desired: None, revisions: &[], revisions_error: None },
+            &Detail {
+                app: &app,
+                desired: None,
+                desired_error: Some("revisions is <forbidden>"),
+                revisions: &[],
+                revisions_error: None,
+            },
             "2026-03-01T12:00:00Z".parse().unwrap(),
         );
         assert!(!p.contains("<script>x"), "{p}");
         assert!(!p.contains("<i>bad"), "{p}");
         assert!(p.contains("MissingConfigMap"));
+        assert!(p.contains("<p class=\"error\">revisions is &lt;forbidden&gt;</p>"), "{p}");
         assert!(p.contains("Mounts → ConfigMap team-a/flags <span class=\"bad\">(missing)</span>"), "{p}");
         assert!(p.contains("ConfigMap team-a/x&lt;y"), "{p}");
         assert!(p.contains("/applications/team-a/%3Cscript%3Ex%3C%2Fscript%3E/graph"), "{p}");

@@ -4,7 +4,9 @@
 //! binary serves the dashboard on a free loopback port; headless Chromium (Debian's package,
 //! installed by `scripts/install-tools`) loads each page, and the test checks what a person sees
 //! in the DOM and that each screenshot is a PNG of the requested size with content on it. The
-//! live redraw's event stream and a user with namespace-only permissions are checked over HTTP.
+//! live redraw's event stream and table fragment, and a user with namespace-only permissions, are
+//! checked over HTTP (the script that joins the two runs in the browser, but `--dump-dom` returns
+//! at load, before any change, so its redraw is not observed there).
 //!
 //! `KSYNC_UI_SCREENSHOTS=DIR` keeps the screenshots in DIR (how docs/images/ was made).
 
@@ -335,6 +337,12 @@ fn the_dashboard_shows_the_degraded_application_and_its_root_cause_in_a_browser(
         }
         seen.contains("event: applications").then_some(())
     });
+
+    // The table the page's script swaps in on such an event, with the page's filters.
+    let (status, fragment) = ui.get("/fragments/applications?health=Degraded");
+    assert_eq!(status, 200, "{fragment}");
+    assert!(fragment.starts_with("<table id=\"applications\">"), "{fragment}");
+    assert!(fragment.contains("data-name=\"web\"") && !fragment.contains("data-name=\"api\""), "{fragment}");
 
     // A user who may read only the namespace: the Applications of the namespace, and a clear
     // note; another namespace's Application is a 403 page, not a crash.

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use super::connect::Cluster;
 use super::healthchecks::Checks;
 use super::{Context, app, output, read};
-use crate::api::application::{Application, ResourceRef};
+use crate::api::application::{Application, Diagnosis, ResourceRef};
 use crate::api::revision::{PlanEntry, Revision};
 use crate::cli::Result;
 use crate::cli::view::app::{Live, managed};
@@ -19,6 +19,7 @@ use crate::cli::view::graph::{self as view, GraphView};
 use crate::gather::{self, Budget};
 use crate::graph;
 use crate::health;
+use crate::health::cel::Rules;
 
 /// `-o`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -42,13 +43,42 @@ pub struct GraphArgs {
     pub output: GraphFormat,
 }
 
-/// Read, link, walk and print.
-pub async fn run(cluster: &Cluster, args: &GraphArgs, ctx: Context) -> Result<()> {
-    let app = read::get::<Application>(cluster, &args.name).await?.typed;
+/// What the graph of an Application is made of, read live as the user: what
+/// [`GraphData::view`] hands to the views of `ksync graph` and of the dashboard (`ksync ui`).
+pub struct GraphData {
+    /// `namespace/name` of the Application.
+    pub application: String,
+    /// The managed resources and the objects around them, linked.
+    pub graph: graph::Graph,
+    /// The diagnosis walked from the resources that are not Healthy, if any.
+    pub diagnosis: Option<Diagnosis>,
+    /// The read budget was reached: some objects are left out.
+    pub truncated: bool,
+    /// The HealthCheck rules of the managed resources that have one.
+    pub rules: Vec<(ResourceRef, Rules)>,
+}
+
+impl GraphData {
+    /// The view of it.
+    pub fn view(&self) -> GraphView<'_> {
+        GraphView {
+            application: &self.application,
+            graph: &self.graph,
+            diagnosis: self.diagnosis.as_ref(),
+            truncated: self.truncated,
+            rules: &self.rules,
+        }
+    }
+}
+
+/// Read the Application `name` of the cluster's namespace, its managed resources and the
+/// objects around them; link them and walk the diagnosis.
+pub async fn read(cluster: &Cluster, name: &str) -> Result<GraphData> {
+    let app = read::get::<Application>(cluster, name).await?.typed;
     let status = app.status.clone().unwrap_or_default();
     let mut revisions = Vec::new();
-    for name in [&status.desired_revision, &status.last_healthy_revision].into_iter().flatten() {
-        if let Some(r) = read::get_opt::<Revision>(cluster, name).await? {
+    for rev in [&status.desired_revision, &status.last_healthy_revision].into_iter().flatten() {
+        if let Some(r) = read::get_opt::<Revision>(cluster, rev).await? {
             revisions.push(r.typed);
         }
     }
@@ -87,14 +117,19 @@ pub async fn run(cluster: &Cluster, args: &GraphArgs, ctx: Context) -> Result<()
     let g = graph::build(&gathered.observed);
     let starts = graph::diagnose::starts(&healths);
     let diagnosis = graph::diagnose::diagnose(&g, &starts);
-    let application = format!("{}/{}", cluster.namespace, args.name);
-    let v = GraphView {
-        application: &application,
-        graph: &g,
-        diagnosis: diagnosis.as_ref(),
+    Ok(GraphData {
+        application: format!("{}/{name}", cluster.namespace),
+        graph: g,
+        diagnosis,
         truncated: gathered.truncated,
-        rules: &rules,
-    };
+        rules,
+    })
+}
+
+/// Read, link, walk and print.
+pub async fn run(cluster: &Cluster, args: &GraphArgs, ctx: Context) -> Result<()> {
+    let data = read(cluster, &args.name).await?;
+    let v = data.view();
     match args.output {
         GraphFormat::Tree => output::print(&view::tree(&v, ctx.palette)),
         GraphFormat::Dot => output::print(&view::dot(&v)),

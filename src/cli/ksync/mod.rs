@@ -1,7 +1,7 @@
 //! `ksync`: the command-line client.
 //!
 //! Read commands: `apps` (same as `app list`), `app NAME` (same as `app get NAME`), `plan NAME`,
-//! `history NAME`, `repos`, `graph NAME`; two write commands, `sync NAME` (an approval) and `rollback NAME` (a rollback request); plus
+//! `history NAME`, `repos`, `graph NAME`, and `ui` (the dashboard, a local web server); two write commands, `sync NAME` (an approval) and `rollback NAME` (a rollback request); plus
 //! `completion SHELL` and `version`; and `dev`, the local quickstart ([`dev`]). Each read command reads with
 //! kube-rs ([`connect`] finds the cluster like kubectl), hands the objects to the pure views in
 //! [`crate::cli::view`], and prints what they return ([`output`]). Errors come back as
@@ -22,6 +22,7 @@ pub mod redeploy;
 pub mod repos;
 pub mod rollback;
 pub mod sync;
+pub mod ui;
 
 use std::io::IsTerminal;
 
@@ -117,6 +118,10 @@ pub enum Command {
     /// Restart the Application's Deployments, StatefulSets and DaemonSets without a change in
     /// Git (as `kubectl rollout restart`), as a new attempt on its Revision.
     Redeploy(redeploy::RedeployArgs),
+    /// Serve the dashboard (read-only) on 127.0.0.1:8080: Applications, one Application with
+    /// its plan and history, its resource graph, Repositories; read with your kubeconfig and
+    /// permissions. See docs/dashboard.md.
+    Ui(ui::UiArgs),
     /// Local quickstart: Kuvryn Sync deploying an example repository on this machine.
     ///
     /// Starts a simulated Kubernetes API server, a Git server serving the example repository
@@ -251,6 +256,7 @@ pub fn run(args: Args, emulator: &dyn dev::emulator::Emulator) -> Result<()> {
                     Command::Graph(g) => graph::run(&cluster, &g, context).await,
                     Command::Diff(d) => diff::run(&cluster, &d, context).await,
                     Command::Redeploy(r) => redeploy::run(&cluster, &r, context).await,
+                    Command::Ui(u) => ui::run(&cluster, &u, context).await,
                     Command::Version
                     | Command::Completion { .. }
                     | Command::Dev(_)

@@ -36,7 +36,7 @@ pub struct GraphView<'a> {
 impl GraphView<'_> {
     /// The diagnosis path as node indexes, its start first (empty without a diagnosis, or when a
     /// step is not in the graph).
-    fn path(&self) -> Vec<usize> {
+    pub fn path(&self) -> Vec<usize> {
         let Some(d) = self.diagnosis else { return Vec::new() };
         let nodes: Option<Vec<usize>> = std::iter::once(&d.resource)
             .chain(d.path.iter().map(|s| &s.resource))
@@ -48,7 +48,7 @@ impl GraphView<'_> {
 
 /// A node's health: missing, or the verdict on the live object of its HealthCheck if it has one,
 /// else of the built-in rules.
-fn health_of(v: &GraphView<'_>, node: &Node) -> Option<health::Assessment> {
+pub fn health_of(v: &GraphView<'_>, node: &Node) -> Option<health::Assessment> {
     let live = node.live.as_ref()?;
     Some(match v.rules.iter().find(|(r, _)| *r == node.resource) {
         Some((_, rules)) => health::assess_with(rules, live),

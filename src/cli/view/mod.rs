@@ -16,6 +16,7 @@ pub mod history;
 pub mod plan;
 pub mod repos;
 pub mod sync;
+pub mod web;
 
 use anstyle::{AnsiColor, Style};
 use jiff::Timestamp;

@@ -1,0 +1,41 @@
+//! Watching Applications for the live Applications page: a kube-rs watcher (as the user) bumps
+//! a counter on every change; each open page's event stream (`/events`) waits on it.
+//!
+//! Applications are watched in every namespace, or, when the user may not list them cluster-wide,
+//! in the kubeconfig's namespace. Watch errors are retried with backoff; the pages still read
+//! the API server themselves on every request, so a failing watch only stops the live redraws.
+
+use futures_util::StreamExt;
+use kube::api::{Api, DynamicObject, ListParams};
+use kube::discovery::ApiResource;
+use kube::runtime::{WatchStreamExt, watcher};
+use tokio::sync::watch;
+
+use crate::api::application::Application;
+use crate::cli::ksync::connect::Cluster;
+
+/// Start watching; the receiver's value changes whenever an Application does.
+pub async fn start(cluster: Cluster) -> watch::Receiver<u64> {
+    let (tx, rx) = watch::channel(0u64);
+    let ar = ApiResource::erase::<Application>(&());
+    let all: Api<DynamicObject> = Api::all_with(cluster.client.clone(), &ar);
+    let api = match all.list_metadata(&ListParams::default().limit(1)).await {
+        Err(kube::Error::Api(s)) if s.code == 403 => {
+            Api::namespaced_with(cluster.client.clone(), &cluster.namespace, &ar)
+        }
+        _ => all,
+    };
+    tokio::spawn(async move {
+        let mut stream = watcher(api, watcher::Config::default()).default_backoff().boxed();
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitDone) => {
+                    tx.send_modify(|n| *n += 1);
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "watching Applications; retrying"),
+            }
+        }
+    });
+    rx
+}

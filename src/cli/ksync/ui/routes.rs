@@ -62,7 +62,7 @@ fn failure(e: &Error) -> Response {
 
 /// `cluster` acting in namespace `ns`.
 fn in_namespace(cluster: &Cluster, ns: &str) -> Cluster {
-    Cluster { client: cluster.client.clone(), namespace: ns.to_string(), url: cluster.url.clone() }
+    Cluster { namespace: ns.to_string(), ..cluster.clone() }
 }
 
 /// Objects of every namespace, or, when the user may not list them cluster-wide, of the

@@ -34,7 +34,8 @@ fn quickstart(path: &str) -> String {
     std::fs::read_to_string(support::repo_root().join("examples/quickstart").join(path)).expect(path)
 }
 
-/// Debian's `chromium` on PATH; the test fails, saying how to install it, without it.
+/// Debian's `chromium` on PATH (or scripts/install-tools' tools/bin/chromium there); the test fails,
+/// saying how to install it, without it.
 fn chromium() -> PathBuf {
     let found = std::env::var_os("PATH")
         .into_iter()
@@ -44,7 +45,8 @@ fn chromium() -> PathBuf {
     found.unwrap_or_else(|| {
         panic!(
             "chromium is missing: this test drives the dashboard in headless Chromium. Run scripts/install-tools \
-             as root (it runs `apt-get install chromium`), or install Debian's chromium package yourself"
+             (as root it runs `apt-get install chromium`; as any other user it unpacks Debian's chromium into \
+             tools/chromium) and put its tools/bin on PATH, or install Debian's chromium package yourself"
         )
     })
 }

@@ -319,6 +319,13 @@ fn the_dashboard_shows_the_degraded_application_and_its_root_cause_in_a_browser(
     // Not found: a clear page with 404.
     let (status, body) = ui.get("/applications/quickstart/nope");
     assert_eq!(status, 404, "{body}");
+    // A page of another site resolved to 127.0.0.1 (DNS rebinding) sends its own Host: refused.
+    let mut s = TcpStream::connect(("127.0.0.1", ui.port)).unwrap();
+    write!(s, "GET / HTTP/1.1\r\nHost: evil.example:{}\r\nConnection: close\r\n\r\n", ui.port).unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 421"), "{answer}");
+    assert!(!answer.contains("quickstart"), "{answer}");
     assert!(body.contains("Application &quot;nope&quot; not found in namespace &quot;quickstart&quot;"), "{body}");
 
     // Live: the event stream announces a change of an Application.

@@ -37,7 +37,7 @@ pub struct DiffArgs {
     /// With --all: only the Applications of this Repository.
     #[arg(long, requires = "all", value_name = "REPOSITORY")]
     pub repository: Option<String>,
-    /// The branch, tag or commit to preview (default: what the Application deploys now).
+    /// The branch, tag or commit to preview (default: the one the Application deploys).
     #[arg(long, value_name = "BRANCH|TAG|COMMIT", conflicts_with = "path")]
     pub revision: Option<String>,
     /// A local checkout of the Repository to render instead of a commit (not pushed yet); the

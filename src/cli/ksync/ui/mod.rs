@@ -44,6 +44,29 @@ pub fn exposure_warning(address: SocketAddr) -> Option<String> {
     })
 }
 
+/// Whether a request naming `host` (its `Host` header) may be served. On a loopback address
+/// (`loopback_only`) only loopback names are: `localhost`, `127.x.x.x` and `[::1]`, with any
+/// port. A page of another site whose name was made to resolve to 127.0.0.1 (DNS rebinding)
+/// sends its own name, and is refused, so no web page the user visits can read the cluster
+/// through the dashboard (as `kubectl proxy --accept-hosts` does by default).
+pub fn host_allowed(host: Option<&str>, loopback_only: bool) -> bool {
+    if !loopback_only {
+        return true;
+    }
+    let Some(host) = host else { return false };
+    let name = match host.strip_prefix('[') {
+        Some(rest) => match rest.split_once(']') {
+            Some((ip, _)) => return ip.parse::<std::net::Ipv6Addr>().is_ok_and(|ip| ip.is_loopback()),
+            None => return false,
+        },
+        None => match host.rsplit_once(':') {
+            Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
+            _ => host,
+        },
+    };
+    name.eq_ignore_ascii_case("localhost") || name.parse::<std::net::Ipv4Addr>().is_ok_and(|ip| ip.is_loopback())
+}
+
 /// Serve until interrupted.
 pub async fn run(cluster: &Cluster, args: &UiArgs, ctx: Context) -> Result<()> {
     let listener = tokio::net::TcpListener::bind(args.address)
@@ -54,7 +77,8 @@ pub async fn run(cluster: &Cluster, args: &UiArgs, ctx: Context) -> Result<()> {
         eprintln!("{w}");
     }
     let changes = watch::start(cluster.clone()).await;
-    let state = Arc::new(routes::State { cluster: cluster.clone(), ctx, changes });
+    let loopback_only = bound.ip().is_loopback();
+    let state = Arc::new(routes::State { cluster: cluster.clone(), ctx, changes, loopback_only });
     let url = format!("http://{bound}/");
     println!("ksync ui: serving {url} (read-only, reading as your kubeconfig's user); Ctrl-C stops");
     if args.open {
@@ -92,5 +116,29 @@ mod tests {
         assert!(exposure_warning("[::1]:8080".parse().unwrap()).is_none());
         let w = exposure_warning("0.0.0.0:8080".parse().unwrap()).unwrap();
         assert!(w.contains("without authentication"), "{w}");
+    }
+
+    #[test]
+    fn on_a_loopback_address_only_loopback_host_names_are_served() {
+        // (Host header, loopback_only, served)
+        let cases = [
+            (Some("localhost:8080"), true, true),
+            (Some("LOCALHOST"), true, true),
+            (Some("127.0.0.1:8080"), true, true),
+            (Some("127.8.9.1"), true, true),
+            (Some("[::1]:8080"), true, true),
+            (Some("evil.example:8080"), true, false),
+            (Some("evil.example"), true, false),
+            (Some("localhost.evil.example"), true, false),
+            (Some("10.0.0.1:8080"), true, false),
+            (Some("[::1"), true, false),
+            (Some("[fe80::1]:8080"), true, false),
+            (None, true, false),
+            (Some("evil.example"), false, true),
+            (None, false, true),
+        ];
+        for (host, loopback_only, served) in cases {
+            assert_eq!(host_allowed(host, loopback_only), served, "{host:?} {loopback_only}");
+        }
     }
 }

@@ -32,6 +32,9 @@ pub struct State {
     pub ctx: Context,
     /// Changes whenever an Application does ([`super::watch`]).
     pub changes: watch::Receiver<u64>,
+    /// Served on a loopback address: only loopback `Host` names are answered
+    /// ([`super::host_allowed`]).
+    pub loopback_only: bool,
 }
 
 type App = Arc<State>;
@@ -45,7 +48,23 @@ pub fn router(state: App) -> Router {
         .route("/applications/{ns}/{name}", get(application))
         .route("/applications/{ns}/{name}/graph", get(application_graph))
         .route("/repositories", get(repositories))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), only_allowed_hosts))
         .with_state(state)
+}
+
+/// Refuses (421 Misdirected Request) a request whose `Host` the dashboard does not answer
+/// ([`super::host_allowed`]).
+async fn only_allowed_hosts(
+    Shared(s): Shared<App>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let host = request.headers().get(header::HOST).and_then(|h| h.to_str().ok());
+    if super::host_allowed(host, s.loopback_only) {
+        return next.run(request).await;
+    }
+    let message = "this dashboard answers only requests to localhost, 127.0.0.1 or [::1]";
+    (StatusCode::MISDIRECTED_REQUEST, Html(web::error_page("421 Misdirected Request", message))).into_response()
 }
 
 /// The error page for `e`, with its status.

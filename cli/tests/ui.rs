@@ -4,9 +4,9 @@
 //! binary serves the dashboard on a free loopback port; headless Chromium (Debian's package,
 //! installed by `scripts/install-tools`) loads each page, and the test checks what a person sees
 //! in the DOM and that each screenshot is a PNG of the requested size with content on it. The
-//! live redraw's event stream and table fragment, and a user with namespace-only permissions, are
-//! checked over HTTP (the script that joins the two runs in the browser, but `--dump-dom` returns
-//! at load, before any change, so its redraw is not observed there).
+//! live redraw is watched in a page kept open over the DevTools protocol: an Application created
+//! after load appears in it. The event stream, the table fragment, and a user with
+//! namespace-only permissions are checked over HTTP too.
 //!
 //! `KSYNC_UI_SCREENSHOTS=DIR` keeps the screenshots in DIR (how docs/images/ was made).
 
@@ -135,6 +135,106 @@ fn browse(profile: &Path, args: &[&str], url: &str) -> String {
     };
     assert!(status.success(), "chromium {args:?} {url}: {status}");
     std::fs::read_to_string(out.path()).unwrap()
+}
+
+/// A page kept open in headless Chromium and driven over the DevTools protocol on a pipe
+/// (`--remote-debugging-pipe`: JSON messages, each ended by a NUL byte; Chromium reads fd 3
+/// and writes fd 4, here two FIFOs), so the test sees the page change after it loaded.
+struct LivePage {
+    child: Child,
+    to: std::fs::File,
+    from: std::sync::mpsc::Receiver<serde_json::Value>,
+    session: String,
+    next: u64,
+    _dir: tempfile::TempDir,
+}
+
+impl LivePage {
+    fn open(browser: &Path, url: &str) -> LivePage {
+        let dir = temp_dir("chromium-live");
+        let (to_path, from_path) = (dir.path().join("in"), dir.path().join("out"));
+        for p in [&to_path, &from_path] {
+            let ok = Command::new("mkfifo").arg(p).status().expect("mkfifo").success();
+            assert!(ok, "mkfifo {}", p.display());
+        }
+        let script = r#"exec "$0" --headless=new --no-sandbox --disable-gpu --remote-debugging-pipe \
+            --user-data-dir="$1" --window-size=1280,900 about:blank 3<"$2" 4>"$3""#;
+        let child = Command::new("bash")
+            .args(["-c", script])
+            .arg(browser)
+            .arg(dir.path().join("profile"))
+            .arg(&to_path)
+            .arg(&from_path)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("chromium");
+        // In the order the shell opens them: each open waits for the other end.
+        let to = std::fs::OpenOptions::new().write(true).open(&to_path).expect("the pipe to chromium");
+        let mut from = std::fs::File::open(&from_path).expect("the pipe from chromium");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut pending = Vec::new();
+            let mut buf = [0u8; 65536];
+            while let Ok(n) = from.read(&mut buf) {
+                if n == 0 {
+                    return;
+                }
+                pending.extend_from_slice(&buf[..n]);
+                while let Some(end) = pending.iter().position(|b| *b == 0) {
+                    let message: Vec<u8> = pending.drain(..=end).collect();
+                    if let Ok(v) = serde_json::from_slice(&message[..end]) {
+                        if tx.send(v).is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+        });
+        let mut page = LivePage { child, to, from: rx, session: String::new(), next: 0, _dir: dir };
+        let target = page.call("Target.createTarget", json!({"url": url}), false);
+        let target = target["targetId"].as_str().expect("targetId").to_string();
+        let attached = page.call("Target.attachToTarget", json!({"targetId": target, "flatten": true}), false);
+        page.session = attached["sessionId"].as_str().expect("sessionId").to_string();
+        page
+    }
+
+    /// Send `method` (to the page's session when `in_page`) and wait for its result.
+    fn call(&mut self, method: &str, params: serde_json::Value, in_page: bool) -> serde_json::Value {
+        self.next += 1;
+        let id = self.next;
+        let mut message = json!({"id": id, "method": method, "params": params});
+        if in_page {
+            message["sessionId"] = json!(self.session);
+        }
+        let mut bytes = serde_json::to_vec(&message).unwrap();
+        bytes.push(0);
+        self.to.write_all(&bytes).expect("writing to chromium");
+        let end = Instant::now() + BROWSER;
+        loop {
+            let left = end.saturating_duration_since(Instant::now());
+            let m = self.from.recv_timeout(left).unwrap_or_else(|_| panic!("no answer to {method} from chromium"));
+            if m["id"] == id {
+                assert!(m.get("error").is_none(), "{method}: {m}");
+                return m["result"].clone();
+            }
+        }
+    }
+
+    /// The text of the element `id`, empty while it is not there.
+    fn text_of(&mut self, id: &str) -> String {
+        let expression = format!("(document.getElementById('{id}') || {{innerText: ''}}).innerText");
+        let r = self.call("Runtime.evaluate", json!({"expression": expression, "returnByValue": true}), true);
+        r["result"]["value"].as_str().unwrap_or_default().to_string()
+    }
+}
+
+impl Drop for LivePage {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 /// The DOM after load, as Chromium serializes it.
@@ -346,6 +446,22 @@ fn the_dashboard_shows_the_degraded_application_and_its_root_cause_in_a_browser(
         }
         seen.contains("event: applications").then_some(())
     });
+
+    // In the browser: an Application created while the page is open appears in its table,
+    // without a reload (the page's script fetches the table again on each event).
+    let mut live = LivePage::open(&browser, &ui.url("/"));
+    wait_for("the open page's table", WAIT, || live.text_of("live").contains("web").then_some(()));
+    assert!(!live.text_of("live").contains("late-arrival"), "the new Application is not there yet");
+    runtime.block_on(env.create_app(
+        "late-arrival",
+        json!({"source": {"repository": "platform", "path": "apps/late"}, "serviceAccountName": "deployer",
+               "destination": {"namespace": NS}}),
+    ));
+    wait_for("the new Application drawn in the open page", WAIT, || {
+        live.text_of("live").contains("late-arrival").then_some(())
+    });
+    assert!(live.text_of("live-status").starts_with("Live: updated"), "{}", live.text_of("live-status"));
+    drop(live);
 
     // The table the page's script swaps in on such an event, with the page's filters.
     let (status, fragment) = ui.get("/fragments/applications?health=Degraded");

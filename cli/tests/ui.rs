@@ -1,6 +1,6 @@
-//! `ksync ui` in a real browser: the quickstart's `web` and `api` Applications on simcluster,
-//! deployed by the controllers in-process (`support::apps::Env`), `web` without its ConfigMap
-//! so that it turns Degraded with a root cause (as in `cli/tests/graph.rs`). The real `ksync`
+//! `ksync ui` in a real browser: the quickstart's `web` and `api` Applications on simcluster and on
+//! a real kube-apiserver, deployed by the controllers in-process (`support::apps::Env`), `web`
+//! without its ConfigMap so that it turns Degraded with a root cause (as in `cli/tests/graph.rs`). The real `ksync`
 //! binary serves the dashboard on a free loopback port; headless Chromium (Debian's package,
 //! installed by `scripts/install-tools`) loads each page, and the test checks what a person sees
 //! in the DOM and that each screenshot is a PNG of the requested size with content on it. The
@@ -303,17 +303,14 @@ async fn deployer_kubeconfig(cluster: &Cluster, client: &kube::Client, dir: &Pat
         .expect("status")
         .token
         .expect("token");
-    let admin = std::fs::read_to_string(cluster.kubeconfig()).expect("kubeconfig");
     let path = dir.join("deployer.kubeconfig");
-    std::fs::write(&path, admin.replace("simcluster-admin-token", &token)).expect("write kubeconfig");
+    cluster.write_kubeconfig(&path, Some(&token), None);
     path
 }
 
-#[test]
-fn the_dashboard_shows_the_degraded_application_and_its_root_cause_in_a_browser() {
+fn the_dashboard_shows_the_degraded_application_and_its_root_cause_in_a_browser(cluster: Cluster) {
     let browser = chromium();
     eprintln!("using {}", browser.display());
-    let cluster = Cluster::start();
     let runtime = support::runtime();
     let env = runtime.block_on(async {
         let env = Env::start(&cluster, NS).await;
@@ -487,3 +484,5 @@ fn the_dashboard_shows_the_degraded_application_and_its_root_cause_in_a_browser(
     drop(ui);
     runtime.block_on(async move { drop(env) });
 }
+
+crate::both!(the_dashboard_shows_the_degraded_application_and_its_root_cause_in_a_browser);

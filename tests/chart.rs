@@ -105,6 +105,8 @@ fn the_chart_is_lint_clean_and_its_schema_refuses_bad_values() {
         ("driftResyncInterval=\"5 minutes\"", "/driftResyncInterval"),
         ("webhooks={\"enable\":true}", "enable"),
         ("watches={\"extraKinds\":[{\"resources\":[\"ingresses\"]}]}", "apiGroup"),
+        ("dashboard={\"port\":0}", "/dashboard/port"),
+        ("dashboard={\"tokenHeader\":\"X Token\"}", "/dashboard/tokenHeader"),
     ] {
         let out =
             tools.helm(home.path()).args(["template", "x"]).arg(&chart).args(["--set-json", value]).output().unwrap();
@@ -124,7 +126,7 @@ fn the_chart_is_lint_clean_and_its_schema_refuses_bad_values() {
 fn the_chart_renders_objects_the_api_server_accepts(cluster: Cluster) {
     let tools = Tools::get();
     // (release, values, whether webhooks are on)
-    let sets: [(&str, &[&str], bool); 3] = [
+    let sets: [(&str, &[&str], bool); 4] = [
         ("one", &["replicas=1"], true),
         ("three", &["replicas=3", "shards=16", "webhooks={\"enabled\":true}"], true),
         (
@@ -135,6 +137,7 @@ fn the_chart_renders_objects_the_api_server_accepts(cluster: Cluster) {
             ],
             false,
         ),
+        ("dash", &["dashboard={\"enabled\":true,\"port\":8091,\"tokenHeader\":\"X-Forwarded-Access-Token\"}"], true),
     ];
     let runtime = support::runtime();
     runtime.block_on(async {
@@ -193,6 +196,23 @@ fn the_chart_renders_objects_the_api_server_accepts(cluster: Cluster) {
                 assert!(args_of(container).contains(&format!("--webhook-service-name={fullname}")));
             } else {
                 assert!(configs.is_empty(), "{release}: no webhook configuration without webhooks");
+            }
+            // The dashboard: off by default; when on, its own Service, port and flags.
+            let dashboard = of_kind(&objects, "Service")
+                .into_iter()
+                .find(|s| s["metadata"]["name"] == format!("{fullname}-dashboard"));
+            let args = args_of(container);
+            if release == "dash" {
+                let service = dashboard.expect("the dashboard's Service");
+                assert_eq!(service["spec"]["ports"][0]["port"], 8091);
+                assert_eq!(service["spec"]["ports"][0]["targetPort"], "dashboard");
+                let port = container["ports"].as_array().unwrap().iter().find(|p| p["name"] == "dashboard");
+                assert_eq!(port.expect("the dashboard's container port")["containerPort"], 8091);
+                assert!(args.contains(&"--dashboard-bind-address=0.0.0.0:8091".to_string()), "{args:?}");
+                assert!(args.contains(&"--dashboard-token-header=X-Forwarded-Access-Token".to_string()), "{args:?}");
+            } else {
+                assert!(dashboard.is_none(), "{release}: the dashboard is off by default");
+                assert!(!args.iter().any(|a| a.starts_with("--dashboard")), "{release}: {args:?}");
             }
             // Extra watched kinds get list and watch, nothing more.
             let role = of_kind(&objects, "ClusterRole")[0];

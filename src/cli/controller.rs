@@ -96,6 +96,16 @@ pub struct RunArgs {
     /// Where to serve `/metrics` (Prometheus), `/healthz` and `/readyz`; empty to disable.
     #[arg(long, default_value = "0.0.0.0:8080")]
     pub metrics_bind_address: String,
+    /// Where to serve the read-only dashboard (`HOST:PORT`); empty, the default, to not serve it.
+    /// Each request reads with the bearer token it carries (the sign-in form's cookie,
+    /// `Authorization: Bearer`, or --dashboard-token-header), never with the manager's
+    /// credentials; a request without one gets the sign-in form.
+    #[arg(long, default_value = "", value_name = "HOST:PORT")]
+    pub dashboard_bind_address: String,
+    /// The header an authenticating proxy in front of the dashboard puts the user's bearer token
+    /// in, such as X-Forwarded-Access-Token (`Authorization: Bearer` is always read).
+    #[arg(long, value_name = "HEADER", value_parser = parse_header_name)]
+    pub dashboard_token_header: Option<axum::http::HeaderName>,
     /// This replica's name in Events (the Pod name).
     #[arg(long = "replica-id", visible_alias = "instance", env = "POD_NAME")]
     pub instance: Option<String>,
@@ -242,6 +252,36 @@ fn parse_duration(s: &str) -> std::result::Result<std::time::Duration, String> {
     crate::api::duration::parse(s)
 }
 
+fn parse_header_name(s: &str) -> std::result::Result<axum::http::HeaderName, String> {
+    axum::http::HeaderName::from_bytes(s.as_bytes()).map_err(|_| format!("{s:?} is not an HTTP header name"))
+}
+
+/// Start serving the dashboard on `address` (when not empty) until `stop` completes, reading
+/// with each request's token on the API server of `config` ([`crate::cli::ksync::ui::auth`]).
+async fn start_dashboard(
+    address: &str,
+    config: &kube::Config,
+    proxy_header: Option<axum::http::HeaderName>,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<()> {
+    if address.is_empty() {
+        return Ok(());
+    }
+    let addr: std::net::SocketAddr =
+        address.parse().map_err(|e| Error::Startup(format!("--dashboard-bind-address {address}: {e}")))?;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| Error::Startup(format!("serving the dashboard on {addr}: {e}")))?;
+    tracing::info!(address = %addr, proxy_header = ?proxy_header, "serving the dashboard (each request reads with its own token)");
+    let base = config.clone();
+    tokio::spawn(async move {
+        if let Err(e) = crate::cli::ksync::ui::serve_with_tokens(listener, base, proxy_header, stop).await {
+            tracing::error!(error = %e, "the dashboard stopped");
+        }
+    });
+    Ok(())
+}
+
 /// What `/readyz` says before the controllers run.
 const STARTING: &str = "the controllers are starting";
 
@@ -319,6 +359,7 @@ fn run_controllers(args: RunArgs) -> Result<()> {
             .await
             .map(crate::client::without_retries)
             .map_err(|e| Error::Startup(format!("loading the Kubernetes client configuration: {e}")))?;
+        let dashboard_config = kube_config.clone();
         let limiter = crate::client::Limiter::new(crate::client::Budget {
             qps: args.kube_api_qps.unwrap_or(crate::client::Budget::default().qps),
             burst: args.kube_api_burst,
@@ -378,6 +419,13 @@ fn run_controllers(args: RunArgs) -> Result<()> {
         let on_stop = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
             let _ = rx.wait_for(|s| *s).await;
         };
+        start_dashboard(
+            &args.dashboard_bind_address,
+            &dashboard_config,
+            args.dashboard_token_header.clone(),
+            on_stop(stopped.clone()),
+        )
+        .await?;
         // Every replica serves the webhook (the Service spreads calls over them); its lookups
         // are outside the request budget, since the API server waits for its answer.
         let webhook = {

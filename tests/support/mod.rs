@@ -17,6 +17,7 @@
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
 pub mod apps;
+pub mod browser;
 pub mod image;
 pub mod ksync;
 pub mod manager;

@@ -7,9 +7,14 @@
 //!
 //! [`routes`] answers the pages (rendered by [`crate::cli::view::web`]); [`watch`] watches
 //! Applications and tells the Applications page when to redraw its table (server-sent events).
-//! Not yet implemented: serving the dashboard from the manager.
+//!
+//! The manager serves the same pages when asked (`--dashboard-bind-address`, [`serve_with_tokens`]):
+//! then every request reads with the bearer token it carries ([`auth`]), a browser signs in by
+//! pasting one ([`session`]), and a request without one reads nothing.
 
+pub mod auth;
 pub mod routes;
+pub mod session;
 pub mod watch;
 
 use std::net::SocketAddr;
@@ -78,7 +83,8 @@ pub async fn run(cluster: &Cluster, args: &UiArgs, ctx: Context) -> Result<()> {
     }
     let changes = watch::start(cluster.clone()).await;
     let loopback_only = bound.ip().is_loopback();
-    let state = Arc::new(routes::State { cluster: cluster.clone(), ctx, changes, loopback_only });
+    let access = routes::Access::Kubeconfig { cluster: cluster.clone(), changes };
+    let state = Arc::new(routes::State::new(access, ctx, loopback_only));
     let url = format!("http://{bound}/");
     println!("ksync ui: serving {url} (read-only, reading as your kubeconfig's user); Ctrl-C stops");
     if args.open {
@@ -90,6 +96,22 @@ pub async fn run(cluster: &Cluster, args: &UiArgs, ctx: Context) -> Result<()> {
         })
         .await
         .map_err(|e| Error::Startup(format!("serving on {bound}: {e}")))
+}
+
+/// Serve the dashboard on `listener` for the manager until `stop` completes: each request reads
+/// with its own bearer token on the API server of `base`, whose credentials are never used
+/// ([`auth`]). `proxy_header`: the header an authenticating proxy puts the user's token in.
+pub async fn serve_with_tokens(
+    listener: tokio::net::TcpListener,
+    base: kube::Config,
+    proxy_header: Option<axum::http::HeaderName>,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let loopback_only = listener.local_addr()?.ip().is_loopback();
+    let ctx = Context { fixed_now: None, palette: crate::cli::view::Palette::PLAIN, terminal: false };
+    let access = routes::Access::Tokens(auth::Tokens::new(base, proxy_header));
+    let state = Arc::new(routes::State::new(access, ctx, loopback_only));
+    axum::serve(listener, routes::router(state)).with_graceful_shutdown(stop).await
 }
 
 /// Start a browser on `url`; a failure is only reported.

@@ -1,20 +1,27 @@
 //! The dashboard's routes: each reads as the user, hands the objects to a page of
 //! [`crate::cli::view::web`], and answers its HTML; a failed read answers the error page with the
 //! matching status (403 when the API server refused, 404 when not found, 502 otherwise).
+//!
+//! Who "the user" is depends on [`Access`]: `ksync ui`'s kubeconfig, or, served by the manager,
+//! the token each request carries ([`super::auth`]); then a request without one gets the sign-in
+//! form and reads nothing, and `/login` and `/logout` are routed too.
 
 use std::convert::Infallible;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::{Path, RawQuery, State as Shared};
-use axum::http::{StatusCode, header};
+use axum::body::Bytes;
+use axum::extract::{FromRequestParts, Path, RawQuery, State as Shared};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{Html, IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use futures_util::Stream;
 use kube::api::ListParams;
-use tokio::sync::watch;
+use tokio::sync::{Semaphore, watch};
 
+use super::auth::{self, Tokens};
 use crate::api::application::Application;
 use crate::api::names;
 use crate::api::repository::Repository;
@@ -24,32 +31,112 @@ use crate::cli::ksync::connect::Cluster;
 use crate::cli::ksync::{Context, graph, read};
 use crate::cli::view::web::{self, apps::Filters, escape};
 
+/// Whose credentials the pages read with.
+pub enum Access {
+    /// `ksync ui`: the user's kubeconfig, and one watch of Applications for every page.
+    Kubeconfig {
+        /// The user's client; its namespace is the one listed when the user may not list all.
+        cluster: Cluster,
+        /// Changes whenever an Application does ([`super::watch`]).
+        changes: watch::Receiver<u64>,
+    },
+    /// Served by the manager: the token of each request, and a watch per open event stream.
+    Tokens(Tokens),
+}
+
+/// Most event streams open at once (each holds a watch on the API server when served by the
+/// manager); more are refused with 503 and the browser tries again.
+pub const MAX_STREAMS: usize = 256;
+
 /// What every route needs.
 pub struct State {
-    /// The user's client; its namespace is the one listed when the user may not list all.
-    pub cluster: Cluster,
+    /// Whose credentials the pages read with.
+    pub access: Access,
     /// The time ages count from.
     pub ctx: Context,
-    /// Changes whenever an Application does ([`super::watch`]).
-    pub changes: watch::Receiver<u64>,
     /// Served on a loopback address: only loopback `Host` names are answered
     /// ([`super::host_allowed`]).
     pub loopback_only: bool,
+    /// Permits of open event streams ([`MAX_STREAMS`]).
+    pub streams: Arc<Semaphore>,
+}
+
+impl State {
+    /// The state of a dashboard reading with `access`.
+    pub fn new(access: Access, ctx: Context, loopback_only: bool) -> State {
+        State { access, ctx, loopback_only, streams: Arc::new(Semaphore::new(MAX_STREAMS)) }
+    }
 }
 
 type App = Arc<State>;
 
 /// The routes.
 pub fn router(state: App) -> Router {
-    Router::new()
+    let mut routes = Router::new()
         .route("/", get(applications))
         .route("/fragments/applications", get(applications_fragment))
         .route("/events", get(events))
         .route("/applications/{ns}/{name}", get(application))
         .route("/applications/{ns}/{name}/graph", get(application_graph))
-        .route("/repositories", get(repositories))
-        .layer(axum::middleware::from_fn_with_state(state.clone(), only_allowed_hosts))
-        .with_state(state)
+        .route("/repositories", get(repositories));
+    if matches!(state.access, Access::Tokens(_)) {
+        routes = routes
+            .route("/login", get(sign_in_form).post(sign_in))
+            .route("/logout", post(sign_out))
+            .layer(axum::middleware::from_fn(super::session::add_sign_out));
+    }
+    routes.layer(axum::middleware::from_fn_with_state(state.clone(), only_allowed_hosts)).with_state(state)
+}
+
+/// The user a request reads as.
+pub struct User {
+    /// A client with the user's credentials.
+    pub cluster: Cluster,
+    /// The token it carries (served by the manager), and where it came from.
+    pub token: Option<(String, auth::Source)>,
+}
+
+impl FromRequestParts<App> for User {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, s: &App) -> Result<User, Response> {
+        match &s.access {
+            Access::Kubeconfig { cluster, .. } => Ok(User { cluster: cluster.clone(), token: None }),
+            Access::Tokens(tokens) => {
+                let Some((token, source)) = auth::token(&parts.headers, tokens.proxy_header.as_ref()) else {
+                    let next = parts.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
+                    return Err(super::session::form(StatusCode::UNAUTHORIZED, next, "", &[]));
+                };
+                let namespace = auth::cookie(&parts.headers, auth::NAMESPACE_COOKIE)
+                    .filter(|n| auth::namespace_name(n))
+                    .unwrap_or_else(|| "default".to_string());
+                let cluster = tokens.cluster(&token, &namespace).map_err(|e| failure(&e))?;
+                Ok(User { cluster, token: Some((token, source)) })
+            }
+        }
+    }
+}
+
+impl State {
+    /// The error page for `e` read as `user`. Served by the manager, a token the API server did
+    /// not accept (expired, revoked, made up) gets the sign-in form again, and its cookie is
+    /// removed.
+    fn failure(&self, user: &User, e: &Error, headers: &HeaderMap) -> Response {
+        if let (Error::Unauthorized { .. }, Access::Tokens(tokens), Some((token, source))) =
+            (e, &self.access, &user.token)
+        {
+            tokens.forget(token);
+            let clear = if *source == auth::Source::Cookie {
+                auth::sign_out_cookies(super::session::secure(headers)).to_vec()
+            } else {
+                Vec::new()
+            };
+            let message =
+                "The API server did not accept this token (it may have expired or been revoked): sign in again.";
+            return super::session::form(StatusCode::UNAUTHORIZED, "/", message, &clear);
+        }
+        failure(e)
+    }
 }
 
 /// Refuses (421 Misdirected Request) a request whose `Host` the dashboard does not answer
@@ -85,12 +172,20 @@ fn in_namespace(cluster: &Cluster, ns: &str) -> Cluster {
 }
 
 /// Objects of every namespace, or, when the user may not list them cluster-wide, of the
-/// kubeconfig's namespace with a note (HTML) saying so.
-async fn list_visible<K: read::Kind>(cluster: &Cluster, plural: &str) -> Result<(Vec<K>, String), Error> {
+/// namespace `filters` name, else of the user's namespace, with a note (HTML) saying so.
+async fn list_visible<K: read::Kind>(
+    cluster: &Cluster,
+    plural: &str,
+    filters: Option<&Filters>,
+) -> Result<(Vec<K>, String), Error> {
     match read::list::<K>(cluster, true, &ListParams::default()).await {
         Ok(items) => Ok((read::typed(&items), String::new())),
         Err(Error::Forbidden { message, .. }) => {
-            let items = read::list::<K>(cluster, false, &ListParams::default()).await?;
+            let cluster = match filters.map(|f| f.namespace.as_str()).filter(|n| !n.is_empty()) {
+                Some(ns) => in_namespace(cluster, ns),
+                None => cluster.clone(),
+            };
+            let items = read::list::<K>(&cluster, false, &ListParams::default()).await?;
             let note = format!(
                 "<p class=\"error\" id=\"forbidden\">You may not list {plural} in every namespace ({}): \
                  showing namespace {} only.</p>",
@@ -103,43 +198,65 @@ async fn list_visible<K: read::Kind>(cluster: &Cluster, plural: &str) -> Result<
     }
 }
 
-async fn applications(Shared(s): Shared<App>, RawQuery(q): RawQuery) -> Response {
+async fn applications(Shared(s): Shared<App>, user: User, headers: HeaderMap, RawQuery(q): RawQuery) -> Response {
     let filters = Filters::parse(q.as_deref().unwrap_or(""));
-    match list_visible::<Application>(&s.cluster, "Applications").await {
+    match list_visible::<Application>(&user.cluster, "Applications", Some(&filters)).await {
         Ok((apps, note)) => Html(web::apps::render(&apps, &filters, &note, s.ctx.now())).into_response(),
-        Err(e) => failure(&e),
+        Err(e) => s.failure(&user, &e, &headers),
     }
 }
 
-async fn applications_fragment(Shared(s): Shared<App>, RawQuery(q): RawQuery) -> Response {
+async fn applications_fragment(Shared(s): Shared<App>, user: User, RawQuery(q): RawQuery) -> Response {
     let filters = Filters::parse(q.as_deref().unwrap_or(""));
-    match list_visible::<Application>(&s.cluster, "Applications").await {
+    match list_visible::<Application>(&user.cluster, "Applications", Some(&filters)).await {
         Ok((apps, _)) => Html(web::apps::table(&apps, &filters, s.ctx.now())).into_response(),
         Err(e) => {
-            let status =
-                if matches!(e, Error::Forbidden { .. }) { StatusCode::FORBIDDEN } else { StatusCode::BAD_GATEWAY };
+            let status = match e {
+                Error::Forbidden { .. } => StatusCode::FORBIDDEN,
+                Error::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
+                _ => StatusCode::BAD_GATEWAY,
+            };
             (status, Html(format!("<p class=\"error\">{}</p>", escape(&e.to_string())))).into_response()
         }
     }
 }
 
-/// Server-sent events: `applications` whenever an Application changes.
-async fn events(Shared(s): Shared<App>) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
-    let mut rx = s.changes.clone();
+/// Server-sent events: `applications` whenever an Application changes. Served by the manager,
+/// each stream watches as its user, until the browser goes away.
+async fn events(Shared(s): Shared<App>, user: User) -> Response {
+    let Ok(permit) = s.streams.clone().try_acquire_owned() else {
+        let message = "too many open event streams; the page tries again";
+        return (StatusCode::SERVICE_UNAVAILABLE, [(header::RETRY_AFTER, "10")], message).into_response();
+    };
+    let mut rx = match &s.access {
+        Access::Kubeconfig { changes, .. } => changes.clone(),
+        Access::Tokens(_) => super::watch::start(user.cluster).await,
+    };
     rx.mark_unchanged();
-    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.changed().await.ok()?;
-        let n = *rx.borrow_and_update();
-        Some((Ok(Event::default().event("applications").data(n.to_string())), rx))
-    });
-    Sse::new(stream).keep_alive(KeepAlive::default())
+    Sse::new(changes_stream(rx, permit)).keep_alive(KeepAlive::default()).into_response()
 }
 
-async fn application(Shared(s): Shared<App>, Path((ns, name)): Path<(String, String)>) -> Response {
-    let cluster = in_namespace(&s.cluster, &ns);
+fn changes_stream(
+    rx: watch::Receiver<u64>,
+    permit: tokio::sync::OwnedSemaphorePermit,
+) -> impl Stream<Item = Result<Event, Infallible>> {
+    futures_util::stream::unfold((rx, permit), |(mut rx, permit)| async move {
+        rx.changed().await.ok()?;
+        let n = *rx.borrow_and_update();
+        Some((Ok(Event::default().event("applications").data(n.to_string())), (rx, permit)))
+    })
+}
+
+async fn application(
+    Shared(s): Shared<App>,
+    user: User,
+    headers: HeaderMap,
+    Path((ns, name)): Path<(String, String)>,
+) -> Response {
+    let cluster = in_namespace(&user.cluster, &ns);
     let app = match read::get::<Application>(&cluster, &name).await {
         Ok(a) => a.typed,
-        Err(e) => return failure(&e),
+        Err(e) => return s.failure(&user, &e, &headers),
     };
     let (desired, desired_error) = match app.status.as_ref().and_then(|st| st.desired_revision.as_deref()) {
         Some(rev) => match read::get_opt::<Revision>(&cluster, rev).await {
@@ -165,27 +282,49 @@ async fn application(Shared(s): Shared<App>, Path((ns, name)): Path<(String, Str
     Html(web::app::render(&detail, s.ctx.now())).into_response()
 }
 
-async fn application_graph(Shared(s): Shared<App>, Path((ns, name)): Path<(String, String)>) -> Response {
+async fn application_graph(
+    Shared(s): Shared<App>,
+    user: User,
+    headers: HeaderMap,
+    Path((ns, name)): Path<(String, String)>,
+) -> Response {
     // `graph::read`'s future is not `Send` for every lifetime (its concurrent reads borrow the
     // plan entries), which axum's handlers must be: it runs on a blocking thread that drives it
     // with the runtime's handle.
-    let cluster = in_namespace(&s.cluster, &ns);
+    let cluster = in_namespace(&user.cluster, &ns);
     let handle = tokio::runtime::Handle::current();
     let (n, c) = (name.clone(), cluster);
     let read = tokio::task::spawn_blocking(move || handle.block_on(async move { graph::read(&c, &n).await }));
     match read.await {
         Ok(Ok(data)) => Html(web::graph::render(&data.view(), &ns, &name)).into_response(),
-        Ok(Err(e)) => failure(&e),
+        Ok(Err(e)) => s.failure(&user, &e, &headers),
         Err(e) => failure(&Error::Unavailable(format!("reading the graph: {e}"))),
     }
 }
 
-async fn repositories(Shared(s): Shared<App>) -> Response {
-    match list_visible::<Repository>(&s.cluster, "Repositories").await {
+async fn repositories(Shared(s): Shared<App>, user: User, headers: HeaderMap) -> Response {
+    match list_visible::<Repository>(&user.cluster, "Repositories", None).await {
         Ok((repos, note)) => {
             ([(header::CACHE_CONTROL, "no-store")], Html(web::repos::render(&repos, &note, s.ctx.now())))
                 .into_response()
         }
-        Err(e) => failure(&e),
+        Err(e) => s.failure(&user, &e, &headers),
     }
+}
+
+async fn sign_in_form(RawQuery(q): RawQuery) -> Response {
+    let next = form_urlencoded::parse(q.as_deref().unwrap_or("").as_bytes())
+        .find(|(k, _)| k == "next")
+        .map(|(_, v)| v.into_owned())
+        .unwrap_or_else(|| "/".into());
+    super::session::form(StatusCode::OK, auth::local_path(&next), "", &[])
+}
+
+async fn sign_in(Shared(s): Shared<App>, headers: HeaderMap, body: Bytes) -> Response {
+    let Access::Tokens(tokens) = &s.access else { return StatusCode::NOT_FOUND.into_response() };
+    super::session::sign_in(tokens, &headers, &body).await
+}
+
+async fn sign_out(headers: HeaderMap) -> Response {
+    super::session::sign_out(&headers)
 }

@@ -2,7 +2,8 @@
 //! a counter on every change; each open page's event stream (`/events`) waits on it.
 //!
 //! Applications are watched in every namespace, or, when the user may not list them cluster-wide,
-//! in the kubeconfig's namespace. Watch errors are retried with backoff; the pages still read
+//! in the user's namespace. The watch ends when every receiver is gone (the manager-served
+//! dashboard starts one per open event stream, as that stream's user). Watch errors are retried with backoff; the pages still read
 //! the API server themselves on every request, so a failing watch only stops the live redraws.
 
 use futures_util::StreamExt;
@@ -27,7 +28,12 @@ pub async fn start(cluster: Cluster) -> watch::Receiver<u64> {
     };
     tokio::spawn(async move {
         let mut stream = watcher(api, watcher::Config::default()).default_backoff().boxed();
-        while let Some(event) = stream.next().await {
+        loop {
+            let event = tokio::select! {
+                _ = tx.closed() => return,
+                event = stream.next() => event,
+            };
+            let Some(event) = event else { return };
             match event {
                 Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitDone) => {
                     tx.send_modify(|n| *n += 1);

@@ -4,13 +4,15 @@
 //! must never run what they wrote.
 //!
 //! One file per page: [`apps`] (the Applications table and its filters), [`app`] (one
-//! Application), [`graph`] (its resource graph as inline SVG), [`repos`] (Repositories); the
+//! Application), [`graph`] (its resource graph as inline SVG), [`repos`] (Repositories),
+//! [`signin`] (the manager-served dashboard's sign-in form); the
 //! frame around them (header, navigation, the embedded stylesheet and script) is [`page`].
 
 pub mod app;
 pub mod apps;
 pub mod graph;
 pub mod repos;
+pub mod signin;
 
 use std::fmt::Write as _;
 

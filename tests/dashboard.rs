@@ -271,6 +271,7 @@ fn the_manager_serves_the_dashboard_only_to_requests_with_a_token(cluster: Clust
     let browser = chromium();
     let mut page = LivePage::open(&browser, &format!("http://localhost:{port}/"));
     wait_for("the sign-in form", WAIT, || (page.eval("!!document.getElementById('login')") == true).then_some(()));
+    sign_in_screenshot(&mut page);
     page.eval(&format!(
         "document.getElementById('token').value = {}; document.getElementById('login').submit(); true",
         json!(viewer)
@@ -294,6 +295,26 @@ fn the_manager_serves_the_dashboard_only_to_requests_with_a_token(cluster: Clust
         assert!(!log.contains(t.as_str()), "a token in the manager's log");
     }
     assert!(log.contains("serving the dashboard"), "{log}");
+}
+
+/// The sign-in page's screenshot: a 1280x900 PNG with content, kept in `KSYNC_UI_SCREENSHOTS`
+/// when set (how docs/images/dashboard-signin.png was made).
+fn sign_in_screenshot(page: &mut LivePage) {
+    use base64::Engine;
+    let metrics = json!({"width": 1280, "height": 900, "deviceScaleFactor": 1, "mobile": false});
+    page.call("Emulation.setDeviceMetricsOverride", metrics, true);
+    let shot = page.call("Page.captureScreenshot", json!({"format": "png"}), true);
+    let bytes = base64::engine::general_purpose::STANDARD.decode(shot["data"].as_str().expect("data")).unwrap();
+    if let Some(dir) = std::env::var_os("KSYNC_UI_SCREENSHOTS") {
+        std::fs::write(std::path::Path::new(&dir).join("dashboard-signin.png"), &bytes).unwrap();
+    }
+    let mut reader = png::Decoder::new(std::io::Cursor::new(bytes)).read_info().expect("PNG header");
+    let mut buf = vec![0; reader.output_buffer_size().expect("size")];
+    let info = reader.next_frame(&mut buf).expect("PNG data");
+    assert_eq!((info.width, info.height), (1280, 900), "the sign-in page's screenshot size");
+    let channels = info.color_type.samples();
+    let colours: std::collections::BTreeSet<&[u8]> = buf[..info.buffer_size()].chunks(channels).collect();
+    assert!(colours.len() > 8, "the sign-in page's screenshot is blank ({} colours)", colours.len());
 }
 
 /// `s` as an `application/x-www-form-urlencoded` value.

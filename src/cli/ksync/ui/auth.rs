@@ -195,7 +195,8 @@ mod tests {
     fn a_token_is_taken_from_the_proxy_header_then_authorization_then_the_cookie() {
         let proxy = HeaderName::from_static("x-forwarded-access-token");
         // (headers, proxy header configured, token found)
-        let cases: &[(&[(&str, &str)], bool, Option<(&str, Source)>)] = &[
+        type Case<'a> = (&'a [(&'a str, &'a str)], bool, Option<(&'a str, Source)>);
+        let cases: &[Case] = &[
             (&[], true, None),
             (&[("authorization", "Bearer abc")], false, Some(("abc", Source::Authorization))),
             (&[("authorization", "Basic dXNlcjpwdw==")], false, None),

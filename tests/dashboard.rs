@@ -11,7 +11,8 @@
 //!   cookies (Secure except on a loopback name), refuses a post from another site and a redirect
 //!   to another site; signing out removes the cookies.
 //! - The live event stream watches as the user; only GET is routed; no token reaches the log.
-//! - In headless Chromium: the sign-in form, pasting a token, the Applications page, signing out.
+//! - In headless Chromium: the sign-in form, pasting a token, the Applications page, a script
+//!   injected into it refused by the content security policy, signing out.
 
 mod support;
 
@@ -281,6 +282,12 @@ fn the_manager_serves_the_dashboard_only_to_requests_with_a_token(cluster: Clust
         (text.contains("web") && text.contains("api")).then_some(())
     });
     assert_eq!(page.eval("document.cookie"), json!(""), "a script can read the sign-in cookies");
+    // The content security policy: a script put into the page (as a tenant's string would be,
+    // were it not escaped) does not run; the page's own script does (the table is live).
+    let injected = "(() => { const s = document.createElement('script'); s.textContent = 'window.injected = 1'; \
+                    document.body.appendChild(s); return window.injected === undefined; })()";
+    assert_eq!(page.eval(injected), json!(true), "an injected inline script ran");
+    assert!(page.text_of("live-status").starts_with("Live:"), "{}", page.text_of("live-status"));
     page.eval("document.getElementById('signout').submit(); true");
     wait_for("the sign-in form after signing out", WAIT, || {
         (page.eval("!!document.getElementById('login')") == true).then_some(())

@@ -13,7 +13,7 @@ use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{FromRequestParts, Path, RawQuery, State as Shared};
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
@@ -85,7 +85,26 @@ pub fn router(state: App) -> Router {
             .route("/logout", post(sign_out))
             .layer(axum::middleware::from_fn(super::session::add_sign_out));
     }
-    routes.layer(axum::middleware::from_fn_with_state(state.clone(), only_allowed_hosts)).with_state(state)
+    routes
+        .layer(axum::middleware::map_response(security_headers))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), only_allowed_hosts))
+        .with_state(state)
+}
+
+/// Headers of every answer: the [content security policy](web::content_security_policy), no
+/// caching (a page is what one user may read: no cache may hand it to another), no MIME sniffing,
+/// no referrer to other sites (paths name namespaces and Applications; `same-origin`, since with
+/// `no-referrer` browsers send `Origin: null` on the sign-in form's post).
+async fn security_headers(mut response: Response) -> Response {
+    static CSP: std::sync::LazyLock<HeaderValue> = std::sync::LazyLock::new(|| {
+        HeaderValue::from_str(&web::content_security_policy()).expect("the policy is a header value")
+    });
+    let h = response.headers_mut();
+    h.insert(header::CONTENT_SECURITY_POLICY, CSP.clone());
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("same-origin"));
+    response
 }
 
 /// The user a request reads as.
@@ -304,10 +323,7 @@ async fn application_graph(
 
 async fn repositories(Shared(s): Shared<App>, user: User, headers: HeaderMap) -> Response {
     match list_visible::<Repository>(&user.cluster, "Repositories", None).await {
-        Ok((repos, note)) => {
-            ([(header::CACHE_CONTROL, "no-store")], Html(web::repos::render(&repos, &note, s.ctx.now())))
-                .into_response()
-        }
+        Ok((repos, note)) => Html(web::repos::render(&repos, &note, s.ctx.now())).into_response(),
         Err(e) => s.failure(&user, &e, &headers),
     }
 }

@@ -13,8 +13,6 @@ use crate::cli::view::web;
 pub fn form(status: StatusCode, next: &str, message: &str, cookies: &[String]) -> Response {
     let mut response = (status, Html(web::signin::render(next, message))).into_response();
     set_cookies(&mut response, cookies);
-    let h = response.headers_mut();
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     response
 }
 

@@ -24,6 +24,22 @@ pub const STYLE: &str = include_str!("style.css");
 /// changed.
 pub const SCRIPT: &str = include_str!("live.js");
 
+/// The `Content-Security-Policy` of every answer: the embedded stylesheet and script, by their
+/// SHA-256, are the only style and code a page may run; it may fetch and post only to the
+/// dashboard itself, load nothing else, and not be framed. Should a tenant's string ever get
+/// through [`escape`], the browser still refuses to run it.
+pub fn content_security_policy() -> String {
+    use base64::Engine;
+    use sha2::{Digest, Sha256};
+    let hash = |text: &str| base64::engine::general_purpose::STANDARD.encode(Sha256::digest(text.as_bytes()));
+    format!(
+        "default-src 'none'; script-src 'sha256-{}'; style-src 'sha256-{}'; connect-src 'self'; img-src 'self'; \
+         form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+        hash(SCRIPT),
+        hash(STYLE)
+    )
+}
+
 /// `s` with `&`, `<`, `>`, `"` and `'` replaced by entities: safe in element content and in
 /// quoted attribute values.
 pub fn escape(s: &str) -> String {
@@ -99,7 +115,7 @@ pub fn page(title: &str, body: &str, script: bool) -> String {
 /// API server's message.
 pub fn error_page(status: &str, message: &str) -> String {
     let hint = if status.starts_with("403") {
-        "<p class=\"hint\">The dashboard reads as you (your kubeconfig): ask for read access \
+        "<p class=\"hint\">The dashboard reads as you (your kubeconfig, or the token you signed in with): ask for read access \
          to these objects, or look at another namespace.</p>"
     } else {
         ""
@@ -138,6 +154,27 @@ mod tests {
         );
         assert_eq!(url_part("a b/<c>"), "a%20b%2F%3Cc%3E");
         assert_eq!(app_href("team-a", "web"), "/applications/team-a/web");
+    }
+
+    #[test]
+    fn the_policy_allows_exactly_the_embedded_script_and_stylesheet() {
+        use base64::Engine;
+        use sha2::{Digest, Sha256};
+        let csp = content_security_policy();
+        let p = page("x", "", true);
+        // What the browser hashes: the text between the tags.
+        let between = |open: &str, close: &str| {
+            let start = p.find(open).unwrap() + open.len();
+            p[start..start + p[start..].find(close).unwrap()].to_string()
+        };
+        for (text, directive) in
+            [(between("<script>", "</script>"), "script-src"), (between("<style>", "</style>"), "style-src")]
+        {
+            let hash = base64::engine::general_purpose::STANDARD.encode(Sha256::digest(text.as_bytes()));
+            assert!(csp.contains(&format!("{directive} 'sha256-{hash}'")), "{csp}");
+        }
+        assert!(csp.starts_with("default-src 'none';") && csp.contains("frame-ancestors 'none'"), "{csp}");
+        assert!(!csp.contains("unsafe"), "{csp}");
     }
 
     #[test]

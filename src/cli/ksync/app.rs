@@ -168,36 +168,43 @@ pub(super) async fn read_live(cluster: &Cluster, entries: &[PlanEntry]) -> Vec<L
         };
         kinds.insert(key, found);
     }
-    let reads = entries.iter().map(|e| {
-        let key = (e.resource.group.clone(), e.version.clone(), e.resource.kind.clone());
-        let kind = kinds.get(&key).cloned();
-        let client = cluster.client.clone();
-        let what = kind_of(&e.resource.group, &e.resource.kind);
-        async move {
-            let (ar, namespaced) = match kind {
-                Some(Ok(k)) => k,
-                Some(Err(why)) => return Live::Unreadable(why),
-                None => return Live::Unreadable("kind not resolved".into()),
-            };
-            let api: Api<DynamicObject> = match (namespaced, e.resource.namespace.as_deref()) {
-                (true, Some(ns)) => Api::namespaced_with(client, ns, &ar),
-                (true, None) => return Live::Unreadable("no namespace recorded".into()),
-                (false, _) => Api::all_with(client, &ar),
-            };
-            let name = e.resource.name.as_str();
-            match api.get_opt(name).await {
-                Ok(Some(obj)) => match serde_json::to_value(obj) {
-                    Ok(v) => Live::Found(v),
-                    Err(err) => Live::Unreadable(err.to_string()),
-                },
-                Ok(None) => Live::Missing,
-                Err(kube::Error::Api(s)) if s.code == 403 => Live::Unreadable("forbidden".into()),
-                Err(err) => {
-                    let namespace = e.resource.namespace.as_deref().unwrap_or_default();
-                    Live::Unreadable(cluster.error(err, Request::Get { kind: &what, name, namespace }).to_string())
+    // Each read owns what it needs, and they are collected before being driven: no closure
+    // borrowing `entries` is part of the future, so it is `Send` for any lifetime and the
+    // dashboard can await it on its request task.
+    let reads: Vec<_> = entries
+        .iter()
+        .map(|e| {
+            let key = (e.resource.group.clone(), e.version.clone(), e.resource.kind.clone());
+            let kind = kinds.get(&key).cloned();
+            let cluster = cluster.clone();
+            let what = kind_of(&e.resource.group, &e.resource.kind);
+            let (namespace, name) = (e.resource.namespace.clone(), e.resource.name.clone());
+            async move {
+                let (ar, namespaced) = match kind {
+                    Some(Ok(k)) => k,
+                    Some(Err(why)) => return Live::Unreadable(why),
+                    None => return Live::Unreadable("kind not resolved".into()),
+                };
+                let api: Api<DynamicObject> = match (namespaced, namespace.as_deref()) {
+                    (true, Some(ns)) => Api::namespaced_with(cluster.client.clone(), ns, &ar),
+                    (true, None) => return Live::Unreadable("no namespace recorded".into()),
+                    (false, _) => Api::all_with(cluster.client.clone(), &ar),
+                };
+                match api.get_opt(&name).await {
+                    Ok(Some(obj)) => match serde_json::to_value(obj) {
+                        Ok(v) => Live::Found(v),
+                        Err(err) => Live::Unreadable(err.to_string()),
+                    },
+                    Ok(None) => Live::Missing,
+                    Err(kube::Error::Api(s)) if s.code == 403 => Live::Unreadable("forbidden".into()),
+                    Err(err) => {
+                        let namespace = namespace.as_deref().unwrap_or_default();
+                        let request = Request::Get { kind: &what, name: &name, namespace };
+                        Live::Unreadable(cluster.error(err, request).to_string())
+                    }
                 }
             }
-        }
-    });
+        })
+        .collect();
     futures_util::stream::iter(reads).buffered(CONCURRENCY).collect().await
 }

@@ -307,17 +307,10 @@ async fn application_graph(
     headers: HeaderMap,
     Path((ns, name)): Path<(String, String)>,
 ) -> Response {
-    // `graph::read`'s future is not `Send` for every lifetime (its concurrent reads borrow the
-    // plan entries), which axum's handlers must be: it runs on a blocking thread that drives it
-    // with the runtime's handle.
     let cluster = in_namespace(&user.cluster, &ns);
-    let handle = tokio::runtime::Handle::current();
-    let (n, c) = (name.clone(), cluster);
-    let read = tokio::task::spawn_blocking(move || handle.block_on(async move { graph::read(&c, &n).await }));
-    match read.await {
-        Ok(Ok(data)) => Html(web::graph::render(&data.view(), &ns, &name)).into_response(),
-        Ok(Err(e)) => s.failure(&user, &e, &headers),
-        Err(e) => failure(&Error::Unavailable(format!("reading the graph: {e}"))),
+    match graph::read(&cluster, &name).await {
+        Ok(data) => Html(web::graph::render(&data.view(), &ns, &name)).into_response(),
+        Err(e) => s.failure(&user, &e, &headers),
     }
 }
 

@@ -98,6 +98,19 @@ pub fn prunable_by(obj: &Value, namespace: &str, name: &str) -> bool {
         && meta["annotations"][annotations::PRUNE].as_str() != Some(annotations::PRUNE_DISABLED)
 }
 
+/// `Kind namespace/name` (or `Kind name`) of an identity `group/Kind/namespace/name`: how
+/// messages name an object.
+pub fn describe(id: &str) -> String {
+    let mut parts = id.splitn(4, '/');
+    let (_group, kind, ns, name) = (
+        parts.next(),
+        parts.next().unwrap_or_default(),
+        parts.next().unwrap_or_default(),
+        parts.next().unwrap_or_default(),
+    );
+    if ns.is_empty() { format!("{kind} {name}") } else { format!("{kind} {ns}/{name}") }
+}
+
 /// The objects of `live` (by identity) that carry another Application's identity: (identity,
 /// that Application as `namespace/name`), in identity order.
 ///
@@ -154,6 +167,20 @@ pub fn expired(revisions: &[Kept], current: &str, limit: usize) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn messages_name_an_object_as_kind_and_namespace_slash_name() {
+        // (identity, described)
+        let cases = [
+            ("/ConfigMap/team-a/web-config", "ConfigMap team-a/web-config"),
+            ("apps/Deployment/team-a/web", "Deployment team-a/web"),
+            ("rbac.authorization.k8s.io/ClusterRole//viewer", "ClusterRole viewer"),
+            ("apps/Deployment/team-a/a/b", "Deployment team-a/a/b"),
+        ];
+        for (id, want) in cases {
+            assert_eq!(describe(id), want, "{id}");
+        }
+    }
 
     /// Hooks stay out of the inventory: not found by its selector, never prunable.
     #[test]

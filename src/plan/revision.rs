@@ -72,20 +72,7 @@ pub fn bounded(s: &str, max: usize) -> String {
 /// [`rev::MAX_PLAN_ENTRIES`] and [`MAX_PLAN_BYTES`], each field list and string bounded.
 /// `adopt`: conflicts are fields taken over (`adopted`), else conflicts that block the apply.
 pub fn stored(plan: &Plan, adopt: bool) -> rev::Plan {
-    let mut summary = PlanSummary::default();
-    for e in &plan.entries {
-        if e.is_hook() {
-            summary.hooks += 1;
-            continue;
-        }
-        match e.action {
-            Action::Skip => summary.hooks += 1,
-            Action::Create => summary.create += 1,
-            Action::Update => summary.update += 1,
-            Action::Unchanged => summary.unchanged += 1,
-            Action::Delete => summary.delete += 1,
-        }
-    }
+    let summary = summary(plan);
     let mut entries = Vec::new();
     let mut bytes = 0usize;
     let mut truncated = false;
@@ -104,6 +91,25 @@ pub fn stored(plan: &Plan, adopt: bool) -> rev::Plan {
         entries.push(entry);
     }
     rev::Plan { digest: plan.digest.clone(), summary, entries, truncated, warnings: Vec::new() }
+}
+
+/// The counts of a plan's actions over every entry (hooks and skipped entries counted as hooks).
+pub fn summary(plan: &Plan) -> PlanSummary {
+    let mut summary = PlanSummary::default();
+    for e in &plan.entries {
+        if e.is_hook() {
+            summary.hooks += 1;
+            continue;
+        }
+        match e.action {
+            Action::Skip => summary.hooks += 1,
+            Action::Create => summary.create += 1,
+            Action::Update => summary.update += 1,
+            Action::Unchanged => summary.unchanged += 1,
+            Action::Delete => summary.delete += 1,
+        }
+    }
+    summary
 }
 
 /// One entry as a Revision stores it: field lists and strings bounded; `adopt`: conflicts are

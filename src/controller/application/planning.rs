@@ -132,7 +132,7 @@ pub(super) async fn plan(
         let (other_ns, other_name) = other.split_once('/').unwrap_or(("", other.as_str()));
         let apps: Api<Application> = Api::namespaced(ctx.client.clone(), other_ns);
         if apps.get_opt(other_name).await?.is_some() {
-            claimed.push(format!("{} is managed by Application {other}", describe(&id)));
+            claimed.push(format!("{} is managed by Application {other}", inventory::describe(&id)));
         }
     }
     if !claimed.is_empty() {
@@ -182,16 +182,4 @@ pub(super) async fn plan(
         secrets,
         fresh: !from_cache,
     }))
-}
-
-/// `Kind namespace/name` (or `Kind name`) of an identity `group/Kind/namespace/name`.
-fn describe(id: &str) -> String {
-    let mut parts = id.splitn(4, '/');
-    let (_group, kind, ns, name) = (
-        parts.next(),
-        parts.next().unwrap_or_default(),
-        parts.next().unwrap_or_default(),
-        parts.next().unwrap_or_default(),
-    );
-    if ns.is_empty() { format!("{kind} {name}") } else { format!("{kind} {ns}/{name}") }
 }

@@ -215,7 +215,8 @@ pub async fn preview(cluster: &Cluster, shared: &Shared, app: &Application, ask:
             .map_err(|e| api_error(e, "Applications"))?
             .is_some();
         if exists {
-            return Err(format!("{id} belongs to Application {other}: the rollout would be refused"));
+            let what = inventory::describe(&id);
+            return Err(format!("{what} is managed by Application {other}: the rollout would be refused"));
         }
     }
     let inputs = plan::Inputs {
@@ -229,7 +230,7 @@ pub async fn preview(cluster: &Cluster, shared: &Shared, app: &Application, ask:
         run_hooks: spec.strategy.hooks,
     };
     let planned = plan::build(&prepared.objects, &inputs);
-    let summary = revision::stored(&planned, adopt).summary;
+    let summary = revision::summary(&planned);
     let desired: BTreeMap<String, &Value> =
         prepared.objects.iter().chain(&prepared.hooks).map(|o| (validate::identity(o), o)).collect();
     let mut entries = Vec::with_capacity(planned.entries.len());

@@ -270,13 +270,14 @@ impl Context {
 
     /// A client acting as `system:serviceaccount:<ns>:<sa>` (kept per service account).
     pub(super) fn client_for(&self, ns: &str, sa: &str) -> Result<Client, kube::Error> {
+        // `try_get_with`: concurrent misses of one key build one client, not one each.
         let key = (ns.to_string(), sa.to_string());
-        if let Some(c) = self.clients.get(&key) {
-            return Ok(c);
-        }
-        let c = self.settings.limiter.client(render::values::impersonation(&self.config, ns, sa))?;
-        self.clients.insert(key, c.clone());
-        Ok(c)
+        self.clients
+            .try_get_with(key, || self.settings.limiter.client(render::values::impersonation(&self.config, ns, sa)))
+            .map_err(|e| match std::sync::Arc::try_unwrap(e) {
+                Ok(e) => e,
+                Err(shared) => kube::Error::Service(shared.to_string().into()),
+            })
     }
 
     /// Run discovery now (after applying CustomResourceDefinitions).

@@ -43,14 +43,12 @@ pub fn same_origin(headers: &HeaderMap) -> bool {
     {
         return false;
     }
-    match (value("origin"), value("host")) {
-        (None, _) => true,
-        (Some(origin), Some(host)) => {
-            let rest = origin.strip_prefix("https://").or_else(|| origin.strip_prefix("http://"));
-            rest.is_some_and(|r| r.eq_ignore_ascii_case(host))
-        }
-        (Some(_), None) => false,
-    }
+    let Some(origin) = value("origin") else { return true };
+    let Some(origin) = origin.strip_prefix("https://").or_else(|| origin.strip_prefix("http://")) else {
+        return false;
+    };
+    // The name the browser used: `Host`, or the one a reverse proxy that rewrote it passes on.
+    [value("host"), value("x-forwarded-host")].into_iter().flatten().any(|h| h.eq_ignore_ascii_case(origin))
 }
 
 /// The fields of the sign-in form.
@@ -184,6 +182,23 @@ mod tests {
             (&[("host", "dash.example"), ("origin", "https://dash.example.evil.example")], false),
             (&[("host", "dash.example"), ("origin", "null")], false),
             (&[("origin", "https://dash.example")], false),
+            (
+                &[
+                    ("host", "kuvryn-sync-dashboard:8090"),
+                    ("x-forwarded-host", "dash.example"),
+                    ("origin", "https://dash.example"),
+                ],
+                true,
+            ),
+            (
+                &[
+                    ("host", "kuvryn-sync-dashboard:8090"),
+                    ("x-forwarded-host", "evil.example"),
+                    ("origin", "https://dash.example"),
+                ],
+                false,
+            ),
+            (&[("host", "dash.example"), ("origin", "ftp://dash.example")], false),
             (&[("host", "dash.example"), ("sec-fetch-site", "same-origin")], true),
             (&[("host", "dash.example"), ("sec-fetch-site", "cross-site")], false),
             (&[("host", "dash.example"), ("sec-fetch-site", "same-site")], false),

@@ -20,13 +20,12 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::api::{Api, Patch, PatchParams};
 use kuvryn_sync::api::application::Application;
 use serde_json::json;
 use support::browser::{LivePage, chromium};
 use support::manager::Manager;
+use support::replica::token;
 use support::{Cluster, apply_as, free_port, install_crds, wait_for};
 
 const A: &str = "dash-a";
@@ -86,21 +85,6 @@ fn send(port: u16, method: &str, path: &str, headers: &[(&str, &str)], body: &st
 
 fn get(port: u16, path: &str, headers: &[(&str, &str)]) -> Answer {
     send(port, "GET", path, headers, "")
-}
-
-/// A token of ServiceAccount `name` in `ns`, from the TokenRequest API.
-async fn token(client: &kube::Client, ns: &str, name: &str) -> String {
-    let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
-    let request = TokenRequest {
-        spec: Some(TokenRequestSpec { expiration_seconds: Some(3600), ..Default::default() }),
-        ..Default::default()
-    };
-    sas.create_token_request(name, &Default::default(), &request)
-        .await
-        .expect("TokenRequest")
-        .status
-        .and_then(|s| s.token)
-        .expect("token")
 }
 
 /// Namespaces A and B with an Application each (suspended: the manager leaves them alone), and
@@ -251,19 +235,11 @@ fn the_manager_serves_the_dashboard_only_to_requests_with_a_token(cluster: Clust
     events.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     write!(events, "GET /events HTTP/1.1\r\nHost: dash.example\r\nAuthorization: Bearer {viewer}\r\n\r\n").unwrap();
     let apps: Api<Application> = Api::namespaced(client.clone(), B);
-    let mut seen = String::new();
     let mut touched = 0;
-    wait_for("an `applications` event after a change", WAIT, || {
-        runtime.block_on(async {
-            touched += 1;
-            let patch = json!({"metadata": {"labels": {"touched": touched.to_string()}}});
-            apps.patch("api", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
-        });
-        let mut buf = [0u8; 4096];
-        if let Ok(n) = events.read(&mut buf) {
-            seen.push_str(&String::from_utf8_lossy(&buf[..n]));
-        }
-        seen.contains("event: applications").then_some(())
+    let seen = support::browser::wait_for_event(&mut events, "applications", WAIT, || {
+        touched += 1;
+        let patch = json!({"metadata": {"labels": {"touched": touched.to_string()}}});
+        runtime.block_on(apps.patch("api", &PatchParams::default(), &Patch::Merge(&patch))).unwrap();
     });
     assert!(seen.starts_with("HTTP/1.1 200"), "{seen}");
     drop(events);

@@ -311,19 +311,11 @@ fn the_dashboard_shows_the_degraded_application_and_its_root_cause_in_a_browser(
     let mut events = TcpStream::connect(("127.0.0.1", ui.port)).unwrap();
     events.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     write!(events, "GET /events HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
-    let mut seen = String::new();
     let mut touched = 0;
-    wait_for("an `applications` event after a change", WAIT, || {
-        runtime.block_on(async {
-            touched += 1;
-            let patch = json!({"metadata": {"labels": {"touched": touched.to_string()}}});
-            env.apps().patch("api", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
-        });
-        let mut buf = [0u8; 4096];
-        if let Ok(n) = events.read(&mut buf) {
-            seen.push_str(&String::from_utf8_lossy(&buf[..n]));
-        }
-        seen.contains("event: applications").then_some(())
+    support::browser::wait_for_event(&mut events, "applications", WAIT, || {
+        touched += 1;
+        let patch = json!({"metadata": {"labels": {"touched": touched.to_string()}}});
+        runtime.block_on(env.apps().patch("api", &PatchParams::default(), &Patch::Merge(&patch))).unwrap();
     });
 
     // In the browser: an Application created while the page is open appears in its table,

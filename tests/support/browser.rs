@@ -137,3 +137,25 @@ impl LivePage {
         r["result"]["value"].clone()
     }
 }
+
+/// Read the event stream `stream` (an open `GET /events`, its read timeout short) until it
+/// announces `event`, calling `touch` (a change that should cause one) before each read; what was
+/// read.
+pub fn wait_for_event(
+    stream: &mut std::net::TcpStream,
+    event: &str,
+    deadline: Duration,
+    mut touch: impl FnMut(),
+) -> String {
+    let mut seen = String::new();
+    let want = format!("event: {event}");
+    super::wait_for(&format!("an `{event}` event after a change"), deadline, || {
+        touch();
+        let mut buf = [0u8; 4096];
+        if let Ok(n) = stream.read(&mut buf) {
+            seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+        seen.contains(&want).then_some(())
+    });
+    seen
+}

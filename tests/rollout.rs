@@ -630,6 +630,12 @@ fn a_deployment_edited_by_hand_other_watched_kinds_and_zero_writes_at_rest(clust
         .await;
         let rev = until_phase(&env, "web", &commit, RevisionPhase::Healthy, &mut BTreeSet::new()).await;
         until_healthy_and_synced(&env).await;
+        // The reconcile that made it Healthy publishes its held Events after its status write:
+        // at rest only once that Event is there.
+        eventually("the Succeeded Event", WAIT, || async {
+            env.events("web").await.iter().any(|(_, reason, _)| reason == "Succeeded").then_some(())
+        })
+        .await;
 
         // simcluster only: the audit log tells dry runs from writes.
         if cluster.require_simcluster("zero writes at rest", "the audit log") {

@@ -78,8 +78,6 @@ const NOT_YET_IMPLEMENTED: &[&str] = &[
     "plan-wide warnings",
     // An image in a registry.
     "published image",
-    // The dashboard of `ksync ui` served by the manager (a chart value).
-    "served by the manager",
 ];
 
 /// Words of [`NOT_YET_IMPLEMENTED`] a whole doc may use unmarked, with the reason beside each

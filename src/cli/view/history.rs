@@ -92,11 +92,10 @@ mod tests {
         .unwrap()
     }
 
-    /// A view of a future feature (Not yet implemented: nothing approves or rolls back yet, so
-    /// the controller writes neither `status.approval` nor a `RolledBack` condition): APPROVED BY
-    /// and "held (reason)".
+    /// A manually approved Revision and one held by a rollback (`status.approval`, a `RolledBack`
+    /// condition): APPROVED BY and "held (reason)".
     #[test]
-    fn future_view_approved_by_and_held() {
+    fn approved_by_and_held() {
         let mut approved = rev("web-2", None, "2026-03-01T11:00:00Z");
         approved.status = Some(
             serde_json::from_value(json!({"phase": "Healthy", "approval":

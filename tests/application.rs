@@ -65,6 +65,12 @@ fn plans_follow_git_and_the_cluster(cluster: Cluster) {
         assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("False", "AwaitingApproval"));
         assert!(ready.message.contains("4 to create"), "{}", ready.message);
         assert!(matches!(rev.status.as_ref().unwrap().phase, RevisionPhase::AwaitingApproval));
+        let rs = rev.status.as_ref().unwrap();
+        let rev_ready = conditions::get(&rs.conditions, names::conditions::READY).unwrap();
+        assert_eq!((rev_ready.status.as_str(), rev_ready.reason.as_str()), ("False", "AwaitingApproval"));
+        let digest = &rs.plan.as_ref().unwrap().digest;
+        assert_eq!(rev_ready.message, format!("plan {digest} waits for approval (ksync sync)"));
+        assert!(!conditions::is_true(&rs.conditions, names::conditions::RECONCILING));
         // Manual sync: nothing was written to the namespace.
         let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), "plan-test");
         assert!(cms.get_opt("a").await.unwrap().is_none());
@@ -221,6 +227,10 @@ fn failures_are_reported_and_nothing_is_touched(cluster: Cluster) {
             .await;
         let status = rev.status.unwrap();
         assert!(matches!(status.phase, RevisionPhase::Failed));
+        let stalled = conditions::get(&status.conditions, names::conditions::STALLED).unwrap();
+        assert_eq!((stalled.status.as_str(), stalled.reason.as_str()), ("True", "ValidationFailure"));
+        let rev_ready = conditions::get(&status.conditions, names::conditions::READY).unwrap();
+        assert_eq!((rev_ready.status.as_str(), rev_ready.reason.as_str()), ("False", "ValidationFailure"));
         let failure = status.failure.unwrap();
         assert!(!failure.retryable);
         assert!(failure.message.contains("2 problems"), "{}", failure.message);

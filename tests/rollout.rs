@@ -69,12 +69,24 @@ async fn until_phase(env: &Env, app: &str, commit: &str, want: RevisionPhase, se
         }
         if let Some(p) = phase(&r) {
             phases.lock().unwrap().insert(format!("{p:?}"));
+            // Every phase on its way carries the kstatus conditions it implies.
+            let working = matches!(p, RevisionPhase::Planning | RevisionPhase::Applying | RevisionPhase::Progressing);
+            if working {
+                assert_eq!(condition(&r, names::conditions::RECONCILING).0, "True", "{p:?}: {:?}", r.status);
+                assert_eq!(condition(&r, names::conditions::READY).0, "Unknown", "{p:?}: {:?}", r.status);
+            }
         }
         (phase(&r) == Some(want)).then_some(r)
     })
     .await;
     seen.extend(phases.into_inner().unwrap());
     rev
+}
+
+/// A Revision's condition `type_`: (status, reason), empty when absent.
+fn condition(r: &Revision, type_: &str) -> (String, String) {
+    let c = r.status.as_ref().and_then(|s| conditions::get(&s.conditions, type_)).cloned();
+    c.map(|c| (c.status, c.reason)).unwrap_or_default()
 }
 
 fn ready(app: &Application) -> (String, String, String) {
@@ -110,6 +122,13 @@ fn a_rollout_applies_waits_for_health_and_prunes_safely(cluster: Cluster) {
         let mut seen = BTreeSet::new();
         let rev1 = until_phase(&env, "web", &first, RevisionPhase::Healthy, &mut seen).await;
         assert!(seen.contains("Progressing"), "phases seen: {seen:?}");
+        // Healthy is Ready, and kubectl's own wait sees it so.
+        assert_eq!(condition(&rev1, names::conditions::READY), ("True".into(), "Succeeded".into()));
+        assert_eq!(condition(&rev1, names::conditions::RECONCILING), Default::default());
+        let home = support::temp_dir("rollout-kubectl");
+        let revision = format!("revision/{}", rev1.name_any());
+        let wait = ["wait", "--for=condition=Ready", "--timeout=30s", "-n", "rollout", revision.as_str()];
+        support::run(cluster.kubectl(&support::Tools::get(), home.path()).args(wait));
         let st = rev1.status.clone().unwrap();
         assert_eq!(st.attempts.len(), 1);
         assert_eq!(st.attempts[0].result, AttemptResult::Succeeded);
@@ -236,6 +255,10 @@ fn a_rollout_applies_waits_for_health_and_prunes_safely(cluster: Cluster) {
             failure.message
         );
         assert_eq!(rev4.status.as_ref().unwrap().attempts[0].result, AttemptResult::Failed);
+        // One attempt allowed: the Revision is Stalled with the failure, not Reconciling.
+        assert_eq!(condition(&rev4, names::conditions::READY), ("False".into(), "HealthTimeout".into()));
+        assert_eq!(condition(&rev4, names::conditions::STALLED), ("True".into(), "HealthTimeout".into()));
+        assert_eq!(condition(&rev4, names::conditions::RECONCILING), Default::default());
         let app = eventually("the Application to stall", WAIT, || async {
             let a = env.apps().get("web").await.ok()?;
             conditions::is_true(&a.status.as_ref()?.conditions, names::conditions::STALLED).then_some(a)
@@ -247,6 +270,21 @@ fn a_rollout_applies_waits_for_health_and_prunes_safely(cluster: Cluster) {
         // The last healthy Revision is still the one that deployed.
         assert_eq!(app.status.unwrap().last_healthy_revision.as_deref(), Some(rev3.name_any().as_str()));
         assert!(env.events("web").await.iter().any(|e| e.0 == "Warning" && e.1 == "HealthTimeout"));
+
+        // A second attempt allowed, an hour away: the Application and its Revision are retried
+        // (Reconciling), no longer Stalled.
+        let patch = json!({"spec": {"failurePolicy": {"maxAttempts": 2, "backoff": {"duration": "1h"}}}});
+        env.apps().patch("web", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+        let retried = eventually("the failed Revision and its Application to wait for the retry", WAIT, || async {
+            let r = env.revisions().get(&rev4.name_any()).await.ok()?;
+            let app = env.apps().get("web").await.ok()?;
+            let waiting = ready(&app).2.contains("(attempt 1 of 2; next attempt at");
+            (waiting && condition(&r, names::conditions::RECONCILING).0 == "True").then_some(r)
+        })
+        .await;
+        assert_eq!(condition(&retried, names::conditions::READY), ("False".into(), "HealthTimeout".into()));
+        assert_eq!(condition(&retried, names::conditions::STALLED), Default::default());
+        assert_eq!(phase(&retried), Some(RevisionPhase::Failed));
 
         // The next commit fixes the image and puts a skipped object back in Git: it is desired
         // again and updated like any other.
@@ -988,9 +1026,20 @@ fn render_failures_are_attempts_that_back_off_and_pause(cluster: Cluster) {
             json!({"source": {"repository": "platform", "path": "chart",
                               "render": {"type": "Helm", "helm": {"valuesFrom": [{"kind": "ConfigMap", "name": "web-values"}]}}},
                    "serviceAccountName": "deployer", "destination": {"namespace": ns},
-                   "failurePolicy": {"maxAttempts": 2, "backoff": {"duration": "2s", "factor": 1}}}),
+                   "failurePolicy": {"maxAttempts": 2, "backoff": {"duration": "4s", "factor": 1}}}),
         )
         .await;
+        // Between the two attempts: a failing template is not something a retry fixes, so the
+        // Revision, like the Application, is Stalled from the first attempt on.
+        let backing_off = eventually("the first render attempt failed, a second scheduled", WAIT, || async {
+            let app = env.apps().get("web").await.ok()?;
+            let r = env.revisions().get(app.status.as_ref()?.desired_revision.as_ref()?).await.ok()?;
+            (r.status.as_ref()?.attempts.len() == 1 && phase(&r) == Some(RevisionPhase::Failed)).then_some(r)
+        })
+        .await;
+        assert_eq!(condition(&backing_off, names::conditions::STALLED).0, "True", "{:?}", backing_off.status);
+        assert_eq!(condition(&backing_off, names::conditions::READY), ("False".into(), "RenderFailure".into()));
+        assert_eq!(backing_off.status.as_ref().unwrap().failure.as_ref().map(|f| f.retryable), Some(false));
         let paused = "(2 of 2 attempts failed: paused until the desired state changes)";
         let app = eventually("two render attempts failed, paused", WAIT, || async {
             let app = env.apps().get("web").await.ok()?;
@@ -1010,8 +1059,10 @@ fn render_failures_are_attempts_that_back_off_and_pause(cluster: Cluster) {
             assert_eq!(a.desired_state_hash, None, "a render failure deployed no desired state");
         }
         let waited = attempts[1].started_at.0.duration_since(attempts[0].finished_at.as_ref().unwrap().0);
-        assert!(waited >= jiff::SignedDuration::from_secs(2), "the second render waited for the backoff: {waited}");
+        assert!(waited >= jiff::SignedDuration::from_secs(4), "the second render waited for the backoff: {waited}");
         assert_eq!(phase(&rev), Some(RevisionPhase::Failed));
+        assert_eq!(condition(&rev, names::conditions::STALLED), ("True".into(), "RenderFailure".into()));
+        assert_eq!(condition(&rev, names::conditions::RECONCILING), Default::default());
 
         // Paused: a reconcile (a spec change) renders again, and its failure counts nothing.
         let touch = |timeout: &str| json!({"spec": {"health": {"timeout": timeout}}});

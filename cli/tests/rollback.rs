@@ -90,6 +90,13 @@ fn a_rollback_deploys_the_target_and_holds_until_a_new_commit(cluster: Cluster) 
         let held = env.revisions().get(&b.name_any()).await.unwrap();
         assert_eq!(held_by(&held).as_deref(), Some(names::reasons::MANUAL_ROLLBACK));
         assert_eq!(phase(&held), Some(RevisionPhase::Failed));
+        // Held is final: Stalled, and not Ready, with the hold's reason.
+        let held_status = held.status.as_ref().unwrap();
+        for type_ in [names::conditions::READY, names::conditions::STALLED] {
+            let c = conditions::get(&held_status.conditions, type_).unwrap();
+            let want = if type_ == names::conditions::READY { "False" } else { "True" };
+            assert_eq!((c.status.as_str(), c.reason.as_str()), (want, names::reasons::ROLLED_BACK), "{type_}");
+        }
         let target = env.revisions().get(&a.name_any()).await.unwrap();
         assert_eq!(target.status.as_ref().unwrap().attempts.len(), 2, "the rollback is a new attempt on the target");
 

@@ -16,6 +16,7 @@ pub mod names;
 pub mod repository;
 #[allow(clippy::duplicated_attributes)]
 pub mod revision;
+pub mod revision_conditions;
 
 pub use application::{Application, ApplicationSpec, ApplicationStatus};
 pub use healthcheck::{HealthCheck, HealthCheckSpec, HealthCheckStatus};

@@ -2,8 +2,9 @@
 //! settings, bounded plan, health summary, attempts, approval and failure classification.
 //! Written only by the controller; bounded and redacted so it suits CLIs, Events and dashboards.
 //!
-//! Not yet implemented (never written by the controller): `Ready`, `Reconciling` and `Stalled`
-//! conditions on Revisions (only `RolledBack` is set) and `status.plan.warnings` (always empty).
+//! Its `Ready`, `Reconciling` and `Stalled` conditions follow its phase
+//! ([`super::revision_conditions`]). Not yet implemented (never written by the controller):
+//! `status.plan.warnings` (always empty).
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, KubeSchema};
@@ -105,8 +106,8 @@ pub struct RevisionStatus {
     /// The `metadata.generation` this status reflects.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// `Ready`, `Reconciling`, `Stalled`, and `RolledBack` on a held Revision. Not yet implemented:
-    /// `Ready`, `Reconciling` and `Stalled` (read `phase` and `failure`).
+    /// `Ready`, `Reconciling` and `Stalled`, following the phase (`Ready=True` when Healthy;
+    /// `Stalled=True` on a failure not retried), and `RolledBack` on a held Revision.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "conditions_schema")]
     pub conditions: Vec<Condition>,

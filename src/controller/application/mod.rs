@@ -585,7 +585,11 @@ async fn plan_app(
     let render_attempt = match render {
         rollout::RenderStep::Render { attempt } => attempt,
         rollout::RenderStep::Wait { at } => {
-            // Backing off after a render failure: nothing is rendered, and nothing changes.
+            // Backing off after a render failure: nothing is rendered, and nothing changes. As
+            // on the Application (`render_failure::wait`), only a failure retrying may fix is
+            // retried rather than stalled.
+            let retrying = rs.failure.as_ref().is_none_or(|f| f.retryable);
+            crate::api::revision_conditions::set(&mut rs, retrying, now);
             if rs != old_rs {
                 write_revision_status(ctx, app, ns, &rev_name, &rs).await?;
             }
@@ -686,7 +690,10 @@ async fn plan_app(
         rolling_back::request_automatic(ctx, app, ns, &to, &from).await?;
     }
     // The Revision's status before `settle`: a rollback that completes holds other Revisions
-    // only once the attempt that completed it is recorded.
+    // only once the attempt that completed it is recorded. A failed Revision is retried when
+    // the Application says it keeps trying (`Reconciling`, not `Stalled`).
+    let retrying = conditions::is_true(&status.conditions, names::conditions::RECONCILING);
+    crate::api::revision_conditions::set(&mut rs, retrying, now);
     if rs != old_rs {
         write_revision_status(ctx, app, ns, &rev_name, &rs).await?;
     }

@@ -125,6 +125,7 @@ pub(super) async fn supersede(
         message: format!("superseded by Revision {by} before its rollout completed"),
         retryable: false,
     });
+    crate::api::revision_conditions::set(&mut rs, false, Timestamp::now());
     ctx.revisions.forget(ns, &app.name_any());
     ctx.writer(&ctx.client, ns, &app.name_any())
         .patch_status::<Revision, _>(

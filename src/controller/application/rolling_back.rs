@@ -119,6 +119,7 @@ async fn hold(
         .filter(|r| r.spec.application == name && r.name_any() != target && same_commit(&r.spec.source.commit, from))
     {
         let mut rs = r.status.clone().unwrap_or_default();
+        let now = Timestamp::now();
         conditions::set(
             &mut rs.conditions,
             names::conditions::ROLLED_BACK,
@@ -126,9 +127,10 @@ async fn hold(
             reason,
             &format!("rolled back to Revision {target}: not deployed again while the hold lasts"),
             r.metadata.generation,
-            Timestamp::now(),
+            now,
         );
         rs.phase = RevisionPhase::Failed;
+        crate::api::revision_conditions::set(&mut rs, false, now);
         super::context::fenced(ctx, app)?;
         ctx.revisions.forget(ns, &name);
         ctx.writer(&ctx.client, ns, &name)

@@ -27,23 +27,20 @@ use super::revision::{RevisionPhase, RevisionStatus};
 pub fn set(rs: &mut RevisionStatus, retrying: bool, now: Timestamp) {
     let generation = rs.observed_generation;
     let attempt = rs.attempts.last().map(|a| a.number);
+    let of_attempt = |what: &str| match attempt {
+        Some(n) => format!("attempt {n}: {what}"),
+        None => what.to_string(),
+    };
     let conditions = &mut rs.conditions;
     match rs.phase {
         RevisionPhase::Planning => {
             conditions::mark_reconciling(conditions, reasons::PROGRESSING, "rendering and planning", generation, now);
         }
         RevisionPhase::Applying => {
-            let message = match attempt {
-                Some(n) => format!("attempt {n}: applying"),
-                None => "applying".to_string(),
-            };
-            conditions::mark_reconciling(conditions, reasons::PROGRESSING, &message, generation, now);
+            conditions::mark_reconciling(conditions, reasons::PROGRESSING, &of_attempt("applying"), generation, now);
         }
         RevisionPhase::Progressing => {
-            let message = match attempt {
-                Some(n) => format!("attempt {n}: applied, waiting for its resources to become Healthy"),
-                None => "waiting for its resources to become Healthy".to_string(),
-            };
+            let message = of_attempt("applied, waiting for its resources to become Healthy");
             conditions::mark_reconciling(conditions, reasons::PROGRESSING, &message, generation, now);
         }
         RevisionPhase::AwaitingApproval => {
@@ -64,10 +61,7 @@ pub fn set(rs: &mut RevisionStatus, retrying: bool, now: Timestamp) {
             );
         }
         RevisionPhase::Healthy => {
-            let message = match attempt {
-                Some(n) => format!("attempt {n} completed and every resource is Healthy"),
-                None => "every resource is Healthy".to_string(),
-            };
+            let message = of_attempt("completed, every resource is Healthy");
             conditions::mark_ready(conditions, reasons::SUCCEEDED, &message, generation, now);
         }
         RevisionPhase::Failed => {
@@ -168,7 +162,7 @@ mod tests {
             ("awaiting approval", awaiting(), false,
                 vec![c("Ready", "False", "AwaitingApproval")], "plan sha256:abc waits for approval (ksync sync)"),
             ("healthy", status(RevisionPhase::Healthy), false,
-                vec![c("Ready", "True", "Succeeded")], "attempt 3 completed and every resource is Healthy"),
+                vec![c("Ready", "True", "Succeeded")], "attempt 3: completed, every resource is Healthy"),
             ("failed, retried", failed("HealthTimeout"), true,
                 vec![c("Ready", "False", "HealthTimeout"), c("Reconciling", "True", "HealthTimeout")], "HealthTimeout: why"),
             ("failed, not retried", failed("ValidationFailure"), false,

@@ -5,7 +5,7 @@
 //! - `lastTransitionTime` moves only when the status, reason or message changes;
 //! - conditions keep a stable order: `Ready` first, then the rest by type;
 //! - the kstatus helpers ([`mark_ready`], [`mark_reconciling`], [`mark_stalled`],
-//!   [`mark_failed`]) keep `Ready`, `Reconciling` and `Stalled` mutually consistent.
+//!   [`mark_failed`], [`mark_waiting`]) keep `Ready`, `Reconciling` and `Stalled` mutually consistent.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
@@ -100,9 +100,19 @@ fn sort(conditions: &mut [Condition]) {
 /// `spec.suspend`: `Ready=False` with reason `Suspended` and `message`; `Reconciling` and
 /// `Stalled` are removed.
 pub fn mark_suspended(conditions: &mut Vec<Condition>, message: &str, generation: Option<i64>, now: Timestamp) {
-    remove(conditions, RECONCILING);
-    remove(conditions, STALLED);
-    set(conditions, READY, Status::False, crate::api::names::reasons::SUSPENDED, message, generation, now);
+    mark_waiting(conditions, crate::api::names::reasons::SUSPENDED, message, generation, now);
+}
+
+/// Waiting on someone, not working nor stuck (suspended, awaiting approval): `Ready=False`
+/// with `reason` and `message`; `Reconciling` and `Stalled` are removed.
+pub fn mark_waiting(
+    conditions: &mut Vec<Condition>,
+    reason: &str,
+    message: &str,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> bool {
+    kstatus(conditions, Status::False, None, reason, message, generation, now)
 }
 
 /// kstatus success: `Ready=True`; `Reconciling` and `Stalled` are removed.
@@ -228,6 +238,16 @@ mod tests {
         assert!(get(&c, STALLED).is_none());
         assert!(is_true(&c, RECONCILING));
         assert_eq!(get(&c, READY).unwrap().status, "False");
+
+        mark_waiting(&mut c, "AwaitingApproval", "approve", Some(1), t(3));
+        assert!(get(&c, STALLED).is_none() && get(&c, RECONCILING).is_none());
+        assert_eq!(get(&c, READY).unwrap().status, "False");
+        assert_eq!(get(&c, READY).unwrap().reason, "AwaitingApproval");
+
+        mark_stalled(&mut c, "ValidationFailure", "bad", Some(1), t(4));
+        mark_waiting(&mut c, "Suspended", "off", Some(1), t(5));
+        assert!(get(&c, STALLED).is_none());
+        assert_eq!(c.len(), 1);
 
         assert!(mark_ready(&mut c, "Succeeded", "ok", Some(2), t(3)));
         assert_eq!(c.len(), 1);

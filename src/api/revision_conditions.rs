@@ -18,7 +18,7 @@
 
 use k8s_openapi::jiff::Timestamp;
 
-use super::conditions::{self, Status};
+use super::conditions;
 use super::names::{conditions as types, reasons};
 use super::revision::{RevisionPhase, RevisionStatus};
 
@@ -48,28 +48,22 @@ pub fn set(rs: &mut RevisionStatus, retrying: bool, now: Timestamp) {
                 Some(digest) => format!("plan {digest} waits for approval (ksync sync)"),
                 None => "the plan waits for approval (ksync sync)".to_string(),
             };
-            conditions::remove(conditions, types::RECONCILING);
-            conditions::remove(conditions, types::STALLED);
-            conditions::set(
-                conditions,
-                types::READY,
-                Status::False,
-                reasons::AWAITING_APPROVAL,
-                &message,
-                generation,
-                now,
-            );
+            conditions::mark_waiting(conditions, reasons::AWAITING_APPROVAL, &message, generation, now);
         }
         RevisionPhase::Healthy => {
             let message = of_attempt("completed, every resource is Healthy");
             conditions::mark_ready(conditions, reasons::SUCCEEDED, &message, generation, now);
         }
         RevisionPhase::Failed => {
-            let held = conditions::get(conditions, types::ROLLED_BACK)
-                .filter(|c| c.status == Status::True.as_str())
-                .map(|c| c.message.clone());
-            if let Some(message) = held {
-                conditions::mark_stalled(conditions, reasons::ROLLED_BACK, &message, generation, now);
+            if conditions::is_true(conditions, types::ROLLED_BACK) {
+                let message = conditions::get(conditions, types::ROLLED_BACK).map(|c| c.message.clone());
+                conditions::mark_stalled(
+                    conditions,
+                    reasons::ROLLED_BACK,
+                    &message.unwrap_or_default(),
+                    generation,
+                    now,
+                );
                 return;
             }
             let (reason, message) = match &rs.failure {
@@ -91,6 +85,7 @@ pub fn set(rs: &mut RevisionStatus, retrying: bool, now: Timestamp) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::conditions::Status;
     use crate::api::revision::{Attempt, AttemptResult, Failure, Plan};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 

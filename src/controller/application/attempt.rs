@@ -237,17 +237,13 @@ impl Rollout<'_> {
                 if let Some(why) = unused(&approval) {
                     message = format!("{message}; {why}");
                 }
-                conditions::set(
+                conditions::mark_waiting(
                     &mut self.status.conditions,
-                    names::conditions::READY,
-                    conditions::Status::False,
                     names::reasons::AWAITING_APPROVAL,
                     &message,
                     self.app.metadata.generation,
                     self.now,
                 );
-                conditions::remove(&mut self.status.conditions, names::conditions::RECONCILING);
-                conditions::remove(&mut self.status.conditions, names::conditions::STALLED);
                 if let Some(why) = unused(&approval) {
                     let changed = matches!(approval, approval::Verdict::TargetChanged { .. });
                     self.approval_stale(&why, changed).await;

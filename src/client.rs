@@ -134,6 +134,51 @@ impl Limiter {
         let layers = tower::layer::layer_fn(move |inner| stack(&limiter, TooManyRequests::default(), inner));
         Ok(kube::client::ClientBuilder::try_from(without_retries(config))?.with_layer(&layers).build())
     }
+
+    /// [`Limiter::client`] whose every write (create, update, patch, delete) carries `fence`,
+    /// unless it carries a fence of its own: the leader's singleton work, which must land
+    /// nothing once another replica may lead. Reads and watches are not fenced.
+    pub fn fenced_client(&self, config: kube::Config, fence: Fenced) -> Result<kube::Client, kube::Error> {
+        let limiter = self.clone();
+        let layers = tower::layer::layer_fn(move |inner| FenceWrites {
+            inner: stack(&limiter, TooManyRequests::default(), inner),
+            fence: fence.clone(),
+        });
+        Ok(kube::client::ClientBuilder::try_from(without_retries(config))?.with_layer(&layers).build())
+    }
+}
+
+/// Puts a fence on every write that has none ([`Limiter::fenced_client`]); above the retries,
+/// so that each retry passes the fence again.
+#[derive(Clone)]
+pub struct FenceWrites<S> {
+    inner: S,
+    fence: Fenced,
+}
+
+/// Whether `method` changes state (what [`FenceWrites`] fences).
+pub fn is_write(method: &http::Method) -> bool {
+    matches!(*method, http::Method::POST | http::Method::PUT | http::Method::PATCH | http::Method::DELETE)
+}
+
+impl<S, B> tower::Service<http::Request<B>> for FenceWrites<S>
+where
+    S: tower::Service<http::Request<B>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: http::Request<B>) -> Self::Future {
+        if is_write(request.method()) && request.extensions().get::<Fenced>().is_none() {
+            request.extensions_mut().insert(self.fence.clone());
+        }
+        self.inner.call(request)
+    }
 }
 
 /// The service [`Limiter::client`] wraps around kube's: `retry` above the budget and the fence,

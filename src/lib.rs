@@ -12,6 +12,7 @@ pub mod controller;
 pub mod gather;
 pub mod graph;
 pub mod health;
+pub mod identity;
 pub mod offload;
 pub mod plan;
 pub mod redact;

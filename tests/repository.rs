@@ -336,8 +336,10 @@ fn private_repository_credentials_from_a_secret(cluster: Cluster) {
         let env = Env::start(&cluster, "private").await;
         let secrets: Api<Secret> = Api::namespaced(env.client.clone(), "private");
         let secret = |password: &str| -> Secret {
-            serde_json::from_value(json!({"metadata": {"name": "git-creds"},
-                "stringData": {"username": "deploy", "password": password, "ca.crt": ca}}))
+            serde_json::from_value(
+                json!({"metadata": {"name": "git-creds", "annotations": {names::annotations::GIT_URLS: url}},
+                "stringData": {"username": "deploy", "password": password, "ca.crt": ca}}),
+            )
             .unwrap()
         };
         secrets.create(&PostParams::default(), &secret("a-wrong-token-0815")).await.unwrap();
@@ -400,7 +402,10 @@ fn tenants_cannot_read_each_others_private_source(cluster: Cluster) {
         support::deployer_namespace(&env.client, b_ns).await;
         let secret = |ns: &str, name: &str, data: Value| {
             let secrets: Api<Secret> = Api::namespaced(env.client.clone(), ns);
-            let s: Secret = serde_json::from_value(json!({"metadata": {"name": name}, "stringData": data})).unwrap();
+            let s: Secret = serde_json::from_value(
+                json!({"metadata": {"name": name, "annotations": {names::annotations::GIT_URLS: url}}, "stringData": data}),
+            )
+            .unwrap();
             async move { secrets.create(&PostParams::default(), &s).await.unwrap() }
         };
         let repository = |ns: &str, name: &str, spec: Value| {
@@ -544,7 +549,204 @@ fn file_urls_are_refused_without_allow_local_repositories(cluster: Cluster) {
     });
 }
 
+// See: issue 44 (trust boundaries, round two).
+/// A push is never a person's decision: an entry of `.ksync.yaml` carrying an approval, a
+/// rollback request or a redeploy is refused whole (`ConfigFailure` naming the file, the
+/// Application and the annotation), the Applications keep the last good set, and a later good
+/// commit is taken again.
+fn git_never_declares_a_persons_decision(cluster: Cluster) {
+    let server = GitServer::start();
+    let url = server.create_repo("platform");
+    let work = WorkTree::clone(&url);
+    let web = |annotations: &str| {
+        format!(
+            "metadata:\n  name: web\n  annotations: {{{annotations}}}\nspec: {{source: {{repository: platform, path: apps/web}}, serviceAccountName: deployer, destination: {{namespace: web}}, sync: {{automatic: false}}}}\n"
+        )
+    };
+    work.write(".ksync.yaml", &web("team.example.com/owner: a"));
+    let first = work.commit_and_push("a manual-sync Application");
+    runtime().block_on(async {
+        let env = Env::start(&cluster, "git-decisions").await;
+        env.create_repository("platform", json!({"url": url, "ref": {"branch": "main"}, "interval": "1s"})).await;
+        env.ready_where("platform", "the first commit", |r| commit_of(r).as_deref() == Some(first.as_str())).await;
+        let annotations = |app: Application| app.metadata.annotations.unwrap_or_default();
+        assert_eq!(annotations(env.apps().get("web").await.unwrap())["team.example.com/owner"], "a");
+
+        let forged = [
+            (names::annotations::APPROVED_PLAN, "sync.kuvryn.io/approved-plan: 'sha256:0f', sync.kuvryn.io/approved-by: release-manager"),
+            (names::annotations::ROLLBACK_TO, "sync.kuvryn.io/rollback-to: 0123456789abcdef0123456789abcdef01234567, sync.kuvryn.io/rollback-target-revision: web-0123456789ab"),
+            (names::annotations::REDEPLOY_REQUESTED_AT, "sync.kuvryn.io/redeploy-requested-at: '2026-12-05T00:00:00Z'"),
+        ];
+        for (key, declared) in forged {
+            work.write(".ksync.yaml", &web(&format!("team.example.com/owner: b, {declared}")));
+            let head = work.commit_and_push("a commit that approves itself");
+            let r = env
+                .ready_where("platform", "the forged commit refused", |r| {
+                    ready(r).is_some_and(|c| c.reason == names::reasons::CONFIG_FAILURE && c.message.contains(&head[..12]))
+                })
+                .await;
+            let message = ready(&r).unwrap().message.clone();
+            assert!(message.contains(".ksync.yaml") && message.contains("Application web") && message.contains(key), "{message}");
+            assert_eq!(commit_of(&r).as_deref(), Some(first.as_str()), "the last good commit stays");
+            let kept = annotations(env.apps().get("web").await.unwrap());
+            assert_eq!(kept["team.example.com/owner"], "a", "the last good set is kept: {kept:?}");
+            assert!(!kept.keys().any(|k| k.starts_with("sync.kuvryn.io/approved") || k.starts_with("sync.kuvryn.io/rollback") || k == names::annotations::REDEPLOY_REQUESTED_AT), "{kept:?}");
+            assert!(
+                env.events("platform").await.iter().any(|(_, reason, note)| reason == names::reasons::CONFIG_FAILURE && note.contains(key)),
+                "a Warning Event names {key}"
+            );
+        }
+        work.write(".ksync.yaml", &web("team.example.com/owner: c"));
+        let fixed = work.commit_and_push("no decision in Git");
+        env.ready_where("platform", "the good commit", |r| commit_of(r).as_deref() == Some(fixed.as_str())).await;
+        assert_eq!(annotations(env.apps().get("web").await.unwrap())["team.example.com/owner"], "c");
+    });
+}
+
+// See: issue 44 (trust boundaries, round two).
+/// A credential reaches only where its owner meant: a Repository naming a Secret that is not
+/// marked for Git (a database password), with a URL its author chose, sends nothing to that
+/// server and says why; once the Secret lists the URL in `sync.kuvryn.io/git-urls`, it is used.
+/// (The server's CA is in the Secret here: it stands for a server with a publicly trusted
+/// certificate, which an attacker can have.)
+fn a_secret_is_sent_only_to_the_urls_it_lists(cluster: Cluster) {
+    let server = GitHttpServer::start_with(HttpOptions {
+        auth: Some(("db-admin", "the-database-password-4711")),
+        tls: true,
+        ..Default::default()
+    });
+    let ca = server.ca_pem.clone().unwrap();
+    let bare = server.create_repo("exfiltrate");
+    let work = WorkTree::clone(bare.to_str().unwrap());
+    work.write(".ksync.yaml", &format!("applications:\n{}", app_yaml("web", "apps/web")));
+    let head = work.commit_and_push("first");
+    let url = server.url("exfiltrate");
+    runtime().block_on(async {
+        let env = Env::start(&cluster, "secret-urls").await;
+        let secrets: Api<Secret> = Api::namespaced(env.client.clone(), "secret-urls");
+        let db: Secret = serde_json::from_value(json!({"metadata": {"name": "team-db"}, "type": "kubernetes.io/basic-auth",
+            "stringData": {"username": "db-admin", "password": "the-database-password-4711", "ca.crt": ca}}))
+        .unwrap();
+        secrets.create(&PostParams::default(), &db).await.unwrap();
+        let spec = |secret: &str| json!({"url": url, "ref": {"branch": "main"}, "interval": "1s", "secretRef": {"name": secret}});
+        env.create_repository("steal", spec("team-db")).await;
+        env.create_repository("missing", spec("no-such-secret")).await;
+        let mut messages = Vec::new();
+        for name in ["steal", "missing"] {
+            let r = env
+                .ready_where(name, "the Secret refused", |r| {
+                    ready(r).is_some_and(|c| c.reason == names::reasons::SOURCE_FAILURE && c.message.contains(names::annotations::GIT_URLS))
+                })
+                .await;
+            messages.push(ready(&r).unwrap().message.replace("no-such-secret", "team-db"));
+        }
+        assert_eq!(messages[0], messages[1], "a missing Secret and an unmarked one read the same");
+        assert!(!messages[0].contains("4711"), "{}", messages[0]);
+        assert_eq!(server.authorizations(), Vec::<String>::new(), "the Secret's credentials reached the server");
+        assert_eq!(server.requests(), Vec::<String>::new(), "nothing was sent");
+        assert!(env.app_names().await.is_empty());
+
+        // Marked for this server (among others): used.
+        let mark = |urls: &str| json!({"metadata": {"annotations": {names::annotations::GIT_URLS: urls}}});
+        let prefix = url.rsplit_once('/').unwrap().0.to_string();
+        secrets.patch("team-db", &PatchParams::default(), &Patch::Merge(mark(&format!("https://git.example.com/team-a, {prefix}/")))).await.unwrap();
+        env.ready_where("steal", "Ready once the Secret lists the URL", |r| commit_of(r).as_deref() == Some(head.as_str())).await;
+        assert!(!server.authorizations().is_empty());
+    });
+}
+
+// See: issue 44 (trust boundaries, round two).
+/// A deposed leader writes nothing: the Repository controller on a client whose writes are
+/// fenced by a closed fence sends no write (no Application, no status), while it keeps asking
+/// the fence.
+fn a_closed_leader_fence_lets_no_write_through(cluster: Cluster) {
+    let server = GitServer::start();
+    let url = server.create_repo("platform");
+    let work = WorkTree::clone(&url);
+    work.write(".ksync.yaml", &format!("applications:\n{}", app_yaml("web", "apps/web")));
+    work.commit_and_push("first");
+    runtime().block_on(async {
+        let client = cluster.client().await;
+        install_crds(&client).await;
+        let ns = "deposed-leader";
+        let namespaces: Api<Namespace> = Api::all(client.clone());
+        let _ = namespaces
+            .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap())
+            .await;
+        let asked = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = asked.clone();
+        let fence = kuvryn_sync::client::Fenced::new(move || {
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            None
+        });
+        let fenced = kuvryn_sync::client::Limiter::unlimited().fenced_client(cluster.config().await, fence).unwrap();
+        let cache_dir = temp_dir("git-cache");
+        let cache = GitCache::new(CacheConfig::new(cache_dir.path())).unwrap();
+        let ctx = Arc::new(Context::new(fenced, cache, Some("deposed".into())));
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(repository::run(ctx, async move {
+            let _ = rx.await;
+        }));
+        let repos: Api<Repository> = Api::namespaced(client.clone(), ns);
+        let repo: Repository = serde_json::from_value(json!({
+            "apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "Repository",
+            "metadata": {"name": "platform", "namespace": ns},
+            "spec": {"url": url, "ref": {"branch": "main"}, "interval": "1s"},
+        }))
+        .unwrap();
+        repos.create(&PostParams::default(), &repo).await.unwrap();
+        // Two syncs' worth of writes were stopped at the fence (each sync's dry run, its status).
+        eventually("the fence asked for four writes", WAIT, || async {
+            (asked.load(std::sync::atomic::Ordering::SeqCst) >= 4).then_some(())
+        })
+        .await;
+        let apps: Api<Application> = Api::namespaced(client.clone(), ns);
+        assert!(apps.list(&ListParams::default()).await.unwrap().items.is_empty());
+        assert!(repos.get("platform").await.unwrap().status.is_none(), "no status written");
+        let _ = tx.send(());
+    });
+}
+
+// See: issue 44 (trust boundaries, round two).
+/// The Repository controller deletes an Application only as it listed it: one deleted and
+/// created again under the same name since (by a newer leader) survives.
+fn an_application_created_again_is_not_deleted_by_a_stale_listing(cluster: Cluster) {
+    runtime().block_on(async {
+        let client = cluster.client().await;
+        install_crds(&client).await;
+        let ns = "stale-listing";
+        let namespaces: Api<Namespace> = Api::all(client.clone());
+        let _ = namespaces
+            .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap())
+            .await;
+        let apps: Api<Application> = Api::namespaced(client.clone(), ns);
+        let app: Application = serde_json::from_value(json!({
+            "apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "Application",
+            "metadata": {"name": "web", "namespace": ns},
+            "spec": {"source": {"repository": "platform", "path": "apps/web"}, "serviceAccountName": "deployer",
+                     "destination": {"namespace": ns}},
+        }))
+        .unwrap();
+        apps.create(&PostParams::default(), &app).await.unwrap();
+        let stale = apps.list_metadata(&ListParams::default()).await.unwrap().items;
+        apps.delete("web", &Default::default()).await.unwrap();
+        eventually("the first web gone", WAIT, || async { apps.get_opt("web").await.unwrap().is_none().then_some(()) })
+            .await;
+        let again = apps.create(&PostParams::default(), &app).await.unwrap();
+        let deleted = repository::delete_undeclared(&apps, &["web".to_string()], &stale).await.unwrap();
+        assert!(deleted.is_empty(), "{deleted:?}");
+        assert_eq!(apps.get("web").await.unwrap().metadata.uid, again.metadata.uid);
+        // The listing of the object that is there deletes it.
+        let fresh = apps.list_metadata(&ListParams::default()).await.unwrap().items;
+        assert_eq!(repository::delete_undeclared(&apps, &["web".to_string()], &fresh).await.unwrap(), ["web"]);
+    });
+}
+
 crate::both!(
+    git_never_declares_a_persons_decision,
+    a_secret_is_sent_only_to_the_urls_it_lists,
+    a_closed_leader_fence_lets_no_write_through,
+    an_application_created_again_is_not_deleted_by_a_stale_listing,
     applications_follow_git_and_bad_commits_change_nothing,
     monorepo_config_paths_and_a_server_that_goes_down,
     private_repository_credentials_from_a_secret,

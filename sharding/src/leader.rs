@@ -26,8 +26,49 @@ pub async fn run_elected_when<F, Fut>(
     leases: &Leases,
     name: &str,
     allowed: watch::Receiver<bool>,
+    work: F,
+    shutdown: impl Future<Output = ()>,
+) where
+    F: FnMut(watch::Receiver<bool>) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    run_elected_fenced(leases, name, allowed, work, shutdown, &watch::channel(None).0).await;
+}
+
+/// The leader's fence: until when the leader may write, from the Lease it holds.
+///
+/// # Contract
+/// [`LeaderFence::until`] is `None` whenever this replica does not hold the leader Lease with
+/// `spare` to spare: before its first acquisition, once a renewal came too late, after it gave
+/// the Lease up, and after shutdown. A write sent before that instant must complete by it (the
+/// client abandons it otherwise), so a deposed leader lands nothing once another may lead.
+#[derive(Clone, Debug)]
+pub struct LeaderFence {
+    rx: watch::Receiver<Option<Held>>,
+    spare: Duration,
+}
+
+impl LeaderFence {
+    /// A fence over the term published by [`run_elected_fenced`], requiring `spare` time left.
+    pub fn new(rx: watch::Receiver<Option<Held>>, spare: Duration) -> LeaderFence {
+        LeaderFence { rx, spare }
+    }
+
+    /// Until when the leader may write, `None` when it may not now.
+    pub fn until(&self) -> Option<std::time::Instant> {
+        self.rx.borrow().as_ref().filter(|h| h.valid(self.spare)).map(|h| h.valid_until - self.spare)
+    }
+}
+
+/// [`run_elected_when`], publishing the Lease held on `term` (what a [`LeaderFence`] reads):
+/// each renewal's, `None` when not leading.
+pub async fn run_elected_fenced<F, Fut>(
+    leases: &Leases,
+    name: &str,
+    allowed: watch::Receiver<bool>,
     mut work: F,
     shutdown: impl Future<Output = ()>,
+    term: &watch::Sender<Option<Held>>,
 ) where
     F: FnMut(watch::Receiver<bool>) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
@@ -49,6 +90,7 @@ pub async fn run_elected_when<F, Fut>(
             }
         }
         let leading = held.as_ref().is_some_and(|h| h.valid(Duration::ZERO));
+        term.send_replace(held.clone().filter(|_| leading));
         if leading && running.is_none() {
             tracing::info!(lease = name, "leading");
             let (tx, rx) = watch::channel(false);
@@ -57,6 +99,9 @@ pub async fn run_elected_when<F, Fut>(
             tracing::warn!(lease = name, "lost the leader Lease; stopping");
             let _ = tx.send(true);
             let _ = task.await;
+        }
+        if give_up {
+            term.send_replace(None);
         }
         if give_up && let Err(e) = leases.release(name).await {
             tracing::warn!(lease = name, error = %e, "releasing the leader Lease");
@@ -70,6 +115,7 @@ pub async fn run_elected_when<F, Fut>(
         let _ = tx.send(true);
         let _ = task.await;
     }
+    term.send_replace(None);
     if let Err(e) = leases.release(name).await {
         tracing::warn!(lease = name, error = %e, "releasing the leader Lease");
     }

@@ -89,6 +89,13 @@ pub mod annotations {
     /// sets it from [`REDEPLOY_REQUESTED_AT`].
     pub const RESTARTED_AT: &str = "kubectl.kubernetes.io/restartedAt";
 
+    /// On a Secret: the Git URLs (prefixes, comma- or space-separated) its credentials may be
+    /// sent to. A Repository's `spec.secretRef` is used only when it lists the Repository's URL
+    /// ([`crate::source::url::allowed_by`]): whoever may edit a Repository must not be able to
+    /// send any Secret of the namespace to a server of their choosing.
+    pub const GIT_URLS: &str = "sync.kuvryn.io/git-urls";
+    /// Prefix shared by every approval annotation.
+    pub const APPROVAL_PREFIX: &str = "sync.kuvryn.io/approved-";
     /// Manual approval (`ksync sync`): the plan digest approved
     /// ([`crate::controller::application::approval`]).
     pub const APPROVED_PLAN: &str = "sync.kuvryn.io/approved-plan";

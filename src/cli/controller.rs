@@ -388,6 +388,7 @@ fn run_controllers(args: RunArgs) -> Result<()> {
             cache.clone(),
             args.instance.clone(),
         ));
+        let (settings_limiter, leader_config) = (limiter.clone(), kube_config.clone());
         let settings = crate::controller::application::Settings {
             resync: args.drift_resync_interval,
             concurrency: args.concurrent_applications.max(1),
@@ -399,6 +400,7 @@ fn run_controllers(args: RunArgs) -> Result<()> {
         let mut applications =
             crate::controller::application::Context::new(kube_config, cache, renderer, args.instance.clone(), settings)
                 .map_err(|e| Error::Startup(format!("connecting to the Kubernetes API: {e}")))?;
+        applications.manager_identity = crate::identity::own_service_account(&lease_client).await;
         let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
             .map_err(|e| Error::Startup(format!("installing the SIGTERM handler: {e}")))?;
         let (stop, stopped) = tokio::sync::watch::channel(false);
@@ -498,13 +500,27 @@ fn run_controllers(args: RunArgs) -> Result<()> {
         let leader_leases = leases(&identity).with_shards(shards);
         let leader_name = format!("{}-leader", args.lease_prefix);
         let (prefix, duration) = (args.lease_prefix.clone(), args.lease_duration);
+        // Every write of the leader's singleton work is fenced by the leader Lease, as a
+        // reconcile's are by its shard's: a deposed leader lands nothing.
+        let (term, term_rx) = tokio::sync::watch::channel(None);
+        let leader_fence = sharding::leader::LeaderFence::new(term_rx, args.lease_duration / 10);
+        let fenced = crate::client::Fenced::new(move || leader_fence.until());
+        let connect = |e: kube::Error| Error::Startup(format!("connecting to the Kubernetes API: {e}"));
+        let leader_client = settings_limiter.fenced_client(leader_config.clone(), fenced.clone()).map_err(connect)?;
+        // Shard labels are written outside the budget too: no replica sees a new Application
+        // before it has its label, and at 1,000 new Applications a budget shared with the
+        // leader's reconciles held some back for minutes. One patch per new Application.
+        let leader_unbudgeted =
+            crate::client::Limiter::unlimited().fenced_client(leader_config, fenced).map_err(connect)?;
+        let repositories = std::sync::Arc::new(crate::controller::repository::Context::new(
+            leader_client.clone(),
+            repositories.cache.clone(),
+            args.instance.clone(),
+        ));
         let singleton = |rx: tokio::sync::watch::Receiver<bool>| {
-            let (repositories, client) = (repositories.clone(), client.clone());
+            let (repositories, client) = (repositories.clone(), leader_client.clone());
             let (lease_ns, prefix) = (lease_ns.clone(), prefix.clone());
-            // Shard labels are written outside the budget too: no replica sees a new Application
-            // before it has its label, and at 1,000 new Applications a budget shared with the
-            // leader's reconciles held some back for minutes. One patch per new Application.
-            let labels_client = lease_client.clone();
+            let labels_client = leader_unbudgeted.clone();
             async move {
                 tokio::join!(
                     crate::controller::repository::run(repositories, on_stop(rx.clone())),
@@ -521,7 +537,14 @@ fn run_controllers(args: RunArgs) -> Result<()> {
                 on_stop(stopped.clone())
             ),
             coordinator.run(workers, on_stop(stopped.clone())),
-            sharding::leader::run_elected_when(&leader_leases, &leader_name, may_lead, singleton, on_stop(stopped)),
+            sharding::leader::run_elected_fenced(
+                &leader_leases,
+                &leader_name,
+                may_lead,
+                singleton,
+                on_stop(stopped),
+                &term
+            ),
             webhook,
         );
         let _ = http_stop.send(());

@@ -33,6 +33,10 @@
 //! - Applications applied directly (without this Repository's label and `discovered-from`
 //!   annotation) are never changed or deleted.
 //! - Credentials never reach status, Events or logs: errors are redacted.
+//! - A deposed leader writes nothing: with several replicas, every write goes through a client
+//!   fenced by the leader Lease ([`crate::client::Limiter::fenced_client`]), and an
+//!   Application is deleted only as it was listed (its `uid` as a precondition), never one
+//!   created again under its name since ([`delete_undeclared`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -232,7 +236,7 @@ async fn sync(
             retryable: false,
         }));
     };
-    let credentials = match credentials(&ctx.client, ns, repo.spec.secret_ref.as_ref()).await? {
+    let credentials = match credentials(&ctx.client, ns, repo.spec.secret_ref.as_ref(), &repo.spec.url).await? {
         Ok(c) => c,
         Err(message) => return Ok(Err(Failure { reason: names::reasons::SOURCE_FAILURE, message, retryable: true })),
     };
@@ -401,15 +405,10 @@ async fn sync(
             updated.push(app);
         }
     }
-    let mut deleted = Vec::new();
     for app in &plan.delete {
         ctx.applied.lock().expect("applied lock").remove(&(ns.to_string(), app.clone()));
-        match apps.delete(app, &DeleteParams::default()).await {
-            Ok(_) => deleted.push(app.clone()),
-            Err(kube::Error::Api(ae)) if ae.code == 404 => {}
-            Err(e) => return Err(e.into()),
-        }
     }
+    let deleted = delete_undeclared(&apps, &plan.delete, &listed).await?;
 
     let ref_name = reference.to_string();
     let new_commit = status.revision.as_ref().map(|r| r.commit.as_str()) != Some(commit.as_str());
@@ -450,21 +449,72 @@ async fn sync(
     )))
 }
 
-/// The credentials of a Repository (`spec.secretRef`), read as the controller; a missing Secret
-/// is the inner error, with a message to report.
+/// Delete the Applications `names` that Git no longer declares, each only as the object
+/// `listed` saw (its `uid` as a precondition): one deleted and created again since, by a person
+/// or by a newer leader, is left alone (the next sync looks again). Returns those deleted.
+pub async fn delete_undeclared(
+    apps: &Api<Application>,
+    names: &[String],
+    listed: &[PartialObjectMeta<Application>],
+) -> Result<Vec<String>, kube::Error> {
+    let mut deleted = Vec::new();
+    for app in names {
+        let Some(uid) = listed.iter().find(|m| m.name_any() == *app).and_then(|m| m.metadata.uid.clone()) else {
+            continue;
+        };
+        let precondition = kube::api::Preconditions { uid: Some(uid), resource_version: None };
+        match apps.delete(app, &DeleteParams { preconditions: Some(precondition), ..Default::default() }).await {
+            Ok(_) => deleted.push(app.clone()),
+            // Gone, or another object of that name now.
+            Err(kube::Error::Api(ae)) if ae.code == 404 || ae.code == 409 => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(deleted)
+}
+
+/// The credentials of a Repository (`spec.secretRef`) for its `url`, read as the controller;
+/// the inner error is a message to report.
+///
+/// # Contract
+/// The manager reads Secrets with its own rights, so a Secret is used only when it says so: its
+/// [`names::annotations::GIT_URLS`] annotation lists `url` ([`crate::source::url::allowed_by`]).
+/// Otherwise nothing of it is used or sent anywhere, and the message is the same whether the
+/// Secret is missing or only not marked for this URL (it tells nothing of a Secret its reader
+/// may not see).
 pub async fn credentials(
     client: &Client,
     ns: &str,
     secret_ref: Option<&crate::api::common::LocalObjectReference>,
+    url: &str,
 ) -> Result<Result<Credentials, String>, kube::Error> {
     let Some(r) = secret_ref else { return Ok(Ok(Credentials::default())) };
     let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), ns);
-    Ok(match secrets.get_opt(&r.name).await? {
+    let secret = secrets.get_opt(&r.name).await?;
+    Ok(usable_credentials(secret, &r.name, url))
+}
+
+/// The credentials of `secret` (named `name`) when it may be sent to `url` (see [`credentials`]).
+pub fn usable_credentials(
+    secret: Option<k8s_openapi::api::core::v1::Secret>,
+    name: &str,
+    url: &str,
+) -> Result<Credentials, String> {
+    let allowed = secret.as_ref().is_some_and(|s| {
+        let listed = s.annotations().get(names::annotations::GIT_URLS);
+        let remote = crate::source::url::Remote::parse(url);
+        matches!((listed, remote), (Some(l), Ok(remote)) if crate::source::url::allowed_by(&remote, l))
+    });
+    match secret.filter(|_| allowed) {
         Some(s) => {
             Ok(Credentials::from_secret_data(&s.data.unwrap_or_default().into_iter().map(|(k, v)| (k, v.0)).collect()))
         }
-        None => Err(format!("the credentials Secret {:?} (spec.secretRef) does not exist", r.name)),
-    })
+        None => Err(format!(
+            "the credentials Secret {name:?} (spec.secretRef) does not exist, or its {} annotation does not list this \
+             Repository's URL: a Secret is sent only to the Git URLs it lists (see Credentials in docs/repositories.md)",
+            names::annotations::GIT_URLS
+        )),
+    }
 }
 
 fn bounded_list(names: &[String]) -> String {
@@ -510,4 +560,61 @@ async fn write_status(
     )
     .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::ByteString;
+    use k8s_openapi::api::core::v1::Secret;
+
+    fn secret(git_urls: Option<&str>) -> Secret {
+        let mut s = Secret::default();
+        s.metadata.name = Some("team-git".into());
+        if let Some(u) = git_urls {
+            s.metadata.annotations = Some([(names::annotations::GIT_URLS.to_string(), u.to_string())].into());
+        }
+        s.data = Some(
+            [
+                ("username".to_string(), ByteString(b"deploy".to_vec())),
+                ("password".to_string(), ByteString(b"hunter22".to_vec())),
+            ]
+            .into(),
+        );
+        s
+    }
+
+    #[test]
+    fn a_secret_is_sent_only_to_the_urls_it_lists() {
+        let url = "https://git.example.com/team-a/app.git";
+        // (name, the Secret, usable)
+        let cases = [
+            ("missing", None, false),
+            ("not marked for Git (a database password)", Some(secret(None)), false),
+            ("marked for another server", Some(secret(Some("https://attacker.example.com/"))), false),
+            ("marked for another team's path", Some(secret(Some("https://git.example.com/team-b"))), false),
+            ("marked for this URL's directory", Some(secret(Some("https://git.example.com/team-a/"))), true),
+            (
+                "marked for this host among others",
+                Some(secret(Some("ssh://git@x.example.com, https://git.example.com"))),
+                true,
+            ),
+        ];
+        let mut refusals = std::collections::BTreeSet::new();
+        for (name, s, usable) in cases {
+            match usable_credentials(s, "team-git", url) {
+                Ok(c) => {
+                    assert!(usable, "{name}: used");
+                    assert!(!c.is_anonymous(), "{name}");
+                }
+                Err(message) => {
+                    assert!(!usable, "{name}: refused: {message}");
+                    assert!(!message.contains("hunter22") && !message.contains("attacker"), "{message}");
+                    refusals.insert(message);
+                }
+            }
+        }
+        // One message whatever the reason: nothing tells a missing Secret from an unmarked one.
+        assert_eq!(refusals.len(), 1, "{refusals:?}");
+    }
 }

@@ -17,7 +17,8 @@
 //!   again, so N Applications asking at once cost one fetch. A full commit id already in the
 //!   object database costs no network at all.
 //! - Checkouts: the tree of (commit, path) materialized under `<dir>/checkouts/`, cached by
-//!   tree id in a size-bounded cache (moka). An evicted checkout's directory is deleted once
+//!   credential identity and tree id in a size-bounded cache (moka): like the objects, a
+//!   checkout is only ever served to credentials with the same values as the one that made it. An evicted checkout's directory is deleted once
 //!   the last reader drops its handle.
 //! - Every network operation has a timeout; on expiry the fetch is interrupted and the
 //!   previous state of the cache is kept.
@@ -141,7 +142,8 @@ struct Inner {
     credential_key: [u8; 32],
     /// By (normalized remote, credential identity).
     repos: Mutex<HashMap<(String, String), Arc<RepoEntry>>>,
-    checkouts: moka::sync::Cache<ObjectId, Arc<Checkout>>,
+    /// By (credential identity, tree id).
+    checkouts: moka::sync::Cache<(String, ObjectId), Arc<Checkout>>,
     nonce: AtomicU64,
 }
 
@@ -166,7 +168,7 @@ impl GitCache {
         let capacity_kib = (config.checkout_bytes / 1024).max(1);
         let checkouts = moka::sync::Cache::builder()
             .max_capacity(capacity_kib)
-            .weigher(|_: &ObjectId, c: &Arc<Checkout>| u32::try_from(c.bytes / 1024 + 1).unwrap_or(u32::MAX))
+            .weigher(|_: &(String, ObjectId), c: &Arc<Checkout>| u32::try_from(c.bytes / 1024 + 1).unwrap_or(u32::MAX))
             .build();
         Ok(GitCache {
             inner: Arc::new(Inner {
@@ -304,8 +306,8 @@ impl GitCache {
     }
 
     /// A directory holding exactly the tree of `path` in `commit` (already in the cache for
-    /// `credentials`: resolve first). Shared by every caller asking for the same tree: checkouts
-    /// are keyed by tree id, which a caller only learns from its own repository.
+    /// `credentials`: resolve first). Shared by every caller asking for the same tree with
+    /// credentials of the same values: checkouts are keyed by credential identity and tree id.
     pub async fn checkout(
         &self,
         url: &str,
@@ -317,12 +319,13 @@ impl GitCache {
         let id = Self::commit_id(commit)?;
         let path = checkout::clean_relative_path(path)?;
         let this = self.clone();
+        let credential_id = self.credential_id(credentials);
         tokio::task::spawn_blocking(move || {
             let repo = git::open_existing(&entry.dir)?;
             let tree = git::tree_at(&repo, id, &path)?;
             let mut missed = false;
             let label = if path.is_empty() { format!("commit {commit_short}", commit_short = &id.to_string()[..12]) } else { format!("{path}@{}", &id.to_string()[..12]) };
-            let result = this.inner.checkouts.try_get_with(tree, || {
+            let result = this.inner.checkouts.try_get_with((credential_id, tree), || {
                 missed = true;
                 let started = Instant::now();
                 let n = this.inner.nonce.fetch_add(1, Ordering::Relaxed);
@@ -351,7 +354,7 @@ impl GitCache {
 
     /// Drop every cached checkout (their directories go once no reader holds them).
     pub fn clear_checkouts(&self) {
-        let keys: Vec<ObjectId> = self.inner.checkouts.iter().map(|(k, _)| *k).collect();
+        let keys: Vec<(String, ObjectId)> = self.inner.checkouts.iter().map(|(k, _)| (*k).clone()).collect();
         for k in keys {
             self.inner.checkouts.invalidate(&k);
         }

@@ -137,11 +137,12 @@ fn parse_one(file: &str, at: &str, v: Value, namespace: &str, repository: &str) 
             return Err(here(format!("Application {name}: label {reserved} is set by Kuvryn Sync")));
         }
     }
-    if annotations.contains_key(names::annotations::DISCOVERED_FROM) {
-        return Err(here(format!(
-            "Application {name}: annotation {} is set by Kuvryn Sync",
-            names::annotations::DISCOVERED_FROM
-        )));
+    let refused: Vec<String> = annotations
+        .keys()
+        .filter_map(|k| refused_annotation(k).map(|why| format!("annotation {k} cannot be declared in Git: {why}")))
+        .collect();
+    if !refused.is_empty() {
+        return Err(here(format!("Application {name}: {}", refused.join("; "))));
     }
     let typed: ApplicationSpec =
         serde_json::from_value(spec.clone()).map_err(|e| here(format!("Application {name}: invalid spec: {e}")))?;
@@ -163,6 +164,32 @@ fn unknown_field(input: &Value, round: &Value, path: &str) -> Option<String> {
             a.iter().zip(b).enumerate().find_map(|(i, (v, w))| unknown_field(v, w, &format!("{path}[{i}]")))
         }
         _ => None,
+    }
+}
+
+/// Why annotation `key` may not be declared in `.ksync.yaml`, or `None` when Git may set it.
+///
+/// # Contract
+/// What Git declares is written by the manager, so Git never carries a person's decision: the
+/// approval family (`sync.kuvryn.io/approved-*`: `ksync sync`), the rollback family
+/// (`sync.kuvryn.io/rollback-*`: `ksync rollback`, or a failure policy) and a forced redeploy
+/// (`sync.kuvryn.io/redeploy-requested-at`: `ksync redeploy`) are refused, whole prefixes at
+/// once so that no member added later slips through; so is `discovered-from`, which Kuvryn Sync
+/// sets. Every other annotation, `reconcile-requested-at` included (it asks for a reconcile of
+/// what Git already declares, and approves nothing), is Git's to set. Table test:
+/// `refused_annotations`.
+pub fn refused_annotation(key: &str) -> Option<&'static str> {
+    use names::annotations as a;
+    if key == a::DISCOVERED_FROM {
+        Some("Kuvryn Sync sets it")
+    } else if key.starts_with(a::APPROVAL_PREFIX) {
+        Some("an approval is a person's decision (ksync sync), never a commit's")
+    } else if key.starts_with(a::ROLLBACK_PREFIX) {
+        Some("a rollback request is a person's decision (ksync rollback) or a failure policy's, never a commit's")
+    } else if key == a::REDEPLOY_REQUESTED_AT {
+        Some("a forced redeploy is a person's request (ksync redeploy), never a commit's")
+    } else {
+        None
     }
 }
 
@@ -265,6 +292,44 @@ mod tests {
             let e = parse(&text).unwrap_err();
             assert_eq!(e.file, ".ksync.yaml");
             assert!(e.to_string().contains(want), "{text:?}: got {e}, want {want:?}");
+        }
+    }
+
+    #[test]
+    fn refused_annotations() {
+        use names::annotations as a;
+        let refused = [
+            a::DISCOVERED_FROM,
+            a::APPROVED_PLAN,
+            a::APPROVED_BY,
+            a::APPROVED_AT,
+            "sync.kuvryn.io/approved-anything",
+            a::ROLLBACK_TO,
+            a::ROLLBACK_FROM,
+            a::ROLLBACK_KIND,
+            a::ROLLBACK_TARGET_REVISION,
+            a::ROLLBACK_REQUESTED_BY,
+            a::ROLLBACK_REQUESTED_AT,
+            a::ROLLBACK_TARGET_HASH,
+            "sync.kuvryn.io/rollback-anything",
+            a::REDEPLOY_REQUESTED_AT,
+        ];
+        for key in refused {
+            assert!(refused_annotation(key).is_some(), "{key} must be refused");
+            let text = format!("metadata: {{name: web, annotations: {{{key}: x}}}}\n{SPEC}");
+            let e = parse(&text).unwrap_err();
+            assert!(e.message.contains(&format!("annotation {key} cannot be declared in Git")), "{e}");
+        }
+        let allowed = [
+            a::RECONCILE_REQUESTED_AT,
+            "team.example.com/owner",
+            "sync.kuvryn.io/approved",
+            "example.com/approved-plan",
+        ];
+        for key in allowed {
+            assert_eq!(refused_annotation(key), None, "{key}");
+            let text = format!("metadata: {{name: web, annotations: {{{key}: x}}}}\n{SPEC}");
+            assert_eq!(parse(&text).unwrap()[0].annotations[key], "x");
         }
     }
 

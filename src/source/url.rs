@@ -104,6 +104,27 @@ impl Remote {
     }
 }
 
+/// Whether a credentials Secret whose `sync.kuvryn.io/git-urls` annotation is `allowed` may be
+/// sent to `remote`.
+///
+/// # Contract
+/// `allowed` lists URL prefixes, separated by commas or whitespace; an entry that does not parse
+/// as a Git URL allows nothing. `remote` is allowed when an entry has its scheme, host and port
+/// (and, for SSH, its user) and a path that is the remote's path or one of its parent directories,
+/// compared as normalized keys ([`Remote::parse`]: case of scheme and host, default ports, a
+/// trailing `/` or `.git` do not matter). So `https://git.example.com/team-a` allows
+/// `https://git.example.com/team-a/app.git`, not `https://git.example.com/team-ab/app` nor
+/// `http://git.example.com/team-a/app`; `https://git.example.com` allows the whole host. There
+/// are no wildcards. Table test: `git_urls_allow_their_prefixes_only`.
+pub fn allowed_by(remote: &Remote, allowed: &str) -> bool {
+    allowed.split(|c: char| c == ',' || c.is_whitespace()).filter(|e| !e.is_empty()).any(|entry| {
+        let Ok(prefix) = Remote::parse(entry) else { return false };
+        prefix.scheme == remote.scheme
+            && (remote.key == prefix.key
+                || remote.key.strip_prefix(prefix.key.trim_end_matches('/')).is_some_and(|rest| rest.starts_with('/')))
+    })
+}
+
 /// `user@host:path` (not `C:\...`, not a URL).
 fn scp_like(raw: &str) -> Option<(String, String)> {
     let (authority, path) = raw.split_once(':')?;
@@ -156,6 +177,44 @@ mod tests {
         for bad in ["ftp://x/y", "https://user:hunter22@host/repo", "not a url", "https:///repo"] {
             let e = Remote::parse(bad).unwrap_err();
             assert!(!e.to_string().contains("hunter22"), "{e}");
+        }
+    }
+
+    #[test]
+    fn git_urls_allow_their_prefixes_only() {
+        let allowed =
+            "https://Git.Example.com/team-a/, ssh://git@git.example.com:22/team-a\n  https://other.example.com:8443";
+        let yes = [
+            "https://git.example.com/team-a/app.git",
+            "https://git.example.com/team-a/app",
+            "https://git.example.com/team-a",
+            "https://git.example.com:443/team-a/sub/app/",
+            "https://user@git.example.com/team-a/app",
+            "git@git.example.com:team-a/app.git",
+            "ssh://git@git.example.com/team-a/app",
+            "https://other.example.com:8443/anything",
+        ];
+        let no = [
+            "https://git.example.com/team-ab/app",
+            "https://git.example.com/team-b/app",
+            "https://git.example.com/",
+            "http://git.example.com/team-a/app",
+            "https://evil.example.com/team-a/app",
+            "https://git.example.com.evil.example/team-a/app",
+            "https://git.example.com:8443/team-a/app",
+            "ssh://other@git.example.com/team-a/app",
+            "git://git.example.com/team-a/app",
+            "https://other.example.com/anything",
+        ];
+        for url in yes {
+            assert!(allowed_by(&Remote::parse(url).unwrap(), allowed), "{url} must be allowed");
+        }
+        for url in no {
+            assert!(!allowed_by(&Remote::parse(url).unwrap(), allowed), "{url} must not be allowed");
+        }
+        let any = Remote::parse("https://git.example.com/team-a/app").unwrap();
+        for nothing in ["", " , ", "not a url", "team-a", "*"] {
+            assert!(!allowed_by(&any, nothing), "{nothing:?}");
         }
     }
 

@@ -86,15 +86,21 @@ impl Settings {
 #[derive(Clone)]
 struct Handler {
     client: kube::Client,
+    /// The manager, whose own requests never approve or ask for a manual rollback.
+    manager: Arc<record::Manager>,
 }
 
 /// Run the webhook until `stop` (see the module's expected flow).
 pub async fn run(client: kube::Client, settings: Settings, stop: impl Future<Output = ()>) {
     log_pending_requests(&client).await;
+    let manager = Arc::new(record::Manager {
+        username: crate::identity::own_service_account(&client).await,
+        field_managers: vec![crate::controller::repository::MANAGER.to_string()],
+    });
     let slot = Arc::new(server::CertSlot::default());
     let router = axum::Router::new()
         .route(configuration::PATH, axum::routing::post(review))
-        .with_state(Handler { client: client.clone() });
+        .with_state(Handler { client: client.clone(), manager });
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut serving = false;
     let mut state = LoopState::default();
@@ -302,6 +308,11 @@ async fn review(State(h): State<Handler>, body: axum::body::Bytes) -> Answer {
     let namespace = req["namespace"].as_str().unwrap_or_default().to_string();
     let who =
         Requester { username: req["userInfo"]["username"].as_str().unwrap_or_default().to_string(), at: now_rfc3339() };
+    let field_manager = req["options"]["fieldManager"].as_str();
+    if let Some(message) = record::manager_decides(old.as_ref(), &new, &who.username, field_manager, &h.manager) {
+        tracing::warn!(application = %format!("{namespace}/{name}"), user = %who.username, field_manager = field_manager.unwrap_or_default(), %message, "webhook: refused a decision made with the manager's own identity");
+        return deny(message);
+    }
     let mut target_hash = None;
     if let Some(target) = record::target_to_check(old.as_ref(), &new) {
         let revisions: Api<Revision> = Api::namespaced(h.client.clone(), &namespace);

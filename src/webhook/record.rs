@@ -151,9 +151,123 @@ pub fn record(old: Option<&Annotations>, new: &Annotations, who: &Requester, tar
     out
 }
 
+/// The manager, as the webhook recognises it in a request.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Manager {
+    /// The manager's own username, when it runs as a service account
+    /// (`system:serviceaccount:...`). A manager run with a person's credentials (`ksync dev`, a
+    /// kubeconfig on a laptop) cannot be told from that person by name, so it is `None` then.
+    pub username: Option<String>,
+    /// The field managers only the manager writes Applications with.
+    pub field_managers: Vec<String>,
+}
+
+/// Why a request must be refused because the manager itself would make a person's decision with
+/// it, or `None`.
+///
+/// # Contract
+/// A request makes a decision when it sets or changes `approved-plan` to a non-empty value (a
+/// new approval), or makes a new rollback request (its identity changed, [`request_changed`])
+/// that is not a failure policy's (`rollback-kind: automatic` without `rollback-target-revision`,
+/// which the controller writes itself and which approves nothing). Such a request is refused when
+/// its author is the manager: its own username ([`Manager::username`]), or one of its field
+/// managers (the Repository controller applies what `.ksync.yaml` declares with one). Removing
+/// an approval or a request, and every other change, is never refused here. Table test:
+/// `the_manager_never_decides`.
+pub fn manager_decides(
+    old: Option<&Annotations>,
+    new: &Annotations,
+    username: &str,
+    field_manager: Option<&str>,
+    manager: &Manager,
+) -> Option<String> {
+    let by_manager = manager.username.as_deref() == Some(username)
+        || field_manager.is_some_and(|f| manager.field_managers.iter().any(|m| m == f));
+    if !by_manager {
+        return None;
+    }
+    fn plan(m: Option<&Annotations>) -> Option<&str> {
+        m.and_then(|m| m.get(a::APPROVED_PLAN)).map(|p| p.trim()).filter(|p| !p.is_empty())
+    }
+    if let Some(p) = plan(Some(new))
+        && plan(old) != Some(p)
+    {
+        return Some(format!(
+            "{} is a person's approval (ksync sync): the manager's own identity cannot give one (is it declared in .ksync.yaml?)",
+            a::APPROVED_PLAN
+        ));
+    }
+    let automatic = new.get(a::ROLLBACK_KIND).map(String::as_str) == Some(a::ROLLBACK_KIND_AUTOMATIC)
+        && !new.contains_key(a::ROLLBACK_TARGET_REVISION);
+    if request_changed(old, new) && !automatic {
+        return Some(format!(
+            "{}: a manual rollback is a person's request (ksync rollback): the manager's own identity cannot make one (is it declared in .ksync.yaml?)",
+            a::ROLLBACK_TO
+        ));
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_manager_never_decides() {
+        let m = |pairs: &[(&str, &str)]| -> Annotations {
+            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        };
+        let manager = Manager {
+            username: Some("system:serviceaccount:kuvryn-system:kuvryn-sync".into()),
+            field_managers: vec!["kuvryn-sync-repository".into()],
+        };
+        let sa = "system:serviceaccount:kuvryn-system:kuvryn-sync";
+        let approve = m(&[(a::APPROVED_PLAN, "sha256:p")]);
+        let manual = m(&[(a::ROLLBACK_TO, "abcdef0"), (a::ROLLBACK_TARGET_REVISION, "web-abcdef0")]);
+        let automatic = m(&[(a::ROLLBACK_TO, "abcdef0"), (a::ROLLBACK_KIND, a::ROLLBACK_KIND_AUTOMATIC)]);
+        let forged_automatic = m(&[
+            (a::ROLLBACK_TO, "abcdef0"),
+            (a::ROLLBACK_KIND, a::ROLLBACK_KIND_AUTOMATIC),
+            (a::ROLLBACK_TARGET_REVISION, "web-abcdef0"),
+        ]);
+        let none = Annotations::new();
+        // (name, old, new, username, field manager, refused)
+        let cases: Vec<(&str, Option<&Annotations>, &Annotations, &str, Option<&str>, bool)> = vec![
+            ("an approval by the manager's account", None, &approve, sa, None, true),
+            (
+                "an approval applied by the Repository controller",
+                Some(&none),
+                &approve,
+                "admin",
+                Some("kuvryn-sync-repository"),
+                true,
+            ),
+            ("an approval by a person", Some(&none), &approve, "alice", Some("ksync"), false),
+            ("an unchanged approval kept by the manager", Some(&approve), &approve, sa, None, false),
+            ("an approval removed by the manager", Some(&approve), &none, sa, None, false),
+            ("a manual rollback by the manager's account", Some(&none), &manual, sa, None, true),
+            ("a manual rollback applied from Git", None, &manual, "admin", Some("kuvryn-sync-repository"), true),
+            ("a manual rollback by a person", Some(&none), &manual, "alice", None, false),
+            ("a failure policy's rollback", Some(&none), &automatic, sa, None, false),
+            ("an automatic kind naming a chosen Revision", Some(&none), &forged_automatic, sa, None, true),
+            ("a rollback request removed by the manager", Some(&manual), &none, sa, None, false),
+            (
+                "another user with the same field manager name elsewhere",
+                Some(&none),
+                &approve,
+                "bob",
+                Some("kubectl"),
+                false,
+            ),
+        ];
+        for (name, old, new, user, fm, refused) in cases {
+            assert_eq!(manager_decides(old, new, user, fm, &manager).is_some(), refused, "{name}");
+        }
+        // A manager run with a person's credentials is recognised by its field managers only.
+        let dev = Manager { username: None, field_managers: manager.field_managers.clone() };
+        assert!(manager_decides(None, &approve, "admin", None, &dev).is_none());
+        assert!(manager_decides(None, &approve, "admin", Some("kuvryn-sync-repository"), &dev).is_some());
+    }
 
     #[derive(serde::Deserialize)]
     struct Case {

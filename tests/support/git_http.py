@@ -53,6 +53,11 @@ class Handler(BaseHTTPRequestHandler):
             time.sleep(ARGS.delay_ms / 1000.0)
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
+        if self.headers.get("Authorization"):
+            # What a client sent, so tests can tell which credentials reached this server.
+            with LOG_LOCK:
+                with open(ARGS.log + ".auth", "a") as f:
+                    f.write(self.headers.get("Authorization") + "\n")
         if not self.authorized():
             log(f"{self.command} {url.path} {url.query} 401")
             self.reply(401, [("WWW-Authenticate", 'Basic realm="git"')], b"unauthorized\n")

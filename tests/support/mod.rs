@@ -325,6 +325,15 @@ impl GitHttpServer {
         format!("{scheme}://127.0.0.1:{}/{name}.git", self.port)
     }
 
+    /// Every `Authorization` header received so far, as sent.
+    pub fn authorizations(&self) -> Vec<String> {
+        std::fs::read_to_string(self.base.path().join("requests.log.auth"))
+            .unwrap_or_default()
+            .lines()
+            .map(String::from)
+            .collect()
+    }
+
     /// Every request so far: `METHOD path query status`.
     pub fn requests(&self) -> Vec<String> {
         std::fs::read_to_string(self.base.path().join("requests.log"))

@@ -64,6 +64,37 @@ pub fn request_of(annotations: &BTreeMap<String, String>) -> Option<Request> {
     })
 }
 
+/// `annotations` without the records the manager's own identity (`manager`) made, or `None`
+/// when it made none.
+///
+/// # Contract
+/// An approval is a person's decision, and so is a manual rollback's requester: one recorded
+/// under the manager's identity (a forged `.ksync.yaml` entry, a webhook bypassed) never counts.
+/// An approval whose `approved-by` is `manager` is removed whole (`approved-plan`, `-by`, `-at`);
+/// a rollback request whose `rollback-requested-by` is `manager` keeps its target but loses its
+/// record (`rollback-requested-by`, `-at`, `rollback-target-hash`), so it waits for `ksync sync`
+/// as a request set by hand does. Table test: `the_managers_own_records_never_count`.
+pub fn discount_manager(annotations: &BTreeMap<String, String>, manager: &str) -> Option<BTreeMap<String, String>> {
+    use names::annotations as a;
+    let by = |k: &str| annotations.get(k).is_some_and(|v| v.trim() == manager);
+    let (approval, rollback) = (by(a::APPROVED_BY), by(a::ROLLBACK_REQUESTED_BY));
+    if !approval && !rollback {
+        return None;
+    }
+    let mut out = annotations.clone();
+    if approval {
+        for k in [a::APPROVED_PLAN, a::APPROVED_BY, a::APPROVED_AT] {
+            out.remove(k);
+        }
+    }
+    if rollback {
+        for k in [a::ROLLBACK_REQUESTED_BY, a::ROLLBACK_REQUESTED_AT, a::ROLLBACK_TARGET_HASH] {
+            out.remove(k);
+        }
+    }
+    Some(out)
+}
+
 /// An approval or request time from an annotation, as precise as it is written (ksync writes
 /// nanoseconds, the webhook whole seconds). `None` when not RFC 3339.
 pub fn parse_time(s: &str) -> Option<Timestamp> {
@@ -209,6 +240,40 @@ fn covers(a: &Approval, attempts: &[Attempt]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_managers_own_records_never_count() {
+        use names::annotations as a;
+        let sa = "system:serviceaccount:kuvryn-system:kuvryn-sync";
+        let m = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        };
+        let approval = [(a::APPROVED_PLAN, "sha256:p"), (a::APPROVED_BY, sa), (a::APPROVED_AT, "2026-12-05T00:00:00Z")];
+        let rollback = [
+            (a::ROLLBACK_TO, "abcdef0"),
+            (a::ROLLBACK_TARGET_REVISION, "web-abcdef0"),
+            (a::ROLLBACK_REQUESTED_BY, sa),
+            (a::ROLLBACK_REQUESTED_AT, "2026-12-05T00:00:00Z"),
+            (a::ROLLBACK_TARGET_HASH, "sha256:t"),
+        ];
+        let other = ("team.example.com/owner", "x");
+        // (name, annotations, what remains; None: nothing discounted)
+        let cases: Vec<(&str, BTreeMap<String, String>, Option<BTreeMap<String, String>>)> = vec![
+            ("an approval by the manager", m(&[approval[0], approval[1], approval[2], other]), Some(m(&[other]))),
+            (
+                "a rollback requested by the manager keeps its target, not its record",
+                m(&rollback),
+                Some(m(&[rollback[0], rollback[1]])),
+            ),
+            ("a person's approval", m(&[(a::APPROVED_PLAN, "sha256:p"), (a::APPROVED_BY, "alice")]), None),
+            ("a person's rollback", m(&[(a::ROLLBACK_TO, "abcdef0"), (a::ROLLBACK_REQUESTED_BY, "alice")]), None),
+            ("an approval with no recorded approver", m(&[(a::APPROVED_PLAN, "sha256:p")]), None),
+            ("nothing", m(&[other]), None),
+        ];
+        for (name, annotations, want) in cases {
+            assert_eq!(discount_manager(&annotations, sa), want, "{name}");
+        }
+    }
 
     #[derive(Deserialize)]
     struct Case {

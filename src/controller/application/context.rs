@@ -149,6 +149,10 @@ pub struct Context {
     pub settings: Settings,
     /// This replica's shard ownership; `None` when not sharded (one replica owns everything).
     pub fence: Option<sharding::coordinator::Fence>,
+    /// The manager's own username when it runs as a service account
+    /// ([`crate::identity::own_service_account`]): an approval or rollback request recorded
+    /// under it never counts ([`super::approval::discount_manager`]).
+    pub manager_identity: Option<String>,
     /// Managed kinds watched beyond the defaults.
     pub kinds: ExtraKinds,
     /// The reconcile queue and when each Application was last reconciled.
@@ -219,6 +223,7 @@ impl Context {
             renderer,
             settings,
             fence: None,
+            manager_identity: None,
             kinds: ExtraKinds::new(client.clone()),
             progress: Default::default(),
             inventory: Default::default(),

@@ -367,9 +367,26 @@ pub async fn reconcile(app: Arc<Application>, ctx: Arc<Context>) -> Result<Actio
     result
 }
 
+/// `app` as the reconcile sees it: an approval or rollback requester recorded under the
+/// manager's own identity does not count ([`approval::discount_manager`]).
+fn discount_manager(ctx: &Context, app: Arc<Application>) -> Arc<Application> {
+    let Some(manager) = ctx.manager_identity.as_deref() else { return app };
+    let Some(kept) = approval::discount_manager(app.annotations(), manager) else { return app };
+    tracing::warn!(
+        application = %app.name_any(),
+        namespace = app.namespace().unwrap_or_default(),
+        manager,
+        "an approval or rollback request recorded under the manager's own identity does not count"
+    );
+    let mut copy = (*app).clone();
+    copy.metadata.annotations = Some(kept);
+    Arc::new(copy)
+}
+
 async fn reconcile_once(app: Arc<Application>, ctx: Arc<Context>) -> Result<Action, Error> {
     // Not the copy our last status write replaced (see `written`).
     let app = ctx.written.latest(app);
+    let app = discount_manager(&ctx, app);
     let ns = app.namespace().ok_or(Error::NoNamespace)?;
     let name = app.name_any();
     let old = app.status.clone().unwrap_or_default();

@@ -90,10 +90,11 @@ pub async fn preview(cluster: &Cluster, shared: &Shared, app: &Application, ask:
         .await
         .map_err(|e| api_error(e, "Repositories"))?
         .ok_or_else(|| format!("Repository {:?} does not exist in namespace {ns}", spec.source.repository))?;
-    let credentials = crate::controller::repository::credentials(&cluster.client, &ns, repo.spec.secret_ref.as_ref())
-        .await
-        .map_err(|e| api_error(e, "the Repository's credentials Secret"))?
-        .map_err(|m| format!("Repository {}: {m}", spec.source.repository))?;
+    let credentials =
+        crate::controller::repository::credentials(&cluster.client, &ns, repo.spec.secret_ref.as_ref(), &repo.spec.url)
+            .await
+            .map_err(|e| api_error(e, "the Repository's credentials Secret"))?
+            .map_err(|m| format!("Repository {}: {m}", spec.source.repository))?;
     let path = checkout::clean_relative_path(&spec.source.path).map_err(|e| e.to_string())?;
     let mut source =
         Source { repository: spec.source.repository.clone(), path: spec.source.path.clone(), ..Default::default() };

@@ -237,6 +237,77 @@ fn rollback_requests_are_checked_and_recorded_from_the_request(cluster: Cluster)
     });
 }
 
+// See: issue 44 (trust boundaries, round two).
+/// Defence in depth behind `.ksync.yaml`'s refusal: the webhook refuses an approval or a manual
+/// rollback request made with the manager's own identity (the manager runs as its service
+/// account here, through an impersonating kubeconfig) or with the Repository controller's field
+/// manager, while a person's, and the manager's own failure-policy rollback, go through.
+fn the_managers_own_identity_never_decides(cluster: Cluster) {
+    const MANAGER_SA: &str = "system:serviceaccount:kuvryn-system:kuvryn-sync";
+    support::runtime().block_on(async {
+        let admin = setup(&cluster).await;
+        apply_as(
+            &admin,
+            "test",
+            &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": "kuvryn-sync-manager"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+            "subjects": [{"kind": "ServiceAccount", "name": "kuvryn-sync", "namespace": SYSTEM}]}),
+        )
+        .await;
+        let dir = temp_dir("manager-sa");
+        let mut kubeconfig = kube::config::Kubeconfig::read_from(cluster.kubeconfig()).expect("kubeconfig");
+        for named in &mut kubeconfig.auth_infos {
+            if let Some(info) = named.auth_info.as_mut() {
+                info.impersonate = Some(MANAGER_SA.to_string());
+            }
+        }
+        let path = dir.path().join("manager.kubeconfig");
+        std::fs::write(&path, serde_json::to_vec(&kubeconfig).expect("kubeconfig JSON")).expect("write kubeconfig");
+        let manager = Manager::start(&cluster, &[], &[("KUBECONFIG", path.to_str().expect("path"))]);
+        install_configuration(&cluster, &admin, manager.port).await;
+        let alice = as_user(&cluster, "alice").await;
+        wait_until_served(&alice, &manager).await;
+        let as_manager = as_user(&cluster, MANAGER_SA).await;
+        create_app(&alice, "web", json!({})).await.expect("web");
+
+        let denied = |r: Result<Application, kube::Error>, what: &str| {
+            let err = r.expect_err(what);
+            let kube::Error::Api(status) = err else { panic!("{what}: {err:?}") };
+            assert!(status.message.contains("the manager's own identity"), "{what}: {}", status.message);
+        };
+        denied(
+            annotate(&as_manager, "web", json!({a::APPROVED_PLAN: "sha256:forged"})).await,
+            "approval as the manager",
+        );
+        denied(
+            annotate(&as_manager, "web", json!({a::ROLLBACK_TO: C1, a::ROLLBACK_TARGET_REVISION: "web-c1"})).await,
+            "manual rollback as the manager",
+        );
+        let repository_controller =
+            PatchParams { field_manager: Some("kuvryn-sync-repository".into()), ..Default::default() };
+        let api = Api::<Application>::namespaced(alice.clone(), NS);
+        denied(
+            api.patch(
+                "web",
+                &repository_controller,
+                &Patch::Merge(json!({"metadata": {"annotations": {a::APPROVED_PLAN: "sha256:from-git"}}})),
+            )
+            .await,
+            "approval with the Repository controller's field manager",
+        );
+        assert!(!annotations(&admin, "web").await.contains_key(a::APPROVED_PLAN));
+
+        // A person's approval, and the failure policy's own rollback request, go through.
+        annotate(&alice, "web", json!({a::APPROVED_PLAN: "sha256:reviewed"})).await.expect("alice's approval");
+        assert_eq!(annotations(&admin, "web").await[a::APPROVED_BY], "alice");
+        annotate(&as_manager, "web", json!({a::ROLLBACK_TO: C1, a::ROLLBACK_KIND: a::ROLLBACK_KIND_AUTOMATIC}))
+            .await
+            .expect("a failure policy's rollback");
+        assert!(manager.stderr().contains("refused a decision made with the manager's own identity"));
+    });
+}
+
 fn secret_data(secret: &Secret, key: &str) -> String {
     String::from_utf8(secret.data.as_ref().expect("data")[key].0.clone()).expect("utf-8")
 }
@@ -486,6 +557,7 @@ fn startup_logs_pending_rollback_requests_with_a_requester() {
 }
 
 crate::both!(
+    the_managers_own_identity_never_decides,
     rollback_requests_are_checked_and_recorded_from_the_request,
     replicas_racing_for_the_secret_agree_on_one_certificate
 );

@@ -280,6 +280,74 @@ fn the_manager_serves_the_dashboard_only_to_requests_with_a_token(cluster: Clust
     assert!(log.contains("serving the dashboard"), "{log}");
 }
 
+/// An event stream of the dashboard on `port`, opened with `headers`: the connection (kept
+/// open) and the status of its answer.
+fn open_stream(port: u16, headers: &[(&str, &str)]) -> (TcpStream, u16) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut request = "GET /events HTTP/1.1\r\nHost: dash.example\r\n".to_string();
+    for (k, v) in headers {
+        request.push_str(&format!("{k}: {v}\r\n"));
+    }
+    request.push_str("\r\n");
+    s.write_all(request.as_bytes()).unwrap();
+    let mut line = Vec::new();
+    let mut byte = [0u8; 1];
+    while !line.ends_with(b"\r\n") {
+        assert_eq!(s.read(&mut byte).expect("an answer"), 1, "closed before a status line");
+        line.push(byte[0]);
+    }
+    let status = String::from_utf8_lossy(&line).split(' ').nth(1).and_then(|c| c.parse().ok()).expect("a status");
+    (s, status)
+}
+
+// See: issue 44 (trust boundaries, round two).
+/// The dashboard costs nothing to someone without a valid token: an event stream with a made-up
+/// token is refused (401) before any watch, twenty of them leave no retrying watch behind, and
+/// one token holds at most 8 streams at once.
+fn event_streams_need_a_token_the_api_server_accepts(cluster: Cluster) {
+    let runtime = support::runtime();
+    let client = runtime.block_on(cluster.client());
+    let (viewer, _) = runtime.block_on(setup(&client));
+    let port = free_port();
+    let manager = Manager::start(
+        &cluster,
+        &["--dashboard-bind-address", &format!("0.0.0.0:{port}")],
+        &[("ENABLE_WEBHOOKS", "false")],
+    );
+    wait_for("the dashboard to answer", WAIT, || {
+        (try_send(port, "GET", "/login", &[], "")?.status == 200).then_some(())
+    });
+    let mut refused = Vec::new();
+    for i in 0..20 {
+        let (s, status) = open_stream(port, &[("Authorization", &format!("Bearer bogus-{i}"))]);
+        assert_eq!(status, 401, "a made-up token opened an event stream");
+        refused.push(s);
+    }
+    let (cookie_stream, status) = open_stream(port, &[("Cookie", "ksync-token=bogus")]);
+    assert_eq!(status, 401);
+    drop(cookie_stream);
+    // Eight streams of one valid token, not nine.
+    let bearer = format!("Bearer {viewer}");
+    let mut open: Vec<TcpStream> = (0..8)
+        .map(|n| {
+            let (s, status) = open_stream(port, &[("Authorization", &bearer)]);
+            assert_eq!(status, 200, "stream {n}");
+            s
+        })
+        .collect();
+    assert_eq!(open_stream(port, &[("Authorization", &bearer)]).1, 429, "a ninth stream of one token");
+    // One closed, one more may open (once the server noticed: at its next keep-alive).
+    drop(open.pop());
+    wait_for("a stream's place freed", WAIT, || {
+        let (s, status) = open_stream(port, &[("Authorization", &bearer)]);
+        (status == 200).then_some(s)
+    });
+    let log = manager.stderr();
+    assert!(!log.contains("watching Applications"), "a watch ran for a refused token:\n{log}");
+    assert!(!log.contains("bogus"), "{log}");
+}
+
 /// The sign-in page's screenshot: a 1280x900 PNG with content, kept in `KSYNC_UI_SCREENSHOTS`
 /// when set (how docs/images/dashboard-signin.png was made).
 fn sign_in_screenshot(page: &mut LivePage) {
@@ -305,4 +373,7 @@ fn form_encode(s: &str) -> String {
     form_urlencoded::byte_serialize(s.as_bytes()).collect()
 }
 
-both!(the_manager_serves_the_dashboard_only_to_requests_with_a_token);
+both!(
+    the_manager_serves_the_dashboard_only_to_requests_with_a_token,
+    event_streams_need_a_token_the_api_server_accepts
+);

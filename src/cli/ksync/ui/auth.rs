@@ -31,6 +31,9 @@ pub const MAX_COOKIE_TOKEN: usize = 3800;
 pub const CLIENT_IDLE: Duration = Duration::from_secs(600);
 /// Most clients cached at once.
 pub const MAX_CLIENTS: u64 = 1000;
+/// How long a token the API server accepted is taken as valid without asking again
+/// ([`Tokens::verify`]): a revoked token opens no new event stream after this long.
+pub const VERIFIED_FOR: Duration = Duration::from_secs(60);
 /// How long the sign-in cookie lasts (the token may expire sooner: the API server then refuses
 /// it and the form is shown again).
 pub const COOKIE_MAX_AGE: Duration = Duration::from_secs(12 * 3600);
@@ -153,19 +156,27 @@ pub struct Tokens {
     /// The authenticating proxy's header, when one is configured.
     pub proxy_header: Option<HeaderName>,
     clients: moka::sync::Cache<[u8; 32], kube::Client>,
+    /// Hashes of tokens a review accepted, for [`VERIFIED_FOR`].
+    verified: moka::sync::Cache<[u8; 32], ()>,
+}
+
+/// The key a token is cached by: its SHA-256, never the token.
+pub fn token_key(token: &str) -> [u8; 32] {
+    Sha256::digest(token.as_bytes()).into()
 }
 
 impl Tokens {
     /// Clients for the API server of `base` (its credentials are not used).
     pub fn new(base: kube::Config, proxy_header: Option<HeaderName>) -> Tokens {
         let clients = moka::sync::Cache::builder().max_capacity(MAX_CLIENTS).time_to_idle(CLIENT_IDLE).build();
-        Tokens { base, proxy_header, clients }
+        let verified = moka::sync::Cache::builder().max_capacity(MAX_CLIENTS).time_to_live(VERIFIED_FOR).build();
+        Tokens { base, proxy_header, clients, verified }
     }
 
     /// A client reading as `token`, acting in `namespace`.
     pub fn cluster(&self, token: &str, namespace: &str) -> Result<Cluster, crate::cli::Error> {
         let config = user_config(&self.base, token);
-        let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        let key = token_key(token);
         let client = self.clients.try_get_with(key, || kube::Client::try_from(config.clone())).map_err(|e| {
             crate::cli::Error::Unavailable(format!("making a client for {}: {e}", self.base.cluster_url))
         })?;
@@ -174,8 +185,44 @@ impl Tokens {
 
     /// Forget the client of `token` (the API server refused it).
     pub fn forget(&self, token: &str) {
-        let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        let key = token_key(token);
         self.clients.invalidate(&key);
+        self.verified.invalidate(&key);
+    }
+
+    /// Whether the API server accepts `token`: one SelfSubjectReview, its answer kept for
+    /// [`VERIFIED_FOR`] by the token's hash. What holds a watch open (an event stream) asks
+    /// first, so a made-up token costs one refused review and nothing that lasts.
+    ///
+    /// # Errors
+    /// [`crate::cli::Error::Unauthorized`] when the API server refuses the token (its client
+    /// is forgotten); [`crate::cli::Error::Unavailable`] when it could not be asked.
+    pub async fn verify(&self, token: &str) -> Result<(), crate::cli::Error> {
+        use k8s_openapi::api::authentication::v1::SelfSubjectReview;
+        let key = token_key(token);
+        if self.verified.contains_key(&key) {
+            return Ok(());
+        }
+        let cluster = self.cluster(token, "default")?;
+        let review = kube::Api::<SelfSubjectReview>::all(cluster.client);
+        match review.create(&kube::api::PostParams::default(), &SelfSubjectReview::default()).await {
+            // The review API turned off or forbidden: the token was authenticated all the same.
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 403 || s.code == 404 => {}
+            Err(kube::Error::Api(s)) if s.code == 401 => {
+                self.forget(token);
+                let message = s.message.clone();
+                return Err(crate::cli::Error::Unauthorized { message, source: kube::Error::Api(s) });
+            }
+            Err(e) => {
+                return Err(crate::cli::Error::Unavailable(format!(
+                    "could not check the token with the API server {}: {e}",
+                    self.base.cluster_url
+                )));
+            }
+        }
+        self.verified.insert(key, ());
+        Ok(())
     }
 }
 

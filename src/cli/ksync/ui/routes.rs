@@ -47,6 +47,8 @@ pub enum Access {
 /// Most event streams open at once (each holds a watch on the API server when served by the
 /// manager); more are refused with 503 and the browser tries again.
 pub const MAX_STREAMS: usize = 256;
+/// Most event streams open at once with one token (a user's tabs); more are refused with 429.
+pub const MAX_STREAMS_PER_TOKEN: usize = 8;
 
 /// What every route needs.
 pub struct State {
@@ -59,12 +61,55 @@ pub struct State {
     pub loopback_only: bool,
     /// Permits of open event streams ([`MAX_STREAMS`]).
     pub streams: Arc<Semaphore>,
+    /// Open event streams per token hash ([`MAX_STREAMS_PER_TOKEN`]).
+    pub per_token: Arc<std::sync::Mutex<std::collections::HashMap<[u8; 32], usize>>>,
+}
+
+/// One token's open event stream, counted until dropped.
+pub struct TokenStream {
+    key: [u8; 32],
+    open: Arc<std::sync::Mutex<std::collections::HashMap<[u8; 32], usize>>>,
+}
+
+impl TokenStream {
+    /// Count a stream of the token hashed `key` in `open`, unless it already has
+    /// [`MAX_STREAMS_PER_TOKEN`].
+    pub fn open(
+        open: &Arc<std::sync::Mutex<std::collections::HashMap<[u8; 32], usize>>>,
+        key: [u8; 32],
+    ) -> Option<TokenStream> {
+        let mut map = open.lock().expect("streams lock");
+        let n = map.entry(key).or_default();
+        if *n >= MAX_STREAMS_PER_TOKEN {
+            return None;
+        }
+        *n += 1;
+        Some(TokenStream { key, open: open.clone() })
+    }
+}
+
+impl Drop for TokenStream {
+    fn drop(&mut self) {
+        let mut map = self.open.lock().expect("streams lock");
+        if let Some(n) = map.get_mut(&self.key) {
+            *n -= 1;
+            if *n == 0 {
+                map.remove(&self.key);
+            }
+        }
+    }
 }
 
 impl State {
     /// The state of a dashboard reading with `access`.
     pub fn new(access: Access, ctx: Context, loopback_only: bool) -> State {
-        State { access, ctx, loopback_only, streams: Arc::new(Semaphore::new(MAX_STREAMS)) }
+        State {
+            access,
+            ctx,
+            loopback_only,
+            streams: Arc::new(Semaphore::new(MAX_STREAMS)),
+            per_token: Default::default(),
+        }
     }
 }
 
@@ -241,8 +286,29 @@ async fn applications_fragment(Shared(s): Shared<App>, user: User, RawQuery(q): 
 }
 
 /// Server-sent events: `applications` whenever an Application changes. Served by the manager,
-/// each stream watches as its user, until the browser goes away.
-async fn events(Shared(s): Shared<App>, user: User) -> Response {
+/// each stream watches as its user, until the browser goes away or the API server stops
+/// accepting the token.
+///
+/// # Contract
+/// Served by the manager, a stream opens only for a token the API server accepts
+/// ([`Tokens::verify`], before any watch): another gets 401 and the sign-in form, and costs no
+/// watch. At most [`MAX_STREAMS_PER_TOKEN`] streams per token (429 past them) and
+/// [`MAX_STREAMS`] in all (503) are open at once; a stream ends when its watch is refused with
+/// 401 ([`super::watch::start`]).
+async fn events(Shared(s): Shared<App>, user: User, headers: HeaderMap) -> Response {
+    let mut counted = None;
+    if let (Access::Tokens(tokens), Some((token, _))) = (&s.access, &user.token) {
+        if let Err(e) = tokens.verify(token).await {
+            return s.failure(&user, &e, &headers);
+        }
+        match TokenStream::open(&s.per_token, auth::token_key(token)) {
+            Some(c) => counted = Some(c),
+            None => {
+                let message = "too many open event streams for this token; close a tab";
+                return (StatusCode::TOO_MANY_REQUESTS, [(header::RETRY_AFTER, "30")], message).into_response();
+            }
+        }
+    }
     let Ok(permit) = s.streams.clone().try_acquire_owned() else {
         let message = "too many open event streams; the page tries again";
         return (StatusCode::SERVICE_UNAVAILABLE, [(header::RETRY_AFTER, "10")], message).into_response();
@@ -252,17 +318,17 @@ async fn events(Shared(s): Shared<App>, user: User) -> Response {
         Access::Tokens(_) => super::watch::start(user.cluster).await,
     };
     rx.mark_unchanged();
-    Sse::new(changes_stream(rx, permit)).keep_alive(KeepAlive::default()).into_response()
+    Sse::new(changes_stream(rx, (permit, counted))).keep_alive(KeepAlive::default()).into_response()
 }
 
-fn changes_stream(
-    rx: watch::Receiver<u64>,
-    permit: tokio::sync::OwnedSemaphorePermit,
-) -> impl Stream<Item = Result<Event, Infallible>> {
-    futures_util::stream::unfold((rx, permit), |(mut rx, permit)| async move {
+/// What an open stream holds until it ends: its permit, and its token's count.
+type Held = (tokio::sync::OwnedSemaphorePermit, Option<TokenStream>);
+
+fn changes_stream(rx: watch::Receiver<u64>, held: Held) -> impl Stream<Item = Result<Event, Infallible>> {
+    futures_util::stream::unfold((rx, held), |(mut rx, held)| async move {
         rx.changed().await.ok()?;
         let n = *rx.borrow_and_update();
-        Some((Ok(Event::default().event("applications").data(n.to_string())), (rx, permit)))
+        Some((Ok(Event::default().event("applications").data(n.to_string())), (rx, held)))
     })
 }
 

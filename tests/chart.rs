@@ -63,7 +63,10 @@ async fn apply_strict(client: &kube::Client, obj: &Value) {
         version: version.into(),
         api_version: api_version.into(),
         kind: kind.into(),
-        plural: format!("{}s", kind.to_lowercase()),
+        plural: match kind.to_lowercase().strip_suffix('y') {
+            Some(stem) => format!("{stem}ies"),
+            None => format!("{}s", kind.to_lowercase()),
+        },
     };
     let api: Api<DynamicObject> = match obj["metadata"]["namespace"].as_str() {
         Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
@@ -83,6 +86,11 @@ async fn namespace(client: &kube::Client, name: &str) {
 }
 
 /// The manager container of the chart's Deployment.
+/// The manager Deployment's `spec.selector.matchLabels`.
+fn deployment_selector(objects: &[Value]) -> Value {
+    of_kind(objects, "Deployment")[0]["spec"]["selector"]["matchLabels"].clone()
+}
+
 fn manager_container(objects: &[Value]) -> &Value {
     let deployments = of_kind(objects, "Deployment");
     assert_eq!(deployments.len(), 1, "one Deployment");
@@ -137,7 +145,13 @@ fn the_chart_renders_objects_the_api_server_accepts(cluster: Cluster) {
             ],
             false,
         ),
-        ("dash", &["dashboard={\"enabled\":true,\"port\":8091,\"tokenHeader\":\"X-Forwarded-Access-Token\"}"], true),
+        (
+            "dash",
+            &[
+                "dashboard={\"enabled\":true,\"port\":8091,\"tokenHeader\":\"X-Forwarded-Access-Token\",\"networkPolicy\":{\"enabled\":true,\"from\":[{\"namespaceSelector\":{\"matchLabels\":{\"kubernetes.io/metadata.name\":\"ingress-nginx\"}}}]}}",
+            ],
+            true,
+        ),
     ];
     let runtime = support::runtime();
     runtime.block_on(async {
@@ -210,7 +224,24 @@ fn the_chart_renders_objects_the_api_server_accepts(cluster: Cluster) {
                 assert_eq!(port.expect("the dashboard's container port")["containerPort"], 8091);
                 assert!(args.contains(&"--dashboard-bind-address=0.0.0.0:8091".to_string()), "{args:?}");
                 assert!(args.contains(&"--dashboard-token-header=X-Forwarded-Access-Token".to_string()), "{args:?}");
+                // Only the ingress controller's namespace reaches the dashboard port; the webhook
+                // and metrics ports stay open.
+                let policies = of_kind(&objects, "NetworkPolicy");
+                assert_eq!(policies.len(), 1, "{release}");
+                let ingress = policies[0]["spec"]["ingress"].as_array().unwrap();
+                assert_eq!(
+                    ingress[0]["ports"],
+                    json!([{"port": "metrics", "protocol": "TCP"}, {"port": "webhook", "protocol": "TCP"}])
+                );
+                assert!(ingress[0].get("from").is_none(), "{ingress:?}");
+                assert_eq!(ingress[1]["ports"], json!([{"port": "dashboard", "protocol": "TCP"}]));
+                assert_eq!(
+                    ingress[1]["from"][0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"],
+                    "ingress-nginx"
+                );
+                assert_eq!(policies[0]["spec"]["podSelector"]["matchLabels"], deployment_selector(&objects));
             } else {
+                assert!(of_kind(&objects, "NetworkPolicy").is_empty(), "{release}: no NetworkPolicy by default");
                 assert!(dashboard.is_none(), "{release}: the dashboard is off by default");
                 assert!(!args.iter().any(|a| a.starts_with("--dashboard")), "{release}: {args:?}");
             }

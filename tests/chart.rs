@@ -524,6 +524,7 @@ const ACCESS: &[(&str, &str, &str, &str, &str, &str, bool)] = &[
     ("update", "", "secrets", "", NS, "kuvryn-sync-webhook-tls", true),
     ("update", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "", "", "kuvryn-sync", true),
     ("create", "authorization.k8s.io", "selfsubjectaccessreviews", "", "", "", true),
+    ("create", "authorization.k8s.io", "subjectaccessreviews", "", "", "", true),
     // What it must not do: every write to a tenant's objects goes through impersonation.
     ("impersonate", "", "users", "", "", "admin", false),
     ("impersonate", "", "groups", "", "", "system:masters", false),

@@ -33,13 +33,32 @@ async fn setup(cluster: &Cluster) -> kube::Client {
     for ns in [NS, SYSTEM] {
         apply_as(&client, "test", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})).await;
     }
-    // alice and bob may write Applications in NS (and nothing else).
+    // alice and bob may write Applications and read Revisions in NS (and nothing else); carol
+    // may write Applications only.
     apply_as(
         &client,
         "test",
         &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
         "metadata": {"name": "app-editor", "namespace": NS},
+        "rules": [{"apiGroups": ["sync.kuvryn.io"], "resources": ["applications"], "verbs": ["*"]},
+                  {"apiGroups": ["sync.kuvryn.io"], "resources": ["revisions"], "verbs": ["get", "list", "watch"]}]}),
+    )
+    .await;
+    apply_as(
+        &client,
+        "test",
+        &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "app-writer", "namespace": NS},
         "rules": [{"apiGroups": ["sync.kuvryn.io"], "resources": ["applications"], "verbs": ["*"]}]}),
+    )
+    .await;
+    apply_as(
+        &client,
+        "test",
+        &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "app-writers", "namespace": NS},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "app-writer"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "carol"}]}),
     )
     .await;
     apply_as(
@@ -187,6 +206,22 @@ fn rollback_requests_are_checked_and_recorded_from_the_request(cluster: Cluster)
             );
         }
         assert_eq!(annotations(&admin, "web").await[a::ROLLBACK_TARGET_REVISION], "web-c1");
+
+        // Carol may write Applications but not read Revisions: one answer whatever the Revision
+        // (it exists and fits, belongs to another Application, is of another commit, or is
+        // missing), so no denial tells her of a Revision.
+        let carol = as_user(&cluster, "carol").await;
+        create_app(&carol, "carols", json!({})).await.expect("carol's Application");
+        let mut answers = std::collections::BTreeSet::new();
+        for (to, target) in [(C1, "web-c1"), (C2, "web-c2"), (C2, "web-c1"), (C1, "missing")] {
+            let err = annotate(&carol, "carols", json!({a::ROLLBACK_TO: to, a::ROLLBACK_TARGET_REVISION: target}))
+                .await
+                .expect_err(target);
+            let kube::Error::Api(status) = err else { panic!("{target}: {err:?}") };
+            assert!(status.message.contains("you may not read Revisions"), "{target}: {}", status.message);
+            answers.insert(status.message.replace(target, "REVISION"));
+        }
+        assert_eq!(answers.len(), 1, "{answers:?}");
 
         // Bob changes the target: recorded again as bob; web-c2 never deployed, so no hash.
         annotate(&bob, "web", json!({a::ROLLBACK_TO: C2, a::ROLLBACK_TARGET_REVISION: "web-c2"}))

@@ -268,6 +268,42 @@ pub async fn log_pending_requests(client: &kube::Client) {
     }
 }
 
+/// Whether the requester (`userInfo` of the review) may get Revision `name` in `namespace`: a
+/// SubjectAccessReview.
+async fn may_read_revision(
+    client: &kube::Client,
+    user: &Value,
+    namespace: &str,
+    name: &str,
+) -> Result<bool, kube::Error> {
+    use k8s_openapi::api::authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
+    let strings = |v: &Value| -> Option<Vec<String>> {
+        v.as_array().map(|a| a.iter().filter_map(|s| s.as_str().map(str::to_string)).collect())
+    };
+    let extra =
+        user["extra"].as_object().map(|m| m.iter().filter_map(|(k, v)| Some((k.clone(), strings(v)?))).collect());
+    let review = SubjectAccessReview {
+        spec: SubjectAccessReviewSpec {
+            user: user["username"].as_str().map(str::to_string),
+            groups: strings(&user["groups"]),
+            uid: user["uid"].as_str().map(str::to_string),
+            extra,
+            resource_attributes: Some(ResourceAttributes {
+                namespace: Some(namespace.to_string()),
+                verb: Some("get".into()),
+                group: Some(crate::api::names::GROUP.to_string()),
+                resource: Some("revisions".into()),
+                name: Some(name.to_string()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let answer = Api::<SubjectAccessReview>::all(client.clone()).create(&PostParams::default(), &review).await?;
+    Ok(answer.status.is_some_and(|s| s.allowed))
+}
+
 fn annotations_of(obj: &Value) -> Annotations {
     obj["metadata"]["annotations"]
         .as_object()
@@ -315,6 +351,18 @@ async fn review(State(h): State<Handler>, body: axum::body::Bytes) -> Answer {
     }
     let mut target_hash = None;
     if let Some(target) = record::target_to_check(old.as_ref(), &new) {
+        // What the check below says of a Revision is for someone who may read it: anyone else
+        // gets one answer, whether it exists or not.
+        match may_read_revision(&h.client, &req["userInfo"], &namespace, target).await {
+            Ok(true) => {}
+            Ok(false) => return deny(record::unreadable_target(&namespace)),
+            Err(e) => {
+                return deny(format!(
+                    "{}: checking whether you may read Revisions failed: {e}",
+                    a::ROLLBACK_TARGET_REVISION
+                ));
+            }
+        }
         let revisions: Api<Revision> = Api::namespaced(h.client.clone(), &namespace);
         let rev = match revisions.get_opt(target).await {
             Ok(r) => r,

@@ -107,6 +107,16 @@ pub fn check_target(
     Ok(rev.status.as_ref().and_then(|s| s.deployed_desired_state_hash.clone()))
 }
 
+/// The denial of a rollback request naming a Revision the requester may not read: one answer,
+/// whatever the Revision, so that it tells nothing of a namespace's Revisions to someone who
+/// may not read them.
+pub fn unreadable_target(namespace: &str) -> String {
+    format!(
+        "{}: you may not read Revisions in namespace {namespace:?}; a rollback names a Revision you can read (ksync history)",
+        a::ROLLBACK_TARGET_REVISION
+    )
+}
+
 /// The annotations the stored Application must carry: `new` with the recorded annotations
 /// recorded from `who`, restored from `old`, or removed (see the module's guarantees).
 /// `target_hash` is the `rollback-target-hash` of a changed request (ignored otherwise).

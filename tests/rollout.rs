@@ -940,6 +940,69 @@ fn a_prune_deletes_only_the_object_it_listed(cluster: Cluster) {
     });
 }
 
+// See: issue 44 (trust boundaries, round two).
+/// No existence oracle across namespaces: a tenant writes objects of its namespace claiming an
+/// Application of another namespace, one that exists and one that does not, and deploys them.
+/// Its service account may not read that namespace, so both are refused with the same message:
+/// the answer tells nothing of which Application exists there.
+fn claims_on_another_namespaces_applications_tell_nothing(cluster: Cluster) {
+    let runtime = support::runtime();
+    runtime.block_on(async {
+        let env = Env::start(&cluster, "oracle-a").await;
+        apply_as(
+            &env.client,
+            "test",
+            &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "oracle-b"}}),
+        )
+        .await;
+        apply_as(
+            &env.client,
+            "test",
+            &json!({"apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "Application",
+                "metadata": {"name": "secret-project", "namespace": "oracle-b"},
+                "spec": {"source": {"repository": "platform", "path": "x"}, "serviceAccountName": "deployer",
+                         "destination": {"namespace": "oracle-b"}, "suspend": true}}),
+        )
+        .await;
+        let wt = env.repository("platform").await;
+        for (app, claimed) in [("probe-exists", "oracle-b/secret-project"), ("probe-ghost", "oracle-b/no-such-project")]
+        {
+            // The tenant's own object, claiming the other namespace's Application.
+            apply_as(
+                &env.client,
+                "tenant",
+                &json!({"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": app, "namespace": "oracle-a",
+                                 "annotations": {names::annotations::APPLICATION: claimed}},
+                    "data": {"color": "tenant"}}),
+            )
+            .await;
+            wt.write(&format!("{app}/cm.yaml"), &CONFIG.replace("settings", app));
+        }
+        let commit = wt.commit_and_push("two probes");
+        env.refresh("platform", &commit).await;
+        let mut messages = BTreeSet::new();
+        for (app, claimed) in [("probe-exists", "oracle-b/secret-project"), ("probe-ghost", "oracle-b/no-such-project")]
+        {
+            env.create_app(
+                app,
+                json!({"source": {"repository": "platform", "path": app}, "serviceAccountName": "deployer",
+                       "destination": {"namespace": "oracle-a"}, "sync": {"conflictPolicy": "adopt"}}),
+            )
+            .await;
+            let message = eventually("the probe refused", WAIT, || async {
+                let (status, reason, message) = ready(&env.apps().get(app).await.ok()?);
+                (status == "False" && reason == "ValidationFailure").then_some(message)
+            })
+            .await;
+            assert!(message.contains(&format!("is managed by Application {claimed}")), "{message}");
+            let message = message.split(" (attempt ").next().unwrap_or_default().to_string();
+            messages.insert(message.replace(claimed, "CLAIMED").replace(app, "PROBE"));
+        }
+        assert_eq!(messages.len(), 1, "the answers differ: {messages:?}");
+    });
+}
+
 /// One object, one Application (issue 18, item 5): an Application declaring an object another
 /// Application manages is refused with a ValidationFailure naming that Application, and applies
 /// nothing; once that Application is deleted (its objects orphaned), it takes the object over.
@@ -1258,6 +1321,7 @@ crate::both!(
     the_steps_one_reconcile_takes_on_a_revision_are_told_in_one_event,
     a_prune_deletes_only_the_object_it_listed,
     an_object_belongs_to_one_application,
+    claims_on_another_namespaces_applications_tell_nothing,
     conflicts_permissions_and_deletion_policies,
     symlinks_out_of_the_checkout_fail_the_source_and_nothing_is_pruned,
     a_reconcile_of_the_copy_before_its_own_status_write_runs_on_the_written_one,

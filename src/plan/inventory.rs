@@ -132,6 +132,33 @@ pub fn claimed_by_others(
         .collect()
 }
 
+/// How the Application an object's annotation names was found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lookup {
+    /// It exists.
+    Found,
+    /// It does not exist.
+    Missing,
+    /// It is in another namespace, which the reading Application's service account may not read.
+    Unreadable,
+}
+
+/// Whether an object carrying another Application's identity is refused ([`claimed_by_others`]).
+///
+/// # Contract
+/// The annotation is written by whoever may write the object, so the answer must not tell them
+/// whether an Application they cannot see exists: an Application of the object's reader's own
+/// namespace is looked up as the controller, one of another namespace as the reading
+/// Application's service account, and one that account may not read is refused as if it
+/// existed (with the same message). Only a missing Application frees the object (its objects
+/// were orphaned and may be taken over). Table test: `claims_tell_nothing_of_unreadable_namespaces`.
+pub fn claim(lookup: Lookup) -> bool {
+    match lookup {
+        Lookup::Found | Lookup::Unreadable => true,
+        Lookup::Missing => false,
+    }
+}
+
 /// One Revision as history retention sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Kept {
@@ -167,6 +194,13 @@ pub fn expired(revisions: &[Kept], current: &str, limit: usize) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn claims_tell_nothing_of_unreadable_namespaces() {
+        for (lookup, refused) in [(Lookup::Found, true), (Lookup::Unreadable, true), (Lookup::Missing, false)] {
+            assert_eq!(claim(lookup), refused, "{lookup:?}");
+        }
+    }
 
     #[test]
     fn messages_name_an_object_as_kind_and_namespace_slash_name() {

@@ -127,21 +127,30 @@ pub(super) async fn plan(
     rechecked.retain(|id, _| live.rechecked.contains(id));
     // One object, one Application: an object another Application manages is refused, naming
     // it, unless that Application is gone (its objects were orphaned and may be taken over).
+    // The annotation naming it is the tenant's to write: another namespace's Application is
+    // read as this Application's service account (inventory::claim).
     let mut claimed = Vec::new();
     for (id, other) in inventory::claimed_by_others(&live.live, ns, name) {
         let (other_ns, other_name) = other.split_once('/').unwrap_or(("", other.as_str()));
-        let apps: Api<Application> = Api::namespaced(ctx.client.clone(), other_ns);
-        if apps.get_opt(other_name).await?.is_some() {
+        let reader = if other_ns == ns { ctx.client.clone() } else { sa_client.clone() };
+        let lookup = match Api::<Application>::namespaced(reader, other_ns).get_opt(other_name).await {
+            Ok(Some(_)) => inventory::Lookup::Found,
+            Ok(None) => inventory::Lookup::Missing,
+            Err(kube::Error::Api(s)) if s.code == 403 && other_ns != ns => inventory::Lookup::Unreadable,
+            Err(e) => return Err(e.into()),
+        };
+        if inventory::claim(lookup) {
             claimed.push(format!("{} is managed by Application {other}", inventory::describe(&id)));
         }
     }
     if !claimed.is_empty() {
         let n = claimed.len();
         let message = format!(
-            "{n} object{} belong{} to another Application: {}; an object is managed by one Application only (remove it from one of them)",
+            "{n} object{} belong{} to another Application: {}; an object is managed by one Application only (remove it from one of them, or, if that Application is gone, remove the {} annotation from the object)",
             if n == 1 { "" } else { "s" },
             if n == 1 { "s" } else { "" },
-            claimed.join("; ")
+            claimed.join("; "),
+            names::annotations::APPLICATION
         );
         return fail(names::reasons::VALIDATION_FAILURE, message, false);
     }

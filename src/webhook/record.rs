@@ -242,7 +242,8 @@ mod tests {
         ]);
         let none = Annotations::new();
         // (name, old, new, username, field manager, refused)
-        let cases: Vec<(&str, Option<&Annotations>, &Annotations, &str, Option<&str>, bool)> = vec![
+        type Case<'a> = (&'a str, Option<&'a Annotations>, &'a Annotations, &'a str, Option<&'a str>, bool);
+        let cases: Vec<Case> = vec![
             ("an approval by the manager's account", None, &approve, sa, None, true),
             (
                 "an approval applied by the Repository controller",

@@ -258,7 +258,8 @@ mod tests {
         ];
         let other = ("team.example.com/owner", "x");
         // (name, annotations, what remains; None: nothing discounted)
-        let cases: Vec<(&str, BTreeMap<String, String>, Option<BTreeMap<String, String>>)> = vec![
+        type Annotations = BTreeMap<String, String>;
+        let cases: Vec<(&str, Annotations, Option<Annotations>)> = vec![
             ("an approval by the manager", m(&[approval[0], approval[1], approval[2], other]), Some(m(&[other]))),
             (
                 "a rollback requested by the manager keeps its target, not its record",

@@ -275,6 +275,13 @@ async fn checkouts_hold_exactly_the_tree_and_refuse_unsafe_content() {
     // The same tree again is the same checkout.
     let again = cache.checkout(&url, &none(), &good, "./apps/web/").await.unwrap();
     assert_eq!(again.path(), c.path());
+    // The same tree for other credentials (issue 44) is a checkout of their own: like the objects,
+    // a checkout is only served to the credentials it was made for.
+    let other = Credentials { ca_cert: Some(b"another identity".to_vec()), ..Default::default() };
+    cache.resolve(&url, &branch("main"), &other, T).await.unwrap();
+    let theirs = cache.checkout(&url, &other, &good, "apps/web").await.unwrap();
+    assert_eq!(theirs.tree, c.tree);
+    assert_ne!(theirs.path(), c.path(), "a checkout shared across credentials");
 
     for (path, want) in
         [("../x", "leaves the checkout"), ("/etc", "repository-relative"), ("apps/none", "does not exist")]

@@ -327,6 +327,9 @@ pub fn run(args: Args) -> Result<()> {
 /// this. Within the 30 s a kubelet waits before SIGKILL by default.
 const DRAIN_LIMIT: std::time::Duration = std::time::Duration::from_secs(20);
 
+/// How long the start-up waits to learn the manager's own identity ([`crate::identity`]).
+const IDENTITY_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 fn run_controllers(args: RunArgs) -> Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -400,7 +403,6 @@ fn run_controllers(args: RunArgs) -> Result<()> {
         let mut applications =
             crate::controller::application::Context::new(kube_config, cache, renderer, args.instance.clone(), settings)
                 .map_err(|e| Error::Startup(format!("connecting to the Kubernetes API: {e}")))?;
-        applications.manager_identity = crate::identity::own_service_account(&lease_client).await;
         let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
             .map_err(|e| Error::Startup(format!("installing the SIGTERM handler: {e}")))?;
         let (stop, stopped) = tokio::sync::watch::channel(false);
@@ -420,6 +422,18 @@ fn run_controllers(args: RunArgs) -> Result<()> {
         });
         let on_stop = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
             let _ = rx.wait_for(|s| *s).await;
+        };
+        // After the signal handler: an API server that never answers must not hold up a stop.
+        applications.manager_identity = tokio::select! {
+            found = tokio::time::timeout(IDENTITY_WAIT, crate::identity::own_service_account(&lease_client)) => {
+                found.unwrap_or_else(|_| {
+                    tracing::warn!(
+                        "who am I (SelfSubjectReview) did not answer: approvals are told from the manager's by field manager only"
+                    );
+                    None
+                })
+            }
+            () = on_stop(stopped.clone()) => None,
         };
         start_dashboard(
             &args.dashboard_bind_address,

@@ -369,7 +369,7 @@ impl Rollout<'_> {
             // The attempt's health wait (one look per reconcile).
             let span = tracing::info_span!("health", wave = ?upto, status = tracing::field::Empty);
             let pods = self.pods_of(planned, live, upto).instrument(span.clone()).await;
-            let summary = span.in_scope(|| self.summarize(planned, live, &pods, false, upto));
+            let summary = self.summarize(planned, live, &pods, false, upto).instrument(span.clone()).await;
             span.record("status", tracing::field::debug(summary.status));
             self.record_health(&summary);
             // The Sync hooks of the waves applied so far.
@@ -457,7 +457,7 @@ impl Rollout<'_> {
                     self.set_sync(SyncState::Synced, planned);
                     let message = format!("Revision {}: {}", self.rev, in_wave(format!("waiting for {message}")));
                     self.progressing(&message);
-                    return Ok(Action::requeue(HEALTH_POLL));
+                    return Ok(Action::requeue(self.health_poll()));
                 }
             }
         }

@@ -172,3 +172,48 @@ pub async fn run(cluster: &Cluster, args: &GraphArgs, ctx: Context) -> Result<()
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    // See: issue 44, item 3. The dashboard's graph of an Application of many objects under a
+    // costly HealthCheck is judged within the per-reconcile budget: the rest is Unknown, and
+    // the graph still has every object.
+    #[test]
+    fn the_graph_judges_healthchecks_within_the_budget() {
+        let data: serde_json::Map<String, serde_json::Value> =
+            (0..250).map(|k| (format!("key-{k:03}"), json!("value"))).collect();
+        // More than the cost units allow (about 500,000 each, 394 fit), whatever the CPU time.
+        let n = 500;
+        let entries: Vec<PlanEntry> = (0..n)
+            .map(|i| {
+                serde_json::from_value(json!({"group": "", "kind": "ConfigMap", "namespace": "a",
+                    "name": format!("cm-{i:03}"), "version": "v1", "action": "Unchanged"}))
+                .unwrap()
+            })
+            .collect();
+        let lives: Vec<Live> = (0..n)
+            .map(|i| {
+                Live::Found(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": format!("cm-{i:03}"), "namespace": "a"}, "data": data}))
+            })
+            .collect();
+        let hc: crate::api::healthcheck::HealthCheck = serde_json::from_value(json!({
+            "apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "HealthCheck",
+            "metadata": {"name": "configmaps", "namespace": "a"},
+            "spec": {"target": {"apiVersion": "v1", "kind": "ConfigMap"},
+                     "current": "data.all(k, data.exists(j, j == k))"}}))
+        .unwrap();
+        let (objects, healths, assessed) = judge(&entries, lives, &Checks::of([hc]), "a");
+        assert_eq!((objects.len(), healths.len(), assessed.len()), (n, n, n));
+        let evaluated = assessed.values().filter(|a| a.status == HealthStatus::Healthy).count();
+        assert!(evaluated > 0 && evaluated < n, "{evaluated} of {n} evaluated");
+        let over = assessed.values().filter(|a| a.status == HealthStatus::Unknown).count();
+        assert_eq!(evaluated + over, n);
+        let left_out = assessed.values().find(|a| a.status == HealthStatus::Unknown).unwrap();
+        assert_eq!(left_out.message, "HealthCheck configmaps: not evaluated: over the per-reconcile budget");
+    }
+}

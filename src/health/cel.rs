@@ -17,11 +17,13 @@
 //! Bounds: expressions of at most [`MAX_EXPRESSION`] bytes whose static worst-case cost
 //! ([`super::cel_cost`]) is at most [`super::cel_cost::MAX_COST`] for objects of at most
 //! [`MAX_INPUT`] bytes of JSON (without `metadata.managedFields`); a larger object is Unknown.
+//! And per reconcile, a [`Budget`]: what many objects cost together is bounded too.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use std::time::Duration;
 
 use kube_cel::cel::extractors::This;
 
@@ -44,6 +46,127 @@ pub const MAX_LEN: usize = 256;
 
 /// Longest expression, as the HealthCheck CRD allows.
 pub const MAX_EXPRESSION: usize = 4096;
+
+/// The work one reconcile may spend on HealthCheck expressions, in the cost units of
+/// [`super::cel_cost`]: four times [`MAX_COST`], so that any one object (at most three
+/// expressions, each within [`MAX_COST`]) always fits. Ordinary expressions on ordinary objects
+/// are charged tens to hundreds of units: hundreds of thousands of objects fit.
+pub const RECONCILE_BUDGET: u64 = 4 * MAX_COST;
+
+/// The CPU time one reconcile may spend on HealthCheck expressions, measured on the thread
+/// that evaluates them. The cost estimate bounds the shape of an expression, not the
+/// interpreter's speed on it: the issue's `data.all(k, data.exists(j, j == k))` over 250 keys
+/// is charged about 500,000 units but takes about 40 ms in a debug build, where `MAX_COST`
+/// units of the calibration shape take 0.25 s. So the time is bounded too. One second: 25 of
+/// the issue's ConfigMaps in a debug build (`budget_table` prints it), and thousands of objects
+/// under an ordinary expression.
+pub const RECONCILE_CPU: Duration = Duration::from_secs(1);
+
+/// What is left of one reconcile's HealthCheck work.
+///
+/// Contract:
+///
+/// - **Charged before work.** Before a HealthCheck's expressions run on an object, their
+///   static cost estimate for that object's actual size ([`super::cel_cost::estimate`] with the
+///   object's bytes of JSON and its longest list or map) is charged, and they run only when it
+///   fits and the CPU time spent so far is under the time limit. The time of each object is
+///   added after it ran (a running expression cannot be stopped; each is bounded by
+///   [`MAX_COST`]), so a reconcile spends at most the time limit plus one object's evaluation.
+/// - **Past the budget, stop.** The first object that does not fit exhausts the budget: it and
+///   every later object of the reconcile with a HealthCheck is Unknown (counted as
+///   Progressing), "HealthCheck NAME: not evaluated: over the per-reconcile budget", and the
+///   summary's message starts with [`Budget::note`]: what was spent on how many objects, and
+///   how many were left out. Nothing is called Healthy without its rules having said so.
+/// - **Progress.** With limits above zero and at least three times [`MAX_COST`], the first
+///   object is always evaluated.
+/// - The cost part depends only on the expressions and the objects; the time part on the
+///   machine and the build (not on its load: it is the thread's CPU time, not wall time).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Budget {
+    limit: u64,
+    cpu_limit: Duration,
+    spent: u64,
+    cpu: Duration,
+    /// Objects evaluated in full.
+    objects: u64,
+    /// Objects left out once exhausted.
+    skipped: u64,
+    exhausted: bool,
+}
+
+impl Budget {
+    /// A budget of `limit` cost units and `cpu_limit` of CPU time.
+    pub fn new(limit: u64, cpu_limit: Duration) -> Budget {
+        Budget { limit, cpu_limit, spent: 0, cpu: Duration::ZERO, objects: 0, skipped: 0, exhausted: false }
+    }
+
+    /// The budget of one reconcile: [`RECONCILE_BUDGET`], [`RECONCILE_CPU`].
+    pub fn per_reconcile() -> Budget {
+        Budget::new(RECONCILE_BUDGET, RECONCILE_CPU)
+    }
+
+    /// No limit: one object looked at on request (`ksync app`), or a few (hooks).
+    pub fn unlimited() -> Budget {
+        Budget::new(u64::MAX, Duration::MAX)
+    }
+
+    /// Whether an object did not fit: it and what came after were not evaluated.
+    pub fn exhausted(&self) -> bool {
+        self.exhausted
+    }
+
+    /// Cost units charged so far.
+    pub fn spent(&self) -> u64 {
+        self.spent
+    }
+
+    /// CPU time spent so far.
+    pub fn cpu(&self) -> Duration {
+        self.cpu
+    }
+
+    /// Take `cost` when it fits and time is left; else exhaust the budget.
+    fn charge(&mut self, cost: u64) -> bool {
+        if self.exhausted || cost > self.limit.saturating_sub(self.spent) || self.cpu >= self.cpu_limit {
+            self.exhausted = true;
+            return false;
+        }
+        self.spent += cost;
+        true
+    }
+
+    /// The verdict on an object left out.
+    fn over(&mut self, name: &str) -> Assessment {
+        self.skipped += 1;
+        unknown(format!("HealthCheck {name}: not evaluated: over the per-reconcile budget"))
+    }
+
+    /// Once exhausted, what was spent and left out, for the summary's message: "HealthChecks
+    /// over the per-reconcile budget of 200000000 cost units and 1.00s of CPU (13188708 units
+    /// and 1.00s spent on 26 objects, 274 not evaluated)".
+    pub fn note(&self) -> Option<String> {
+        if !self.exhausted {
+            return None;
+        }
+        let time = |d: Duration| format!("{:.2}s", d.as_secs_f64());
+        let cpu_limit = if self.cpu_limit == Duration::MAX { "unlimited".to_string() } else { time(self.cpu_limit) };
+        Some(format!(
+            "HealthChecks over the per-reconcile budget of {} cost units and {cpu_limit} of CPU \
+             ({} units and {} spent on {} objects, {} not evaluated)",
+            self.limit,
+            self.spent,
+            time(self.cpu),
+            self.objects,
+            self.skipped
+        ))
+    }
+}
+
+/// CPU time of the calling thread so far.
+fn thread_cpu() -> Duration {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    Duration::new(u64::try_from(t.tv_sec).unwrap_or(0), u32::try_from(t.tv_nsec).unwrap_or(0))
+}
 
 /// The compiled rules of one HealthCheck, or why they are invalid.
 #[derive(Debug)]
@@ -180,20 +303,44 @@ fn matches(
     })
 }
 
-/// The verdict of `rules` on `obj` (deletion is decided before, by the caller).
-pub(super) fn assess(rules: &Rules, obj: &Value) -> Assessment {
+/// The verdict of `rules` on `obj` (deletion is decided before, by the caller), each expression
+/// charged to `budget` before it runs ([`Budget`]).
+pub(super) fn assess(rules: &Rules, obj: &Value, budget: &mut Budget) -> Assessment {
     let name = &rules.name;
     let programs = match &rules.programs {
         Ok(programs) => programs,
         Err(e) => return unknown(format!("HealthCheck {name} is invalid: {e}")),
     };
-    let input = input(obj, &programs.variables);
-    if let Err(e) = check_input(&input) {
-        return unknown(format!("HealthCheck {name}: object too large to evaluate: {e}"));
+    if budget.exhausted {
+        return budget.over(name);
     }
+    let started = thread_cpu();
+    let input = input(obj, &programs.variables);
+    let (bytes, longest) = match check_input(&input) {
+        Ok(size) => size,
+        Err(e) => return unknown(format!("HealthCheck {name}: object too large to evaluate: {e}")),
+    };
+    // All three are charged at once: the verdict needs whichever runs, and a partial verdict
+    // (`failed` false, `current` never run) would say nothing.
+    let cost = [programs.failed.as_ref(), programs.in_progress.as_ref(), Some(&programs.current)]
+        .into_iter()
+        .flatten()
+        .map(|p| estimate(p.expression(), bytes as u64, longest as u64))
+        .fold(0_u64, u64::saturating_add);
+    if !budget.charge(cost) {
+        return budget.over(name);
+    }
+    budget.objects += 1;
+    let verdict = evaluate(name, programs, &input);
+    budget.cpu += thread_cpu().saturating_sub(started);
+    verdict
+}
+
+/// Run the expressions on `input`, in the order of precedence.
+fn evaluate(name: &str, programs: &Programs, input: &[(String, Value)]) -> Assessment {
     BASE.with(|base| {
         let mut ctx = base.new_inner_scope();
-        for (key, value) in &input {
+        for (key, value) in input {
             ctx.add_variable_from_value(key.as_str(), to_cel(value));
         }
         let verdicts = [
@@ -239,20 +386,23 @@ fn input(obj: &Value, names: &[String]) -> Vec<(String, Value)> {
     vars
 }
 
-/// Whether the input is within [`MAX_INPUT`] and [`MAX_LEN`], the bounds the cost limit assumes.
-fn check_input(vars: &[(String, Value)]) -> Result<(), String> {
+/// Whether the input is within [`MAX_INPUT`] and [`MAX_LEN`], the bounds the cost limit assumes;
+/// its bytes of JSON and the most elements of any of its lists and maps when it is.
+fn check_input(vars: &[(String, Value)]) -> Result<(usize, usize), String> {
     let bytes: usize = vars.iter().map(|(_, v)| serde_json::to_vec(v).map_or(usize::MAX, |b| b.len())).sum();
     if bytes > MAX_INPUT {
         return Err(format!("{bytes} bytes of JSON (limit {MAX_INPUT})"));
     }
+    let mut most = 0;
     for (name, value) in vars {
-        if let Some((path, len)) = longest(value, name)
-            && len > MAX_LEN
-        {
-            return Err(format!("{path} has {len} elements (limit {MAX_LEN})"));
+        if let Some((path, len)) = longest(value, name) {
+            if len > MAX_LEN {
+                return Err(format!("{path} has {len} elements (limit {MAX_LEN})"));
+            }
+            most = most.max(len);
         }
     }
-    Ok(())
+    Ok((bytes, most))
 }
 
 /// The list or map with the most elements in `v`, with its path.

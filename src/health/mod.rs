@@ -144,11 +144,17 @@ fn assess_as(group: &str, kind: &str, obj: &Value) -> Assessment {
 
 /// Assess a live object with the rules of a HealthCheck for its kind. Deletion still comes
 /// first, as for every kind: an object on its way out is Progressing whatever its status says.
+/// No budget: for one object, or a few (hooks).
 pub fn assess_with(rules: &cel::Rules, obj: &Value) -> Assessment {
+    assess_within(rules, obj, &mut cel::Budget::unlimited())
+}
+
+/// [`assess_with`], the expressions charged to `budget` ([`cel::Budget`]).
+pub fn assess_within(rules: &cel::Rules, obj: &Value, budget: &mut cel::Budget) -> Assessment {
     if !obj.is_object() {
         return Assessment { status: HealthStatus::Unknown, message: "not a Kubernetes object".into() };
     }
-    kstatus::deletion(obj).unwrap_or_else(|| cel::assess(rules, obj)).finish()
+    kstatus::deletion(obj).unwrap_or_else(|| cel::assess(rules, obj, budget)).finish()
 }
 
 /// One managed resource as seen by the reconciler: its identity and either the live object or
@@ -275,15 +281,23 @@ impl Entry<'_> {
 
 /// Aggregate: Degraded if any resource is Degraded (a missing resource is Degraded, message
 /// "<Kind> <ns>/<name> is missing"), else Progressing if any is Progressing, else Healthy (also
-/// for an empty list), with counts and a bounded message; see [`Summary`].
+/// for an empty list), with counts and a bounded message; see [`Summary`]. No budget for the
+/// HealthChecks: for resources without any, or few.
 pub fn summarize(resources: &[Observed<'_>]) -> Summary {
+    summarize_within(resources, &mut cel::Budget::unlimited())
+}
+
+/// [`summarize`], the HealthChecks' expressions charged to `budget`: past it, the rest of the
+/// resources with a HealthCheck are Unknown, saying so, and the message starts with
+/// [`cel::Budget::note`] ([`cel::Budget`]).
+pub fn summarize_within(resources: &[Observed<'_>], budget: &mut cel::Budget) -> Summary {
     let (mut healthy, mut progressing, mut degraded) = (0_i32, 0_i32, 0_i32);
     let mut entries = Vec::new();
     for observed in resources {
         let key = resource_key(observed.kind, observed.namespace, observed.name);
         let assessment = match observed.live {
             Some(live) => match observed.check {
-                Some(rules) => assess_with(rules, live),
+                Some(rules) => assess_within(rules, live, budget),
                 None => with_pods(assess_as(observed.group, observed.kind, live), observed.pods, observed.pods_degrade),
             },
             None => Assessment::degraded(format!("{key} is missing")).finish(),
@@ -311,7 +325,14 @@ pub fn summarize(resources: &[Observed<'_>]) -> Summary {
         healthy,
         progressing,
         degraded,
-        message: summary_message(&entries),
+        message: match budget.note() {
+            Some(note) => {
+                let mut message = format!("{note}; {}", summary_message(&entries));
+                truncate(&mut message, MAX_MESSAGE);
+                message
+            }
+            None => summary_message(&entries),
+        },
         unhealthy: entries.into_iter().map(|e| (e.key, e.assessment)).collect(),
     }
 }

@@ -195,8 +195,17 @@ fn condition<'a>(obj: &'a Value, type_: &str) -> Option<&'a Value> {
 /// `Succeeded` or `Failed`, any other kind by its health (Healthy succeeded, Degraded failed).
 /// With `check`, the HealthCheck for the hook's kind, its verdict decides for every kind.
 pub fn completion(live: &Value, check: Option<&crate::health::cel::Rules>) -> Completion {
+    completion_within(live, check, &mut crate::health::cel::Budget::unlimited())
+}
+
+/// [`completion`], the HealthCheck's expressions charged to `budget`.
+pub fn completion_within(
+    live: &Value,
+    check: Option<&crate::health::cel::Rules>,
+    budget: &mut crate::health::cel::Budget,
+) -> Completion {
     if let Some(rules) = check {
-        let a = crate::health::assess_with(rules, live);
+        let a = crate::health::assess_within(rules, live, budget);
         return match a.status {
             HealthStatus::Healthy => Completion::Succeeded,
             HealthStatus::Degraded => Completion::Failed(a.message),

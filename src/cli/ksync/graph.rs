@@ -6,12 +6,13 @@
 //! ([`crate::graph::build`]) and walked for the diagnosis from the resources that are not
 //! Healthy. Printed by [`crate::cli::view::graph`].
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use super::connect::Cluster;
 use super::healthchecks::Checks;
 use super::{Context, app, output, read};
 use crate::api::application::{Application, Diagnosis, ResourceRef};
+use crate::api::common::HealthStatus;
 use crate::api::revision::{PlanEntry, Revision};
 use crate::cli::Result;
 use crate::cli::view::app::{Live, managed};
@@ -54,8 +55,8 @@ pub struct GraphData {
     pub diagnosis: Option<Diagnosis>,
     /// The read budget was reached: some objects are left out.
     pub truncated: bool,
-    /// The HealthCheck rules of the managed resources that have one.
-    pub rules: Vec<(ResourceRef, Rules)>,
+    /// The verdicts of the HealthChecks on the managed resources that have one.
+    pub assessed: BTreeMap<ResourceRef, health::Assessment>,
 }
 
 impl GraphData {
@@ -66,7 +67,7 @@ impl GraphData {
             graph: &self.graph,
             diagnosis: self.diagnosis.as_ref(),
             truncated: self.truncated,
-            rules: &self.rules,
+            assessed: &self.assessed,
         }
     }
 }
@@ -89,9 +90,47 @@ pub async fn read(cluster: &Cluster, name: &str) -> Result<GraphData> {
         .unwrap_or_default();
     let lives = app::read_live(cluster, &entries).await;
     let checks = Checks::read(cluster, app::namespaces(&entries, &cluster.namespace)).await;
-    let mut rules = Vec::new();
+    // Judging and linking are as large as the Application (thousands of objects, a tenant's
+    // expressions): on the tenant pool, the HealthChecks within one budget, never on the
+    // caller's runtime (the manager's, serving the dashboard).
+    let namespace = cluster.namespace.clone();
+    let (objects, healths, assessed) =
+        crate::offload::tenant(move || judge(&entries, lives, &checks, &namespace)).await;
+    let gathered = gather::gather(&cluster.client, objects, Budget::default()).await;
+    let (g, diagnosis) = crate::offload::tenant(move || {
+        let g = graph::build(&gathered.observed);
+        let diagnosis = graph::diagnose::diagnose(&g, &graph::diagnose::starts(&healths));
+        (g, diagnosis)
+    })
+    .await;
+    Ok(GraphData {
+        application: format!("{}/{name}", cluster.namespace),
+        graph: g,
+        diagnosis,
+        truncated: gathered.truncated,
+        assessed,
+    })
+}
+
+/// The managed resources found live, the health of each, and the verdicts of the HealthChecks
+/// among them (each HealthCheck compiled once; its expressions charged to one
+/// [`health::cel::Budget`], as a reconcile's are).
+#[allow(clippy::type_complexity)] // reason: three results of one pass, each used once
+fn judge(
+    entries: &[PlanEntry],
+    lives: Vec<Live>,
+    checks: &Checks,
+    namespace: &str,
+) -> (
+    BTreeMap<ResourceRef, serde_json::Value>,
+    Vec<(ResourceRef, HealthStatus)>,
+    BTreeMap<ResourceRef, health::Assessment>,
+) {
+    let mut budget = health::cel::Budget::per_reconcile();
+    let mut compiled: HashMap<(String, String, String), Option<Rules>> = HashMap::new();
     let mut objects = BTreeMap::new();
     let mut healths = Vec::new();
+    let mut assessed = BTreeMap::new();
     for (e, live) in entries.iter().zip(lives) {
         let r = ResourceRef {
             group: e.resource.group.clone(),
@@ -100,30 +139,24 @@ pub async fn read(cluster: &Cluster, name: &str) -> Result<GraphData> {
             name: e.resource.name.clone(),
         };
         if let Live::Found(obj) = live {
-            let ns = r.namespace.as_deref().unwrap_or(&cluster.namespace);
-            let check = checks.rules(ns, &r.group, &r.kind);
-            let status = match &check {
-                Some(c) => health::assess_with(c, &obj).status,
+            let ns = r.namespace.as_deref().unwrap_or(namespace);
+            let check = compiled
+                .entry((ns.to_string(), r.group.clone(), r.kind.clone()))
+                .or_insert_with(|| checks.rules(ns, &r.group, &r.kind));
+            let status = match check {
+                Some(c) => {
+                    let a = health::assess_within(c, &obj, &mut budget);
+                    let status = a.status;
+                    assessed.insert(r.clone(), a);
+                    status
+                }
                 None => health::assess(&obj).status,
             };
-            if let Some(c) = check {
-                rules.push((r.clone(), c));
-            }
             healths.push((r.clone(), status));
             objects.insert(r, obj);
         }
     }
-    let gathered = gather::gather(&cluster.client, objects, Budget::default()).await;
-    let g = graph::build(&gathered.observed);
-    let starts = graph::diagnose::starts(&healths);
-    let diagnosis = graph::diagnose::diagnose(&g, &starts);
-    Ok(GraphData {
-        application: format!("{}/{name}", cluster.namespace),
-        graph: g,
-        diagnosis,
-        truncated: gathered.truncated,
-        rules,
-    })
+    (objects, healths, assessed)
 }
 
 /// Read, link, walk and print.
@@ -137,5 +170,50 @@ pub async fn run(cluster: &Cluster, args: &GraphArgs, ctx: Context) -> Result<()
             let text = serde_json::to_string_pretty(&view::json(&v)).unwrap_or_default();
             output::print(&format!("{text}\n"))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    // See: issue 44, item 3. The dashboard's graph of an Application of many objects under a
+    // costly HealthCheck is judged within the per-reconcile budget: the rest is Unknown, and
+    // the graph still has every object.
+    #[test]
+    fn the_graph_judges_healthchecks_within_the_budget() {
+        let data: serde_json::Map<String, serde_json::Value> =
+            (0..250).map(|k| (format!("key-{k:03}"), json!("value"))).collect();
+        // More than the cost units allow (about 500,000 each, 394 fit), whatever the CPU time.
+        let n = 500;
+        let entries: Vec<PlanEntry> = (0..n)
+            .map(|i| {
+                serde_json::from_value(json!({"group": "", "kind": "ConfigMap", "namespace": "a",
+                    "name": format!("cm-{i:03}"), "version": "v1", "action": "Unchanged"}))
+                .unwrap()
+            })
+            .collect();
+        let lives: Vec<Live> = (0..n)
+            .map(|i| {
+                Live::Found(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": format!("cm-{i:03}"), "namespace": "a"}, "data": data}))
+            })
+            .collect();
+        let hc: crate::api::healthcheck::HealthCheck = serde_json::from_value(json!({
+            "apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "HealthCheck",
+            "metadata": {"name": "configmaps", "namespace": "a"},
+            "spec": {"target": {"apiVersion": "v1", "kind": "ConfigMap"},
+                     "current": "data.all(k, data.exists(j, j == k))"}}))
+        .unwrap();
+        let (objects, healths, assessed) = judge(&entries, lives, &Checks::of([hc]), "a");
+        assert_eq!((objects.len(), healths.len(), assessed.len()), (n, n, n));
+        let evaluated = assessed.values().filter(|a| a.status == HealthStatus::Healthy).count();
+        assert!(evaluated > 0 && evaluated < n, "{evaluated} of {n} evaluated");
+        let over = assessed.values().filter(|a| a.status == HealthStatus::Unknown).count();
+        assert_eq!(evaluated + over, n);
+        let left_out = assessed.values().find(|a| a.status == HealthStatus::Unknown).unwrap();
+        assert_eq!(left_out.message, "HealthCheck configmaps: not evaluated: over the per-reconcile budget");
     }
 }

@@ -40,6 +40,15 @@ impl Checks {
         Checks { by_namespace }
     }
 
+    /// `checks`, as listed.
+    pub fn of(checks: impl IntoIterator<Item = HealthCheck>) -> Checks {
+        let mut by_namespace: BTreeMap<String, Vec<HealthCheck>> = BTreeMap::new();
+        for hc in checks {
+            by_namespace.entry(hc.metadata.namespace.clone().unwrap_or_default()).or_default().push(hc);
+        }
+        Checks { by_namespace }
+    }
+
     /// The rules for `group`/`kind` in `namespace`, if a HealthCheck applies.
     pub fn rules(&self, namespace: &str, group: &str, kind: &str) -> Option<Rules> {
         let all = self.by_namespace.get(namespace)?;

@@ -8,7 +8,7 @@
 //! is marked along the way (painted as an error, `◀` and the reason at the root cause); missing
 //! objects say `missing`.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Value, json};
 
@@ -17,7 +17,6 @@ use crate::api::application::{Diagnosis, ResourceRef};
 use crate::api::common::HealthStatus;
 use crate::graph::{Graph, Node};
 use crate::health;
-use crate::health::cel::Rules;
 
 /// What `ksync graph` shows.
 pub struct GraphView<'a> {
@@ -29,8 +28,9 @@ pub struct GraphView<'a> {
     pub diagnosis: Option<&'a Diagnosis>,
     /// The read budget was reached: some objects are left out.
     pub truncated: bool,
-    /// The HealthCheck rules of the managed resources that have one.
-    pub rules: &'a [(ResourceRef, Rules)],
+    /// The verdicts of the HealthChecks on the managed resources that have one (judged once,
+    /// within a budget, when the graph was read: never again while it is printed).
+    pub assessed: &'a BTreeMap<ResourceRef, health::Assessment>,
 }
 
 impl GraphView<'_> {
@@ -50,10 +50,7 @@ impl GraphView<'_> {
 /// else of the built-in rules.
 pub fn health_of(v: &GraphView<'_>, node: &Node) -> Option<health::Assessment> {
     let live = node.live.as_ref()?;
-    Some(match v.rules.iter().find(|(r, _)| *r == node.resource) {
-        Some((_, rules)) => health::assess_with(rules, live),
-        None => health::assess(live),
-    })
+    Some(v.assessed.get(&node.resource).cloned().unwrap_or_else(|| health::assess(live)))
 }
 
 fn status_text(v: &GraphView<'_>, node: &Node, palette: Palette) -> String {

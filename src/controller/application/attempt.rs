@@ -37,6 +37,11 @@ use crate::plan::{Action as PlanAction, validate};
 
 /// How often a rollout waiting for health looks again.
 pub(super) const HEALTH_POLL: Duration = Duration::from_secs(2);
+
+/// How soon a rollout's health is looked at again after its HealthChecks went over the
+/// per-reconcile budget ([`health::cel::Budget`]): every look spends the budget again, on
+/// objects that will not get cheaper by the next poll.
+pub(super) const OVER_BUDGET_POLL: Duration = Duration::from_secs(30);
 /// Most drifted resources listed on the Application.
 const MAX_DRIFTED: usize = 50;
 
@@ -57,6 +62,43 @@ pub(super) struct Rollout<'a> {
     pub hold: Option<&'a super::dependencies::Verdict>,
     /// The pending rollback request this reconcile deploys the target of.
     pub rollback: Option<&'a super::rollback::Request>,
+    /// What this reconcile may still spend on HealthCheck expressions.
+    pub cel: health::cel::Budget,
+}
+
+/// A managed resource to judge, owned so that it can go to the tenant pool.
+struct Resource {
+    group: String,
+    kind: String,
+    namespace: String,
+    name: String,
+    /// `group/kind/namespace/name`, the key of `live` and of the Pods.
+    id: String,
+    /// The live object when a HealthCheck judges it (else read from the caller's map).
+    live: Option<Value>,
+    check: Option<std::sync::Arc<health::cel::Rules>>,
+}
+
+/// `resources` as the health core sees them; a live object not carried is looked up in `live`.
+fn observe<'a>(
+    resources: &'a [Resource],
+    live: &'a BTreeMap<String, Value>,
+    pods: &'a BTreeMap<String, Vec<Value>>,
+    pods_degrade: bool,
+) -> Vec<health::Observed<'a>> {
+    resources
+        .iter()
+        .map(|r| health::Observed {
+            group: &r.group,
+            kind: &r.kind,
+            namespace: &r.namespace,
+            name: &r.name,
+            live: r.live.as_ref().or_else(|| live.get(&r.id)),
+            pods: pods.get(&r.id).map(Vec::as_slice).unwrap_or_default(),
+            pods_degrade,
+            check: r.check.as_deref(),
+        })
+        .collect()
 }
 
 pub(super) fn policy_of(app: &Application) -> Policy {
@@ -258,7 +300,7 @@ impl Rollout<'_> {
                 report_failure(self.ctx, self.app, self.old, self.status, &failure, false, self.now).await;
                 // Between attempts the evidence moves on (a crash loop backs off): kept current.
                 let pods = self.pods_of(&planned, &live, None).await;
-                let summary = self.summarize(&planned, &live, &pods, true, None);
+                let summary = self.summarize(&planned, &live, &pods, true, None).await;
                 self.status.diagnosis = super::diagnosis::diagnose(&planned, &live, &summary).await;
                 let wait = self.now.duration_until(at).unsigned_abs();
                 return Ok(Action::requeue(wait.max(Duration::from_millis(200))));
@@ -712,7 +754,7 @@ impl Rollout<'_> {
         deployed: bool,
     ) -> health::Summary {
         let pods = self.pods_of(planned, live, None).await;
-        let summary = self.summarize(planned, live, &pods, deployed, None);
+        let summary = self.summarize(planned, live, &pods, deployed, None).await;
         tracing::Span::current().record("status", tracing::field::debug(summary.status));
         if deployed {
             self.record_health(&summary);
@@ -773,8 +815,14 @@ impl Rollout<'_> {
         out
     }
 
-    pub(super) fn summarize(
-        &self,
+    /// The health of the managed resources (up to wave `upto`). Resources of kinds with a
+    /// HealthCheck are judged off the runtime, on the tenant pool ([`crate::offload::tenant`]),
+    /// charged to this reconcile's [`health::cel::Budget`]: the expressions' work is the
+    /// tenant's to size (thousands of objects, quadratic expressions), and on a runtime worker
+    /// it held up Lease renewals and every other tenant's reconciles (issue 44, item 3). The
+    /// built-in rules cost microseconds an object and run here.
+    pub(super) async fn summarize(
+        &mut self,
         planned: &Planned,
         live: &BTreeMap<String, Value>,
         pods: &BTreeMap<String, Vec<Value>>,
@@ -797,24 +845,51 @@ impl Rollout<'_> {
                 self.ctx.healthchecks().rules_for(ns, &e.group, &e.kind)
             })
             .collect();
-        let observed: Vec<health::Observed<'_>> = entries
+        let resources: Vec<Resource> = entries
             .iter()
-            .zip(&rules)
-            .map(|(e, rules)| {
+            .zip(rules)
+            .map(|(e, check)| {
                 let id = format!("{}/{}/{}/{}", e.group, e.kind, e.namespace, e.name);
-                health::Observed {
-                    group: &e.group,
-                    kind: &e.kind,
-                    namespace: &e.namespace,
-                    name: &e.name,
-                    live: live.get(&id),
-                    pods: pods.get(&id).map(Vec::as_slice).unwrap_or_default(),
-                    pods_degrade,
-                    check: rules.as_deref(),
+                Resource {
+                    group: e.group.clone(),
+                    kind: e.kind.clone(),
+                    namespace: e.namespace.clone(),
+                    name: e.name.clone(),
+                    // Copied only for the pool: no HealthCheck, no copy.
+                    live: live.get(&id).filter(|_| check.is_some()).cloned(),
+                    check,
+                    id,
                 }
             })
             .collect();
-        health::summarize(&observed)
+        if resources.iter().all(|r| r.check.is_none()) {
+            return health::summarize(&observe(&resources, live, pods, pods_degrade));
+        }
+        // Only the objects a HealthCheck judges go to the pool (the rest are judged there too,
+        // by the built-in rules, from the copies of their Pods: few, workloads only).
+        let pods: BTreeMap<String, Vec<Value>> = pods.clone();
+        let others: BTreeMap<String, Value> = resources
+            .iter()
+            .filter(|r| r.check.is_none())
+            .filter_map(|r| Some((r.id.clone(), live.get(&r.id)?.clone())))
+            .collect();
+        let mut budget = std::mem::replace(&mut self.cel, health::cel::Budget::new(0, Duration::ZERO));
+        let (summary, budget) = crate::offload::tenant(move || {
+            let summary = health::summarize_within(&observe(&resources, &others, &pods, pods_degrade), &mut budget);
+            (summary, budget)
+        })
+        .await;
+        if budget.exhausted() && !self.cel.exhausted() {
+            tracing::info!(spent = budget.spent(), "HealthChecks over the per-reconcile budget");
+        }
+        self.cel = budget;
+        summary
+    }
+
+    /// [`HEALTH_POLL`], or [`OVER_BUDGET_POLL`] when this reconcile's HealthChecks went over
+    /// their budget.
+    pub(super) fn health_poll(&self) -> Duration {
+        if self.cel.exhausted() { OVER_BUDGET_POLL } else { HEALTH_POLL }
     }
 
     pub(super) fn record_health(&mut self, summary: &health::Summary) {

@@ -72,7 +72,11 @@ pub(super) async fn diagnose(
         return None;
     }
     let gathered = gather::gather(&planned.sa, objects, Budget::default()).await;
-    let mut d = graph::diagnose::diagnose(&graph::build(&gathered.observed), &starts)?;
+    // Linking and walking are as large as the Application (a walk from each resource that is
+    // not Healthy): on the tenant pool, not on the runtime that renews the shard Leases.
+    let walked =
+        crate::offload::tenant(move || graph::diagnose::diagnose(&graph::build(&gathered.observed), &starts)).await;
+    let mut d = walked?;
     d.message = redact(&d.message, planned.secrets.iter().map(String::as_str));
     Some(d)
 }

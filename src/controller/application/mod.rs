@@ -689,8 +689,21 @@ async fn plan_app(
             let secrets = planned.secrets.clone();
             let hash = planned.hash.clone();
             let rollback = choice.request.as_ref();
-            let mut run =
-                Rollout { ctx, app, ns, name, rev: &rev_name, old, status, rs: &mut rs, now, secrets, hold, rollback };
+            let mut run = Rollout {
+                ctx,
+                app,
+                ns,
+                name,
+                rev: &rev_name,
+                old,
+                status,
+                rs: &mut rs,
+                now,
+                secrets,
+                hold,
+                rollback,
+                cel: crate::health::cel::Budget::per_reconcile(),
+            };
             let action = run.run(planned).await?;
             reconciled.healthy = rs.phase == RevisionPhase::Healthy
                 && attempt::is_deployed(&rs, &hash)

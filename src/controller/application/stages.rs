@@ -369,7 +369,7 @@ impl Rollout<'_> {
             // The attempt's health wait (one look per reconcile).
             let span = tracing::info_span!("health", wave = ?upto, status = tracing::field::Empty);
             let pods = self.pods_of(planned, live, upto).instrument(span.clone()).await;
-            let summary = span.in_scope(|| self.summarize(planned, live, &pods, false, upto));
+            let summary = self.summarize(planned, live, &pods, false, upto).instrument(span.clone()).await;
             span.record("status", tracing::field::debug(summary.status));
             self.record_health(&summary);
             // The Sync hooks of the waves applied so far.
@@ -457,10 +457,30 @@ impl Rollout<'_> {
                     self.set_sync(SyncState::Synced, planned);
                     let message = format!("Revision {}: {}", self.rev, in_wave(format!("waiting for {message}")));
                     self.progressing(&message);
-                    return Ok(Action::requeue(HEALTH_POLL));
+                    return Ok(Action::requeue(self.health_poll()));
                 }
             }
         }
+    }
+
+    /// Whether the hook object `live` is done ([`hooks::completion`]); with a HealthCheck, judged
+    /// on the tenant pool within this reconcile's budget, as the managed resources are.
+    async fn hook_completion(
+        &mut self,
+        live: &Value,
+        check: &Option<std::sync::Arc<crate::health::cel::Rules>>,
+    ) -> Completion {
+        let Some(rules) = check.clone() else { return hooks::completion(live, None) };
+        let live = live.clone();
+        let mut budget =
+            std::mem::replace(&mut self.cel, crate::health::cel::Budget::new(0, std::time::Duration::ZERO));
+        let (completion, budget) = crate::offload::tenant(move || {
+            let completion = hooks::completion_within(&live, Some(&rules), &mut budget);
+            (completion, budget)
+        })
+        .await;
+        self.cel = budget;
+        completion
     }
 
     /// Bring the hooks `entries` of `phase` to this run: found (this run's object), created
@@ -500,7 +520,7 @@ impl Rollout<'_> {
             // The HealthCheck for the hook's kind; for a cluster-scoped one, in the Application's namespace.
             let check = self.ctx.healthchecks().rules_for(ns.unwrap_or(self.ns), &e.group, &e.kind);
             let completion = match &found {
-                Some(l) if hooks::of_run(l, &run) && hooks::ours(l, &id) => hooks::completion(l, check.as_deref()),
+                Some(l) if hooks::of_run(l, &run) && hooks::ours(l, &id) => self.hook_completion(l, &check).await,
                 // Never delete, nor wait for, what is not this Application's hook.
                 Some(_) if !found.as_ref().is_some_and(|l| hooks::ours(l, &id)) => {
                     ran.push(failed(format!(
@@ -530,7 +550,7 @@ impl Rollout<'_> {
                     match writer.create_dynamic(&resource, ns, &obj, &params).await {
                         Ok(created) => {
                             self.wave_event(&format!("{phase} hook {what}: created")).await;
-                            let c = hooks::completion(&created, check.as_deref());
+                            let c = self.hook_completion(&created, &check).await;
                             ran.push(Ran { entry: e.clone(), completion: c, live: Some(created) });
                             continue;
                         }

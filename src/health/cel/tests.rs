@@ -3,7 +3,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use super::*;
-use crate::health::assess_with;
+use crate::health::{assess_with, assess_within};
 
 #[derive(serde::Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -170,4 +170,143 @@ fn expressions_longer_than_the_crd_allows_are_invalid() {
     let long = format!("true || {}", vec!["true"; 1000].join(" || "));
     let rules = Rules::compile("long", &long, None, None);
     assert_eq!(rules.error(), Some("current: longer than 4096 bytes"));
+}
+
+/// A ConfigMap of `keys` keys, as the issue's Application had.
+fn configmap(keys: usize) -> Value {
+    let data: serde_json::Map<String, Value> =
+        (0..keys).map(|k| (format!("key-{k:03}"), json!(format!("value-{k:03}")))).collect();
+    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm"}, "data": data})
+}
+
+/// The issue's quadratic expression: accepted, since its worst case is within the limit.
+const QUADRATIC: &str = "data.all(k, data.exists(j, j == k))";
+
+/// The [`Budget`] contract, one row per case: how many of `objects` identical objects are
+/// evaluated within a limit of cost units and of CPU time, the rest Unknown with the budget's
+/// message.
+#[test]
+fn budget_table() {
+    let cheap = Rules::compile("cheap", "has(data.version)", None, None);
+    let quadratic = Rules::compile("configmaps", QUADRATIC, None, None);
+    assert_eq!(quadratic.error(), None, "the issue's expression is accepted");
+    let small = json!({"metadata": {"name": "s"}, "data": {"version": "v1"}});
+    let big = configmap(250);
+    let charge = |rules: &Rules, obj: &Value| {
+        let mut b = Budget::unlimited();
+        assess(rules, obj, &mut b);
+        b.spent()
+    };
+    let (cheap_cost, quadratic_cost) = (charge(&cheap, &small), charge(&quadratic, &big));
+    eprintln!("charged per object: cheap {cheap_cost}, quadratic on 250 keys {quadratic_cost}");
+    assert!(cheap_cost > 0 && cheap_cost < 100, "{cheap_cost}");
+    assert!(quadratic_cost <= MAX_COST, "{quadratic_cost}");
+    struct Row<'a> {
+        what: &'static str,
+        rules: &'a Rules,
+        object: &'a Value,
+        objects: usize,
+        limit: u64,
+        cpu: Duration,
+        evaluated: usize,
+    }
+    let any = Duration::MAX;
+    #[rustfmt::skip]
+    let rows = [
+        Row { what: "no limit", rules: &quadratic, object: &big, objects: 20, limit: u64::MAX, cpu: any, evaluated: 20 },
+        Row { what: "exactly enough units", rules: &cheap, object: &small, objects: 10, limit: 10 * cheap_cost, cpu: any, evaluated: 10 },
+        Row { what: "one unit short", rules: &cheap, object: &small, objects: 10, limit: 10 * cheap_cost - 1, cpu: any, evaluated: 9 },
+        Row { what: "no units", rules: &cheap, object: &small, objects: 3, limit: 0, cpu: any, evaluated: 0 },
+        Row { what: "no time", rules: &cheap, object: &small, objects: 3, limit: u64::MAX, cpu: Duration::ZERO, evaluated: 0 },
+        // The first object always runs; its time then exhausts the budget.
+        Row { what: "a nanosecond", rules: &quadratic, object: &big, objects: 3, limit: u64::MAX, cpu: Duration::from_nanos(1), evaluated: 1 },
+        Row { what: "thousands of ordinary objects", rules: &cheap, object: &small, objects: 5000, limit: RECONCILE_BUDGET, cpu: RECONCILE_CPU, evaluated: 5000 },
+    ];
+    for row in rows {
+        let mut budget = Budget::new(row.limit, row.cpu);
+        let verdicts: Vec<Assessment> =
+            (0..row.objects).map(|_| assess_within(row.rules, row.object, &mut budget)).collect();
+        let evaluated = verdicts.iter().take_while(|a| a.status == HealthStatus::Healthy).count();
+        assert_eq!(evaluated, row.evaluated, "{}", row.what);
+        assert_eq!(budget.exhausted(), row.evaluated < row.objects, "{}", row.what);
+        assert!(budget.spent() <= row.limit, "{}", row.what);
+        for a in &verdicts[evaluated..] {
+            assert_eq!(a.status, HealthStatus::Unknown, "{}", row.what);
+            let expected = format!("HealthCheck {}: not evaluated: over the per-reconcile budget", row.rules.name());
+            assert_eq!(a.message, expected, "{}", row.what);
+        }
+        let note = budget.note();
+        assert_eq!(note.is_some(), budget.exhausted(), "{}", row.what);
+        if let Some(note) = note {
+            let spent = format!(
+                "({} units and {:.2}s spent on {evaluated} objects, {} not evaluated)",
+                budget.spent(),
+                budget.cpu().as_secs_f64(),
+                row.objects - evaluated
+            );
+            assert!(
+                note.starts_with(&format!(
+                    "HealthChecks over the per-reconcile budget of {} cost units and ",
+                    row.limit
+                )),
+                "{note}"
+            );
+            assert!(note.ends_with(&spent), "{}: {note}", row.what);
+        }
+    }
+    // Any one object fits in three times the per-expression limit: a reconcile always makes
+    // progress.
+    const { assert!(RECONCILE_BUDGET >= 3 * MAX_COST) };
+    let three = Rules::compile("three", QUADRATIC, Some(QUADRATIC), Some(QUADRATIC));
+    let mut budget = Budget::new(3 * MAX_COST, Duration::from_nanos(1));
+    // `failed` is true first: evaluated, Degraded.
+    assert_eq!(assess_within(&three, &big, &mut budget).status, HealthStatus::Degraded);
+    // The issue's 1,000 ConfigMaps: what one reconcile now spends on them (printed; the time
+    // depends on the machine and the build).
+    let started = Instant::now();
+    let mut budget = Budget::per_reconcile();
+    let evaluated = (0..1000)
+        .map(|_| assess_within(&quadratic, &big, &mut budget))
+        .filter(|a| a.status == HealthStatus::Healthy)
+        .count();
+    eprintln!(
+        "{evaluated} of 1000 ConfigMaps of 250 keys evaluated within the budget, {:?} of CPU, in {:?}",
+        budget.cpu(),
+        started.elapsed()
+    );
+    assert!(budget.exhausted() && evaluated < 1000);
+}
+
+/// Past the budget the Application's message starts with what was spent and left out, then
+/// names the resources and the HealthCheck.
+#[test]
+fn a_summary_past_the_budget_says_so_first() {
+    let rules = Rules::compile("configmaps", "has(data.version)", None, None);
+    let objects: Vec<Value> =
+        (0..3).map(|i| json!({"metadata": {"name": format!("cm-{i}")}, "data": {"version": "v1"}})).collect();
+    let names: Vec<String> = (0..3).map(|i| format!("cm-{i}")).collect();
+    let observed: Vec<crate::health::Observed<'_>> = objects
+        .iter()
+        .zip(&names)
+        .map(|(o, n)| crate::health::Observed {
+            group: "",
+            kind: "ConfigMap",
+            namespace: "a",
+            name: n,
+            live: Some(o),
+            pods: &[],
+            pods_degrade: false,
+            check: Some(&rules),
+        })
+        .collect();
+    let mut budget = Budget::new(2 * 2, Duration::MAX);
+    let summary = crate::health::summarize_within(&observed, &mut budget);
+    assert_eq!((summary.status, summary.healthy, summary.progressing), (HealthStatus::Progressing, 2, 1));
+    assert_eq!(
+        summary.message,
+        "HealthChecks over the per-reconcile budget of 4 cost units and unlimited of CPU (4 units and 0.00s spent on 2 objects, 1 not evaluated); \
+         ConfigMap a/cm-2: HealthCheck configmaps: not evaluated: over the per-reconcile budget"
+    );
+    let mut unlimited = Budget::unlimited();
+    assert_eq!(crate::health::summarize_within(&observed, &mut unlimited).status, HealthStatus::Healthy);
 }

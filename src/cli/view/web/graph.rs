@@ -246,7 +246,13 @@ mod tests {
             message: "ConfigMap <script> does not exist".into(),
             path: vec![DiagnosisStep { edge: "Mounts".into(), resource: cm.clone(), missing: true }],
         };
-        let v = GraphView { application: "team-a/web", graph: &g, diagnosis: Some(&d), truncated: false, rules: &[] };
+        let v = GraphView {
+            application: "team-a/web",
+            graph: &g,
+            diagnosis: Some(&d),
+            truncated: false,
+            assessed: &Default::default(),
+        };
         let s = svg(&v);
         assert!(!s.contains("<script>"), "{s}");
         assert_eq!(layers(&v)[to], 1);

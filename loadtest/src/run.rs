@@ -80,7 +80,7 @@ struct Fleet {
     /// The `ksync-controller` binary.
     controller_bin: PathBuf,
     /// Every shard, member and leader Lease version seen: (name, resourceVersion) to holder.
-    lease_versions: Arc<std::sync::Mutex<HashMap<(String, String), Option<String>>>>,
+    lease_versions: chaos::LeaseVersions,
 }
 
 /// Run the load test described by `args` (see the module documentation).

@@ -11,7 +11,7 @@ fn a_short_chaos_run_loses_nothing() {
     let dir = tempfile::tempdir().expect("a temporary folder");
     let out = Command::new(env!("CARGO_BIN_EXE_loadtest"))
         .args(["--scenario", "chaos", "--chaos-duration", "2m", "--apps", "40", "--namespaces", "4"])
-        .args(["--shards", "4", "--lease-duration", "10s", "--settle", "1s", "--timeout", "5m", "--json"])
+        .args(["--shards", "4", "--lease-duration", "10s", "--settle", "1s", "--timeout", "8m", "--json"])
         .arg("--logs")
         .arg(dir.path().join("logs"))
         .arg("--out")

@@ -44,7 +44,12 @@ impl Fleet {
         self.phase("chaos");
         let args = self.args.clone();
         let d = args.lease_duration;
-        let mut rng = Rng::new(args.chaos_seed);
+        // One stream each, so each schedule is the seed's whatever the timing of the others.
+        let (mut commits, mut faults, mut kills) = (
+            Rng::new(args.chaos_seed),
+            Rng::new(args.chaos_seed.wrapping_add(1)),
+            Rng::new(args.chaos_seed.wrapping_add(2)),
+        );
         let mut report = Chaos { seed: args.chaos_seed, ..Chaos::default() };
         let mut content: Vec<Content> = vec![Content::default(); self.apps.len()];
         let mut declared = self.declared_at_start();
@@ -57,9 +62,9 @@ impl Fleet {
         let start = Instant::now();
         let end = start + args.chaos_duration;
         let per_commit = (self.apps.len() / 50).max(1);
-        let mut next_commit = start + rng.between(Duration::from_secs(3), Duration::from_secs(6));
-        let mut next_fault = start + rng.between(Duration::from_secs(3), Duration::from_secs(8));
-        let mut next_kill = start + rng.between(Duration::from_secs(20), Duration::from_secs(40));
+        let mut next_commit = start + commits.between(Duration::from_secs(3), Duration::from_secs(6));
+        let mut next_fault = start + faults.between(Duration::from_secs(3), Duration::from_secs(8));
+        let mut next_kill = start + kills.between(Duration::from_secs(20), Duration::from_secs(40));
         let mut burst_end: Option<Instant> = None;
         let mut restarts: Vec<(Instant, usize)> = Vec::new();
         let mut last_fault = start;
@@ -85,12 +90,13 @@ impl Fleet {
                 self.restart_replica(i)?;
             }
             if next_commit <= now {
-                head =
-                    self.chaos_commit(&mut rng, per_commit, &mut content, &mut declared, &tracker, &mut report).await?;
-                next_commit = Instant::now() + rng.between(Duration::from_secs(3), Duration::from_secs(6));
+                head = self
+                    .chaos_commit(&mut commits, per_commit, &mut content, &mut declared, &tracker, &mut report)
+                    .await?;
+                next_commit = Instant::now() + commits.between(Duration::from_secs(3), Duration::from_secs(6));
             }
             if next_fault <= now && burst_end.is_none() {
-                let fault = Fault::ALL[rng.below(Fault::ALL.len())];
+                let fault = Fault::ALL[faults.below(Fault::ALL.len())];
                 *report.faults.entry(fault.name().to_string()).or_default() += 1;
                 match fault {
                     Fault::TooMany | Fault::ServerError => {
@@ -104,7 +110,8 @@ impl Fleet {
                             };
                             self.control_json("/simcluster/v1/faults", &rule).await?;
                         }
-                        burst_end = Some(Instant::now() + rng.between(Duration::from_secs(2), Duration::from_secs(5)));
+                        burst_end =
+                            Some(Instant::now() + faults.between(Duration::from_secs(2), Duration::from_secs(5)));
                     }
                     Fault::DropWatches => self.control("POST", "/simcluster/v1/watches/drop").await?,
                     Fault::Expire => {
@@ -113,20 +120,20 @@ impl Fleet {
                     }
                 }
                 last_fault = Instant::now();
-                next_fault = Instant::now() + rng.between(Duration::from_secs(3), Duration::from_secs(8));
+                next_fault = Instant::now() + faults.between(Duration::from_secs(3), Duration::from_secs(8));
             } else if next_fault <= now {
                 next_fault = burst_end.unwrap_or(now) + Duration::from_millis(500);
             }
             if next_kill <= now {
-                if let Some((i, led)) = self.pick_victim(&mut rng, report.kills.len()).await? {
+                if let Some((i, led)) = self.pick_victim(&mut kills, report.kills.len()).await? {
                     let name = self.replicas[i].name.clone();
                     say!("chaos: SIGKILL {name}{}", if led { " (leader)" } else { "" });
                     self.replicas[i].kill();
                     report.kills.push((start.elapsed().as_secs_f64(), name, led));
-                    restarts.push((Instant::now() + rng.between(Duration::from_secs(2), d), i));
+                    restarts.push((Instant::now() + kills.between(Duration::from_secs(2), d), i));
                     last_fault = Instant::now();
                 }
-                next_kill = Instant::now() + rng.between(Duration::from_secs(20), Duration::from_secs(40));
+                next_kill = Instant::now() + kills.between(Duration::from_secs(20), Duration::from_secs(40));
             }
         }
         if burst_end.is_some() {
@@ -526,9 +533,12 @@ impl Fleet {
     }
 }
 
+/// Lease (name, resourceVersion) to the holder that version names.
+pub type LeaseVersions = Arc<Mutex<HashMap<(String, String), Option<String>>>>;
+
 /// Every Lease write the watch saw in `namespace`: (name, resourceVersion) to the holder it
 /// left (`None`: none), for telling renewals from releases in the audit log.
-pub fn lease_versions(client: &kube::Client, namespace: &str) -> Arc<Mutex<HashMap<(String, String), Option<String>>>> {
+pub fn lease_versions(client: &kube::Client, namespace: &str) -> LeaseVersions {
     let seen = Arc::new(Mutex::new(HashMap::new()));
     let s = seen.clone();
     let api: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(client.clone(), namespace);

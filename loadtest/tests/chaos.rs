@@ -30,7 +30,10 @@ fn a_short_chaos_run_loses_nothing() {
     assert!(kills.iter().any(|k| k[2] == true), "the leader was killed: {context}");
     assert!(chaos["faults"].as_object().is_some_and(|f| !f.is_empty()), "{context}");
     assert!(chaos["checked_writes"][0].as_u64().is_some_and(|n| n > 0), "{context}");
-    // Nothing lost.
+    // Nothing lost. KNOWN FAILURE (found 2026-12-05, see docs/reliability.md): a shard whose
+    // Lease still names a SIGKILLed replica that came back under the same identity can stay
+    // orphaned (no one renews or takes it), so its Applications never deploy the last commit
+    // and `never_deployed` and `wrongly_pruned_or_missing` are not 0; kept strict on purpose.
     for count in
         ["never_deployed", "wrongly_pruned_or_missing", "not_pruned", "unheld_shard_writes", "unheld_leader_writes"]
     {

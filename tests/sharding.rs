@@ -286,7 +286,7 @@ fn replicas_split_the_shards_take_over_and_rebalance(cluster: Cluster) {
                 continue;
             }
             if e.name.is_empty() {
-                // A create names its object in the body only.
+                // A collection request (simcluster names a create after the object it stored).
                 continue;
             }
             let app = if e.resource.starts_with("revisions") {

@@ -38,6 +38,8 @@ pub struct AppDef {
     /// Whether its directory also holds a ClusterIP Service and a Deployment (of no replicas
     /// unless `deployment`): the cold-sync shape.
     pub three: bool,
+    /// `spec.sync.prune` (the chaos run).
+    pub prune: bool,
 }
 
 /// What each Application's directory holds (`--objects`).
@@ -75,7 +77,11 @@ impl AppDef {
                 // A hand edit (an Update, as `kubectl edit` sends) takes the field from our
                 // field manager; only `adopt` lets the repair take it back (`fail` stops the
                 // repair with ApplyConflict).
-                "sync": {"selfHeal": self.self_heal, "conflictPolicy": if self.self_heal { "adopt" } else { "fail" }},
+                "sync": {
+                    "selfHeal": self.self_heal,
+                    "conflictPolicy": if self.self_heal { "adopt" } else { "fail" },
+                    "prune": self.prune,
+                },
             },
         })
     }
@@ -127,6 +133,7 @@ pub fn plan(apps: usize, namespaces: &[String], deployment_every: usize, objects
             self_heal: (i / namespaces.len()).is_multiple_of(2),
             deployment: deployment_every > 0 && i.is_multiple_of(deployment_every),
             three: objects == Objects::Three,
+            prune: false,
         })
         .collect()
 }

@@ -15,6 +15,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+pub mod chaos;
 pub mod fleet;
 pub mod metrics;
 pub mod observe;
@@ -72,7 +73,7 @@ fn parse_duration(s: &str) -> std::result::Result<Duration, String> {
 #[derive(clap::Parser, Debug, Clone)]
 #[command(name = "loadtest", about = "Kuvryn Sync load test: Applications on sharded replicas against simcluster")]
 pub struct Args {
-    /// A named run (`cold-10k`, `takeover`, `idle`, `monorepo`, `scale-out`): sets the flags of
+    /// A named run (`cold-10k`, `takeover`, `idle`, `monorepo`, `scale-out`, `chaos`): sets the flags of
     /// that measurement; flags given as well win.
     #[arg(long, value_enum)]
     pub scenario: Option<scenario::Scenario>,
@@ -147,6 +148,15 @@ pub struct Args {
     /// and their ratio.
     #[arg(long)]
     pub scale_out: bool,
+    /// After the edits, this long of chaos (0: none): commits every few seconds, a replica
+    /// SIGKILLed every 20 to 40 s (every other kill the leader) and started again, and API
+    /// faults (429 and 500 bursts, dropped watches, 410 on resume); then what was lost. The
+    /// Applications prune.
+    #[arg(long, default_value = "0s", value_parser = parse_duration)]
+    pub chaos_duration: Duration,
+    /// The seed of the chaos run's kills, faults and commits.
+    #[arg(long, default_value_t = 1)]
+    pub chaos_seed: u64,
     /// Skip killing a replica.
     #[arg(long)]
     pub no_takeover: bool,

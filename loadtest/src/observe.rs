@@ -149,7 +149,8 @@ impl AppSeen {
     }
 }
 
-fn app_seen(app: &Application) -> AppSeen {
+/// What the load test reads off `app`.
+pub fn app_seen(app: &Application) -> AppSeen {
     let status = app.status.as_ref();
     AppSeen {
         sync: status.and_then(|s| s.sync.as_ref()).map(|s| s.status),

@@ -51,6 +51,8 @@ pub struct Report {
     pub monorepo: Option<Monorepo>,
     /// One replica against all of them (`--scale-out`), when run.
     pub scale_out: Option<ScaleOut>,
+    /// The chaos run (`--chaos-duration`), when run.
+    pub chaos: Option<Chaos>,
     /// Why the run stopped early (a phase timed out or failed); the figures before it stand.
     pub failure: Option<String>,
     /// At a convergence timeout: the Applications not converged, counted by what was last seen
@@ -156,6 +158,72 @@ pub struct Batch {
     pub requests: BTreeMap<String, u64>,
     /// The replicas' CPU per Application, milliseconds.
     pub cpu_ms_per_app: f64,
+}
+
+/// Commits, SIGKILLs and API faults for a while, and what was lost (`--chaos-duration`).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Chaos {
+    /// How long commits, kills and faults went on, seconds.
+    pub duration_s: f64,
+    /// `--chaos-seed`.
+    pub seed: u64,
+    /// Each SIGKILL: seconds into the chaos, the replica, whether it led.
+    pub kills: Vec<(f64, String, bool)>,
+    /// Faults injected, by kind.
+    pub faults: BTreeMap<String, usize>,
+    /// Commits pushed during the chaos.
+    pub commits: usize,
+    /// Application changes they made (an Application changed by a commit).
+    pub changes: usize,
+    /// Changes whose Application was first seen converged at a later commit than theirs.
+    pub superseded: usize,
+    /// Changes never seen deployed (goal 0), and some of them as `Application (count)`.
+    pub never_deployed: usize,
+    /// Some of the changes never deployed.
+    pub never_deployed_examples: Vec<String>,
+    /// Applications not Synced, Healthy and Ready at Git's last commit 2 Lease durations after
+    /// the last fault (goal 0).
+    pub not_converged_after_two_leases: usize,
+    /// From the last fault until every Application converged at the last commit, seconds (`None`:
+    /// not within `--timeout`).
+    pub converged_after_s: Option<f64>,
+    /// Push to deployed, over every deployed change (p50 / p90 / p99 / max).
+    pub commit_to_deployed: Summary,
+    /// Objects Git declares that are missing or differ at the end, and deletes of declared
+    /// objects before the push that removed them (goal 0).
+    pub wrongly_pruned_or_missing: usize,
+    /// Some of them.
+    pub wrongly_pruned_or_missing_examples: Vec<String>,
+    /// Objects removed from Git still there at the end (goal 0).
+    pub not_pruned: usize,
+    /// Writes by a replica to an object of a shard whose Lease it did not hold then (goal 0).
+    pub unheld_shard_writes: usize,
+    /// Writes of leader-only work by a replica not holding the leader Lease then (goal 0).
+    pub unheld_leader_writes: usize,
+    /// Some of both (half of each kind at most).
+    pub unheld_examples: Vec<String>,
+    /// Replica writes checked against shard Leases / against the leader Lease.
+    pub checked_writes: (usize, usize),
+    /// Replica writes that are neither (not checked), by `verb resource`.
+    pub unattributed_writes: BTreeMap<String, usize>,
+    /// Lease writes whose holder the load test's watch did not see (taken as a renewal by the
+    /// writer).
+    pub lease_writes_unseen: usize,
+    /// Whether simcluster's audit log had dropped its oldest events (the check then starts a
+    /// Lease duration after its first one).
+    pub audit_truncated: bool,
+}
+
+impl Chaos {
+    /// The five counts whose goal is 0.
+    pub fn losses(&self) -> usize {
+        self.never_deployed
+            + self.wrongly_pruned_or_missing
+            + self.not_pruned
+            + self.unheld_shard_writes
+            + self.unheld_leader_writes
+            + self.not_converged_after_two_leases
+    }
 }
 
 /// The machine.
@@ -388,6 +456,32 @@ impl Report {
                 (o.many.replicas == 3).then_some(o.ratio >= 2.7),
             );
         }
+        if let Some(c) = &self.chaos {
+            let zero = |n: usize| (n.to_string(), Some(n == 0));
+            let rows = [
+                ("chaos: commits never deployed", zero(c.never_deployed)),
+                ("chaos: objects wrongly pruned or missing", zero(c.wrongly_pruned_or_missing)),
+                ("chaos: objects removed from Git not pruned", zero(c.not_pruned)),
+                ("chaos: writes to a shard not held then", zero(c.unheld_shard_writes)),
+                ("chaos: leader-only writes while not leader", zero(c.unheld_leader_writes)),
+                (
+                    "chaos: Applications not converged 2 Lease durations after the last fault",
+                    zero(c.not_converged_after_two_leases),
+                ),
+            ];
+            for (measure, (measured, met)) in rows {
+                row(measure, "0", measured, met);
+            }
+            row(
+                "chaos: commit to deployed, worst",
+                "",
+                format!(
+                    "{:.1} s ({} changes, p50 {:.1} s)",
+                    c.commit_to_deployed.max, c.commit_to_deployed.count, c.commit_to_deployed.p50
+                ),
+                None,
+            );
+        }
         if let Some(t) = &self.takeover {
             row(
                 "SIGKILL: every moved Application reconciled, max",
@@ -608,6 +702,55 @@ impl Report {
                 m.writes.values().sum::<usize>(),
                 top
             );
+        }
+        if let Some(c) = &self.chaos {
+            let kills: Vec<String> = c
+                .kills
+                .iter()
+                .map(|(at, who, led)| format!("{at:.0} s {who}{}", if *led { " (leader)" } else { "" }))
+                .collect();
+            let faults: Vec<String> = c.faults.iter().map(|(k, n)| format!("{k} {n}")).collect();
+            let _ = writeln!(
+                out,
+                "| chaos {:.0} s (seed {}): SIGKILLs / faults | {} / {} |",
+                c.duration_s,
+                c.seed,
+                kills.join(", "),
+                faults.join(", ")
+            );
+            let _ = writeln!(
+                out,
+                "| chaos: commits / Application changes / deployed at a later commit / never deployed | {} / {} / {} / {} |",
+                c.commits, c.changes, c.superseded, c.never_deployed
+            );
+            let _ = writeln!(
+                out,
+                "| chaos: commit to deployed (p50 / p90 / p99 / max) | {} |",
+                c.commit_to_deployed.cell_s()
+            );
+            let _ = writeln!(
+                out,
+                "| chaos: last fault to every Application converged at the last commit | {} |",
+                c.converged_after_s.map_or("not within the timeout".to_string(), |s| format!("{s:.1} s"))
+            );
+            let _ = writeln!(
+                out,
+                "| chaos: replica writes checked against shard Leases / the leader Lease / not attributed | {} / {} / {} ({}) |",
+                c.checked_writes.0,
+                c.checked_writes.1,
+                c.unattributed_writes.values().sum::<usize>(),
+                most_frequent(&c.unattributed_writes)
+            );
+            let _ = writeln!(
+                out,
+                "| chaos: Lease writes not seen by the watch (taken as renewals) / audit log truncated | {} / {} |",
+                c.lease_writes_unseen, c.audit_truncated
+            );
+            for e in
+                c.never_deployed_examples.iter().chain(&c.wrongly_pruned_or_missing_examples).chain(&c.unheld_examples)
+            {
+                let _ = writeln!(out, "| chaos: lost | {e} |");
+            }
         }
         let o = &self.ownership;
         let _ = writeln!(

@@ -49,9 +49,12 @@ macro_rules! say {
     ($($t:tt)*) => { eprintln!("loadtest: {}", format!($($t)*)) };
 }
 
+mod chaos;
 mod idle;
 mod monorepo;
 mod scale_out;
+
+pub use monorepo::belongs_to;
 
 /// Everything a run holds on to; the processes die with it.
 struct Fleet {
@@ -76,6 +79,8 @@ struct Fleet {
     dir: PathBuf,
     /// The `ksync-controller` binary.
     controller_bin: PathBuf,
+    /// Every shard, member and leader Lease version seen: (name, resourceVersion) to holder.
+    lease_versions: chaos::LeaseVersions,
 }
 
 /// Run the load test described by `args` (see the module documentation).
@@ -99,7 +104,11 @@ pub fn run(args: &Args) -> Result<Report> {
         None => temp.path().to_path_buf(),
     };
     let started = Instant::now();
-    let apps = fleet::plan(args.apps, &fleet::namespaces(args.namespaces), args.deployment_every, args.objects);
+    let mut apps = fleet::plan(args.apps, &fleet::namespaces(args.namespaces), args.deployment_every, args.objects);
+    let chaos = !args.chaos_duration.is_zero();
+    for app in &mut apps {
+        app.prune = chaos;
+    }
 
     // The Git side is blocking work: before the runtime.
     let git = GitServer::start();
@@ -110,7 +119,8 @@ pub fn run(args: &Args) -> Result<Report> {
     // file is a ConfigFailure and publishes no commit).
     wt.write(".ksync.yaml", "applications: []\n");
     for app in &apps {
-        for (path, yaml) in app.files() {
+        let files = if chaos { crate::chaos::files(app, crate::chaos::Content::default()) } else { app.files() };
+        for (path, yaml) in files {
             wt.write(&path, &yaml);
         }
     }
@@ -148,6 +158,7 @@ pub fn run(args: &Args) -> Result<Report> {
             app_seen: observe::Journal::empty(),
             cm_seen: observe::configmaps(&client),
             lease_seen: observe::shard_leases(&client, SYSTEM),
+            lease_versions: chaos::lease_versions(&client, SYSTEM),
             client,
             apps,
             sim_pid: sim.pid(),
@@ -175,6 +186,10 @@ pub fn run(args: &Args) -> Result<Report> {
             }
             if fleet.args.monorepo_commit {
                 fleet.monorepo().await?;
+            }
+            if !fleet.args.chaos_duration.is_zero() {
+                fleet.chaos().await?;
+                fleet.snapshot("after the chaos");
             }
             if !fleet.args.no_takeover {
                 fleet.takeover().await?;
@@ -362,30 +377,12 @@ impl Fleet {
     /// Start the replicas up to the `upto`-th, then wait until the running ones hold every shard,
     /// split evenly; the seconds that took.
     async fn start_replicas(&mut self, upto: usize) -> Result<f64> {
-        let tools = support::repo_root().join("tools/bin");
-        let tools = tools.join("helm").is_file().then_some(tools);
-        let mut extra = self.args.controller_arg.clone();
-        if let Some(d) = self.args.drift_resync_interval {
-            extra.push(format!("--drift-resync-interval={}ms", d.as_millis()));
-        }
-        if let Some(qps) = self.args.kube_api_qps {
-            extra.push(format!("--kube-api-qps={qps}"));
-        }
-        let options = fleet::ReplicaOptions {
-            bin: &self.controller_bin,
-            shards: self.args.shards,
-            lease_duration: self.args.lease_duration,
-            concurrency: self.args.concurrent_applications,
-            log_filter: &self.args.controller_log,
-            extra: &extra,
-            tools: tools.as_deref(),
-        };
         let names: Vec<String> = self.replica_names().into_iter().take(upto).collect();
         let start = Instant::now();
         let mut started = Vec::new();
-        for (name, config) in names.iter().zip(&self.kubeconfigs).skip(self.replicas.len()) {
-            let p = fleet::start_replica(&options, name, config, &self.dir)?;
-            say!("{name}: pid {}, log {}", p.pid(), p.log.display());
+        for i in self.replicas.len()..names.len() {
+            let p = self.spawn_replica(i)?;
+            say!("{}: pid {}, log {}", p.name, p.pid(), p.log.display());
             started.push(p);
         }
         self.replicas.extend(started);
@@ -407,6 +404,29 @@ impl Fleet {
         let took = start.elapsed().as_secs_f64();
         say!("shards split {split:?} after {took:.1} s");
         Ok(took)
+    }
+
+    /// Start the `i`-th replica as its ServiceAccount.
+    fn spawn_replica(&self, i: usize) -> Result<Process> {
+        let tools = support::repo_root().join("tools/bin");
+        let tools = tools.join("helm").is_file().then_some(tools);
+        let mut extra = self.args.controller_arg.clone();
+        if let Some(d) = self.args.drift_resync_interval {
+            extra.push(format!("--drift-resync-interval={}ms", d.as_millis()));
+        }
+        if let Some(qps) = self.args.kube_api_qps {
+            extra.push(format!("--kube-api-qps={qps}"));
+        }
+        let options = fleet::ReplicaOptions {
+            bin: &self.controller_bin,
+            shards: self.args.shards,
+            lease_duration: self.args.lease_duration,
+            concurrency: self.args.concurrent_applications,
+            log_filter: &self.args.controller_log,
+            extra: &extra,
+            tools: tools.as_deref(),
+        };
+        fleet::start_replica(&options, &format!("ksync-{i}"), &self.kubeconfigs[i], &self.dir)
     }
 
     /// Wait until every namespace's Repository has resolved `commit` (the leader's Repository
@@ -625,7 +645,12 @@ impl Fleet {
         o.longest_renewal_gap_s = gaps.iter().copied().fold(0.0, f64::max);
         o.gaps_over_limit = gaps.iter().filter(|g| **g > limit).count();
         for p in &self.replicas {
-            let log = std::fs::read_to_string(&p.log).unwrap_or_default();
+            // A replica the chaos run restarted left its earlier logs as `<log>.<n>`.
+            let earlier = (1..).map(|n| p.log.with_extension(format!("log.{n}"))).take_while(|l| l.exists());
+            let log: String = std::iter::once(p.log.clone())
+                .chain(earlier)
+                .map(|l| std::fs::read_to_string(l).unwrap_or_default())
+                .collect();
             o.fence_stops.insert(p.name.clone(), log.matches("no longer owns the Application's shard").count());
             o.stale_status_writes.insert(p.name.clone(), log.matches("status computed from a stale copy").count());
         }

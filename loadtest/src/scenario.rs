@@ -31,6 +31,9 @@ pub enum Scenario {
     #[value(name = "scale-out")]
     #[serde(rename = "scale-out")]
     ScaleOut,
+    /// 300 Applications that prune, 3 replicas, then 10 minutes of commits, SIGKILLs (the leader
+    /// included) and API faults (`--chaos-duration`): what was lost.
+    Chaos,
 }
 
 /// One flag a scenario sets: its `Args` field name (clap's id) and how to set it.
@@ -90,6 +93,13 @@ impl Scenario {
                 ("edits", |a| a.edits = 0),
                 ("no_takeover", |a| a.no_takeover = true),
             ],
+            Scenario::Chaos => vec![
+                ("apps", |a| a.apps = 300),
+                ("replicas", |a| a.replicas = 3),
+                ("chaos_duration", |a| a.chaos_duration = Duration::from_secs(600)),
+                ("edits", |a| a.edits = 0),
+                ("no_takeover", |a| a.no_takeover = true),
+            ],
         }
     }
 
@@ -133,7 +143,14 @@ mod tests {
     #[test]
     fn every_setting_names_a_flag() {
         let command = Args::command();
-        for s in [Scenario::Cold10k, Scenario::Takeover, Scenario::Idle, Scenario::Monorepo, Scenario::ScaleOut] {
+        for s in [
+            Scenario::Cold10k,
+            Scenario::Takeover,
+            Scenario::Idle,
+            Scenario::Monorepo,
+            Scenario::ScaleOut,
+            Scenario::Chaos,
+        ] {
             for (id, _) in s.settings() {
                 assert!(command.get_arguments().any(|a| a.get_id() == id), "{s:?}: no flag {id}");
             }
@@ -154,6 +171,10 @@ mod tests {
         let a = parsed(&["loadtest", "--scenario", "scale-out", "--kube-api-qps", "20"]);
         assert!(a.scale_out && a.replicas == 3 && a.edits == 0 && a.no_takeover);
         assert_eq!(a.kube_api_qps, Some(20.0));
+        let a = parsed(&["loadtest", "--scenario", "chaos", "--chaos-duration", "2m", "--apps", "40"]);
+        assert_eq!((a.apps, a.replicas, a.chaos_duration, a.edits), (40, 3, Duration::from_secs(120), 0));
+        assert!(a.no_takeover);
+        assert_eq!(parsed(&["loadtest", "--scenario", "chaos"]).chaos_duration, Duration::from_secs(600));
         // No scenario: the flags' defaults.
         let plain = Args::parse_from(["loadtest"]);
         assert_eq!((plain.apps, plain.idle, plain.monorepo_commit), (1000, Duration::ZERO, false));

@@ -129,12 +129,16 @@ pub async fn dispatch(state: &Arc<State>, req: &Req, t: &Target) -> Result<Outpu
         Err(e) => Err(e),
     };
     if matches!(verb, "create" | "update" | "patch" | "delete" | "deletecollection") {
-        let (code, rv) = match &out {
-            Ok(Output::Value { code, body, .. }) => {
-                (*code, body["metadata"]["resourceVersion"].as_str().unwrap_or_default().to_string())
-            }
-            Ok(Output::Response(r)) => (r.status().as_u16(), String::new()),
-            Err(e) => (e.code(), String::new()),
+        // A create names its object in the body: the audit takes the name from what was stored,
+        // as kube-apiserver fills `objectRef.name` from the request object.
+        let (code, rv, created) = match &out {
+            Ok(Output::Value { code, body, .. }) => (
+                *code,
+                body["metadata"]["resourceVersion"].as_str().unwrap_or_default().to_string(),
+                body["metadata"]["name"].as_str().filter(|_| verb == "create" && t.sub.is_none()).map(String::from),
+            ),
+            Ok(Output::Response(r)) => (r.status().as_u16(), String::new(), None),
+            Err(e) => (e.code(), String::new(), None),
         };
         state.faults.audit(crate::faults::AuditEvent {
             time: state.clock.micro(),
@@ -145,7 +149,7 @@ pub async fn dispatch(state: &Arc<State>, req: &Req, t: &Target) -> Result<Outpu
             group: t.rt.group.clone(),
             resource,
             namespace: t.namespace.clone(),
-            name: t.name.clone().unwrap_or_default(),
+            name: t.name.clone().or(created).unwrap_or_default(),
             field_manager: req.q("fieldManager").unwrap_or_default().to_string(),
             code,
             resource_version: rv,

@@ -114,7 +114,7 @@ pub struct AuditEvent {
     pub resource: String,
     /// Namespace.
     pub namespace: String,
-    /// Name (empty for collections).
+    /// Name (for a create, the created object's; empty for other collection requests).
     pub name: String,
     /// `fieldManager` of the request.
     pub field_manager: String,

@@ -140,8 +140,7 @@ fn presync_before_any_apply_and_postsync_after_healthy(cluster: Cluster) {
         let post_created = time_of(smoke.metadata.creation_timestamp.as_ref(), "the PostSync Job");
         assert!(available <= post_created, "PostSync created at {post_created}, before Available at {available}");
         if let Some(sim) = cluster.sim() {
-            // The audit log, in order: the PreSync hook's create, then the applies, then PostSync
-            // (a create's name is in its body, not its path).
+            // The audit log, in order: the PreSync hook's create, then the applies, then PostSync.
             let writes: Vec<String> = sim
                 .audit_log()
                 .into_iter()
@@ -152,7 +151,7 @@ fn presync_before_any_apply_and_postsync_after_healthy(cluster: Cluster) {
                 .collect();
             assert_eq!(
                 writes,
-                ["create jobs", "patch configmaps/settings", "patch deployments/web", "create jobs"],
+                ["create jobs/migrate", "patch configmaps/settings", "patch deployments/web", "create jobs/smoke"],
                 "the writes of the rollout"
             );
         }

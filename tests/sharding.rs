@@ -1368,6 +1368,40 @@ fn a_lease_request_without_an_answer_fails_in_time(cluster: Cluster) {
     });
 }
 
+// See: issue 44 (the chaos run's orphaned shard).
+/// A shard stopped before its Applications were first listed drains all the same: kube's
+/// controller holds its runner until the store is ready and stops polling the watch once shut
+/// down, so such a drain never ended, and the coordinator neither renewed nor gave away the
+/// shard. The shard's work is aborted once it has drained for the drain limit.
+fn a_shard_stopped_before_its_first_list_drains_all_the_same(cluster: Cluster) {
+    use sharding::coordinator::Workers as _;
+    let sim = cluster.sim().expect("simcluster: the test injects faults");
+    support::runtime().block_on(async {
+        let (env, ctx) = support::apps::Env::start_driven(&cluster, "drain-limit").await;
+        // Applications cannot be listed: the shard's store never becomes ready.
+        sim.add_fault(simcluster::faults::FaultRule {
+            verb: Some("list".into()),
+            group: Some("sync.kuvryn.io".into()),
+            resource: Some("applications".into()),
+            action: Some(simcluster::faults::FaultAction::Status { code: 500 }),
+            ..Default::default()
+        });
+        let mut workers = kuvryn_sync::controller::shards::ShardWorkers::new(ctx, Duration::from_secs(2));
+        workers.start(0).await;
+        let drained = tokio::time::timeout(Duration::from_secs(60), workers.stop(0)).await;
+        sim.clear_faults();
+        assert!(drained.is_ok(), "the shard's work never drained");
+        drop(env);
+    });
+}
+
+mod a_shard_stopped_before_its_first_list_drains_all_the_same {
+    #[test]
+    fn simcluster() {
+        super::a_shard_stopped_before_its_first_list_drains_all_the_same(super::support::Cluster::start());
+    }
+}
+
 mod a_held_lease_is_renewed_without_reading_it {
     #[test]
     fn simcluster() {

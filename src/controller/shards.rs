@@ -4,11 +4,14 @@
 //! # Contract
 //! Stopping a shard's work ([`sharding::coordinator::Workers::stop`]) lets its in-flight
 //! reconciles finish for at most the drain limit (the Lease duration), then aborts what is
-//! left and completes. A reconcile that never ends (a request the server never answers) must
-//! not hold the shard: the coordinator neither renews nor gives away a shard still draining, and
-//! every replica's assignment keeps a shard with the live replica its Lease names, so an endless
-//! drain would leave the shard without an owner for good. Aborting is safe: the shard's fence
-//! closed when the drain began, so nothing the aborted work still had in flight can land.
+//! left and completes. A drain that never ends must not hold the shard: the coordinator neither
+//! renews nor gives away a shard still draining, and every replica's assignment keeps a shard
+//! with the live replica its Lease names, so it would be left without an owner for good. One
+//! never ends when the shard is stopped before its Applications were first listed (a list
+//! refused at start): kube's controller holds its runner until the store is ready and stops
+//! polling the watch once shut down (`tests/sharding.rs
+//! a_shard_stopped_before_its_first_list_drains_all_the_same`). Aborting is safe: the shard's
+//! fence closed when the drain began, so nothing the aborted work still had in flight can land.
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -113,11 +113,18 @@ mod tests {
     use super::*;
     use std::time::{Duration, Instant};
 
-    // See: issue 18, item 9. On a runtime with one worker, a ticker keeps ticking while
-    // offloaded work runs (inline, the same work would stop it for its whole duration).
-    #[test]
-    fn offloaded_work_leaves_the_worker_free() {
-        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    /// On a runtime with one worker, a ticker ticks every 5 ms while `run` runs work that waits
+    /// (up to 60 s) for 10 ticks: it can only see them if the worker is free meanwhile. Returns
+    /// the ticks the work saw and what `extra` read on the work's thread.
+    fn ticks_seen_by<T, F>(
+        rt: &tokio::runtime::Runtime,
+        run: impl FnOnce(Box<dyn FnOnce() -> (u32, T) + Send>) -> F,
+        extra: fn() -> T,
+    ) -> (u32, T)
+    where
+        T: Send + 'static,
+        F: std::future::Future<Output = (u32, T)> + Send + 'static,
+    {
         rt.block_on(async {
             let ticks = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
             let ticker = {
@@ -129,51 +136,40 @@ mod tests {
                     }
                 })
             };
-            // The work blocks until the ticker has ticked 10 times: it can only finish if the
-            // worker is free meanwhile.
             let seen = ticks.clone();
-            let work = tokio::spawn(offload(move || {
+            let work = tokio::spawn(run(Box::new(move || {
                 let end = Instant::now() + Duration::from_secs(60);
                 while seen.load(std::sync::atomic::Ordering::Relaxed) < 10 && Instant::now() < end {
                     std::thread::sleep(Duration::from_millis(1));
                 }
-                seen.load(std::sync::atomic::Ordering::Relaxed)
-            }));
-            assert!(work.await.unwrap() >= 10, "the ticker stood still while the work ran");
+                (seen.load(std::sync::atomic::Ordering::Relaxed), extra())
+            })));
+            let out = work.await.unwrap();
             ticker.abort();
-        });
+            out
+        })
+    }
+
+    fn one_worker() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap()
+    }
+
+    // See: issue 18, item 9. Offloaded work leaves the worker free (inline, the same work would
+    // stop the ticker for its whole duration).
+    #[test]
+    fn offloaded_work_leaves_the_worker_free() {
+        let (count, ()) = ticks_seen_by(&one_worker(), offload, || ());
+        assert!(count >= 10, "the ticker stood still while the work ran");
     }
 
     // See: issue 44, item 3. The same on the tenant pool, and its threads run at a lower
     // priority than the caller's.
     #[test]
     fn tenant_work_leaves_the_worker_free_at_a_lower_priority() {
-        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
-        rt.block_on(async {
-            let ticks = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
-            let ticker = {
-                let ticks = ticks.clone();
-                tokio::spawn(async move {
-                    loop {
-                        tokio::time::sleep(Duration::from_millis(5)).await;
-                        ticks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    }
-                })
-            };
-            let seen = ticks.clone();
-            let (count, nice) = tokio::spawn(tenant(move || {
-                let end = Instant::now() + Duration::from_secs(60);
-                while seen.load(std::sync::atomic::Ordering::Relaxed) < 10 && Instant::now() < end {
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-                (seen.load(std::sync::atomic::Ordering::Relaxed), rustix::process::getpriority_process(None).unwrap())
-            }))
-            .await
-            .unwrap();
-            assert!(count >= 10, "the ticker stood still while the work ran");
-            assert!(nice >= TENANT_NICE, "tenant pool nice {nice}");
-            ticker.abort();
-        });
+        let rt = one_worker();
+        let (count, nice) = ticks_seen_by(&rt, tenant, || rustix::process::getpriority_process(None).unwrap());
+        assert!(count >= 10, "the ticker stood still while the work ran");
+        assert!(nice >= TENANT_NICE, "tenant pool nice {nice}");
         let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             rt.block_on(tenant(|| panic!("boom")));
         }));

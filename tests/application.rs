@@ -397,8 +397,61 @@ fn a_desired_revision_deleted_by_hand_is_created_again(cluster: Cluster) {
     });
 }
 
+// See: issue 44 (trust boundaries, round two): the chaos run's slow convergence.
+/// A new commit reaches its Application while the controller's watches start over: after a
+/// compaction every watch fails at once (410 on resume), and the lists of five kinds fail four
+/// times more. kube's `Controller` held back every trigger for one backoff period per error of
+/// any of its watches, so the Repository's new commit waited a minute or more; each watch now
+/// backs off alone (`controller::EachWatchBacksOff`). simcluster only: a real server cannot be
+/// made to compact its watch history on demand.
+fn a_new_commit_is_not_held_back_by_failing_watches(cluster: Cluster) {
+    let sim = cluster.sim().expect("simcluster");
+    let runtime = support::runtime();
+    runtime.block_on(async {
+        let ns = "watch-errors";
+        let env = Env::start(&cluster, ns).await;
+        let wt = env
+            .app_from(
+                "web",
+                &[("web/b.yaml", CM_B)],
+                json!({"source": {"repository": "platform", "path": "web"}, "serviceAccountName": "deployer",
+                       "destination": {"namespace": ns}, "sync": {"automatic": false}}),
+            )
+            .await;
+        env.revision_where("web", "a plan", planned).await;
+        for resource in ["secrets", "services", "deployments", "statefulsets", "daemonsets"] {
+            sim.add_fault(simcluster::faults::FaultRule {
+                verb: Some("list".into()),
+                resource: Some(resource.into()),
+                action: Some(simcluster::faults::FaultAction::Status { code: 500 }),
+                times: Some(4),
+                ..Default::default()
+            });
+        }
+        sim.compact();
+        sim.drop_watches(None);
+        let second = wt.write("web/b.yaml", &CM_B.replace("k: v", "k: w")).commit_and_push("web: b changes");
+        env.refresh("platform", &second).await;
+        // Without the fix: a minute or more (the sum of the backoffs of the errors ahead).
+        eventually("web planned at the new commit", std::time::Duration::from_secs(20), || async {
+            let app = env.apps().get("web").await.ok()?;
+            (app.status?.sync?.commit.as_deref() == Some(second.as_str())).then_some(())
+        })
+        .await;
+        // The watches did fail (and, failing, did not hold up the rest): every list refused.
+        eventually("every refusal used", WAIT, || async { (sim.fault_times_left() == 0).then_some(()) }).await;
+    });
+}
+
 crate::both!(
     plans_follow_git_and_the_cluster,
     failures_are_reported_and_nothing_is_touched,
     a_desired_revision_deleted_by_hand_is_created_again,
 );
+
+mod a_new_commit_is_not_held_back_by_failing_watches {
+    #[test]
+    fn simcluster() {
+        super::a_new_commit_is_not_held_back_by_failing_watches(super::support::Cluster::start());
+    }
+}

@@ -183,6 +183,11 @@ impl Faults {
         self.rules.lock().unwrap_or_else(|p| p.into_inner()).clear();
     }
 
+    /// How many more times the counted rules fire (those with `times`).
+    pub fn times_left(&self) -> u32 {
+        self.rules.lock().unwrap_or_else(|p| p.into_inner()).iter().filter_map(|r| r.times).sum()
+    }
+
     /// The action for a request, if a rule fires (consuming one of its `times`).
     pub fn check(&self, a: &RequestAttributes<'_>) -> Option<FaultAction> {
         let mut rules = self.rules.lock().unwrap_or_else(|p| p.into_inner());

@@ -93,6 +93,11 @@ impl SimCluster {
         self.state.webhook_services.set(namespace, name, port, addr);
     }
 
+    /// How many more times the fault rules with `times` fire.
+    pub fn fault_times_left(&self) -> u32 {
+        self.state.faults.times_left()
+    }
+
     /// Remove every fault rule.
     pub fn clear_faults(&self) {
         self.state.faults.clear();

@@ -27,8 +27,8 @@ use futures_util::StreamExt;
 use jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::watcher;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
@@ -110,12 +110,14 @@ struct Ctx {
 /// documentation).
 pub async fn run(client: Client, shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static) {
     let api: Api<HealthCheck> = Api::all(client.clone());
-    let controller = Controller::new(api.clone(), watcher::Config::default());
-    let store = controller.store();
+    let (store, writer) = reflector::store();
+    let own = watcher(api.clone(), watcher::Config::default()).default_backoff().reflect(writer).applied_objects();
+    let controller = Controller::for_stream(own, store.clone()).trigger_backoff(super::EachWatchBacksOff);
     let siblings = store.clone();
+    let others = watcher(api, watcher::Config::default()).default_backoff().touched_objects();
     controller
         // Another HealthCheck of the namespace changed: the winner of its kind may have too.
-        .watches(api, watcher::Config::default(), move |hc: HealthCheck| {
+        .watches_stream(others, move |hc: HealthCheck| {
             let ns = hc.namespace();
             siblings
                 .state()

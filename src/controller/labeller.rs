@@ -36,6 +36,7 @@ pub async fn run(client: Client, shards: u32, shutdown: impl std::future::Future
         .reflect(writer)
         .applied_objects();
     Controller::for_stream(stream, store)
+        .trigger_backoff(super::EachWatchBacksOff)
         .graceful_shutdown_on(shutdown)
         .run(
             reconcile,

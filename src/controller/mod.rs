@@ -20,6 +20,32 @@ pub const RETRY_FIRST: std::time::Duration = std::time::Duration::from_secs(5);
 /// The longest wait between retries of a failing reconcile (the default drift resync).
 pub const RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(300);
 
+/// The backoff kube's `Controller` applies to its merged trigger streams: none, since every
+/// watch feeding one of ours backs off on its own (`default_backoff()`).
+///
+/// kube's default backs off the merged stream as a whole: each error of any one watch held back
+/// every trigger of the controller, a Repository's new commit included, for one backoff period
+/// (0.8 s doubling to 30 s, plus jitter). A compaction makes every watch of a shard fail at once,
+/// and the chaos run's Applications then waited up to 170 s for a commit their Repository had
+/// already resolved. With this, an error passes through at once and only its own watch waits.
+///
+/// Contract: a controller given this takes no stream that errors without backing off itself
+/// (not `Controller::new`, `owns` or `watches`, whose watches have no backoff of their own).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct EachWatchBacksOff;
+
+impl Iterator for EachWatchBacksOff {
+    type Item = std::time::Duration;
+
+    fn next(&mut self) -> Option<std::time::Duration> {
+        Some(std::time::Duration::ZERO)
+    }
+}
+
+impl kube::runtime::utils::Backoff for EachWatchBacksOff {
+    fn reset(&mut self) {}
+}
+
 /// How long to wait before retrying an object whose last `failures` reconciles failed in a
 /// row: [`RETRY_FIRST`], doubled with each further failure, at most [`RETRY_MAX`]. An API
 /// server in trouble sees the retries of thousands of objects thin out instead of arriving

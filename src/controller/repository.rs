@@ -46,7 +46,7 @@ use jiff::Timestamp;
 use kube::api::{Api, DeleteParams, ListParams, PartialObjectMeta, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
@@ -112,7 +112,10 @@ pub enum Error {
 pub async fn run(ctx: Arc<Context>, shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static) {
     let client = ctx.client.clone();
     let repos: Api<Repository> = Api::all(client.clone());
-    Controller::new(repos, watcher::Config::default())
+    let (store, writer) = reflector::store();
+    let own = watcher(repos, watcher::Config::default()).default_backoff().reflect(writer).applied_objects();
+    Controller::for_stream(own, store)
+        .trigger_backoff(super::EachWatchBacksOff)
         .watches_stream(discovered_changes(client), |app: PartialObjectMeta<Application>| {
             let ns = app.namespace();
             app.labels()

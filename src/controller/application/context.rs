@@ -103,6 +103,7 @@ impl Repositories {
                 };
                 // No subscriber (no shard running) is fine.
                 if changed {
+                    tracing::debug!(repository = %repo.name_any(), namespace = ?repo.namespace(), deleted, "Repository changed what its Applications read");
                     drop(tx.send(Arc::new(repo)));
                 }
             }

@@ -82,7 +82,7 @@ use kube::runtime::watcher::{self, watcher};
 use serde_json::json;
 use tracing::Instrument as _;
 
-use super::with_jitter;
+use super::{EachWatchBacksOff, with_jitter};
 use crate::api::application::{Application, ApplicationStatus, SyncState, SyncStatus};
 use crate::api::conditions;
 use crate::api::names;
@@ -151,7 +151,7 @@ pub async fn run_shard(
             });
             std::future::ready(!own)
         });
-    let controller = Controller::for_stream(own, store.clone()).with_config(
+    let controller = Controller::for_stream(own, store.clone()).trigger_backoff(EachWatchBacksOff).with_config(
         // Every due reconcile starts and waits for one of the replica's slots (`queue`), so
         // the cap is per replica and fair across namespaces.
         controller::Config::default()
@@ -175,6 +175,7 @@ pub async fn run_shard(
             })
             .map(|a| noted(ObjectRef::from_obj(&*a), &c2))
             .collect();
+        tracing::debug!(repository = ?repo.as_ref().map(|r| r.name_any()), namespace = ?repo.as_ref().and_then(|r| r.namespace()), ?shard, applications = apps.len(), "a Repository change triggers Applications");
         futures_util::stream::iter(apps)
     });
     // A HealthCheck changed: the Applications in this shard that manage its kind (all of them if

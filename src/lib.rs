@@ -19,6 +19,7 @@ pub mod redact;
 pub mod render;
 pub mod source;
 pub mod telemetry;
+pub mod text;
 pub mod watch;
 pub mod webhook;
 pub mod yaml;

@@ -405,3 +405,15 @@ pub struct Approval {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attempt: Option<i32>,
 }
+
+/// A reference to the Revision `name` in `ns`, for Events about it (no uid or resourceVersion,
+/// so it is stable).
+pub fn reference(ns: &str, name: &str) -> k8s_openapi::api::core::v1::ObjectReference {
+    k8s_openapi::api::core::v1::ObjectReference {
+        api_version: Some(super::names::API_VERSION.to_string()),
+        kind: Some("Revision".to_string()),
+        name: Some(name.to_string()),
+        namespace: Some(ns.to_string()),
+        ..Default::default()
+    }
+}

@@ -56,7 +56,7 @@ fn annotation<'a>(obj: &'a Value, key: &str) -> Result<Option<&'a str>, String> 
 }
 
 fn bounded(s: &str) -> String {
-    super::revision::bounded(s, 64)
+    crate::text::bounded(s, 64)
 }
 
 /// The hook phase of `obj` ([`Hooked`]), or why its annotation is refused.
@@ -216,7 +216,7 @@ pub fn completion_within(
     let group = live["apiVersion"].as_str().and_then(|av| av.rsplit_once('/')).map_or("", |(g, _)| g);
     let why = |c: &Value| {
         let text = [c["reason"].as_str(), c["message"].as_str()].into_iter().flatten().collect::<Vec<_>>().join(": ");
-        super::revision::bounded(&text, 512)
+        crate::text::bounded(&text, 512)
     };
     match (group, kind) {
         ("batch", "Job") => {
@@ -234,7 +234,7 @@ pub fn completion_within(
                 "Pod failed{}",
                 live["status"]["message"]
                     .as_str()
-                    .map(|m| format!(": {}", super::revision::bounded(m, 512)))
+                    .map(|m| format!(": {}", crate::text::bounded(m, 512)))
                     .unwrap_or_default()
             )),
             Some(p) => Completion::Running(format!("Pod is {p}")),

@@ -131,7 +131,7 @@ pub fn wave_of(obj: &Value) -> Result<i32, String> {
     match &a[key] {
         Value::Null => Ok(0),
         Value::String(s) => s.trim().parse::<i32>().map_err(|_| {
-            format!("annotation {key}: {:?} is not a wave (an integer such as -1, 0 or 5)", revision::bounded(s, 64))
+            format!("annotation {key}: {:?} is not a wave (an integer such as -1, 0 or 5)", crate::text::bounded(s, 64))
         }),
         other => Err(format!("annotation {key}: {other} is not a string")),
     }

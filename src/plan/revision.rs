@@ -7,6 +7,7 @@ use sha2::{Digest, Sha256};
 use super::{Action, Plan, validate};
 use crate::api::application::{Render, ResourceRef};
 use crate::api::revision::{self as rev, FieldOwner, PlanAction, PlanEntry, PlanSummary};
+use crate::text::bounded;
 
 /// Most bytes the stored plan may take (entries stop being added beyond it; `truncated` says so).
 pub const MAX_PLAN_BYTES: usize = 256 * 1024;
@@ -54,18 +55,6 @@ pub fn desired_state_hash(objects: &[Value]) -> String {
         h.update(b"\n");
     }
     format!("sha256:{}", hex(&h.finalize()))
-}
-
-/// `s` cut to at most `max` bytes on a character boundary, ending in `...` when cut.
-pub fn bounded(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_string();
-    }
-    let mut end = max.saturating_sub(3);
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}...", &s[..end])
 }
 
 /// The plan as stored on a Revision: counts over every entry, entries in plan order up to

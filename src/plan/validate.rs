@@ -210,7 +210,7 @@ pub fn validate(
                 if !valid_namespace(ns) {
                     problems.insert(at(format!(
                         "metadata.namespace {:?} is not a namespace name (lowercase letters, digits and '-', at most 63)",
-                        super::revision::bounded(ns, 80)
+                        crate::text::bounded(ns, 80)
                     )));
                 } else if !allowed {
                     problems.insert(at(format!(

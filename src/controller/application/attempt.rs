@@ -21,19 +21,19 @@ use tracing::Instrument as _;
 use super::approval;
 use super::context::{Context, Error};
 use super::planning::Planned;
-use super::revision::revision_ref;
-use super::rollout::{self, Policy, Step};
+use super::rollout::{self, Policy, Step, is_deployed, policy_of};
 use super::status::{Failure, event, lifecycle_event, report_failure};
 use crate::api::application::{Application, ApplicationStatus, HealthSummary, ResourceRef, SyncState};
 use crate::api::common::{GroupVersionKind, HealthStatus};
 use crate::api::conditions;
 use crate::api::names;
+use crate::api::revision::reference as revision_ref;
 use crate::api::revision::{self as rev, Attempt, AttemptResult, RevisionHealth, RevisionPhase, RevisionStatus};
 use crate::apply;
 use crate::controller::with_jitter;
 use crate::health;
-use crate::plan::revision::bounded;
 use crate::plan::{Action as PlanAction, validate};
+use crate::text::bounded;
 
 /// How often a rollout waiting for health looks again.
 pub(super) const HEALTH_POLL: Duration = Duration::from_secs(2);
@@ -101,20 +101,6 @@ fn observe<'a>(
         .collect()
 }
 
-pub(super) fn policy_of(app: &Application) -> Policy {
-    let spec = &app.spec;
-    let parse = |s: &str, d: u64| crate::api::duration::parse(s).unwrap_or(Duration::from_secs(d));
-    Policy {
-        automatic: spec.sync.automatic,
-        self_heal: spec.sync.self_heal,
-        max_attempts: u32::try_from(spec.failure_policy.max_attempts).unwrap_or(1).max(1),
-        backoff: parse(&spec.failure_policy.backoff.duration, 10),
-        factor: u32::try_from(spec.failure_policy.backoff.factor).unwrap_or(2).max(1),
-        max_backoff: parse(&spec.failure_policy.backoff.max_duration, 300),
-        health_timeout: parse(&spec.health.timeout, 300),
-    }
-}
-
 pub(super) fn reference(e: &crate::plan::Entry) -> ResourceRef {
     ResourceRef {
         group: e.group.clone(),
@@ -140,19 +126,6 @@ fn gvk_of(obj: &Value) -> Option<GroupVersionKind> {
     })
 }
 
-/// Whether Revision status `rs` deployed the desired state `hash`. (Under a pending rollback,
-/// [`step_of`] also asks that nothing would change, since going back to a Revision deployed
-/// before another one is a rollout, and on manual sync that an approval of it completed.)
-pub(super) fn is_deployed(rs: &RevisionStatus, hash: &str) -> bool {
-    rs.deployed_desired_state_hash.as_deref() == Some(hash)
-}
-
-/// Whether an operator asks to try again now: a new `reconcile-requested-at`.
-pub(super) fn retry_requested(app: &Application, old: &ApplicationStatus) -> bool {
-    let requested = app.annotations().get(names::annotations::RECONCILE_REQUESTED_AT);
-    requested.is_some() && requested != old.last_handled_reconcile_at.as_ref()
-}
-
 /// The step a reconcile takes on `planned` for Revision `rev`, whose status is `rs`, with the
 /// approval it judged. Under a pending `rollback`, approvals given before its request do not
 /// count, and its target is deployed only when nothing would change.
@@ -165,14 +138,14 @@ pub(super) fn step_of(
     now: Timestamp,
     rollback: Option<&super::rollback::Request>,
 ) -> (Step, approval::Verdict) {
-    let policy = policy_of(app);
+    let policy = rollout::policy_of(app);
     let changes = planned.plan.changes();
     let not_before = rollback.and_then(|r| r.requested_at);
     let request = approval::request_of(app.annotations());
     // A rollback's target is deployed once nothing would change; on a manual-sync Application
     // also only once an approval given for the rollback completed a rollout of it, even when it
     // was live all along.
-    let deployed = is_deployed(rs, &planned.hash)
+    let deployed = rollout::is_deployed(rs, &planned.hash)
         && rollback.is_none_or(|_| {
             !changes
                 && (policy.automatic
@@ -194,7 +167,7 @@ pub(super) fn step_of(
     }
     let step = rollout::decide(rs, &planned.hash, deployed, changes, verdict.approves(), &policy, now);
     // A new approval of this plan is an operator asking to try again now too.
-    let retry_now = retry_requested(app, old) || matches!(verdict, approval::Verdict::Approved(_));
+    let retry_now = rollout::retry_requested(app, old) || matches!(verdict, approval::Verdict::Approved(_));
     if matches!(step, Step::Paused | Step::Retry { .. }) && retry_now {
         return (Step::Start { number: rs.attempts.last().map(|a| a.number + 1).unwrap_or(1) }, verdict);
     }

@@ -17,7 +17,6 @@ use serde_json::json;
 use std::sync::Arc;
 
 use super::progress;
-use super::source::ResolvedKey;
 use crate::api::application::Application;
 use crate::api::conditions;
 use crate::api::names;
@@ -64,6 +63,11 @@ impl Default for Settings {
         }
     }
 }
+
+/// What a resolved `spec.source.revision` is remembered by: (URL, credential identity of the
+/// Repository's Secret, revision). With the identity, one tenant never learns the commit another
+/// tenant's credentials resolved.
+pub(super) type ResolvedKey = (String, String, String);
 
 /// One watch of every Repository per replica: its store answers reconciles' reads, and its
 /// events fan out to the shard controllers (each maps a Repository to its Applications).

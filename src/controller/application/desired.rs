@@ -208,7 +208,7 @@ async fn announce_redeploy(ctx: &Context, app: &Application, ns: &str, rev: &str
     } else {
         " (the plan waits for approval: spec.sync.automatic is false)"
     };
-    let related = super::revision::revision_ref(ns, rev);
+    let related = crate::api::revision::reference(ns, rev);
     let note = format!("redeploy requested at {at}: {what}{approval}");
     event(ctx, app, Some(&related), EventType::Normal, names::reasons::PROGRESSING, &note).await;
     ctx.redeploys.lock().expect("redeploys lock").insert(key, at.to_string());

@@ -707,7 +707,7 @@ async fn plan_app(
             };
             let action = run.run(planned).await?;
             reconciled.healthy = rs.phase == RevisionPhase::Healthy
-                && attempt::is_deployed(&rs, &hash)
+                && rollout::is_deployed(&rs, &hash)
                 && status.last_healthy_revision.as_deref() == Some(rev_name.as_str())
                 && rs.attempts.last().is_none_or(|a| a.result != AttemptResult::Running);
             action

@@ -17,7 +17,7 @@ use super::status::{Failure, report_failure};
 use crate::api::application::{Application, ApplicationStatus};
 use crate::api::revision::{self as rev, Attempt, AttemptResult, RevisionPhase, RevisionStatus};
 use crate::controller::with_jitter;
-use crate::plan::revision::bounded;
+use crate::text::bounded;
 
 /// Whether the Revision with status `rs` is being rolled out, so a render failure is an
 /// attempt. `rollback_target`: it is a pending rollback's target.
@@ -31,7 +31,7 @@ pub(super) fn step(
     if rs.deployed_desired_state_hash.is_some() && !rollback_target {
         return RenderStep::Render { attempt: None };
     }
-    rollout::render_step(rs, &super::attempt::policy_of(app), now, super::attempt::retry_requested(app, old))
+    rollout::render_step(rs, &super::rollout::policy_of(app), now, super::rollout::retry_requested(app, old))
 }
 
 /// The render of this reconcile failed with `failure` (its message says why, and when a
@@ -49,7 +49,7 @@ pub(super) async fn failed(
     attempt: Option<i32>,
     now: Timestamp,
 ) -> Action {
-    let policy = super::attempt::policy_of(app);
+    let policy = super::rollout::policy_of(app);
     // A deployed Revision stays what it is: the live state is untouched.
     if rs.deployed_desired_state_hash.is_none() {
         rs.phase = RevisionPhase::Failed;
@@ -104,7 +104,7 @@ pub(super) async fn wait(
     at: Timestamp,
     now: Timestamp,
 ) -> Action {
-    let policy = super::attempt::policy_of(app);
+    let policy = super::rollout::policy_of(app);
     let failure = match &rs.failure {
         Some(f) => Failure {
             reason: super::attempt::reason_const(&f.reason),

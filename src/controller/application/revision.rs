@@ -1,8 +1,8 @@
 //! The Revision stage: the Revision of an Application's identity (created when missing), the
 //! previous one superseded, and history retention.
 
+use crate::api::revision::reference as revision_ref;
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -173,15 +173,4 @@ pub(super) async fn retain_history(
         }
     }
     Ok(())
-}
-
-/// A reference to the Revision `name` in `ns` (no uid or resourceVersion, so it is stable).
-pub(super) fn revision_ref(ns: &str, name: &str) -> ObjectReference {
-    ObjectReference {
-        api_version: Some(names::API_VERSION.to_string()),
-        kind: Some("Revision".to_string()),
-        name: Some(name.to_string()),
-        namespace: Some(ns.to_string()),
-        ..Default::default()
-    }
 }

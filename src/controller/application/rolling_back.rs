@@ -9,12 +9,12 @@ use kube::runtime::events::EventType;
 use serde_json::{Value, json};
 
 use super::context::{Context, Error};
-use super::revision::revision_ref;
 use super::rollback::{self, Kind, Outcome, Request, Target, same_commit};
 use super::status::event;
 use crate::api::application::{Application, ApplicationStatus, FailureAction, SyncState};
 use crate::api::conditions;
 use crate::api::names;
+use crate::api::revision::reference as revision_ref;
 use crate::api::revision::{self as rev, AttemptResult, Revision, RevisionPhase, RevisionStatus};
 
 /// Whether `rs` carries the hold of a completed rollback.
@@ -258,7 +258,7 @@ pub(super) async fn settle(
 ) -> Result<Option<After>, Error> {
     match &choice.target {
         Target::Rollback { from, .. } => {
-            let policy = super::attempt::policy_of(app);
+            let policy = super::rollout::policy_of(app);
             let running = rs.attempts.last().is_some_and(|a| a.result == AttemptResult::Running);
             let progress = rollback::Progress {
                 healthy: done.healthy,
@@ -355,7 +355,7 @@ pub(super) async fn failure_request(
     }) else {
         return Ok(None);
     };
-    let policy = super::attempt::policy_of(app);
+    let policy = super::rollout::policy_of(app);
     let for_good = done.failure.as_ref().is_some_and(|f| !f.retryable)
         || super::rollout::consecutive_failures(&rs.attempts, None) >= policy.max_attempts;
     if failed.desired_state_hash.is_none() && !for_good {

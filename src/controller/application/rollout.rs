@@ -4,8 +4,10 @@
 use std::time::Duration;
 
 use jiff::Timestamp;
+use kube::ResourceExt;
 
-use crate::api::application::SyncState;
+use crate::api::application::{Application, ApplicationStatus, SyncState};
+use crate::api::names;
 use crate::api::revision::{Attempt, AttemptResult, MAX_ATTEMPTS_KEPT, RevisionStatus};
 
 /// The policies a decision depends on.
@@ -25,6 +27,34 @@ pub struct Policy {
     pub max_backoff: Duration,
     /// `spec.health.timeout`.
     pub health_timeout: Duration,
+}
+
+/// The sync and failure policies of `app`, with the spec's defaults for what does not parse.
+pub fn policy_of(app: &Application) -> Policy {
+    let spec = &app.spec;
+    let parse = |s: &str, d: u64| crate::api::duration::parse(s).unwrap_or(Duration::from_secs(d));
+    Policy {
+        automatic: spec.sync.automatic,
+        self_heal: spec.sync.self_heal,
+        max_attempts: u32::try_from(spec.failure_policy.max_attempts).unwrap_or(1).max(1),
+        backoff: parse(&spec.failure_policy.backoff.duration, 10),
+        factor: u32::try_from(spec.failure_policy.backoff.factor).unwrap_or(2).max(1),
+        max_backoff: parse(&spec.failure_policy.backoff.max_duration, 300),
+        health_timeout: parse(&spec.health.timeout, 300),
+    }
+}
+
+/// Whether Revision status `rs` deployed the desired state `hash`. (Under a pending rollback,
+/// `attempt::step_of` also asks that nothing would change, since going back to a Revision deployed
+/// before another one is a rollout, and on manual sync that an approval of it completed.)
+pub fn is_deployed(rs: &RevisionStatus, hash: &str) -> bool {
+    rs.deployed_desired_state_hash.as_deref() == Some(hash)
+}
+
+/// Whether an operator asks to try again now: a new `reconcile-requested-at`.
+pub fn retry_requested(app: &Application, old: &ApplicationStatus) -> bool {
+    let requested = app.annotations().get(names::annotations::RECONCILE_REQUESTED_AT);
+    requested.is_some() && requested != old.last_handled_reconcile_at.as_ref()
 }
 
 /// What to do.

@@ -14,11 +14,6 @@ use crate::api::names;
 use crate::api::repository::Repository;
 use crate::source::Reference;
 
-/// What a resolved `spec.source.revision` is remembered by: (URL, credential identity of the
-/// Repository's Secret, revision). With the identity, one tenant never learns the commit another
-/// tenant's credentials resolved.
-pub(super) type ResolvedKey = (String, String, String);
-
 /// The resolved source of an Application.
 pub(super) struct Source {
     pub(super) repository: String,

@@ -40,18 +40,18 @@ use tracing::Instrument as _;
 use super::attempt::{HEALTH_POLL, Rollout, describe, pending, reference};
 use super::context::Error;
 use super::planning::Planned;
-use super::revision::revision_ref;
 use super::rollout::Policy;
 use super::status::{event, lifecycle_event};
 use crate::api::application::SyncState;
 use crate::api::common::HealthStatus;
 use crate::api::conditions;
 use crate::api::names;
+use crate::api::revision::reference as revision_ref;
 use crate::api::revision::{AttemptResult, HookPhase, RevisionPhase};
 use crate::controller::with_jitter;
 use crate::plan::hooks::{self, Completion, Next};
-use crate::plan::revision::bounded;
 use crate::plan::{Entry, validate};
+use crate::text::bounded;
 
 /// How soon a reconcile goes on after a stage changed.
 const NEXT_STAGE: Duration = Duration::from_millis(200);
@@ -114,7 +114,7 @@ impl Rollout<'_> {
     /// Whether this attempt runs hooks: not when it repairs drift of a deployed desired state
     /// (self-heal), but on a rollback to one.
     fn runs_hooks(&self, planned: &Planned) -> bool {
-        self.rollback.is_some() || !super::attempt::is_deployed(self.rs, &planned.hash)
+        self.rollback.is_some() || !super::rollout::is_deployed(self.rs, &planned.hash)
     }
 
     /// Record that the attempt now runs the hooks of `phase` at `wave`.

@@ -11,10 +11,10 @@ use kube::runtime::reflector::ObjectRef;
 use serde_json::json;
 
 use super::context::{Context, Error, fenced};
-use super::revision::revision_ref;
 use crate::api::application::{Application, ApplicationStatus};
 use crate::api::conditions;
 use crate::api::names;
+use crate::api::revision::reference as revision_ref;
 
 /// How a failed step is reported.
 #[derive(Clone, Debug, PartialEq)]

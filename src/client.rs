@@ -78,7 +78,7 @@ impl Bucket {
             && headers.contains_key(FLOW_SCHEMA_HEADER)
             && !self.lifted.swap(true, Ordering::Relaxed)
         {
-            metrics::gauge!("ksync_api_budget_qps").set(0.0);
+            metrics::gauge!(crate::metric_names::API_BUDGET_QPS).set(0.0);
             tracing::info!(
                 "the API server applies API Priority and Fairness: requests are no longer held to a client-side budget (--kube-api-qps keeps one)"
             );
@@ -100,13 +100,13 @@ impl Limiter {
     /// A budget of `budget`.
     pub fn new(budget: Budget) -> Limiter {
         if budget.qps <= 0.0 || !budget.qps.is_finite() {
-            metrics::gauge!("ksync_api_budget_qps").set(0.0);
+            metrics::gauge!(crate::metric_names::API_BUDGET_QPS).set(0.0);
             return Limiter(None);
         }
         let period = Duration::from_secs_f64(1.0 / budget.qps).max(Duration::from_nanos(1));
         let burst = NonZeroU32::new(budget.burst.max(1)).unwrap_or(NonZeroU32::MIN);
         let quota = Quota::with_period(period).map(|q| q.allow_burst(burst));
-        metrics::gauge!("ksync_api_budget_qps").set(if quota.is_some() { budget.qps } else { 0.0 });
+        metrics::gauge!(crate::metric_names::API_BUDGET_QPS).set(if quota.is_some() { budget.qps } else { 0.0 });
         Limiter(quota.map(|q| {
             Arc::new(Bucket {
                 rate: RateLimiter::direct(q),
@@ -260,7 +260,7 @@ impl<Res> tower::retry::Policy<http::Request<kube::client::Body>, http::Response
         match result {
             Ok(response) if response.status() == http::StatusCode::TOO_MANY_REQUESTS && self.left > 0 => {
                 self.left -= 1;
-                metrics::counter!("ksync_api_retries_total").increment(1);
+                metrics::counter!(crate::metric_names::API_RETRIES_TOTAL).increment(1);
                 Some(tokio::time::sleep(self.wait_of(response.headers())))
             }
             _ => None,
@@ -374,7 +374,8 @@ where
                     Box::pin(async move {
                         let started = Instant::now();
                         bucket.rate.until_ready().await;
-                        metrics::histogram!("ksync_api_throttle_seconds").record(started.elapsed().as_secs_f64());
+                        metrics::histogram!(crate::metric_names::API_THROTTLE_SECONDS)
+                            .record(started.elapsed().as_secs_f64());
                     })
                 });
                 if wait.as_mut().poll(cx).is_pending() {
@@ -395,11 +396,11 @@ where
             None => None,
             Some(Some(until)) => Some(until),
             Some(None) => {
-                metrics::counter!("ksync_fenced_requests_total", "result" => "closed").increment(1);
+                metrics::counter!(crate::metric_names::FENCED_REQUESTS_TOTAL, "result" => "closed").increment(1);
                 return Box::pin(std::future::ready(Err(Box::new(FenceClosed) as BoxError)));
             }
         };
-        metrics::counter!("ksync_api_requests_total", "verb" => verb_of(&request)).increment(1);
+        metrics::counter!(crate::metric_names::API_REQUESTS_TOTAL, "verb" => verb_of(&request)).increment(1);
         let sent = self.inner.call(request);
         let bucket = self.limiter.0.clone();
         Box::pin(async move {
@@ -408,7 +409,8 @@ where
                 Some(until) => match tokio::time::timeout_at(until.into(), sent).await {
                     Ok(r) => r.map_err(Into::into),
                     Err(_) => {
-                        metrics::counter!("ksync_fenced_requests_total", "result" => "deadline").increment(1);
+                        metrics::counter!(crate::metric_names::FENCED_REQUESTS_TOTAL, "result" => "deadline")
+                            .increment(1);
                         Err(Box::new(FenceDeadline) as BoxError)
                     }
                 },

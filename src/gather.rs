@@ -121,7 +121,7 @@ pub async fn gather(client: &kube::Client, managed: BTreeMap<ResourceRef, Value>
         }
         level = next;
     }
-    metrics::histogram!("ksync_graph_api_calls").record(g.calls as f64);
+    metrics::histogram!(crate::metric_names::GRAPH_API_CALLS).record(g.calls as f64);
     g
 }
 

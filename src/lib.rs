@@ -13,6 +13,7 @@ pub mod gather;
 pub mod graph;
 pub mod health;
 pub mod identity;
+pub mod metric_names;
 pub mod offload;
 pub mod plan;
 pub mod redact;

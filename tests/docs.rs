@@ -252,3 +252,16 @@ fn unbuilt_features_are_marked_not_yet_implemented_everywhere_they_are_described
          (in src/api/ doc comments, then regenerate crds/): {unmarked:#?}"
     );
 }
+
+/// Every metric the manager publishes is documented for users (its meaning and labels).
+#[test]
+fn every_metric_is_documented() {
+    let docs: String = std::fs::read_dir(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs"))
+        .expect("docs/")
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().extension().is_some_and(|x| x == "md"))
+        .map(|e| std::fs::read_to_string(e.path()).expect("a doc"))
+        .collect();
+    let missing: Vec<_> = kuvryn_sync::metric_names::ALL.iter().filter(|n| !docs.contains(&format!("`{n}`"))).collect();
+    assert!(missing.is_empty(), "metrics no page of docs/ names: {missing:?}");
+}

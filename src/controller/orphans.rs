@@ -129,7 +129,7 @@ async fn round(
     let list = leases.list(&ListParams::default().labels(&format!("{}=shard", sharding::lease::ROLE_LABEL))).await?;
     let now = Timestamp::now();
     let orphans = grace.lasting(&orphaned(&list.items, prefix, shards, now), std::time::Instant::now(), lasting);
-    metrics::gauge!("ksync_shards_orphaned").set(orphans.len() as f64);
+    metrics::gauge!(crate::metric_names::SHARDS_ORPHANED).set(orphans.len() as f64);
     let apps: Api<Application> = Api::all(client.clone());
     for k in orphans {
         let selected = apps.list(&ListParams::default().labels(&format!("{}={k}", names::labels::SHARD))).await?;

@@ -228,7 +228,8 @@ impl GitCache {
         if let Some((finished, result)) = memo.get(reference)
             && *finished >= requested
         {
-            metrics::counter!("ksync_git_cache_requests_total", "cache" => "objects", "result" => "hit").increment(1);
+            metrics::counter!(crate::metric_names::GIT_CACHE_REQUESTS_TOTAL, "cache" => "objects", "result" => "hit")
+                .increment(1);
             return result.clone().map(|id| Resolution { commit: id.to_string(), fetched: false });
         }
         let started = Instant::now();
@@ -255,15 +256,16 @@ impl GitCache {
             Ok(_) => "local",
             Err(e) => e.metric_label(),
         };
-        metrics::counter!("ksync_git_fetches_total", "result" => label).increment(1);
+        metrics::counter!(crate::metric_names::GIT_FETCHES_TOTAL, "result" => label).increment(1);
         if let Ok(r) = &result
             && r.contacted
         {
-            metrics::histogram!("ksync_git_fetch_duration_seconds").record(started.elapsed().as_secs_f64());
-            metrics::counter!("ksync_git_fetch_bytes_total").increment(r.bytes);
+            metrics::histogram!(crate::metric_names::GIT_FETCH_DURATION_SECONDS)
+                .record(started.elapsed().as_secs_f64());
+            metrics::counter!(crate::metric_names::GIT_FETCH_BYTES_TOTAL).increment(r.bytes);
         }
         let hit = matches!(&result, Ok(r) if !r.fetched);
-        metrics::counter!("ksync_git_cache_requests_total", "cache" => "objects", "result" => if hit { "hit" } else { "miss" })
+        metrics::counter!(crate::metric_names::GIT_CACHE_REQUESTS_TOTAL, "cache" => "objects", "result" => if hit { "hit" } else { "miss" })
             .increment(1);
         let fetched = matches!(&result, Ok(r) if r.fetched);
         let stored = result.map(|r| r.commit);
@@ -331,10 +333,10 @@ impl GitCache {
                 let n = this.inner.nonce.fetch_add(1, Ordering::Relaxed);
                 let dest = this.inner.config.dir.join("checkouts").join(format!("{tree}-{n}"));
                 let c = checkout::materialize(&repo, tree, dest, this.inner.config.limits, &label);
-                metrics::histogram!("ksync_git_materialize_duration_seconds").record(started.elapsed().as_secs_f64());
+                metrics::histogram!(crate::metric_names::GIT_MATERIALIZE_DURATION_SECONDS).record(started.elapsed().as_secs_f64());
                 c.map(Arc::new)
             });
-            metrics::counter!("ksync_git_cache_requests_total", "cache" => "checkouts", "result" => if missed { "miss" } else { "hit" })
+            metrics::counter!(crate::metric_names::GIT_CACHE_REQUESTS_TOTAL, "cache" => "checkouts", "result" => if missed { "miss" } else { "hit" })
                 .increment(1);
             result.map_err(|e: Arc<Error>| (*e).clone())
         })

@@ -46,7 +46,7 @@ use record::{Annotations, Requester};
 /// `notAfter`), set each time the certificate is (still) presented. Not set for a cert-manager
 /// directory (`--webhook-cert-dir`): cert-manager exports its own
 /// `certmanager_certificate_expiration_timestamp_seconds`.
-pub const CERTIFICATE_EXPIRY: &str = "ksync_webhook_certificate_expiry_timestamp_seconds";
+pub const CERTIFICATE_EXPIRY: &str = crate::metric_names::WEBHOOK_CERTIFICATE_EXPIRY_TIMESTAMP_SECONDS;
 
 /// Settings of the webhook (flags of `ksync-controller run`).
 #[derive(Clone, Debug)]

@@ -306,7 +306,7 @@ impl Rollout<'_> {
                 let started = self.start(number, &planned, &policy, &mut live, &mut managed_left).await?;
                 if new_drift {
                     // A self-heal (or an approved repair) of drift no reconcile reported yet.
-                    metrics::counter!("ksync_drift_detected_total").increment(1);
+                    metrics::counter!(crate::metric_names::DRIFT_DETECTED_TOTAL).increment(1);
                 }
                 match started {
                     Some(deadline) => deadline,
@@ -655,7 +655,7 @@ impl Rollout<'_> {
         self.rs.phase = RevisionPhase::Healthy;
         self.rs.failure = None;
         if self.drift_is_new(planned) {
-            metrics::counter!("ksync_drift_detected_total").increment(1);
+            metrics::counter!(crate::metric_names::DRIFT_DETECTED_TOTAL).increment(1);
         }
         if changes {
             self.set_sync(SyncState::Drifted, planned);

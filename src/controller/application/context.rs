@@ -308,7 +308,7 @@ impl Context {
 pub enum Error {
     /// An API request failed.
     #[error("API request failed: {0}")]
-    Kube(kube::Error),
+    Kube(#[source] kube::Error),
     /// The object has no namespace.
     #[error("the Application has no namespace")]
     NoNamespace,
@@ -320,6 +320,18 @@ pub enum Error {
     /// [`super::reconcile`]: such plans are made again from a fresh list before anything is written).
     #[error("a rollout needs a plan made from a fresh list")]
     Stale,
+}
+
+impl Error {
+    /// The `result` label of `ksync_reconciles_total` for a reconcile that ended in this error.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::Kube(_) | Error::NoNamespace => "error",
+            Error::NotOwner => "not_owner",
+            // A rollout about to act on a plan from the watch caches: a bug, counted apart.
+            Error::Stale => "stale_plan",
+        }
+    }
 }
 
 impl From<kube::Error> for Error {
@@ -345,5 +357,25 @@ pub(super) fn may_write(ctx: &Context, app: &Application) -> bool {
     match &ctx.fence {
         None => true,
         Some(f) => f.owns(shard_of(ctx, &app.namespace().unwrap_or_default(), &app.name_any())).is_some(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Error;
+
+    #[test]
+    fn each_error_has_its_metric_label() {
+        let api = Error::Kube(kube::Error::LinesCodecMaxLineLengthExceeded);
+        assert!(std::error::Error::source(&api).is_some(), "an API error keeps its cause");
+        let cases = [
+            (api, "error"),
+            (Error::NoNamespace, "error"),
+            (Error::NotOwner, "not_owner"),
+            (Error::Stale, "stale_plan"),
+        ];
+        for (e, want) in cases {
+            assert_eq!(e.metric_label(), want, "{e}");
+        }
     }
 }

@@ -212,8 +212,8 @@ pub async fn read_desired(
             None => to_read.push(d),
         }
     }
-    metrics::counter!("ksync_desired_reads_total", "source" => "unchanged").increment(known.len() as u64);
-    metrics::counter!("ksync_desired_reads_total", "source" => "api").increment(to_read.len() as u64);
+    metrics::counter!(crate::metric_names::DESIRED_READS_TOTAL, "source" => "unchanged").increment(known.len() as u64);
+    metrics::counter!(crate::metric_names::DESIRED_READS_TOTAL, "source" => "api").increment(to_read.len() as u64);
     let requests: Vec<_> = to_read
         .into_iter()
         .map(|d| async move {
@@ -230,7 +230,7 @@ pub async fn read_desired(
     let results: Vec<(String, Result<One, Error>)> =
         futures_util::stream::iter(requests).buffer_unordered(CONCURRENCY).collect().await;
     let spared = results.iter().filter(|(_, r)| matches!(r, Ok(One::Present { spared: true, .. }))).count();
-    metrics::counter!("ksync_dry_runs_spared_total").increment(spared as u64);
+    metrics::counter!(crate::metric_names::DRY_RUNS_SPARED_TOTAL).increment(spared as u64);
     let mut invalid = Vec::new();
     let mut first_error = None;
     for (id, r) in results {
@@ -378,10 +378,10 @@ pub async fn read_managed(
             let mut found = Vec::new();
             let Some(r) = scopes.resource(&k.group, &k.version, &k.kind) else { return Ok(found) };
             if let Some(found) = cached(r) {
-                metrics::counter!("ksync_inventory_reads_total", "source" => "cache").increment(1);
+                metrics::counter!(crate::metric_names::INVENTORY_READS_TOTAL, "source" => "cache").increment(1);
                 return Ok(found);
             }
-            metrics::counter!("ksync_inventory_reads_total", "source" => "api").increment(1);
+            metrics::counter!(crate::metric_names::INVENTORY_READS_TOTAL, "source" => "api").increment(1);
             let namespaced = crate::plan::validate::Scopes::namespaced(scopes, &k.group, &k.kind).unwrap_or(true);
             let all = Api::<DynamicObject>::all_with(client.clone(), r);
             // Refused across the cluster a moment ago: straight to the namespaces.

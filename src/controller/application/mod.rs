@@ -314,15 +314,12 @@ async fn reconcile_tracked(
         ctx.failures.lock().expect("failures lock").remove(&r);
     }
     ctx.progress.finished(&r);
-    metrics::histogram!("ksync_reconcile_duration_seconds").record(started.elapsed().as_secs_f64());
+    metrics::histogram!(crate::metric_names::RECONCILE_DURATION_SECONDS).record(started.elapsed().as_secs_f64());
     let label = match &result {
         Ok(_) => "ok",
-        Err(Error::NotOwner) => "not_owner",
-        // A rollout about to act on a plan from the watch caches: a bug, counted apart.
-        Err(Error::Stale) => "stale_plan",
-        Err(_) => "error",
+        Err(e) => e.metric_label(),
     };
-    metrics::counter!("ksync_reconciles_total", "result" => label).increment(1);
+    metrics::counter!(crate::metric_names::RECONCILES_TOTAL, "result" => label).increment(1);
     span.in_scope(|| match &result {
         Ok(action) => tracing::debug!(result = label, next = ?action, "reconciled"),
         Err(e) => tracing::debug!(result = label, error = %e, "reconciled"),

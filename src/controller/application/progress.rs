@@ -102,7 +102,7 @@ impl Progress {
     /// A worker started reconciling `app`.
     pub fn started(&self, app: &ObjectRef<Application>) {
         if let Some(at) = self.lock().pending.remove(app) {
-            metrics::histogram!("ksync_reconcile_queue_seconds").record(at.elapsed().as_secs_f64());
+            metrics::histogram!(crate::metric_names::RECONCILE_QUEUE_SECONDS).record(at.elapsed().as_secs_f64());
         }
     }
 
@@ -147,14 +147,14 @@ pub async fn report(progress: &Progress, stale_after: Duration, shutdown: impl s
             _ = &mut shutdown => return,
             _ = tick.tick() => {
                 let s = progress.snapshot(stale_after);
-                metrics::gauge!("ksync_applications_owned").set(s.owned as f64);
-                metrics::gauge!("ksync_reconcile_queue_depth").set(s.queued as f64);
-                metrics::gauge!("ksync_applications_reconcile_stale").set(s.stale as f64);
-                metrics::gauge!("ksync_shards_owned").set(s.shards as f64);
+                metrics::gauge!(crate::metric_names::APPLICATIONS_OWNED).set(s.owned as f64);
+                metrics::gauge!(crate::metric_names::RECONCILE_QUEUE_DEPTH).set(s.queued as f64);
+                metrics::gauge!(crate::metric_names::APPLICATIONS_RECONCILE_STALE).set(s.stale as f64);
+                metrics::gauge!(crate::metric_names::SHARDS_OWNED).set(s.shards as f64);
                 // Every combination, so one nobody is in any more reads 0 rather than its last count.
                 for sync in SyncState::ALL {
                     for health in HealthStatus::ALL {
-                        metrics::gauge!("ksync_applications", "sync" => sync.as_str(), "health" => health.as_str())
+                        metrics::gauge!(crate::metric_names::APPLICATIONS, "sync" => sync.as_str(), "health" => health.as_str())
                             .set(s.count(sync, health) as f64);
                     }
                 }

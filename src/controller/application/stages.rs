@@ -308,7 +308,7 @@ impl Rollout<'_> {
         let behind = applied.as_ref().is_some_and(|h| *h != planned.hash);
         let deployed = self.rs.deployed_desired_state_hash.as_deref();
         if super::rollout::repairs_drift(deployed, applied.as_deref(), self.rollback.is_some()) {
-            metrics::counter!("ksync_drift_repaired_total").increment(1);
+            metrics::counter!(crate::metric_names::DRIFT_REPAIRED_TOTAL).increment(1);
         }
         self.rs.deployed_desired_state_hash = Some(applied.unwrap_or_else(|| planned.hash.clone()));
         self.status.last_healthy_revision = Some(self.rev.to_string());

@@ -38,8 +38,8 @@ impl Inner {
     }
 
     fn gauges(&self) {
-        metrics::gauge!("ksync_reconciles_running").set(self.turns.running() as f64);
-        metrics::gauge!("ksync_reconciles_waiting").set(self.turns.waiting() as f64);
+        metrics::gauge!(crate::metric_names::RECONCILES_RUNNING).set(self.turns.running() as f64);
+        metrics::gauge!(crate::metric_names::RECONCILES_WAITING).set(self.turns.waiting() as f64);
     }
 }
 

@@ -822,7 +822,10 @@ pub fn update_fields(
 
 /// Server-side apply of `config` over `live` (None: create; `base` is then the new object's
 /// identity). Returns the object to store, with managedFields.
-#[allow(clippy::too_many_arguments)]
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the inputs of one apply request as the handler has them (request, stored object, target); bundling them would only rename them"
+)]
 pub fn apply_fields(
     state: &State,
     live: Option<&Value>,

@@ -19,7 +19,7 @@ use serde_json::Value;
 use tracing::Instrument as _;
 
 use super::approval;
-use super::context::{Context, Error};
+use super::context::{Context, Error, Reconcile};
 use super::planning::Planned;
 use super::rollout::{self, Policy, Step, is_deployed, policy_of};
 use super::status::{Failure, event, lifecycle_event, report_failure};
@@ -210,7 +210,12 @@ fn rollback_approval(
     }))
 }
 
-impl Rollout<'_> {
+impl<'a> Rollout<'a> {
+    /// What this reconcile started from.
+    pub(super) fn reconcile(&self) -> Reconcile<'a> {
+        Reconcile { ctx: self.ctx, app: self.app, ns: self.ns, name: self.name, old: self.old, now: self.now }
+    }
+
     /// Run the step the Revision is at. An attempt starts only on a plan made from a fresh list
     /// (`planned.fresh`): otherwise nothing is written and `Err(Error::Stale)` asks for one.
     pub async fn run(&mut self, planned: Planned) -> Result<Action, Error> {
@@ -270,7 +275,7 @@ impl Rollout<'_> {
                 self.rs.phase = RevisionPhase::Failed;
                 self.set_sync(pending(&planned), &planned);
                 let failure = self.last_failure(&policy, Some(at));
-                report_failure(self.ctx, self.app, self.old, self.status, &failure, false, self.now).await;
+                report_failure(&self.reconcile(), self.status, &failure, false).await;
                 // Between attempts the evidence moves on (a crash loop backs off): kept current.
                 let pods = self.pods_of(&planned, &live, None).await;
                 let summary = self.summarize(&planned, &live, &pods, true, None).await;
@@ -282,7 +287,7 @@ impl Rollout<'_> {
                 self.rs.phase = RevisionPhase::Failed;
                 self.set_sync(pending(&planned), &planned);
                 let failure = self.last_failure(&policy, None);
-                report_failure(self.ctx, self.app, self.old, self.status, &failure, true, self.now).await;
+                report_failure(&self.reconcile(), self.status, &failure, true).await;
                 self.observe_health(&planned, &live, false).await;
                 return Ok(Action::requeue(with_jitter(self.ctx.settings.resync, self.name)));
             }
@@ -375,7 +380,7 @@ impl Rollout<'_> {
             rollout::decide(self.rs, desired.as_ref().unwrap_or(&planned.hash), false, true, true, policy, self.now);
         let failure = self.last_failure(policy, None);
         let stalled = matches!(at, Step::Paused);
-        report_failure(self.ctx, self.app, self.old, self.status, &failure, stalled, self.now).await;
+        report_failure(&self.reconcile(), self.status, &failure, stalled).await;
         self.set_sync(pending(planned), planned);
         Ok(match at {
             Step::Retry { at } => {
@@ -692,7 +697,7 @@ impl Rollout<'_> {
         match summary.status {
             HealthStatus::Degraded => {
                 let failure = Failure::new(names::reasons::DEGRADED, summary.message.clone(), true);
-                report_failure(self.ctx, self.app, self.old, self.status, &failure, false, self.now).await;
+                report_failure(&self.reconcile(), self.status, &failure, false).await;
             }
             HealthStatus::Healthy => {
                 // Deployed and Healthy: the last healthy Revision (again, if a status write

@@ -69,6 +69,19 @@ impl Default for Settings {
 /// tenant's credentials resolved.
 pub(super) type ResolvedKey = (String, String, String);
 
+/// What one reconcile of an Application starts from, the same for every stage: the replica's
+/// context, the Application as read, its status as stored when the reconcile began, and the
+/// clock. The status being built is passed apart (`&mut`), as each stage changes it.
+#[derive(Clone, Copy)]
+pub(super) struct Reconcile<'a> {
+    pub ctx: &'a Context,
+    pub app: &'a Application,
+    pub ns: &'a str,
+    pub name: &'a str,
+    pub old: &'a crate::api::application::ApplicationStatus,
+    pub now: jiff::Timestamp,
+}
+
 /// One watch of every Repository per replica: its store answers reconciles' reads, and its
 /// events fan out to the shard controllers (each maps a Repository to its Applications).
 pub(super) struct Repositories {

@@ -50,7 +50,7 @@ use kube::runtime::events::EventType;
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
-use super::context::{Context, Error, STALE_RETRY, fenced, may_write};
+use super::context::{Context, Error, Reconcile, STALE_RETRY, fenced, may_write};
 use super::live;
 use super::status::{Failure, event, report_failure, write_status};
 use crate::api::application::{Application, ApplicationStatus, DeletionPolicy};
@@ -133,7 +133,8 @@ pub(super) async fn finalize(
                     format!("deleting the managed resources (deletionPolicy DeleteManagedResources): {message}"),
                     true,
                 );
-                report_failure(ctx, app, old, &mut status, &failure, false, Timestamp::now()).await;
+                let r = Reconcile { ctx, app, ns, name, old, now: Timestamp::now() };
+                report_failure(&r, &mut status, &failure, false).await;
                 if !write_status(ctx, app, old, &status).await? {
                     return Ok(Action::requeue(STALE_RETRY));
                 }

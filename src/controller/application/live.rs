@@ -442,21 +442,29 @@ pub struct Spare {
 /// Which desired objects need no read, or no dry run ([`Spare`]).
 pub type Skip<'a> = &'a (dyn Fn(&[Value]) -> Spare + Sync);
 
+/// What a plan needs read: its desired objects, and the Application's managed objects (their
+/// kinds and label selector).
+#[derive(Clone, Copy)]
+pub struct Needed<'a> {
+    pub desired: &'a [Value],
+    pub managed_kinds: &'a [GroupVersionKind],
+    pub selector: &'a str,
+    /// `conflictPolicy: Adopt`: conflicts are fields to take over.
+    pub adopt: bool,
+}
+
 /// Read everything the plan needs (managed objects from `cached` where it answers). With
 /// `skip`, the managed objects are read first and the desired objects `skip` names are not
 /// read.
-#[allow(clippy::too_many_arguments)]
 pub async fn read(
     client: &Client,
     scopes: &ClusterScopes,
-    desired: &[Value],
-    managed_kinds: &[GroupVersionKind],
-    selector: &str,
+    needed: Needed<'_>,
     search: Search<'_>,
-    adopt: bool,
     cached: Cached<'_>,
     skip: Option<Skip<'_>>,
 ) -> Result<Live, Error> {
+    let Needed { desired, managed_kinds, selector, adopt } = needed;
     let mut out = Live::default();
     let kinds = kinds_to_search(managed_kinds, desired);
     match skip {

@@ -91,7 +91,7 @@ use crate::api::revision::{self as rev, AttemptResult, Revision, RevisionPhase};
 use crate::plan::revision as identity;
 use crate::watch::managed as watched;
 use attempt::Rollout;
-use context::{NOT_OWNER_RETRY, STALE_RETRY, fenced, may_write};
+use context::{NOT_OWNER_RETRY, Reconcile, STALE_RETRY, fenced, may_write};
 use planning::Planned;
 use status::{Failure, report_failure, write_status};
 
@@ -429,7 +429,8 @@ async fn reconcile_once(app: Arc<Application>, ctx: Arc<Context>) -> Result<Acti
         gate::Gate::Unknown => return Ok(Action::requeue(Duration::from_secs(2))),
         gate::Gate::Checked(v) => Some(v).filter(|v| !v.ready()),
     };
-    let (action, after) = plan_app(&app, &ctx, &ns, &name, &old, &mut status, now, hold.as_ref()).await?;
+    let r = Reconcile { ctx: &ctx, app: &app, ns: &ns, name: &name, old: &old, now };
+    let (action, after) = plan_app(&r, &mut status, hold.as_ref()).await?;
     if !write_status(&ctx, &app, &old, &status).await? {
         return Ok(Action::requeue(STALE_RETRY));
     }
@@ -497,22 +498,17 @@ async fn render_and_plan(
 /// Steps 2 to 8, and the rollout. `hold`: the dependencies are not ready, so nothing may be
 /// applied; only the Revision already desired is looked at (health, drift), and a new one is
 /// not even rendered.
-#[allow(clippy::too_many_arguments)]
 async fn plan_app(
-    app: &Application,
-    ctx: &Context,
-    ns: &str,
-    name: &str,
-    old: &ApplicationStatus,
+    r: &Reconcile<'_>,
     status: &mut ApplicationStatus,
-    now: Timestamp,
     hold: Option<&dependencies::Verdict>,
 ) -> Result<(Action, Option<rolling_back::After>), Error> {
+    let Reconcile { ctx, app, ns, name, old, now } = *r;
     let retry_soon = Action::requeue(with_jitter(Duration::from_secs(30), name));
     let source = match source::resolve_source(app, ctx, ns, None).instrument(tracing::info_span!("fetch")).await? {
         Ok(s) => s,
         Err(failure) => {
-            report_failure(ctx, app, old, status, &failure, !failure.retryable, now).await;
+            report_failure(r, status, &failure, !failure.retryable).await;
             return Ok((if failure.retryable { retry_soon } else { Action::requeue(ctx.settings.resync) }, None));
         }
     };
@@ -535,7 +531,7 @@ async fn plan_app(
             Ok(s) => s,
             Err(failure) => {
                 // A failed fetch of the target keeps the request: tried again after a while.
-                report_failure(ctx, app, old, status, &failure, false, now).await;
+                report_failure(r, status, &failure, false).await;
                 return Ok((retry_soon, None));
             }
         },
@@ -608,7 +604,7 @@ async fn plan_app(
             if rs != old_rs {
                 write_revision_status(ctx, app, ns, &rev_name, &rs).await?;
             }
-            return Ok((render_failure::wait(ctx, app, old, status, &rs, at, now).await, None));
+            return Ok((render_failure::wait(r, status, &rs, at).await, None));
         }
     };
     let result = match early {
@@ -659,7 +655,7 @@ async fn plan_app(
         }
         Err(mut failure) => {
             failure.message.push_str(rolling_back::no_target(app, status, &rev_name));
-            let action = render_failure::failed(ctx, app, old, status, &mut rs, failure, render_attempt, now).await;
+            let action = render_failure::failed(r, status, &mut rs, failure, render_attempt).await;
             reconciled.failure = rs.failure.clone();
             action
         }
@@ -712,9 +708,7 @@ async fn plan_app(
     };
     // A failure policy's request before the failed attempt it follows from is stored (see
     // `failure_request`).
-    if let Some((to, from)) =
-        rolling_back::failure_request(ctx, app, ns, &choice, &reconciled, &old_rs, &rs, status).await?
-    {
+    if let Some((to, from)) = rolling_back::failure_request(r, &choice, &reconciled, &old_rs, &rs, status).await? {
         rolling_back::request_automatic(ctx, app, ns, &to, &from).await?;
     }
     // The Revision's status before `settle`: a rollback that completes holds other Revisions
@@ -725,7 +719,7 @@ async fn plan_app(
     if rs != old_rs {
         write_revision_status(ctx, app, ns, &rev_name, &rs).await?;
     }
-    let after = rolling_back::settle(ctx, app, ns, &choice, &reconciled, &rs, old, status, now).await?;
+    let after = rolling_back::settle(r, &choice, &reconciled, &rs, status).await?;
     // History changes only with a new desired Revision or a new limit: a drift check lists no
     // Revisions, and neither does an Application's first Revision (nothing to trim: Revisions
     // of an earlier Application of that name are owned by it and go with it).

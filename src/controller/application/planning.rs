@@ -103,7 +103,8 @@ pub(super) async fn plan(
     };
     let read = {
         let skip: Option<live::Skip<'_>> = if from_cache && !kept.is_empty() { Some(&skip) } else { None };
-        live::read(&sa_client, &scopes, &desired, &managed_kinds, &selector, search, adopt, &cached, skip).await
+        let needed = live::Needed { desired: &desired, managed_kinds: &managed_kinds, selector: &selector, adopt };
+        live::read(&sa_client, &scopes, needed, search, &cached, skip).await
     };
     let skipped = skipped.into_inner().expect("skipped lock");
     let mut rechecked = recheckable.into_inner().expect("recheckable lock");

@@ -11,7 +11,7 @@ use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::runtime::controller::Action;
 
-use super::context::Context;
+use super::context::{Context, Reconcile};
 use super::rollout::{self, Policy, RenderStep};
 use super::status::{Failure, report_failure};
 use crate::api::application::{Application, ApplicationStatus};
@@ -38,17 +38,14 @@ pub(super) fn step(
 /// rollback failure policy has nothing to return to): record it on the Revision, as failed
 /// attempt `attempt` when it is one, report it on the Application with its attempt count, and
 /// say when to look again.
-#[allow(clippy::too_many_arguments)]
 pub(super) async fn failed(
-    ctx: &Context,
-    app: &Application,
-    old: &ApplicationStatus,
+    r: &Reconcile<'_>,
     status: &mut ApplicationStatus,
     rs: &mut RevisionStatus,
     failure: Failure,
     attempt: Option<i32>,
-    now: Timestamp,
 ) -> Action {
+    let Reconcile { ctx, app, now, .. } = *r;
     let policy = super::rollout::policy_of(app);
     // A deployed Revision stays what it is: the live state is untouched.
     if rs.deployed_desired_state_hash.is_none() {
@@ -65,7 +62,7 @@ pub(super) async fn failed(
         let paused = rs.deployed_desired_state_hash.is_none() && counted >= policy.max_attempts;
         let message = if paused { note(&failure, counted, &policy, None) } else { failure.message.clone() };
         let reported = Failure { message, ..failure };
-        report_failure(ctx, app, old, status, &reported, paused || !reported.retryable, now).await;
+        report_failure(r, status, &reported, paused || !reported.retryable).await;
         return again(ctx, app, &reported, paused);
     };
     rollout::push(
@@ -84,11 +81,11 @@ pub(super) async fn failed(
         },
     );
     match rollout::render_step(rs, &policy, now, false) {
-        RenderStep::Wait { at } => wait(ctx, app, old, status, rs, at, now).await,
+        RenderStep::Wait { at } => wait(r, status, rs, at).await,
         RenderStep::Render { .. } => {
             let failures = rollout::consecutive_failures(&rs.attempts, None);
             let reported = Failure { message: note(&failure, failures, &policy, None), ..failure };
-            report_failure(ctx, app, old, status, &reported, true, now).await;
+            report_failure(r, status, &reported, true).await;
             again(ctx, app, &reported, true)
         }
     }
@@ -96,14 +93,12 @@ pub(super) async fn failed(
 
 /// Backing off after a render failure until `at`: report it with when the next attempt renders.
 pub(super) async fn wait(
-    ctx: &Context,
-    app: &Application,
-    old: &ApplicationStatus,
+    r: &Reconcile<'_>,
     status: &mut ApplicationStatus,
     rs: &RevisionStatus,
     at: Timestamp,
-    now: Timestamp,
 ) -> Action {
+    let Reconcile { app, now, .. } = *r;
     let policy = super::rollout::policy_of(app);
     let failure = match &rs.failure {
         Some(f) => Failure {
@@ -118,7 +113,7 @@ pub(super) async fn wait(
     // Retried in case its inputs change (a valuesFrom Secret, a CRD), but a failure retrying
     // cannot fix is Stalled: it needs a change.
     let stalled = !reported.retryable;
-    report_failure(ctx, app, old, status, &reported, stalled, now).await;
+    report_failure(r, status, &reported, stalled).await;
     Action::requeue(now.duration_until(at).unsigned_abs().max(Duration::from_millis(200)))
 }
 

@@ -8,7 +8,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::events::EventType;
 use serde_json::{Value, json};
 
-use super::context::{Context, Error};
+use super::context::{Context, Error, Reconcile};
 use super::rollback::{self, Kind, Outcome, Request, Target, same_commit};
 use super::status::event;
 use crate::api::application::{Application, ApplicationStatus, FailureAction, SyncState};
@@ -244,18 +244,14 @@ pub(super) struct Reconciled {
 
 /// After the reconcile of the chosen Revision (its status stored): complete or abandon a
 /// pending rollback, and report a hold.
-#[allow(clippy::too_many_arguments)]
 pub(super) async fn settle(
-    ctx: &Context,
-    app: &Application,
-    ns: &str,
+    r: &Reconcile<'_>,
     choice: &Choice,
     done: &Reconciled,
     rs: &RevisionStatus,
-    old: &ApplicationStatus,
     status: &mut ApplicationStatus,
-    now: Timestamp,
 ) -> Result<Option<After>, Error> {
+    let Reconcile { ctx, app, ns, old, now, .. } = *r;
     match &choice.target {
         Target::Rollback { from, .. } => {
             let policy = super::rollout::policy_of(app);
@@ -330,17 +326,15 @@ pub(super) async fn settle(
 /// The failed attempt is the only trace of the failure, so the caller writes the request
 /// (`request_automatic`) before it stores `rs`: stored first, a reconcile stopped in between (a
 /// stale copy of the Application, an API error) would leave a failed attempt and no request.
-#[allow(clippy::too_many_arguments)]
 pub(super) async fn failure_request(
-    ctx: &Context,
-    app: &Application,
-    ns: &str,
+    r: &Reconcile<'_>,
     choice: &Choice,
     done: &Reconciled,
     old_rs: &RevisionStatus,
     rs: &RevisionStatus,
     status: &ApplicationStatus,
 ) -> Result<Option<(String, String)>, Error> {
+    let Reconcile { ctx, app, ns, .. } = *r;
     if !matches!(choice.target, Target::Spec | Target::Lift)
         || app.spec.failure_policy.action != FailureAction::Rollback
     {

@@ -1,7 +1,6 @@
 //! The status stage: how a reconcile reports on the Application (conditions, Warning Events on
 //! a changed failure, the status write that is refused when computed from a stale copy).
 
-use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Resource;
 use kube::ResourceExt;
@@ -10,7 +9,7 @@ use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::ObjectRef;
 use serde_json::json;
 
-use super::context::{Context, Error, fenced};
+use super::context::{Context, Error, Reconcile, fenced};
 use crate::api::application::{Application, ApplicationStatus};
 use crate::api::conditions;
 use crate::api::names;
@@ -32,16 +31,13 @@ impl Failure {
 
 /// Report `failure` on the Application: `Ready=False` (and `Stalled` when `stalled`), a Warning
 /// Event when the message changed, a log line.
-#[allow(clippy::too_many_arguments)]
 pub(super) async fn report_failure(
-    ctx: &Context,
-    app: &Application,
-    old: &ApplicationStatus,
+    r: &Reconcile<'_>,
     status: &mut ApplicationStatus,
     failure: &Failure,
     stalled: bool,
-    now: Timestamp,
 ) {
+    let Reconcile { ctx, app, old, now, .. } = *r;
     let generation = app.metadata.generation;
     let previous = conditions::get(&old.conditions, names::conditions::READY).map(|c| c.message.clone());
     if stalled {

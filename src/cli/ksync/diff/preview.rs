@@ -193,19 +193,8 @@ pub async fn preview(cluster: &Cluster, shared: &Shared, app: &Application, ask:
     let selector = inventory::selector(&ns, &name);
     let adopt = spec.sync.conflict_policy == ConflictPolicy::Adopt;
     let search = live::Search { namespaces: &namespaces, narrow: None };
-    let read = live::read(
-        &sa,
-        &shared.scopes,
-        &prepared.objects,
-        &managed_kinds,
-        &selector,
-        search,
-        adopt,
-        &live::uncached,
-        None,
-    )
-    .await
-    .map_err(|e| {
+    let needed = live::Needed { desired: &prepared.objects, managed_kinds: &managed_kinds, selector: &selector, adopt };
+    let read = live::read(&sa, &shared.scopes, needed, search, &live::uncached, None).await.map_err(|e| {
         redact(format!("reading the live state as the service account {}: {e}", spec.service_account_name), &secrets)
     })?;
     for (id, other) in inventory::claimed_by_others(&read.live, &ns, &name) {

@@ -8,6 +8,7 @@ pub mod application;
 pub mod common;
 pub mod conditions;
 pub mod crd;
+pub mod display;
 pub mod duration;
 #[allow(clippy::duplicated_attributes)]
 pub mod healthcheck;

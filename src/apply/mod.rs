@@ -62,12 +62,7 @@ pub struct Applied {
 }
 
 fn what(obj: &Value) -> String {
-    let kind = obj["kind"].as_str().unwrap_or_default();
-    let name = obj["metadata"]["name"].as_str().unwrap_or_default();
-    match obj["metadata"]["namespace"].as_str() {
-        Some(ns) if !ns.is_empty() => format!("{kind} {ns}/{name}"),
-        _ => format!("{kind} {name}"),
-    }
+    crate::api::display::object_of(obj)
 }
 
 /// The resource serving `obj` and its namespace (`None` for cluster-scoped objects).

@@ -259,9 +259,6 @@ pub fn build(observed: &Observed) -> Graph {
 /// `Kind namespace/name`, or `Kind name` when cluster-scoped; the group after the kind
 /// (`Deployment.apps`) unless core.
 pub fn describe(r: &ResourceRef) -> String {
-    let kind = if r.group.is_empty() { r.kind.clone() } else { format!("{}.{}", r.kind, r.group) };
-    match &r.namespace {
-        Some(ns) => format!("{kind} {ns}/{}", r.name),
-        None => format!("{kind} {}", r.name),
-    }
+    let kind = crate::api::display::qualified_kind(&r.group, &r.kind);
+    crate::api::display::object(&kind, r.namespace.as_deref(), &r.name)
 }

@@ -365,7 +365,7 @@ fn summary_message(entries: &[Entry<'_>]) -> String {
 
 /// `Kind namespace/name`, or `Kind name` for a cluster-scoped object.
 fn resource_key(kind: &str, namespace: &str, name: &str) -> String {
-    if namespace.is_empty() { format!("{kind} {name}") } else { format!("{kind} {namespace}/{name}") }
+    crate::api::display::object(kind, Some(namespace), name)
 }
 
 /// The value at `path`.

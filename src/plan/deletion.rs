@@ -149,12 +149,7 @@ pub struct Deletion {
 
 /// `Kind namespace/name`, or `Kind name`.
 pub fn describe(obj: &Value) -> String {
-    let kind = obj["kind"].as_str().unwrap_or_default();
-    let name = obj["metadata"]["name"].as_str().unwrap_or_default();
-    match obj["metadata"]["namespace"].as_str() {
-        Some(ns) if !ns.is_empty() => format!("{kind} {ns}/{name}"),
-        _ => format!("{kind} {name}"),
-    }
+    crate::api::display::object_of(obj)
 }
 
 fn opted_out(obj: &Value) -> bool {

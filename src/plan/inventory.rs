@@ -108,7 +108,7 @@ pub fn describe(id: &str) -> String {
         parts.next().unwrap_or_default(),
         parts.next().unwrap_or_default(),
     );
-    if ns.is_empty() { format!("{kind} {name}") } else { format!("{kind} {ns}/{name}") }
+    crate::api::display::object(kind, Some(ns), name)
 }
 
 /// The objects of `live` (by identity) that carry another Application's identity: (identity,

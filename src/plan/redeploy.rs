@@ -121,12 +121,7 @@ pub fn inject(objects: &mut [Value], at: &str) -> Vec<String> {
 }
 
 fn describe(o: &Value) -> String {
-    let kind = o["kind"].as_str().unwrap_or_default();
-    let name = o["metadata"]["name"].as_str().unwrap_or_default();
-    match o["metadata"]["namespace"].as_str() {
-        Some(ns) if !ns.is_empty() => format!("{kind} {ns}/{name}"),
-        _ => format!("{kind} {name}"),
-    }
+    crate::api::display::object_of(o)
 }
 
 #[cfg(test)]

@@ -73,9 +73,8 @@ pub fn message(app: &Application, ns: &str, at: &str, revision: Option<&Revision
                         && e.resource.group == "apps"
                         && crate::plan::redeploy::WORKLOAD_KINDS.contains(&e.resource.kind.as_str())
                 })
-                .map(|e| match &e.resource.namespace {
-                    Some(n) => format!("{} {n}/{}", e.resource.kind, e.resource.name),
-                    None => format!("{} {}", e.resource.kind, e.resource.name),
+                .map(|e| {
+                    crate::api::display::object(&e.resource.kind, e.resource.namespace.as_deref(), &e.resource.name)
                 })
                 .collect()
         })

@@ -196,16 +196,13 @@ pub fn short_commit(commit: &str) -> &str {
 
 /// A kind as kubectl names it: `ConfigMap` for the core group, `Deployment.apps` otherwise.
 pub fn kind_of(group: &str, kind: &str) -> String {
-    if group.is_empty() { kind.to_string() } else { format!("{kind}.{group}") }
+    crate::api::display::qualified_kind(group, kind)
 }
 
 /// A resource as the views print it: `Deployment.apps team-a/web`, or `Namespace team-a` when
 /// cluster-scoped.
 pub fn resource_id(r: &ResourceRef) -> String {
-    match r.namespace.as_deref() {
-        Some(ns) if !ns.is_empty() => format!("{} {ns}/{}", kind_of(&r.group, &r.kind), r.name),
-        _ => format!("{} {}", kind_of(&r.group, &r.kind), r.name),
-    }
+    crate::api::display::object(&kind_of(&r.group, &r.kind), r.namespace.as_deref(), &r.name)
 }
 
 /// `s` on one line: every run of line breaks and surrounding whitespace becomes one space.

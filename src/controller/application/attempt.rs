@@ -111,10 +111,7 @@ pub(super) fn reference(e: &crate::plan::Entry) -> ResourceRef {
 }
 
 pub(super) fn describe(r: &ResourceRef) -> String {
-    match &r.namespace {
-        Some(ns) => format!("{} {ns}/{}", r.kind, r.name),
-        None => format!("{} {}", r.kind, r.name),
-    }
+    crate::api::display::object(&r.kind, r.namespace.as_deref(), &r.name)
 }
 
 fn gvk_of(obj: &Value) -> Option<GroupVersionKind> {

@@ -41,11 +41,7 @@ pub(super) fn managed(
             namespace: (!e.namespace.is_empty()).then(|| e.namespace.clone()),
             name: e.name.clone(),
         };
-        let key = if e.namespace.is_empty() {
-            format!("{} {}", e.kind, e.name)
-        } else {
-            format!("{} {}/{}", e.kind, e.namespace, e.name)
-        };
+        let key = crate::api::display::object(&e.kind, Some(&e.namespace), &e.name);
         let unhealthy = summary.unhealthy.iter().position(|(k, _)| *k == key);
         let pointer = graph::diagnose::points_elsewhere(&e.group, &e.kind);
         if let Some(order) = unhealthy.or(pointer.then_some(usize::MAX)) {

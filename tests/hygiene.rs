@@ -7,6 +7,8 @@
 //!   own path, the current `$HOME` or `CARGO_TARGET_DIR`.
 //! - The manager (`kuvryn-sync`'s library and `ksync-controller`) does not depend on the API
 //!   server emulator: only the `ksync` package (for `ksync dev`) and tests do.
+//! - Every `Controller` of the library takes `controller::EachWatchBacksOff` and only watches
+//!   that back off on their own.
 //!
 //! Each rule is checked on this checkout and, so that the check itself is known to bite, on a
 //! scratch repository that breaks it. The checks read git's index, so they need `git` and a
@@ -243,4 +245,50 @@ fn the_manager_does_not_depend_on_the_emulator() {
     assert!(!manager.contains("simcluster"), "the library (and so ksync-controller) depends on simcluster");
     // The client's `ksync dev` does: the same walk finds it there.
     assert!(normal_dependencies("ksync").contains("simcluster"));
+}
+
+/// What breaks `controller::EachWatchBacksOff`'s contract in one source file: a `Controller`
+/// built without it (kube's default backoff holds every trigger back on any one watch's error,
+/// docs/reliability.md), or fed by a watch with no backoff of its own (`Controller::new`,
+/// `owns`, `watches`).
+fn controller_problems(path: &str, text: &str) -> Vec<String> {
+    let code: String = text.lines().filter(|l| !l.trim_start().starts_with("//")).collect::<Vec<_>>().join("\n");
+    let mut out = Vec::new();
+    for (i, _) in code.match_indices("Controller::for_stream(") {
+        let chain = code[i..].split(';').next().unwrap_or_default();
+        if !chain.contains(".trigger_backoff(") {
+            out.push(format!("{path}: a Controller without .trigger_backoff(EachWatchBacksOff)"));
+        }
+    }
+    let unbacked = Regex::new(r"Controller::new(_with)?\(|\.(owns|watches)(_with)?\([^)]*Config").expect("regex");
+    out.extend(
+        unbacked.find_iter(&code).map(|m| format!("{path}: {} (its watch has no backoff of its own)", m.as_str())),
+    );
+    out
+}
+
+#[test]
+fn every_controller_backs_off_per_watch() {
+    let root = support::repo_root();
+    let mut problems = Vec::new();
+    let mut controllers = 0;
+    for (_, _, path) in tracked(&root) {
+        if path.ends_with(".rs") && path.starts_with("src/") {
+            let text = std::fs::read_to_string(root.join(&path)).expect("a source file");
+            controllers += text.matches("Controller::for_stream(").count();
+            problems.extend(controller_problems(&path, &text));
+        }
+    }
+    assert!(problems.is_empty(), "{problems:#?}");
+    assert!(controllers >= 4, "the Application, Repository, HealthCheck and labeller controllers: {controllers}");
+    // The check bites.
+    let bad = [
+        "let c = Controller::for_stream(own, store).run(r, e, ctx);",
+        "Controller::new(api, watcher::Config::default()).trigger_backoff(EachWatchBacksOff);",
+        "c.trigger_backoff(EachWatchBacksOff).watches(api, watcher::Config::default(), map);",
+    ];
+    for text in bad {
+        assert_eq!(controller_problems("x.rs", text).len(), 1, "{text}");
+    }
+    assert!(controller_problems("x.rs", "Controller::for_stream(o, s).trigger_backoff(EachWatchBacksOff);").is_empty());
 }

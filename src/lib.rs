@@ -9,6 +9,7 @@ pub mod apply;
 pub mod cli;
 pub mod client;
 pub mod controller;
+pub mod decisions;
 pub mod gather;
 pub mod graph;
 pub mod health;

@@ -19,7 +19,7 @@ use kuvryn_sync::api::application::Application;
 use kuvryn_sync::api::conditions;
 use kuvryn_sync::api::names;
 use kuvryn_sync::api::revision::RevisionPhase;
-use kuvryn_sync::controller::application::dependencies::waiting_on;
+use kuvryn_sync::decisions::dependencies::waiting_on;
 use serde_json::json;
 use support::apps::{Env, WAIT};
 use support::{Cluster, eventually};

@@ -97,7 +97,7 @@ pub mod annotations {
     /// Prefix shared by every approval annotation.
     pub const APPROVAL_PREFIX: &str = "sync.kuvryn.io/approved-";
     /// Manual approval (`ksync sync`): the plan digest approved
-    /// ([`crate::controller::application::approval`]).
+    /// ([`crate::decisions::approval`]).
     pub const APPROVED_PLAN: &str = "sync.kuvryn.io/approved-plan";
     /// Manual approval: who approved, recorded by the admission webhook from the request.
     pub const APPROVED_BY: &str = "sync.kuvryn.io/approved-by";
@@ -105,7 +105,7 @@ pub mod annotations {
     pub const APPROVED_AT: &str = "sync.kuvryn.io/approved-at";
 
     /// Prefix shared by every rollback request annotation; removing all of them abandons a rollback.
-    /// The controller acts on them ([`crate::controller::application::rollback`]); the admission
+    /// The controller acts on them ([`crate::decisions::rollback`]); the admission
     /// webhook checks and records them.
     pub const ROLLBACK_PREFIX: &str = "sync.kuvryn.io/rollback-";
     /// Rollback intent: the source revision (commit) to roll back to.

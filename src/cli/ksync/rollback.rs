@@ -18,7 +18,7 @@ use crate::api::application::Application;
 use crate::api::names::annotations as a;
 use crate::api::revision::Revision;
 use crate::cli::{Error, Result};
-use crate::controller::application::rollback::is_commit;
+use crate::decisions::rollback::is_commit;
 
 /// Flags of `ksync rollback`.
 #[derive(Clone, Debug, clap::Args)]

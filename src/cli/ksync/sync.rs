@@ -89,10 +89,10 @@ pub(super) async fn whoami(cluster: &Cluster) -> String {
             .and_then(|s| s.user_info)
             .and_then(|u| u.username)
             .filter(|u| !u.is_empty())
-            .unwrap_or_else(|| crate::controller::application::approval::UNKNOWN_USER.into()),
+            .unwrap_or_else(|| crate::decisions::approval::UNKNOWN_USER.into()),
         Err(e) => {
             tracing::debug!(error = %e, "SelfSubjectReview");
-            crate::controller::application::approval::UNKNOWN_USER.into()
+            crate::decisions::approval::UNKNOWN_USER.into()
         }
     }
 }

@@ -324,7 +324,7 @@ mod tests {
     /// What an Application waits for, with the message the controller writes.
     #[test]
     fn a_dependent_says_what_it_waits_for() {
-        use crate::controller::application::dependencies::{Node, verdict};
+        use crate::decisions::dependencies::{Node, verdict};
         let nodes = [("db".to_string(), Node { waiting: Some("it is Progressing".into()), ..Default::default() })];
         let v = verdict(&nodes.into_iter().collect(), "web", &["db".to_string()], |_| None);
         let app: Application = serde_json::from_value(json!({

@@ -1,6 +1,6 @@
 //! One reconcile's rollout work on a planned Revision: start an attempt (apply, prune), watch
 //! its health until the timeout, retry or pause after failures, and once deployed observe
-//! health and drift. Decisions come from [`super::rollout::decide`]; this file does the I/O and
+//! health and drift. Decisions come from [`crate::decisions::rollout::decide`]; this file does the I/O and
 //! keeps the Revision and Application status.
 //!
 //! The order of an attempt's stages (sync hooks and waves) is in [`super::stages`]; this file
@@ -18,10 +18,8 @@ use kube::runtime::events::EventType;
 use serde_json::Value;
 use tracing::Instrument as _;
 
-use super::approval;
 use super::context::{Context, Error, Reconcile};
 use super::planning::Planned;
-use super::rollout::{self, Policy, Step, is_deployed, policy_of};
 use super::status::{Failure, event, lifecycle_event, report_failure};
 use crate::api::application::{Application, ApplicationStatus, HealthSummary, ResourceRef, SyncState};
 use crate::api::common::{GroupVersionKind, HealthStatus};
@@ -31,6 +29,8 @@ use crate::api::revision::reference as revision_ref;
 use crate::api::revision::{self as rev, Attempt, AttemptResult, RevisionHealth, RevisionPhase, RevisionStatus};
 use crate::apply;
 use crate::controller::with_jitter;
+use crate::decisions::approval;
+use crate::decisions::rollout::{self, Policy, Step, is_deployed, policy_of};
 use crate::health;
 use crate::plan::{Action as PlanAction, validate};
 use crate::text::bounded;
@@ -59,9 +59,9 @@ pub(super) struct Rollout<'a> {
     /// Strings no message may show (Secret values).
     pub secrets: Vec<String>,
     /// The dependencies are not ready: nothing is applied (no attempt starts, no next wave).
-    pub hold: Option<&'a super::dependencies::Verdict>,
+    pub hold: Option<&'a crate::decisions::dependencies::Verdict>,
     /// The pending rollback request this reconcile deploys the target of.
-    pub rollback: Option<&'a super::rollback::Request>,
+    pub rollback: Option<&'a crate::decisions::rollback::Request>,
     /// What this reconcile may still spend on HealthCheck expressions.
     pub cel: health::cel::Budget,
 }
@@ -133,7 +133,7 @@ pub(super) fn step_of(
     rs: &RevisionStatus,
     planned: &Planned,
     now: Timestamp,
-    rollback: Option<&super::rollback::Request>,
+    rollback: Option<&crate::decisions::rollback::Request>,
 ) -> (Step, approval::Verdict) {
     let policy = rollout::policy_of(app);
     let changes = planned.plan.changes();
@@ -171,7 +171,7 @@ pub(super) fn step_of(
     (step, verdict)
 }
 
-/// A manual rollback's own approval ([`super::rollback`]): with a recorded requester and chosen
+/// A manual rollback's own approval ([`crate::decisions::rollback`]): with a recorded requester and chosen
 /// Revision, bound to this Revision, to the desired state it deployed and to `spec.sync` and
 /// `spec.strategy` at request time (`rollback-target-hash`). `Stale` when the target changed
 /// since; `None` when the request is not such a manual rollback.
@@ -180,10 +180,10 @@ fn rollback_approval(
     rev: &str,
     rs: &RevisionStatus,
     planned: &Planned,
-    r: &super::rollback::Request,
+    r: &crate::decisions::rollback::Request,
     now: Timestamp,
 ) -> Option<approval::Verdict> {
-    use super::rollback::Kind;
+    use crate::decisions::rollback::Kind;
     let by = r.requested_by.as_ref().filter(|_| r.kind == Kind::Manual)?;
     let chosen = r.target_revision.as_deref()?;
     let deployed = rs.deployed_desired_state_hash.as_deref();
@@ -326,7 +326,7 @@ impl<'a> Rollout<'a> {
         planned: &Planned,
         live: &BTreeMap<String, Value>,
         changes: bool,
-        verdict: &super::dependencies::Verdict,
+        verdict: &crate::decisions::dependencies::Verdict,
     ) -> Result<Action, Error> {
         if is_deployed(self.rs, &planned.hash) {
             return self.observe(planned, live, changes).await;

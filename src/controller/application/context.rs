@@ -169,7 +169,7 @@ pub struct Context {
     pub fence: Option<sharding::coordinator::Fence>,
     /// The manager's own username when it runs as a service account
     /// ([`crate::identity::own_service_account`]): an approval or rollback request recorded
-    /// under it never counts ([`super::approval::discount_manager`]).
+    /// under it never counts ([`crate::decisions::approval::discount_manager`]).
     pub manager_identity: Option<String>,
     /// Managed kinds watched beyond the defaults.
     pub kinds: ExtraKinds,

@@ -21,8 +21,8 @@ use kube::runtime::watcher::{self, watcher};
 use kube::{Client, ResourceExt};
 use tokio::sync::broadcast;
 
-use super::dependencies::{Node, Verdict, verdict};
 use crate::api::application::Application;
+use crate::decisions::dependencies::{Node, Verdict, verdict};
 
 /// How long a reconcile waits for the watch's first list before it is requeued.
 const FIRST_LIST: Duration = Duration::from_secs(10);

@@ -1,5 +1,5 @@
 //! The `spec.dependsOn` stage: the `DependenciesReady` condition from this replica's view of the
-//! dependencies ([`super::dependency_watch`], decisions in [`super::dependencies`]), and how a
+//! dependencies ([`super::dependency_watch`], decisions in [`crate::decisions::dependencies`]), and how a
 //! reconcile that must wait reports it. The wait is not an attempt: nothing is recorded on a
 //! Revision and no health timeout runs.
 
@@ -8,11 +8,11 @@ use kube::ResourceExt;
 use kube::runtime::events::EventType;
 
 use super::context::Context;
-use super::dependencies::Verdict;
 use super::status::event;
 use crate::api::application::{Application, ApplicationStatus};
 use crate::api::conditions::{self, Status};
 use crate::api::names;
+use crate::decisions::dependencies::Verdict;
 
 /// What the dependencies allow.
 pub(super) enum Gate {

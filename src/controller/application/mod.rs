@@ -20,7 +20,7 @@
 //!    the managed inventory from the shard's watch caches, and plans again from a fresh list
 //!    before anything is written); the plan ([`crate::plan::build`]), stored bounded on the
 //!    Revision with `spec.desiredStateHash`.
-//! 6. Rollout (`attempt.rs`, decisions in [`rollout`]): apply, prune, health, retries, drift.
+//! 6. Rollout (`attempt.rs`, decisions in [`crate::decisions::rollout`]): apply, prune, health, retries, drift.
 //! 7. `status.rs`: `desiredRevision`, `sync`, conditions; a Warning Event whenever the failure
 //!    message changes.
 //!
@@ -36,10 +36,8 @@
 //! - Secret values (from `valuesFrom` Secrets and desired Secrets) never reach status, Events
 //!   or logs: messages are redacted, and plans show only which keys changed.
 
-pub mod approval;
 mod attempt;
 mod context;
-pub mod dependencies;
 mod dependency_watch;
 mod desired;
 mod diagnosis;
@@ -54,15 +52,14 @@ pub mod progress;
 mod render_failure;
 mod revision;
 mod revision_cache;
-pub mod rollback;
 mod rolling_back;
-pub mod rollout;
 mod source;
 mod stages;
 mod status;
 mod unchanged;
 mod written;
 
+use crate::decisions::{approval, dependencies, rollback, rollout};
 pub use context::{Context, DEFAULT_SHARD, Error, Settings, shard_of};
 
 use std::sync::Arc;

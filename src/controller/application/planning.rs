@@ -83,7 +83,7 @@ pub(super) async fn plan(
     // an operator asks for a reconcile: that reads everything.
     let app_key = format!("{ns}/{name}");
     let no_status = Default::default();
-    let requested = super::rollout::retry_requested(app, app.status.as_ref().unwrap_or(&no_status));
+    let requested = crate::decisions::rollout::retry_requested(app, app.status.as_ref().unwrap_or(&no_status));
     let kept = if from_cache && !requested { ctx.unchanged.get(&app_key) } else { Arc::default() };
     let now = std::time::Instant::now();
     let skipped = std::sync::Mutex::new(BTreeMap::new());

@@ -2,7 +2,7 @@
 //! rollback's target) are attempts, governed by `maxAttempts` and the backoff as a failed apply
 //! is: each is recorded as a failed attempt without a desired state, the next render waits for
 //! the backoff, and once the attempts are used up a failing render counts nothing more
-//! ([`super::rollout::render_step`]). A deployed Revision whose re-render fails (a drift check)
+//! ([`crate::decisions::rollout::render_step`]). A deployed Revision whose re-render fails (a drift check)
 //! is not being rolled out: its failure is reported and the live state left alone.
 
 use std::time::Duration;
@@ -12,11 +12,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::runtime::controller::Action;
 
 use super::context::{Context, Reconcile};
-use super::rollout::{self, Policy, RenderStep};
 use super::status::{Failure, report_failure};
 use crate::api::application::{Application, ApplicationStatus};
 use crate::api::revision::{self as rev, Attempt, AttemptResult, RevisionPhase, RevisionStatus};
 use crate::controller::with_jitter;
+use crate::decisions::rollout::{self, Policy, RenderStep};
 use crate::text::bounded;
 
 /// Whether the Revision with status `rs` is being rolled out, so a render failure is an
@@ -31,7 +31,12 @@ pub(super) fn step(
     if rs.deployed_desired_state_hash.is_some() && !rollback_target {
         return RenderStep::Render { attempt: None };
     }
-    rollout::render_step(rs, &super::rollout::policy_of(app), now, super::rollout::retry_requested(app, old))
+    rollout::render_step(
+        rs,
+        &crate::decisions::rollout::policy_of(app),
+        now,
+        crate::decisions::rollout::retry_requested(app, old),
+    )
 }
 
 /// The render of this reconcile failed with `failure` (its message says why, and when a
@@ -46,7 +51,7 @@ pub(super) async fn failed(
     attempt: Option<i32>,
 ) -> Action {
     let Reconcile { ctx, app, now, .. } = *r;
-    let policy = super::rollout::policy_of(app);
+    let policy = crate::decisions::rollout::policy_of(app);
     // A deployed Revision stays what it is: the live state is untouched.
     if rs.deployed_desired_state_hash.is_none() {
         rs.phase = RevisionPhase::Failed;
@@ -99,7 +104,7 @@ pub(super) async fn wait(
     at: Timestamp,
 ) -> Action {
     let Reconcile { app, now, .. } = *r;
-    let policy = super::rollout::policy_of(app);
+    let policy = crate::decisions::rollout::policy_of(app);
     let failure = match &rs.failure {
         Some(f) => Failure {
             reason: super::attempt::reason_const(&f.reason),

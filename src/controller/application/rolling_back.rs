@@ -1,4 +1,4 @@
-//! The writes of a rollback (decisions in [`super::rollback`]): requesting one for a failure
+//! The writes of a rollback (decisions in [`crate::decisions::rollback`]): requesting one for a failure
 //! policy, holding the Revisions rolled back from when it completes, abandoning it, and
 //! reading whether a Revision is held. Every write goes through the shard-fenced writer.
 
@@ -9,13 +9,13 @@ use kube::runtime::events::EventType;
 use serde_json::{Value, json};
 
 use super::context::{Context, Error, Reconcile};
-use super::rollback::{self, Kind, Outcome, Request, Target, same_commit};
 use super::status::event;
 use crate::api::application::{Application, ApplicationStatus, FailureAction, SyncState};
 use crate::api::conditions;
 use crate::api::names;
 use crate::api::revision::reference as revision_ref;
 use crate::api::revision::{self as rev, AttemptResult, Revision, RevisionPhase, RevisionStatus};
+use crate::decisions::rollback::{self, Kind, Outcome, Request, Target, same_commit};
 
 /// Whether `rs` carries the hold of a completed rollback.
 pub(super) fn is_held(rs: Option<&RevisionStatus>) -> bool {
@@ -174,7 +174,7 @@ pub(super) fn no_target(app: &Application, status: &ApplicationStatus, rev: &str
 
 /// Which commit this reconcile deploys, and the pending request.
 pub(super) struct Choice {
-    /// From [`super::rollback::target`].
+    /// From [`crate::decisions::rollback::target`].
     pub target: Target,
     /// The pending, valid request.
     pub request: Option<Request>,
@@ -254,13 +254,13 @@ pub(super) async fn settle(
     let Reconcile { ctx, app, ns, old, now, .. } = *r;
     match &choice.target {
         Target::Rollback { from, .. } => {
-            let policy = super::rollout::policy_of(app);
+            let policy = crate::decisions::rollout::policy_of(app);
             let running = rs.attempts.last().is_some_and(|a| a.result == AttemptResult::Running);
             let progress = rollback::Progress {
                 healthy: done.healthy,
                 failed_for_good: done.failure.as_ref().is_some_and(|f| !f.retryable),
                 paused: !running
-                    && super::rollout::consecutive_failures(&rs.attempts, done.desired.as_deref())
+                    && crate::decisions::rollout::consecutive_failures(&rs.attempts, done.desired.as_deref())
                         >= policy.max_attempts,
             };
             let kind = choice.request.as_ref().map(|r| r.kind).unwrap_or_default();
@@ -349,9 +349,9 @@ pub(super) async fn failure_request(
     }) else {
         return Ok(None);
     };
-    let policy = super::rollout::policy_of(app);
+    let policy = crate::decisions::rollout::policy_of(app);
     let for_good = done.failure.as_ref().is_some_and(|f| !f.retryable)
-        || super::rollout::consecutive_failures(&rs.attempts, None) >= policy.max_attempts;
+        || crate::decisions::rollout::consecutive_failures(&rs.attempts, None) >= policy.max_attempts;
     if failed.desired_state_hash.is_none() && !for_good {
         return Ok(None);
     }

@@ -40,7 +40,6 @@ use tracing::Instrument as _;
 use super::attempt::{HEALTH_POLL, Rollout, describe, pending, reference};
 use super::context::Error;
 use super::planning::Planned;
-use super::rollout::Policy;
 use super::status::{event, lifecycle_event};
 use crate::api::application::SyncState;
 use crate::api::common::HealthStatus;
@@ -49,6 +48,7 @@ use crate::api::names;
 use crate::api::revision::reference as revision_ref;
 use crate::api::revision::{AttemptResult, HookPhase, RevisionPhase};
 use crate::controller::with_jitter;
+use crate::decisions::rollout::Policy;
 use crate::plan::hooks::{self, Completion, Next};
 use crate::plan::{Entry, validate};
 use crate::text::bounded;
@@ -114,7 +114,7 @@ impl Rollout<'_> {
     /// Whether this attempt runs hooks: not when it repairs drift of a deployed desired state
     /// (self-heal), but on a rollback to one.
     fn runs_hooks(&self, planned: &Planned) -> bool {
-        self.rollback.is_some() || !super::rollout::is_deployed(self.rs, &planned.hash)
+        self.rollback.is_some() || !crate::decisions::rollout::is_deployed(self.rs, &planned.hash)
     }
 
     /// Record that the attempt now runs the hooks of `phase` at `wave`.
@@ -307,7 +307,7 @@ impl Rollout<'_> {
         let applied = self.rs.attempts.last().and_then(|a| a.desired_state_hash.clone());
         let behind = applied.as_ref().is_some_and(|h| *h != planned.hash);
         let deployed = self.rs.deployed_desired_state_hash.as_deref();
-        if super::rollout::repairs_drift(deployed, applied.as_deref(), self.rollback.is_some()) {
+        if crate::decisions::rollout::repairs_drift(deployed, applied.as_deref(), self.rollback.is_some()) {
             metrics::counter!(crate::metric_names::DRIFT_REPAIRED_TOTAL).increment(1);
         }
         self.rs.deployed_desired_state_hash = Some(applied.unwrap_or_else(|| planned.hash.clone()));

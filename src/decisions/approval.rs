@@ -285,7 +285,7 @@ mod tests {
 
     #[test]
     fn table() {
-        let cases: Vec<Case> = crate::yaml::from_str(include_str!("../../../testdata/rollout/approval.yaml")).unwrap();
+        let cases: Vec<Case> = crate::yaml::from_str(include_str!("../../testdata/rollout/approval.yaml")).unwrap();
         assert!(cases.len() >= 10);
         for c in cases {
             assert_eq!(judge(&c.facts), c.want, "{}", c.name);

@@ -253,7 +253,7 @@ mod tests {
 
     #[test]
     fn table() {
-        let t: Table = crate::yaml::from_str(include_str!("../../../testdata/rollout/rollback.yaml")).unwrap();
+        let t: Table = crate::yaml::from_str(include_str!("../../testdata/rollout/rollback.yaml")).unwrap();
         for c in &t.requests {
             assert_eq!(request_of(&c.annotations), c.want, "{}", c.name);
         }

@@ -444,7 +444,7 @@ mod tests {
 
     #[test]
     fn table() {
-        let t: Table = crate::yaml::from_str(include_str!("../../../testdata/rollout/attempts.yaml")).unwrap();
+        let t: Table = crate::yaml::from_str(include_str!("../../testdata/rollout/attempts.yaml")).unwrap();
         assert!(t.failures.len() >= 3 && t.render.len() >= 10 && t.decide.len() >= 4);
         for c in t.failures {
             assert_eq!(consecutive_failures(&c.attempts, c.desired.as_deref()), c.want, "{}", c.name);

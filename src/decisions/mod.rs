@@ -1,0 +1,14 @@
+//! The rollout's pure decisions, next to [`crate::plan`]: no client, no I/O, table-tested from
+//! `testdata/rollout/`. The Application controller reads the cluster and Git, asks these, and
+//! performs the writes they return; `ksync` and the admission webhook ask the same questions.
+//!
+//! - [`rollout`]: what a reconcile does with a planned Revision (start an attempt, wait, retry,
+//!   pause, observe), the policies it follows, and whether a desired state is deployed.
+//! - [`approval`]: whether a manual-sync plan is approved, and by whom.
+//! - [`rollback`]: the rollback request annotations and what they ask.
+//! - [`dependencies`]: whether an Application's `dependsOn` are ready.
+
+pub mod approval;
+pub mod dependencies;
+pub mod rollback;
+pub mod rollout;

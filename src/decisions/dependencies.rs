@@ -14,7 +14,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::api::application::{Application, SyncState};
+use crate::api::application::{Application, ApplicationStatus, SyncState};
 use crate::api::common::HealthStatus;
 use crate::api::conditions;
 use crate::api::names;
@@ -235,6 +235,22 @@ pub fn verdict(
 
 fn short(commit: &str) -> &str {
     commit.get(..12).unwrap_or(commit)
+}
+
+/// A rollout that waits for its dependencies: `Ready=False` with the verdict's reason and
+/// message (`Stalled` for a cycle, which only a change of `spec.dependsOn` can break; otherwise
+/// `Reconciling`, since the dependents are re-queued when their dependencies change).
+pub fn report_wait(app: &Application, status: &mut ApplicationStatus, verdict: &Verdict, now: jiff::Timestamp) {
+    let generation = app.metadata.generation;
+    let message = match verdict {
+        Verdict::Cycle(m) => m.clone(),
+        v => format!("the rollout waits for spec.dependsOn: {}", v.message()),
+    };
+    if matches!(verdict, Verdict::Cycle(_)) {
+        conditions::mark_stalled(&mut status.conditions, verdict.reason(), &message, generation, now);
+    } else {
+        conditions::mark_failed(&mut status.conditions, verdict.reason(), &message, generation, now);
+    }
 }
 
 #[cfg(test)]

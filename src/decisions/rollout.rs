@@ -45,7 +45,7 @@ pub fn policy_of(app: &Application) -> Policy {
 }
 
 /// Whether Revision status `rs` deployed the desired state `hash`. (Under a pending rollback,
-/// `attempt::step_of` also asks that nothing would change, since going back to a Revision deployed
+/// `rollout::step_of` (the controller's) also asks that nothing would change, since going back to a Revision deployed
 /// before another one is a rollout, and on manual sync that an approval of it completed.)
 pub fn is_deployed(rs: &RevisionStatus, hash: &str) -> bool {
     rs.deployed_desired_state_hash.as_deref() == Some(hash)

@@ -8,12 +8,11 @@ use std::sync::Arc;
 
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
-use kube::{Client, ResourceExt};
-use serde_json::Value;
+use kube::ResourceExt;
 
 use super::context::{Context, DEFAULT_SHARD, Error, shard_of};
-use super::source::Source;
-use super::status::{Failure, event};
+use super::flow::{Desired, Failure, Source, redact};
+use super::status::event;
 use crate::api::application::{Application, RenderType};
 use crate::api::names;
 use crate::api::revision::Revision;
@@ -21,29 +20,6 @@ use crate::plan::{revision, validate};
 use crate::render;
 use crate::watch::discovery::ClusterScopes;
 
-/// `message` without any of `secrets` ([`crate::redact::redact`]).
-pub(super) fn redact(message: &str, secrets: &[String]) -> String {
-    crate::redact::redact(message, secrets.iter().map(String::as_str))
-}
-
-/// The desired state of an Application at a commit.
-#[derive(Clone)]
-pub(super) struct Desired {
-    /// The objects, validated and stamped as managed by the Application (shared: a drift
-    /// check may plan them twice). Sync hooks are not among them.
-    pub(super) objects: Arc<Vec<Value>>,
-    /// The sync hooks ([`crate::plan::hooks`]), validated like the objects and stamped as the
-    /// Application's hooks ([`inventory::stamp_hook`]), not as managed.
-    pub(super) hooks: Arc<Vec<Value>>,
-    /// Their desired-state hash.
-    pub(super) hash: String,
-    /// Secret values (from `valuesFrom` and desired Secrets): never in a message.
-    pub(super) secrets: Vec<String>,
-    /// The discovery snapshot they were validated with.
-    pub(super) scopes: Arc<ClusterScopes>,
-    /// A client acting as the Application's service account.
-    pub(super) sa: Client,
-}
 
 /// Steps 4 and 5: the desired state, or what failed.
 pub(super) async fn desired(

@@ -52,7 +52,8 @@ use serde_json::{Value, json};
 
 use super::context::{Context, Error, Reconcile, STALE_RETRY, fenced, may_write};
 use super::live;
-use super::status::{Failure, event, report_failure, write_status};
+use super::flow::Failure;
+use super::status::{event, report_failure, write_status};
 use crate::api::application::{Application, ApplicationStatus, DeletionPolicy};
 use crate::api::names;
 use crate::plan::deletion::{self, Contents, Definition};

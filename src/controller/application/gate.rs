@@ -65,18 +65,3 @@ pub(super) async fn check(
     Gate::Checked(verdict)
 }
 
-/// A rollout that waits for its dependencies: `Ready=False` with the verdict's reason and
-/// message (`Stalled` for a cycle, which only a change of `spec.dependsOn` can break; otherwise
-/// `Reconciling`, since the dependents are re-queued when their dependencies change).
-pub(super) fn report_wait(app: &Application, status: &mut ApplicationStatus, verdict: &Verdict, now: Timestamp) {
-    let generation = app.metadata.generation;
-    let message = match verdict {
-        Verdict::Cycle(m) => m.clone(),
-        v => format!("the rollout waits for spec.dependsOn: {}", v.message()),
-    };
-    if matches!(verdict, Verdict::Cycle(_)) {
-        conditions::mark_stalled(&mut status.conditions, verdict.reason(), &message, generation, now);
-    } else {
-        conditions::mark_failed(&mut status.conditions, verdict.reason(), &message, generation, now);
-    }
-}

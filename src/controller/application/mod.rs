@@ -20,7 +20,7 @@
 //!    the managed inventory from the shard's watch caches, and plans again from a fresh list
 //!    before anything is written); the plan ([`crate::plan::build`]), stored bounded on the
 //!    Revision with `spec.desiredStateHash`.
-//! 6. Rollout (`attempt.rs`, decisions in [`crate::decisions::rollout`]): apply, prune, health, retries, drift.
+//! 6. Rollout (`rollout/`, decisions in [`crate::decisions::rollout`]): apply, prune, health, retries, drift.
 //! 7. `status.rs`: `desiredRevision`, `sync`, conditions; a Warning Event whenever the failure
 //!    message changes.
 //!
@@ -36,13 +36,12 @@
 //! - Secret values (from `valuesFrom` Secrets and desired Secrets) never reach status, Events
 //!   or logs: messages are redacted, and plans show only which keys changed.
 
-mod attempt;
 mod context;
 mod dependency_watch;
 mod desired;
-mod diagnosis;
 mod echoes;
 mod finalize;
+mod flow;
 mod gate;
 mod healthchecks;
 mod held_events;
@@ -53,13 +52,13 @@ mod render_failure;
 mod revision;
 mod revision_cache;
 mod rolling_back;
+mod rollout;
 mod source;
-mod stages;
 mod status;
 mod unchanged;
 mod written;
 
-use crate::decisions::{approval, dependencies, rollback, rollout};
+use crate::decisions::{self, approval, dependencies, rollback};
 pub use context::{Context, DEFAULT_SHARD, Error, Settings, shard_of};
 
 use std::sync::Arc;
@@ -87,10 +86,10 @@ use crate::api::repository::Repository;
 use crate::api::revision::{self as rev, AttemptResult, Revision, RevisionPhase};
 use crate::plan::revision as identity;
 use crate::watch::managed as watched;
-use attempt::Rollout;
+use rollout::Rollout;
 use context::{NOT_OWNER_RETRY, Reconcile, STALE_RETRY, fenced, may_write};
-use planning::Planned;
-use status::{Failure, report_failure, write_status};
+use flow::{Failure, Planned};
+use status::{report_failure, write_status};
 
 /// Run the controller for every Application until `shutdown` completes.
 pub async fn run(ctx: Arc<Context>, shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static) {
@@ -471,7 +470,7 @@ async fn render_and_plan(
     ctx: &Context,
     ns: &str,
     name: &str,
-    source: &source::Source,
+    source: &flow::Source,
     from_caches: Option<&(dyn Fn(&Planned) -> bool + Sync)>,
 ) -> Result<Result<Planned, Failure>, Error> {
     let desired = match desired::desired(app, ctx, ns, name, source).instrument(tracing::info_span!("render")).await? {
@@ -546,7 +545,7 @@ async fn plan_app(
         && old.desired_revision.as_deref() != Some(rev_name.as_str())
     {
         // Not even rendered: the kinds it uses may come with a dependency.
-        gate::report_wait(app, status, verdict, now);
+        dependencies::report_wait(app, status, verdict, now);
         return Ok((Action::requeue(with_jitter(ctx.settings.resync, name)), None));
     }
     fenced(ctx, app)?;
@@ -591,8 +590,8 @@ async fn plan_app(
     let rollback_target = matches!(choice.target, rollback::Target::Rollback { .. });
     let render = render_failure::step(app, old, &rs, rollback_target, now);
     let render_attempt = match render {
-        rollout::RenderStep::Render { attempt } => attempt,
-        rollout::RenderStep::Wait { at } => {
+        decisions::rollout::RenderStep::Render { attempt } => attempt,
+        decisions::rollout::RenderStep::Wait { at } => {
             // Backing off after a render failure: nothing is rendered, and nothing changes. As
             // on the Application (`render_failure::wait`), only a failure retrying may fix is
             // retried rather than stalled.
@@ -619,8 +618,8 @@ async fn plan_app(
                 hold.is_none()
                     && (next_wave
                         || matches!(
-                            attempt::step_of(app, old, &rev_name, &rs, p, now, choice.request.as_ref()).0,
-                            rollout::Step::Start { .. }
+                            rollout::step_of(app, old, &rev_name, &rs, p, now, choice.request.as_ref()).0,
+                            decisions::rollout::Step::Start { .. }
                         ))
             };
             render_and_plan(
@@ -646,12 +645,12 @@ async fn plan_app(
         // dependency serves is gone for a moment): a wait, not a failure.
         Err(failure) if hold.is_some() && failure.reason == names::reasons::VALIDATION_FAILURE => {
             if let Some(verdict) = hold {
-                gate::report_wait(app, status, verdict, now);
+                dependencies::report_wait(app, status, verdict, now);
             }
             Action::requeue(with_jitter(ctx.settings.resync, name))
         }
         Err(mut failure) => {
-            failure.message.push_str(rolling_back::no_target(app, status, &rev_name));
+            failure.message.push_str(rollback::no_target(app, status, &rev_name));
             let action = render_failure::failed(r, status, &mut rs, failure, render_attempt).await;
             reconciled.failure = rs.failure.clone();
             action
@@ -697,7 +696,7 @@ async fn plan_app(
             };
             let action = run.run(planned).await?;
             reconciled.healthy = rs.phase == RevisionPhase::Healthy
-                && rollout::is_deployed(&rs, &hash)
+                && decisions::rollout::is_deployed(&rs, &hash)
                 && status.last_healthy_revision.as_deref() == Some(rev_name.as_str())
                 && rs.attempts.last().is_none_or(|a| a.result != AttemptResult::Running);
             action

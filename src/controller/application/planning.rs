@@ -4,43 +4,18 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use kube::Client;
 use kube::api::Api;
 use kube::core::ApiResource;
 use serde_json::{Value, json};
 
 use super::context::{Context, Error, shard_of};
-use super::desired::{Desired, redact};
+use super::flow::{Desired, Failure, Planned, redact};
 use super::live;
-use super::status::Failure;
 use super::unchanged;
 use crate::api::application::Application;
 use crate::api::names;
-use crate::api::revision as rev;
 use crate::plan::{self, inventory, revision, validate};
-use crate::watch::discovery::ClusterScopes;
 
-/// What planning produced, for the rollout.
-pub(super) struct Planned {
-    pub(super) hash: String,
-    pub(super) desired: Arc<Vec<Value>>,
-    /// The sync hooks, as they are created (stamped as the Application's hooks).
-    pub(super) hooks: Arc<Vec<Value>>,
-    pub(super) plan: plan::Plan,
-    pub(super) stored: rev::Plan,
-    pub(super) scopes: Arc<ClusterScopes>,
-    pub(super) sa: Client,
-    /// Live objects of the desired ones, by identity.
-    pub(super) live: std::collections::BTreeMap<String, Value>,
-    /// Objects labelled as managed (metadata only).
-    pub(super) managed: Vec<Value>,
-    pub(super) adopt: bool,
-    /// Secret values (from `valuesFrom` and desired Secrets): never in a message.
-    pub(super) secrets: Vec<String>,
-    /// Made from lists as the service account, not from watch caches: what a rollout writes and
-    /// prunes may be decided from it.
-    pub(super) fresh: bool,
-}
 
 /// Steps 6 and 7: read the live state and plan `desired`. `from_cache`: the managed inventory
 /// comes from the shard's watch caches (a drift check); such a plan is never acted on

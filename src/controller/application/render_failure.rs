@@ -12,7 +12,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::runtime::controller::Action;
 
 use super::context::{Context, Reconcile};
-use super::status::{Failure, report_failure};
+use super::flow::{Failure, reason_const};
+use super::status::report_failure;
 use crate::api::application::{Application, ApplicationStatus};
 use crate::api::revision::{self as rev, Attempt, AttemptResult, RevisionPhase, RevisionStatus};
 use crate::controller::with_jitter;
@@ -107,7 +108,7 @@ pub(super) async fn wait(
     let policy = crate::decisions::rollout::policy_of(app);
     let failure = match &rs.failure {
         Some(f) => Failure {
-            reason: super::attempt::reason_const(&f.reason),
+            reason: reason_const(&f.reason),
             message: f.message.clone(),
             retryable: f.retryable,
         },

@@ -9,7 +9,7 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 use super::context::{Context, Error};
-use super::source::Source;
+use super::flow::Source;
 use super::status::lifecycle_event;
 use crate::api::application::Application;
 use crate::api::conditions;

@@ -162,15 +162,6 @@ pub(super) async fn request_automatic(
     patch_annotations(ctx, app, ns, annotations).await
 }
 
-/// Appended to a failure's message when a rollback failure policy has no earlier healthy
-/// Revision to return to (the failure is then handled as under `pause`).
-pub(super) const NO_TARGET: &str = "; no previous healthy Revision to roll back to";
-
-/// [`NO_TARGET`] when it applies to Revision `rev` of `app`.
-pub(super) fn no_target(app: &Application, status: &ApplicationStatus, rev: &str) -> &'static str {
-    let previous = status.last_healthy_revision.as_deref().is_some_and(|r| r != rev);
-    if app.spec.failure_policy.action == FailureAction::Rollback && !previous { NO_TARGET } else { "" }
-}
 
 /// Which commit this reconcile deploys, and the pending request.
 pub(super) struct Choice {

@@ -8,21 +8,12 @@ use std::time::{Duration, Instant};
 use kube::api::Api;
 
 use super::context::{Context, Error};
-use super::status::Failure;
+use super::flow::{Failure, Source};
 use crate::api::application::Application;
 use crate::api::names;
 use crate::api::repository::Repository;
 use crate::source::Reference;
 
-/// The resolved source of an Application.
-pub(super) struct Source {
-    pub(super) repository: String,
-    pub(super) url: String,
-    /// The Repository's credentials: the cache serves only what they fetched.
-    pub(super) credentials: crate::source::Credentials,
-    pub(super) reference: Option<String>,
-    pub(super) commit: String,
-}
 
 /// Step 2. The outer error is an API failure to retry; the inner one is reported. `pinned`: a
 /// commit to resolve instead of the spec's (a rollback's target, or the Revision a hold keeps

@@ -10,24 +10,12 @@ use kube::runtime::reflector::ObjectRef;
 use serde_json::json;
 
 use super::context::{Context, Error, Reconcile, fenced};
+use super::flow::Failure;
 use crate::api::application::{Application, ApplicationStatus};
 use crate::api::conditions;
 use crate::api::names;
 use crate::api::revision::reference as revision_ref;
 
-/// How a failed step is reported.
-#[derive(Clone, Debug, PartialEq)]
-pub(super) struct Failure {
-    pub(super) reason: &'static str,
-    pub(super) message: String,
-    pub(super) retryable: bool,
-}
-
-impl Failure {
-    pub(super) fn new(reason: &'static str, message: impl Into<String>, retryable: bool) -> Failure {
-        Failure { reason, message: message.into(), retryable }
-    }
-}
 
 /// Report `failure` on the Application: `Ready=False` (and `Stalled` when `stalled`), a Warning
 /// Event when the message changed, a log line.

@@ -3,9 +3,12 @@
 //! health and drift. Decisions come from [`crate::decisions::rollout::decide`]; this file does the I/O and
 //! keeps the Revision and Application status.
 //!
-//! The order of an attempt's stages (sync hooks and waves) is in [`super::stages`]; this file
+//! The order of an attempt's stages (sync hooks and waves) is in [`stages`]; this file
 //! applies one group of objects ([`Rollout::apply_group`]; prune runs with the last wave) and
 //! keeps the Revision's and the Application's status.
+
+mod diagnosis;
+mod stages;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -19,8 +22,8 @@ use serde_json::Value;
 use tracing::Instrument as _;
 
 use super::context::{Context, Error, Reconcile};
-use super::planning::Planned;
-use super::status::{Failure, event, lifecycle_event, report_failure};
+use super::flow::{Failure, Planned, reason_const, redact};
+use super::status::{event, lifecycle_event, report_failure};
 use crate::api::application::{Application, ApplicationStatus, HealthSummary, ResourceRef, SyncState};
 use crate::api::common::{GroupVersionKind, HealthStatus};
 use crate::api::conditions;
@@ -276,7 +279,7 @@ impl<'a> Rollout<'a> {
                 // Between attempts the evidence moves on (a crash loop backs off): kept current.
                 let pods = self.pods_of(&planned, &live, None).await;
                 let summary = self.summarize(&planned, &live, &pods, true, None).await;
-                self.status.diagnosis = super::diagnosis::diagnose(&planned, &live, &summary).await;
+                self.status.diagnosis = diagnosis::diagnose(&planned, &live, &summary).await;
                 let wait = self.now.duration_until(at).unsigned_abs();
                 return Ok(Action::requeue(wait.max(Duration::from_millis(200))));
             }
@@ -333,7 +336,7 @@ impl<'a> Rollout<'a> {
         }
         self.set_sync(pending(planned), planned);
         self.observe_health(planned, live, false).await;
-        super::gate::report_wait(self.app, self.status, verdict, self.now);
+        crate::decisions::dependencies::report_wait(self.app, self.status, verdict, self.now);
         Ok(Action::requeue(with_jitter(self.ctx.settings.resync, self.name)))
     }
 
@@ -362,7 +365,7 @@ impl<'a> Rollout<'a> {
         let verdict = self.hold?;
         self.rs.phase = RevisionPhase::Progressing;
         self.set_sync(pending(planned), planned);
-        super::gate::report_wait(self.app, self.status, verdict, self.now);
+        crate::decisions::dependencies::report_wait(self.app, self.status, verdict, self.now);
         Some(Action::requeue(with_jitter(self.ctx.settings.resync, self.name)))
     }
 
@@ -490,7 +493,7 @@ impl<'a> Rollout<'a> {
         managed_left: &mut Vec<Value>,
     ) -> Result<bool, Error> {
         let related = revision_ref(self.ns, self.rev);
-        // Hooks are never applied: they are created by their stage ([`super::stages`]).
+        // Hooks are never applied: they are created by their stage ([`stages`]).
         let entries = planned
             .plan
             .entries
@@ -623,8 +626,8 @@ impl<'a> Rollout<'a> {
             a.reason = Some(reason.to_string());
         }
         self.rs.phase = RevisionPhase::Failed;
-        let no_target = super::rolling_back::no_target(self.app, self.status, self.rev);
-        let message = super::desired::redact(&format!("{message}{no_target}"), &self.secrets);
+        let no_target = crate::decisions::rollback::no_target(self.app, self.status, self.rev);
+        let message = redact(&format!("{message}{no_target}"), &self.secrets);
         self.rs.failure =
             Some(rev::Failure { reason: reason.to_string(), message: bounded(&message, 4096), retryable });
     }
@@ -739,7 +742,7 @@ impl<'a> Rollout<'a> {
             status: summary.status,
             message: (!summary.message.is_empty()).then(|| bounded(&summary.message, 1024)),
         });
-        self.status.diagnosis = super::diagnosis::diagnose(planned, live, &summary).await;
+        self.status.diagnosis = diagnosis::diagnose(planned, live, &summary).await;
         if summary.status == HealthStatus::Degraded && was != Some(HealthStatus::Degraded) && deployed {
             let related = revision_ref(self.ns, self.rev);
             let message = match &self.status.diagnosis {
@@ -935,20 +938,3 @@ fn counts(p: &rev::Plan) -> String {
     format!("{} to create, {} to update, {} to delete, {} unchanged{hooks}", s.create, s.update, s.delete, s.unchanged)
 }
 
-/// The reason constant for a stored reason string.
-pub(super) fn reason_const(reason: &str) -> &'static str {
-    use names::reasons::*;
-    [
-        SOURCE_FAILURE,
-        RENDER_FAILURE,
-        VALIDATION_FAILURE,
-        APPLY_CONFLICT,
-        APPLY_FAILURE,
-        PRUNE_FAILURE,
-        HEALTH_TIMEOUT,
-        DEGRADED,
-    ]
-    .into_iter()
-    .find(|r| *r == reason)
-    .unwrap_or(APPLY_FAILURE)
-}

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::planning::Planned;
+use super::super::flow::Planned;
 use crate::api::application::{Diagnosis, ResourceRef};
 use crate::api::common::HealthStatus;
 use crate::gather::{self, Budget};

@@ -1386,7 +1386,7 @@ fn a_shard_stopped_before_its_first_list_drains_all_the_same(cluster: Cluster) {
             action: Some(simcluster::faults::FaultAction::Status { code: 500 }),
             ..Default::default()
         });
-        let mut workers = kuvryn_sync::controller::shards::ShardWorkers::new(ctx, Duration::from_secs(2));
+        let mut workers = kuvryn_sync::controller::application::shards::ShardWorkers::new(ctx, Duration::from_secs(2));
         workers.start(0).await;
         let drained = tokio::time::timeout(Duration::from_secs(60), workers.stop(0)).await;
         sim.clear_faults();

@@ -490,7 +490,7 @@ fn run_controllers(args: RunArgs) -> Result<()> {
         // a busy machine does not stop the shard's work between two renewals.
         applications.fence = Some(sharding::coordinator::Fence::new(ownership, args.lease_duration / 10));
         let applications = std::sync::Arc::new(applications);
-        let workers = crate::controller::shards::ShardWorkers::new(applications.clone(), args.lease_duration);
+        let workers = crate::controller::application::shards::ShardWorkers::new(applications.clone(), args.lease_duration);
         tracing::info!(replica = %identity, shards, lease_namespace = %lease_ns, "starting (sharded)");
         // Ready, and allowed to lead, only while this replica takes part: not while a live replica
         // uses another shard count.

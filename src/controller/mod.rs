@@ -13,7 +13,6 @@ pub mod labeller;
 pub mod orphans;
 pub mod queue;
 pub mod repository;
-pub mod shards;
 
 /// The first retry after a failed reconcile.
 pub const RETRY_FIRST: std::time::Duration = std::time::Duration::from_secs(5);

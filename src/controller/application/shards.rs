@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::application::{self, Context};
+use super::{Context, run_shard};
 
 /// Runs one Application controller per owned shard.
 pub struct ShardWorkers {
@@ -56,7 +56,7 @@ impl sharding::coordinator::Workers for ShardWorkers {
             return;
         }
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(application::run_shard(self.ctx.clone(), Some(shard), async move {
+        let task = tokio::spawn(run_shard(self.ctx.clone(), Some(shard), async move {
             let _ = rx.await;
         }));
         self.running.insert(shard, (tx, task));

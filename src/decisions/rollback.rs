@@ -216,9 +216,17 @@ pub fn outcome(p: &Progress) -> Outcome {
 pub const NO_TARGET: &str = "; no previous healthy Revision to roll back to";
 
 /// [`NO_TARGET`] when it applies to Revision `rev` of `app`.
-pub fn no_target(app: &crate::api::application::Application, status: &crate::api::application::ApplicationStatus, rev: &str) -> &'static str {
+pub fn no_target(
+    app: &crate::api::application::Application,
+    status: &crate::api::application::ApplicationStatus,
+    rev: &str,
+) -> &'static str {
     let previous = status.last_healthy_revision.as_deref().is_some_and(|r| r != rev);
-    if app.spec.failure_policy.action == crate::api::application::FailureAction::Rollback && !previous { NO_TARGET } else { "" }
+    if app.spec.failure_policy.action == crate::api::application::FailureAction::Rollback && !previous {
+        NO_TARGET
+    } else {
+        ""
+    }
 }
 
 #[cfg(test)]

@@ -6,12 +6,13 @@
 
 use std::sync::Arc;
 
+use kube::ResourceExt;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
-use kube::ResourceExt;
 
-use super::context::{Context, DEFAULT_SHARD, Error, shard_of};
+use super::error::Error;
 use super::flow::{Desired, Failure, Source, redact};
+use super::replica::{Context, DEFAULT_SHARD, shard_of};
 use super::status::event;
 use crate::api::application::{Application, RenderType};
 use crate::api::names;
@@ -19,7 +20,6 @@ use crate::api::revision::Revision;
 use crate::plan::{revision, validate};
 use crate::render;
 use crate::watch::discovery::ClusterScopes;
-
 
 /// Steps 4 and 5: the desired state, or what failed.
 pub(super) async fn desired(

@@ -50,10 +50,12 @@ use kube::runtime::events::EventType;
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
-use super::context::{Context, Error, Reconcile, STALE_RETRY, fenced, may_write};
-use super::live;
+use super::error::Error;
 use super::flow::Failure;
+use super::live;
+use super::replica::{Context, fenced, may_write};
 use super::status::{event, report_failure, write_status};
+use super::{Reconcile, STALE_RETRY};
 use crate::api::application::{Application, ApplicationStatus, DeletionPolicy};
 use crate::api::names;
 use crate::plan::deletion::{self, Contents, Definition};

@@ -7,7 +7,7 @@ use jiff::Timestamp;
 use kube::ResourceExt;
 use kube::runtime::events::EventType;
 
-use super::context::Context;
+use super::replica::Context;
 use super::status::event;
 use crate::api::application::{Application, ApplicationStatus};
 use crate::api::conditions::{self, Status};
@@ -64,4 +64,3 @@ pub(super) async fn check(
     }
     Gate::Checked(verdict)
 }
-

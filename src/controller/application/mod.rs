@@ -36,37 +36,31 @@
 //! - Secret values (from `valuesFrom` Secrets and desired Secrets) never reach status, Events
 //!   or logs: messages are redacted, and plans show only which keys changed.
 
-mod context;
-mod dependency_watch;
 mod desired;
-mod echoes;
+mod error;
 mod finalize;
 mod flow;
 mod gate;
-mod healthchecks;
-mod held_events;
 pub mod live;
 mod planning;
-pub mod progress;
 mod render_failure;
+mod replica;
 mod revision;
-mod revision_cache;
 mod rolling_back;
 mod rollout;
 mod run;
 pub mod shards;
 mod source;
 mod status;
-mod unchanged;
-mod written;
 
 use crate::decisions::{self, approval, dependencies, rollback};
-pub use context::{Context, DEFAULT_SHARD, Error, Settings, shard_of};
+pub use error::Error;
+pub use replica::progress;
+pub use replica::{Context, DEFAULT_SHARD, Settings, shard_of};
 pub use run::{run, run_shard};
 
 use std::sync::Arc;
 use std::time::Duration;
-
 
 use jiff::Timestamp;
 use kube::ResourceExt;
@@ -81,10 +75,29 @@ use crate::api::conditions;
 use crate::api::names;
 use crate::api::revision::{self as rev, AttemptResult, Revision, RevisionPhase};
 use crate::plan::revision as identity;
-use rollout::Rollout;
-use context::{NOT_OWNER_RETRY, Reconcile, STALE_RETRY, fenced, may_write};
 use flow::{Failure, Planned};
+use replica::{fenced, may_write};
+use rollout::Rollout;
 use status::{report_failure, write_status};
+
+/// When an Application is looked at again after its status write was refused as stale.
+const STALE_RETRY: Duration = Duration::from_millis(500);
+
+/// When an Application is looked at again after this replica could not write for its shard.
+const NOT_OWNER_RETRY: Duration = Duration::from_secs(1);
+
+/// What one reconcile of an Application starts from, the same for every stage: the replica's
+/// context, the Application as read, its status as stored when the reconcile began, and the
+/// clock. The status being built is passed apart (`&mut`), as each stage changes it.
+#[derive(Clone, Copy)]
+struct Reconcile<'a> {
+    pub ctx: &'a Context,
+    pub app: &'a Application,
+    pub ns: &'a str,
+    pub name: &'a str,
+    pub old: &'a crate::api::application::ApplicationStatus,
+    pub now: jiff::Timestamp,
+}
 
 /// Reconcile one Application (see the module documentation).
 pub async fn reconcile(app: Arc<Application>, ctx: Arc<Context>) -> Result<Action, Error> {

@@ -8,14 +8,14 @@ use kube::api::Api;
 use kube::core::ApiResource;
 use serde_json::{Value, json};
 
-use super::context::{Context, Error, shard_of};
+use super::error::Error;
 use super::flow::{Desired, Failure, Planned, redact};
 use super::live;
-use super::unchanged;
+use super::replica::unchanged;
+use super::replica::{Context, shard_of};
 use crate::api::application::Application;
 use crate::api::names;
 use crate::plan::{self, inventory, revision, validate};
-
 
 /// Steps 6 and 7: read the live state and plan `desired`. `from_cache`: the managed inventory
 /// comes from the shard's watch caches (a drift check); such a plan is never acted on

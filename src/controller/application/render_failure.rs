@@ -11,8 +11,9 @@ use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::runtime::controller::Action;
 
-use super::context::{Context, Reconcile};
+use super::Reconcile;
 use super::flow::{Failure, reason_const};
+use super::replica::Context;
 use super::status::report_failure;
 use crate::api::application::{Application, ApplicationStatus};
 use crate::api::revision::{self as rev, Attempt, AttemptResult, RevisionPhase, RevisionStatus};
@@ -107,11 +108,7 @@ pub(super) async fn wait(
     let Reconcile { app, now, .. } = *r;
     let policy = crate::decisions::rollout::policy_of(app);
     let failure = match &rs.failure {
-        Some(f) => Failure {
-            reason: reason_const(&f.reason),
-            message: f.message.clone(),
-            retryable: f.retryable,
-        },
+        Some(f) => Failure { reason: reason_const(&f.reason), message: f.message.clone(), retryable: f.retryable },
         None => Failure::new(crate::api::names::reasons::RENDER_FAILURE, "the last render failed", true),
     };
     let failures = rollout::consecutive_failures(&rs.attempts, None);

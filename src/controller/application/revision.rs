@@ -8,8 +8,9 @@ use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
-use super::context::{Context, Error};
+use super::error::Error;
 use super::flow::Source;
+use super::replica::Context;
 use super::status::lifecycle_event;
 use crate::api::application::Application;
 use crate::api::conditions;

@@ -8,7 +8,9 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::events::EventType;
 use serde_json::{Value, json};
 
-use super::context::{Context, Error, Reconcile};
+use super::Reconcile;
+use super::error::Error;
+use super::replica::Context;
 use super::status::event;
 use crate::api::application::{Application, ApplicationStatus, FailureAction, SyncState};
 use crate::api::conditions;
@@ -131,7 +133,7 @@ async fn hold(
         );
         rs.phase = RevisionPhase::Failed;
         crate::api::revision_conditions::set(&mut rs, false, now);
-        super::context::fenced(ctx, app)?;
+        super::replica::fenced(ctx, app)?;
         ctx.revisions.forget(ns, &name);
         ctx.writer(&ctx.client, ns, &name)
             .patch_status::<Revision, _>(
@@ -161,7 +163,6 @@ pub(super) async fn request_automatic(
     });
     patch_annotations(ctx, app, ns, annotations).await
 }
-
 
 /// Which commit this reconcile deploys, and the pending request.
 pub(super) struct Choice {

@@ -16,9 +16,11 @@ use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::watcher::{self, watcher};
 use tracing::Instrument as _;
 
-use super::context::{self, Context, Error, NOT_OWNER_RETRY};
-use super::healthchecks;
+use super::NOT_OWNER_RETRY;
+use super::error::Error;
 use super::reconcile;
+use super::replica::healthchecks;
+use super::replica::{self, Context};
 use crate::api::application::Application;
 use crate::api::names;
 use crate::api::repository::Repository;
@@ -209,7 +211,7 @@ async fn reconcile_tracked(
     // A shard whose Lease is late to renew: wait for the renewal (or the shard to stop) before
     // taking a slot, instead of retrying every second.
     if let Some(fence) = &ctx.fence {
-        let shard = context::shard_of(&ctx, r.namespace.as_deref().unwrap_or_default(), &r.name);
+        let shard = replica::shard_of(&ctx, r.namespace.as_deref().unwrap_or_default(), &r.name);
         if fence.owns(shard).is_none() {
             tokio::select! {
                 () = fence.owned(shard) => {}

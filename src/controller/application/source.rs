@@ -7,13 +7,13 @@ use std::time::{Duration, Instant};
 
 use kube::api::Api;
 
-use super::context::{Context, Error};
+use super::error::Error;
 use super::flow::{Failure, Source};
+use super::replica::Context;
 use crate::api::application::Application;
 use crate::api::names;
 use crate::api::repository::Repository;
 use crate::source::Reference;
-
 
 /// Step 2. The outer error is an API failure to retry; the inner one is reported. `pinned`: a
 /// commit to resolve instead of the spec's (a rollback's target, or the Revision a hold keeps

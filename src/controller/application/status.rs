@@ -9,13 +9,14 @@ use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::ObjectRef;
 use serde_json::json;
 
-use super::context::{Context, Error, Reconcile, fenced};
+use super::Reconcile;
+use super::error::Error;
 use super::flow::Failure;
+use super::replica::{Context, fenced};
 use crate::api::application::{Application, ApplicationStatus};
 use crate::api::conditions;
 use crate::api::names;
 use crate::api::revision::reference as revision_ref;
-
 
 /// Report `failure` on the Application: `Ready=False` (and `Stalled` when `stalled`), a Warning
 /// Event when the message changed, a log line.
@@ -66,7 +67,7 @@ pub(super) fn lifecycle_event(
     reason: &'static str,
     note: &str,
 ) {
-    ctx.held_events.hold(app, super::held_events::Held { reason, related, note: note.to_string() });
+    ctx.held_events.hold(app, super::replica::held_events::Held { reason, related, note: note.to_string() });
 }
 
 /// Publish the lifecycle Events `app` holds, merged.

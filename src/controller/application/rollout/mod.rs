@@ -21,8 +21,10 @@ use kube::runtime::events::EventType;
 use serde_json::Value;
 use tracing::Instrument as _;
 
-use super::context::{Context, Error, Reconcile};
+use super::Reconcile;
+use super::error::Error;
 use super::flow::{Failure, Planned, reason_const, redact};
+use super::replica::Context;
 use super::status::{event, lifecycle_event, report_failure};
 use crate::api::application::{Application, ApplicationStatus, HealthSummary, ResourceRef, SyncState};
 use crate::api::common::{GroupVersionKind, HealthStatus};
@@ -478,7 +480,7 @@ impl<'a> Rollout<'a> {
         }
         // Fencing: ownership is checked before the writes, and again by the writer before each
         // request is sent.
-        super::context::fenced(self.ctx, self.app)?;
+        super::replica::fenced(self.ctx, self.app)?;
         self.begin(planned, policy, live, managed_left).await
     }
 
@@ -539,7 +541,7 @@ impl<'a> Rollout<'a> {
                 return Ok(false);
             }
         };
-        let kept = super::unchanged::applied(&planned.desired, &applied.objects, std::time::Instant::now());
+        let kept = super::replica::unchanged::applied(&planned.desired, &applied.objects, std::time::Instant::now());
         self.ctx.unchanged.add(&format!("{}/{}", self.ns, self.name), kept);
         for (id, obj) in std::mem::take(&mut applied.objects) {
             let (group, kind) =
@@ -937,4 +939,3 @@ fn counts(p: &rev::Plan) -> String {
         if s.hooks > 0 { format!(", {} hook{}", s.hooks, if s.hooks == 1 { "" } else { "s" }) } else { String::new() };
     format!("{} to create, {} to update, {} to delete, {} unchanged{hooks}", s.create, s.update, s.delete, s.unchanged)
 }
-

@@ -37,10 +37,10 @@ use kube::runtime::events::EventType;
 use serde_json::Value;
 use tracing::Instrument as _;
 
-use super::{HEALTH_POLL, Rollout, describe, pending, reference};
-use super::super::context::Error;
+use super::super::error::Error;
 use super::super::flow::Planned;
 use super::super::status::{event, lifecycle_event};
+use super::{HEALTH_POLL, Rollout, describe, pending, reference};
 use crate::api::application::SyncState;
 use crate::api::common::HealthStatus;
 use crate::api::conditions;
@@ -240,7 +240,7 @@ impl Rollout<'_> {
                         if !planned.fresh {
                             return Err(Error::Stale);
                         }
-                        super::super::context::fenced(self.ctx, self.app)?;
+                        super::super::replica::fenced(self.ctx, self.app)?;
                         match self.begin_waves(planned, policy, live, managed_left).await? {
                             Some(_) => Ok(Action::requeue(NEXT_STAGE)),
                             None => self.failed_at_once(planned, policy).await,
@@ -353,7 +353,7 @@ impl Rollout<'_> {
             if !planned.fresh {
                 return Err(Error::Stale);
             }
-            super::super::context::fenced(self.ctx, self.app)?;
+            super::super::replica::fenced(self.ctx, self.app)?;
             if let Some(a) = self.rs.attempts.last_mut() {
                 a.wave = None;
                 a.wave_started_at = Some(Time(self.now));
@@ -407,7 +407,7 @@ impl Rollout<'_> {
                         return Err(Error::Stale);
                     }
                     self.wave_event(&format!("wave {done} is Healthy")).await;
-                    super::super::context::fenced(self.ctx, self.app)?;
+                    super::super::replica::fenced(self.ctx, self.app)?;
                     if let Some(a) = self.rs.attempts.last_mut() {
                         a.wave = Some(next);
                         a.wave_started_at = Some(Time(self.now));
@@ -490,7 +490,7 @@ impl Rollout<'_> {
         if entries.is_empty() {
             return Ok(Stage { ran });
         }
-        super::super::context::fenced(self.ctx, self.app)?;
+        super::super::replica::fenced(self.ctx, self.app)?;
         let number = self.rs.attempts.last().map(|a| a.number).unwrap_or(1);
         let run = hooks::run_id(self.rev, number, phase);
         let id = crate::plan::inventory::application_id(self.ns, self.name);

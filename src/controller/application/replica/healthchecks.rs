@@ -22,25 +22,25 @@ const FIRST_LIST: Duration = Duration::from_secs(10);
 
 /// A HealthCheck that changed: the namespace and the API group and kind it targets.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub(super) struct Changed {
-    pub(super) namespace: String,
-    pub(super) group: String,
-    pub(super) kind: String,
+pub(crate) struct Changed {
+    pub(crate) namespace: String,
+    pub(crate) group: String,
+    pub(crate) kind: String,
 }
 
 /// Compiled rules by (namespace, name), with the generation and uid they were compiled from.
 type Compiled = HashMap<(String, String), (Option<i64>, Option<String>, Arc<Rules>)>;
 
 /// One watch of every HealthCheck per replica.
-pub(super) struct HealthChecks {
+pub(crate) struct HealthChecks {
     store: Store<HealthCheck>,
-    pub(super) events: tokio::sync::broadcast::Sender<Changed>,
+    pub(crate) events: tokio::sync::broadcast::Sender<Changed>,
     compiled: Mutex<Compiled>,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl HealthChecks {
-    pub(super) fn start(client: Client) -> HealthChecks {
+    pub(crate) fn start(client: Client) -> HealthChecks {
         let (store, writer) = reflector::store();
         let (events, _) = tokio::sync::broadcast::channel(1024);
         let tx = events.clone();
@@ -79,14 +79,14 @@ impl HealthChecks {
     }
 
     /// Wait, up to [`FIRST_LIST`], for the first list of HealthChecks.
-    pub(super) async fn ready(&self) {
+    pub(crate) async fn ready(&self) {
         if tokio::time::timeout(FIRST_LIST, self.store.wait_until_ready()).await.is_err() {
             tracing::warn!("HealthChecks not listed yet; the built-in health rules apply until they are");
         }
     }
 
     /// The rules for objects of `group`/`kind` in `namespace`, compiled once per generation.
-    pub(super) fn rules_for(&self, namespace: &str, group: &str, kind: &str) -> Option<Arc<Rules>> {
+    pub(crate) fn rules_for(&self, namespace: &str, group: &str, kind: &str) -> Option<Arc<Rules>> {
         let all = self.store.state();
         let hc = winner(all.iter().map(|hc| &**hc), namespace, group, kind)?;
         let key = (namespace.to_string(), hc.name_any());

@@ -30,11 +30,11 @@ struct Write {
 
 /// The status writes of this replica not yet shown by the watch.
 #[derive(Default)]
-pub(super) struct Written(Mutex<HashMap<ObjectRef<Application>, Write>>);
+pub(crate) struct Written(Mutex<HashMap<ObjectRef<Application>, Write>>);
 
 impl Written {
     /// A status write of the copy at resourceVersion `before` returned `after`.
-    pub(super) fn record(&self, before: Option<String>, after: Application) {
+    pub(crate) fn record(&self, before: Option<String>, after: Application) {
         let Some(before) = before else { return };
         let key = ObjectRef::from_obj(&after);
         self.0.lock().expect("written lock").insert(key, Write { before, after: Arc::new(after) });
@@ -43,7 +43,7 @@ impl Written {
     /// The copy to reconcile: what the last status write returned when `app` is the copy that
     /// write was computed from, else `app` (and the write is forgotten: the cache has moved
     /// past it, even if its event came before the write was recorded).
-    pub(super) fn latest(&self, app: Arc<Application>) -> Arc<Application> {
+    pub(crate) fn latest(&self, app: Arc<Application>) -> Arc<Application> {
         let key = ObjectRef::from_obj(&*app);
         let mut written = self.0.lock().expect("written lock");
         let Some(w) = written.get(&key) else { return app };
@@ -56,7 +56,7 @@ impl Written {
 
     /// The watch shows `app`'s copy at `rv`: a write computed from another copy is shown (or
     /// overtaken) and forgotten.
-    pub(super) fn observed(&self, app: &ObjectRef<Application>, rv: Option<&str>) {
+    pub(crate) fn observed(&self, app: &ObjectRef<Application>, rv: Option<&str>) {
         let mut written = self.0.lock().expect("written lock");
         if written.get(app).is_some_and(|w| Some(w.before.as_str()) != rv) {
             written.remove(app);

@@ -146,11 +146,11 @@ impl Watched {
 }
 
 /// The replica's view of every Application's readiness as a dependency.
-pub(super) struct Dependencies {
+pub(crate) struct Dependencies {
     watched: Arc<Mutex<Watched>>,
     ready: tokio::sync::watch::Sender<bool>,
     /// Dependents to re-queue; each shard controller takes those of its shard.
-    pub(super) triggers: broadcast::Sender<ObjectRef<Application>>,
+    pub(crate) triggers: broadcast::Sender<ObjectRef<Application>>,
     task: OnceLock<tokio::task::JoinHandle<()>>,
 }
 
@@ -209,7 +209,7 @@ impl Dependencies {
     /// What the Application `app` waits for, from this replica's watch (started on first use);
     /// `None` while the watch has not listed the Applications yet. `repository_commit`: the
     /// commit a Repository of `app`'s namespace resolved last, when known.
-    pub(super) async fn verdict(
+    pub(crate) async fn verdict(
         &self,
         client: &Client,
         app: &Application,

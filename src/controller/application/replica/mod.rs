@@ -2,6 +2,16 @@
 //! fence, and the Repositories watch. Writes for an Application go through [`Context::writer`],
 //! fenced by its shard.
 
+pub(crate) mod dependency_watch;
+pub(crate) mod echoes;
+pub(crate) mod healthchecks;
+pub(crate) mod held_events;
+pub(crate) mod narrow_lists;
+pub mod progress;
+pub(crate) mod revision_cache;
+pub(crate) mod unchanged;
+pub(crate) mod written;
+
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -16,7 +26,7 @@ use kube::{Client, ResourceExt};
 use serde_json::json;
 use std::sync::Arc;
 
-use super::progress;
+use super::error::Error;
 use crate::api::application::Application;
 use crate::api::conditions;
 use crate::api::names;
@@ -27,12 +37,6 @@ use crate::render::{self, Renderer};
 use crate::source::GitCache;
 use crate::watch::discovery::ClusterScopes;
 use crate::watch::managed::{ExtraKinds, Inventory};
-
-/// When an Application is looked at again after its status write was refused as stale.
-pub(super) const STALE_RETRY: Duration = Duration::from_millis(500);
-
-/// When an Application is looked at again after this replica could not write for its shard.
-pub(super) const NOT_OWNER_RETRY: Duration = Duration::from_secs(1);
 
 /// The shard label value until sharding assigns one.
 pub const DEFAULT_SHARD: &str = "0";
@@ -68,19 +72,6 @@ impl Default for Settings {
 /// Repository's Secret, revision). With the identity, one tenant never learns the commit another
 /// tenant's credentials resolved.
 pub(super) type ResolvedKey = (String, String, String);
-
-/// What one reconcile of an Application starts from, the same for every stage: the replica's
-/// context, the Application as read, its status as stored when the reconcile began, and the
-/// clock. The status being built is passed apart (`&mut`), as each stage changes it.
-#[derive(Clone, Copy)]
-pub(super) struct Reconcile<'a> {
-    pub ctx: &'a Context,
-    pub app: &'a Application,
-    pub ns: &'a str,
-    pub name: &'a str,
-    pub old: &'a crate::api::application::ApplicationStatus,
-    pub now: jiff::Timestamp,
-}
 
 /// One watch of every Repository per replica: its store answers reconciles' reads, and its
 /// events fan out to the shard controllers (each maps a Repository to its Applications).
@@ -179,20 +170,20 @@ pub struct Context {
     pub inventory: Arc<Inventory>,
     /// Every Application's readiness as a dependency (`spec.dependsOn`), watched once per
     /// replica from the first reconcile that needs it.
-    pub(super) dependencies: super::dependency_watch::Dependencies,
+    pub(super) dependencies: dependency_watch::Dependencies,
     /// Repositories as one watch of this replica has them (started with the first shard).
     pub(super) repositories: std::sync::OnceLock<Repositories>,
     /// HealthChecks as one watch of this replica has them (started with the first shard).
-    pub(super) healthchecks: std::sync::OnceLock<super::healthchecks::HealthChecks>,
+    pub(super) healthchecks: std::sync::OnceLock<healthchecks::HealthChecks>,
     /// The resourceVersion of each Application's last status write by this replica: its watch
     /// event triggers no reconcile (nothing changed that the reconcile had not just seen).
     pub(super) own_writes: Mutex<HashMap<ObjectRef<Application>, String>>,
     /// Status writes the Application watch has not shown yet: a reconcile of the copy one
     /// replaced runs on what it wrote.
-    pub(super) written: super::written::Written,
+    pub(super) written: written::Written,
     /// Each Application's desired Revision as last read or written, and a watch saying whether
     /// it is still current: no `GET` of an unchanged Revision.
-    pub(super) revisions: super::revision_cache::Revisions,
+    pub(super) revisions: revision_cache::Revisions,
     /// The replica's slots for reconciles, shared by its shards (`--concurrent-applications`).
     pub(super) queue: Arc<crate::controller::queue::Queue>,
     /// Reconciles of each Application failed in a row, for the retry backoff.
@@ -201,13 +192,13 @@ pub struct Context {
     /// Application's `status.lastHandledRedeployAt`: the status write records them.
     pub(super) redeploys: Mutex<HashMap<ObjectRef<Application>, String>>,
     /// Our applies, so their watch events trigger no reconcile.
-    pub(super) echoes: super::echoes::Echoes,
+    pub(super) echoes: echoes::Echoes,
     /// Lifecycle Events held until the reconcile ends.
-    pub(super) held_events: super::held_events::HeldEvents,
+    pub(super) held_events: held_events::HeldEvents,
     /// Kinds each service account may not list across the cluster.
-    pub(super) narrow_lists: super::live::NarrowLists,
+    pub(super) narrow_lists: narrow_lists::NarrowLists,
     /// What the last plans found unchanged: a drift check does not read it again.
-    pub(super) unchanged: super::unchanged::Unchanged,
+    pub(super) unchanged: unchanged::Unchanged,
     pub(super) scopes: crate::watch::discovery::Snapshots,
     /// Impersonating clients, per service account: each holds its own connections, so at most
     /// [`MAX_CLIENTS`], and one unused for [`CLIENT_IDLE`] is dropped (made again when needed).
@@ -270,8 +261,8 @@ impl Context {
     }
 
     /// The HealthChecks watch, started on first use.
-    pub(super) fn healthchecks(&self) -> &super::healthchecks::HealthChecks {
-        self.healthchecks.get_or_init(|| super::healthchecks::HealthChecks::start(self.client.clone()))
+    pub(super) fn healthchecks(&self) -> &healthchecks::HealthChecks {
+        self.healthchecks.get_or_init(|| healthchecks::HealthChecks::start(self.client.clone()))
     }
 
     /// The Repository `ns/name` as the watch has it, when it has it.
@@ -315,45 +306,6 @@ impl Context {
     }
 }
 
-/// Errors that make the controller retry with back-off (API failures of the controller's own
-/// requests; everything about the Application is reported on it instead).
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// An API request failed.
-    #[error("API request failed: {0}")]
-    Kube(#[source] kube::Error),
-    /// The object has no namespace.
-    #[error("the Application has no namespace")]
-    NoNamespace,
-    /// This replica stopped owning the Application's shard: the reconcile stops, writing
-    /// nothing more.
-    #[error("this replica no longer owns the Application's shard")]
-    NotOwner,
-    /// A rollout was about to act on a plan made from watch caches (a bug if it escapes
-    /// [`super::reconcile`]: such plans are made again from a fresh list before anything is written).
-    #[error("a rollout needs a plan made from a fresh list")]
-    Stale,
-}
-
-impl Error {
-    /// The `result` label of `ksync_reconciles_total` for a reconcile that ended in this error.
-    pub fn metric_label(&self) -> &'static str {
-        match self {
-            Error::Kube(_) | Error::NoNamespace => "error",
-            Error::NotOwner => "not_owner",
-            // A rollout about to act on a plan from the watch caches: a bug, counted apart.
-            Error::Stale => "stale_plan",
-        }
-    }
-}
-
-impl From<kube::Error> for Error {
-    fn from(e: kube::Error) -> Error {
-        // A write the fence stopped: the shard moved, nothing to retry here.
-        if crate::client::is_fence_error(&e) { Error::NotOwner } else { Error::Kube(e) }
-    }
-}
-
 /// `Err(NotOwner)` unless this replica may write for `app` now (checked before every write
 /// batch).
 pub(super) fn fenced(ctx: &Context, app: &Application) -> Result<(), Error> {
@@ -370,25 +322,5 @@ pub(super) fn may_write(ctx: &Context, app: &Application) -> bool {
     match &ctx.fence {
         None => true,
         Some(f) => f.owns(shard_of(ctx, &app.namespace().unwrap_or_default(), &app.name_any())).is_some(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::Error;
-
-    #[test]
-    fn each_error_has_its_metric_label() {
-        let api = Error::Kube(kube::Error::LinesCodecMaxLineLengthExceeded);
-        assert!(std::error::Error::source(&api).is_some(), "an API error keeps its cause");
-        let cases = [
-            (api, "error"),
-            (Error::NoNamespace, "error"),
-            (Error::NotOwner, "not_owner"),
-            (Error::Stale, "stale_plan"),
-        ];
-        for (e, want) in cases {
-            assert_eq!(e.metric_label(), want, "{e}");
-        }
     }
 }

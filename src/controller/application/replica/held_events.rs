@@ -17,23 +17,23 @@ use crate::api::application::Application;
 
 /// One held Event: its reason, the Revision it is about, its note.
 #[derive(Clone, Debug, PartialEq)]
-pub(super) struct Held {
-    pub(super) reason: &'static str,
-    pub(super) related: ObjectReference,
-    pub(super) note: String,
+pub(crate) struct Held {
+    pub(crate) reason: &'static str,
+    pub(crate) related: ObjectReference,
+    pub(crate) note: String,
 }
 
 /// Each Application's held Events (an Application is reconciled by one reconcile at a time).
 #[derive(Default)]
-pub(super) struct HeldEvents(Mutex<HashMap<ObjectRef<Application>, Vec<Held>>>);
+pub(crate) struct HeldEvents(Mutex<HashMap<ObjectRef<Application>, Vec<Held>>>);
 
 impl HeldEvents {
-    pub(super) fn hold(&self, app: &Application, held: Held) {
+    pub(crate) fn hold(&self, app: &Application, held: Held) {
         self.0.lock().expect("held events lock").entry(ObjectRef::from_obj(app)).or_default().push(held);
     }
 
     /// What `app` holds, merged ([`merged`]), and nothing held after.
-    pub(super) fn take(&self, app: &Application) -> Vec<Held> {
+    pub(crate) fn take(&self, app: &Application) -> Vec<Held> {
         let held = self.0.lock().expect("held events lock").remove(&ObjectRef::from_obj(app));
         held.map(merged).unwrap_or_default()
     }
@@ -44,7 +44,7 @@ const PART: usize = 330;
 
 /// The Events to publish for `held`, in order: consecutive ones about the same Revision become
 /// one, with the reason of the last (the furthest step) and every note, in order.
-pub(super) fn merged(held: Vec<Held>) -> Vec<Held> {
+pub(crate) fn merged(held: Vec<Held>) -> Vec<Held> {
     let mut out: Vec<Held> = Vec::new();
     for h in held {
         match out.last_mut() {

@@ -44,7 +44,7 @@ struct State {
 }
 
 /// The replica's Revision watch and kept copies.
-pub(super) struct Revisions {
+pub(crate) struct Revisions {
     state: Arc<Mutex<State>>,
     hasher: RandomState,
     task: OnceLock<tokio::task::JoinHandle<()>>,
@@ -158,7 +158,7 @@ impl Revisions {
 
     /// The kept copy of Revision `rev` of Application `ns/app`, when the watch (started on first
     /// use) shows it unchanged since (see the module's contract).
-    pub(super) fn get(&self, client: &Client, ns: &str, app: &str, rev: &str) -> Option<Revision> {
+    pub(crate) fn get(&self, client: &Client, ns: &str, app: &str, rev: &str) -> Option<Revision> {
         self.start(client);
         self.lookup(ns, app, rev)
     }
@@ -178,7 +178,7 @@ impl Revisions {
 
     /// Keep `r`, as just read or written, as the copy of its Application's desired Revision,
     /// without `metadata.managedFields` (nothing reads them; they are most of a copy's memory).
-    pub(super) fn keep(&self, r: &Revision) {
+    pub(crate) fn keep(&self, r: &Revision) {
         let Some(ns) = r.namespace() else { return };
         let key = (ns, r.spec.application.clone());
         let mut copy = r.clone();
@@ -187,13 +187,13 @@ impl Revisions {
     }
 
     /// Forget the copy kept for Application `ns/app` (one of its Revisions is written another way).
-    pub(super) fn forget(&self, ns: &str, app: &str) {
+    pub(crate) fn forget(&self, ns: &str, app: &str) {
         self.state.lock().expect("revisions lock").kept.remove(&(ns.to_string(), app.to_string()));
     }
 
     /// Forget every copy kept (a shard starts: its Applications may have been written by
     /// another replica since).
-    pub(super) fn clear(&self) {
+    pub(crate) fn clear(&self) {
         self.state.lock().expect("revisions lock").kept.clear();
     }
 }

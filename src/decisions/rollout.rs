@@ -9,6 +9,7 @@ use kube::ResourceExt;
 use crate::api::application::{Application, ApplicationStatus, SyncState};
 use crate::api::names;
 use crate::api::revision::{Attempt, AttemptResult, MAX_ATTEMPTS_KEPT, RevisionStatus};
+use crate::decisions::{approval, rollback};
 
 /// The policies a decision depends on.
 #[derive(Clone, Debug, PartialEq)]
@@ -245,6 +246,100 @@ pub fn push(attempts: &mut Vec<Attempt>, attempt: Attempt) {
     attempts.push(attempt);
     let excess = attempts.len().saturating_sub(MAX_ATTEMPTS_KEPT);
     attempts.drain(..excess);
+}
+
+/// What [`step`] decides from: one reconcile's view of a planned Revision.
+#[derive(Clone, Copy)]
+pub struct Situation<'a> {
+    /// The Application, as the reconcile reads it (its approval and retry annotations).
+    pub app: &'a Application,
+    /// Its status as stored when the reconcile began.
+    pub old: &'a ApplicationStatus,
+    /// The Revision's name.
+    pub revision: &'a str,
+    /// The Revision's status.
+    pub status: &'a RevisionStatus,
+    /// The desired-state hash of the plan.
+    pub desired: &'a str,
+    /// The plan's digest (what an approval is bound to).
+    pub plan_digest: &'a str,
+    /// Whether the plan would change anything.
+    pub changes: bool,
+    /// The reconcile's clock.
+    pub now: Timestamp,
+    /// A pending, valid rollback request.
+    pub rollback: Option<&'a rollback::Request>,
+}
+
+/// The step a reconcile takes on the planned Revision `s.revision`, whose status is `s.status`, with the
+/// approval it judged. Under a pending `s.rollback`, approvals given before its request do not
+/// count, and its target is deployed only when nothing would change.
+pub fn step(s: &Situation) -> (Step, approval::Verdict) {
+    let Situation { app, old, status: rs, desired, plan_digest, changes, now, rollback, .. } = *s;
+    let policy = policy_of(app);
+    let not_before = rollback.and_then(|r| r.requested_at);
+    let request = approval::request_of(app.annotations());
+    // A rollback's target is deployed once nothing would change; on a manual-sync Application
+    // also only once an approval given for the rollback completed a rollout of it, even when it
+    // was live all along.
+    let deployed = is_deployed(rs, desired)
+        && rollback.is_none_or(|_| {
+            !changes
+                && (policy.automatic
+                    || approval::completed_since(rs.approval.as_ref(), &rs.attempts, not_before, request.as_ref()))
+        });
+    let mut verdict = approval::judge(&approval::Facts {
+        request,
+        recorded: rs.approval.clone(),
+        attempts: rs.attempts.clone(),
+        plan: plan_digest.to_string(),
+        desired: desired.to_string(),
+        not_before,
+        now,
+    });
+    if !verdict.approves()
+        && let Some(own) = rollback.and_then(|r| rollback_approval(s, r))
+    {
+        verdict = own;
+    }
+    let step = decide(rs, desired, deployed, changes, verdict.approves(), &policy, now);
+    // A new approval of this plan is an operator asking to try again now too.
+    let retry_now = retry_requested(app, old) || matches!(verdict, approval::Verdict::Approved(_));
+    if matches!(step, Step::Paused | Step::Retry { .. }) && retry_now {
+        return (Step::Start { number: rs.attempts.last().map(|a| a.number + 1).unwrap_or(1) }, verdict);
+    }
+    (step, verdict)
+}
+
+/// A manual rollback's own approval ([`crate::decisions::rollback`]): with a recorded requester and chosen
+/// Revision, bound to this Revision, to the desired state it deployed and to `spec.sync` and
+/// `spec.strategy` at request time (`rollback-target-hash`). `Stale` when the target changed
+/// since; `None` when the request is not such a manual rollback.
+fn rollback_approval(s: &Situation, r: &rollback::Request) -> Option<approval::Verdict> {
+    use rollback::Kind;
+    let Situation { app, revision: rev, status: rs, desired, plan_digest, now, .. } = *s;
+    let by = r.requested_by.as_ref().filter(|_| r.kind == Kind::Manual)?;
+    let chosen = r.target_revision.as_deref()?;
+    let deployed = rs.deployed_desired_state_hash.as_deref();
+    let bound = chosen == rev
+        && deployed == Some(desired)
+        && r.target_hash.as_deref()
+            == Some(
+                crate::plan::target_hash::rollback_target_hash(desired, &app.spec.sync, &app.spec.strategy).as_str(),
+            );
+    if !bound {
+        return Some(approval::Verdict::TargetChanged { chosen: chosen.to_string() });
+    }
+    Some(approval::Verdict::Approved(crate::api::revision::Approval {
+        user: by.clone(),
+        time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(approval::whole_second(
+            r.requested_at.unwrap_or(now),
+        )),
+        plan_digest: plan_digest.to_string(),
+        source: Some(approval::MANUAL_ROLLBACK.to_string()),
+        desired_state_hash: Some(desired.to_string()),
+        attempt: None,
+    }))
 }
 
 #[cfg(test)]
@@ -491,5 +586,54 @@ mod tests {
         assert_eq!(v.len(), MAX_ATTEMPTS_KEPT);
         assert_eq!(v[0].number, 6);
         assert_eq!(v.last().unwrap().number, 25);
+    }
+
+    /// A manual rollback's own approval counts only for the Revision it chose, at the desired
+    /// state that Revision deployed and the sync settings of the request.
+    #[test]
+    fn a_manual_rollback_approves_only_the_target_it_chose() {
+        let app: Application = serde_json::from_value(serde_json::json!({
+            "apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "Application",
+            "metadata": {"name": "a", "namespace": "ns"},
+            "spec": {"source": {"repository": "repo", "path": "p"}, "serviceAccountName": "sa",
+                     "destination": {"namespace": "ns"}, "sync": {"automatic": false}},
+        }))
+        .unwrap();
+        let old = ApplicationStatus::default();
+        let deployed = RevisionStatus { deployed_desired_state_hash: Some("D1".into()), ..Default::default() };
+        let bound = crate::plan::target_hash::rollback_target_hash("D1", &app.spec.sync, &app.spec.strategy);
+        let request = |target: &str, hash: &str| rollback::Request {
+            to: "abcdef1".into(),
+            kind: rollback::Kind::Manual,
+            target_revision: Some(target.into()),
+            requested_by: Some("alice".into()),
+            requested_at: Some(t(NOW)),
+            target_hash: Some(hash.into()),
+            ..Default::default()
+        };
+        // (chosen Revision, bound hash, desired state deployed, approved)
+        let cases = [
+            ("r1", bound.as_str(), "D1", true),
+            ("r0", bound.as_str(), "D1", false),
+            ("r1", "another", "D1", false),
+            ("r1", bound.as_str(), "D2", false),
+        ];
+        for (chosen, hash, desired, approved) in cases {
+            let r = request(chosen, hash);
+            let s = Situation {
+                app: &app,
+                old: &old,
+                revision: "r1",
+                status: &deployed,
+                desired,
+                plan_digest: "P1",
+                changes: true,
+                now: t(NOW),
+                rollback: Some(&r),
+            };
+            let (step, verdict) = step(&s);
+            assert_eq!(verdict.approves(), approved, "{chosen} {hash} {desired}: {verdict:?}");
+            assert_eq!(matches!(step, Step::Start { .. }), approved, "{chosen} {hash} {desired}: {step:?}");
+        }
     }
 }

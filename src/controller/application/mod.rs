@@ -363,7 +363,18 @@ async fn plan_app(
                 hold.is_none()
                     && (next_wave
                         || matches!(
-                            rollout::step_of(app, old, &rev_name, &rs, p, now, choice.request.as_ref()).0,
+                            decisions::rollout::step(&decisions::rollout::Situation {
+                                app,
+                                old,
+                                revision: &rev_name,
+                                status: &rs,
+                                desired: &p.hash,
+                                plan_digest: &p.plan.digest,
+                                changes: p.plan.changes(),
+                                now,
+                                rollback: choice.request.as_ref(),
+                            })
+                            .0,
                             decisions::rollout::Step::Start { .. }
                         ))
             };

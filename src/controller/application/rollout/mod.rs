@@ -15,7 +15,6 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use serde_json::Value;
@@ -128,90 +127,6 @@ fn gvk_of(obj: &Value) -> Option<GroupVersionKind> {
     })
 }
 
-/// The step a reconcile takes on `planned` for Revision `rev`, whose status is `rs`, with the
-/// approval it judged. Under a pending `rollback`, approvals given before its request do not
-/// count, and its target is deployed only when nothing would change.
-pub(super) fn step_of(
-    app: &Application,
-    old: &ApplicationStatus,
-    rev: &str,
-    rs: &RevisionStatus,
-    planned: &Planned,
-    now: Timestamp,
-    rollback: Option<&crate::decisions::rollback::Request>,
-) -> (Step, approval::Verdict) {
-    let policy = rollout::policy_of(app);
-    let changes = planned.plan.changes();
-    let not_before = rollback.and_then(|r| r.requested_at);
-    let request = approval::request_of(app.annotations());
-    // A rollback's target is deployed once nothing would change; on a manual-sync Application
-    // also only once an approval given for the rollback completed a rollout of it, even when it
-    // was live all along.
-    let deployed = rollout::is_deployed(rs, &planned.hash)
-        && rollback.is_none_or(|_| {
-            !changes
-                && (policy.automatic
-                    || approval::completed_since(rs.approval.as_ref(), &rs.attempts, not_before, request.as_ref()))
-        });
-    let mut verdict = approval::judge(&approval::Facts {
-        request,
-        recorded: rs.approval.clone(),
-        attempts: rs.attempts.clone(),
-        plan: planned.plan.digest.clone(),
-        desired: planned.hash.clone(),
-        not_before,
-        now,
-    });
-    if !verdict.approves()
-        && let Some(own) = rollback.and_then(|r| rollback_approval(app, rev, rs, planned, r, now))
-    {
-        verdict = own;
-    }
-    let step = rollout::decide(rs, &planned.hash, deployed, changes, verdict.approves(), &policy, now);
-    // A new approval of this plan is an operator asking to try again now too.
-    let retry_now = rollout::retry_requested(app, old) || matches!(verdict, approval::Verdict::Approved(_));
-    if matches!(step, Step::Paused | Step::Retry { .. }) && retry_now {
-        return (Step::Start { number: rs.attempts.last().map(|a| a.number + 1).unwrap_or(1) }, verdict);
-    }
-    (step, verdict)
-}
-
-/// A manual rollback's own approval ([`crate::decisions::rollback`]): with a recorded requester and chosen
-/// Revision, bound to this Revision, to the desired state it deployed and to `spec.sync` and
-/// `spec.strategy` at request time (`rollback-target-hash`). `Stale` when the target changed
-/// since; `None` when the request is not such a manual rollback.
-fn rollback_approval(
-    app: &Application,
-    rev: &str,
-    rs: &RevisionStatus,
-    planned: &Planned,
-    r: &crate::decisions::rollback::Request,
-    now: Timestamp,
-) -> Option<approval::Verdict> {
-    use crate::decisions::rollback::Kind;
-    let by = r.requested_by.as_ref().filter(|_| r.kind == Kind::Manual)?;
-    let chosen = r.target_revision.as_deref()?;
-    let deployed = rs.deployed_desired_state_hash.as_deref();
-    let bound = chosen == rev
-        && deployed == Some(planned.hash.as_str())
-        && r.target_hash.as_deref()
-            == Some(
-                crate::plan::target_hash::rollback_target_hash(&planned.hash, &app.spec.sync, &app.spec.strategy)
-                    .as_str(),
-            );
-    if !bound {
-        return Some(approval::Verdict::TargetChanged { chosen: chosen.to_string() });
-    }
-    Some(approval::Verdict::Approved(rev::Approval {
-        user: by.clone(),
-        time: Time(approval::whole_second(r.requested_at.unwrap_or(now))),
-        plan_digest: planned.plan.digest.clone(),
-        source: Some(approval::MANUAL_ROLLBACK.to_string()),
-        desired_state_hash: Some(planned.hash.clone()),
-        attempt: None,
-    }))
-}
-
 impl<'a> Rollout<'a> {
     /// What this reconcile started from.
     pub(super) fn reconcile(&self) -> Reconcile<'a> {
@@ -229,7 +144,17 @@ impl<'a> Rollout<'a> {
         });
         let failed = rollout::consecutive_failures(&self.rs.attempts, Some(&planned.hash)) > 0;
         self.rs.failure = self.rs.failure.take().filter(|_| sync_fail || failed);
-        let (step, approval) = step_of(self.app, self.old, self.rev, self.rs, &planned, self.now, self.rollback);
+        let (step, approval) = rollout::step(&rollout::Situation {
+            app: self.app,
+            old: self.old,
+            revision: self.rev,
+            status: self.rs,
+            desired: &planned.hash,
+            plan_digest: &planned.plan.digest,
+            changes: planned.plan.changes(),
+            now: self.now,
+            rollback: self.rollback,
+        });
         if let Some(verdict) = self.hold
             && matches!(step, Step::Start { .. })
         {

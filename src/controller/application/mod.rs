@@ -1,5 +1,15 @@
-//! The Application controller: one reconcile runs the spec's pipeline top to bottom, one module
-//! per stage; this file only wires them ([`reconcile`]) and runs the shard controllers.
+//! The Application controller: one reconcile runs the spec's pipeline top to bottom, one file
+//! per stage; this file is the reconcile ([`reconcile`]), which enters each stage once, and
+//! what passes through it (`Reconcile`, `flow.rs`). `run.rs` runs it per shard
+//! (`shards.rs`), and `replica/` holds what the replica's reconciles share ([`Context`]).
+//!
+//! # Layout, bottom up
+//! 1. `flow.rs` (what passes between stages), `error.rs`, and `replica/`: the [`Context`] and
+//!    the caches, watches and held Events it owns.
+//! 2. `status.rs`: the one writer of the Application's status and Events.
+//! 3. The stages below. None takes from another (the test command checks it with
+//!    `scripts/import-graph --stages`); their decisions are in [`crate::decisions`].
+//! 4. This file, then `run.rs` and `shards.rs`.
 //!
 //! # Stages
 //! 1. `spec.suspend`: `Ready=False` (`Suspended`), nothing else. Deletion: `finalize.rs`.
@@ -20,7 +30,9 @@
 //!    the managed inventory from the shard's watch caches, and plans again from a fresh list
 //!    before anything is written); the plan ([`crate::plan::build`]), stored bounded on the
 //!    Revision with `spec.desiredStateHash`.
-//! 6. Rollout (`rollout/`, decisions in [`crate::decisions::rollout`]): apply, prune, health, retries, drift.
+//! 6. `gate.rs` (spec.dependsOn), then the rollout (`rollout/`: apply, prune, waves and hooks,
+//!    health, diagnosis, retries, drift; decisions in [`crate::decisions::rollout`]);
+//!    `render_failure.rs` when the render failed, `rolling_back.rs` for rollbacks.
 //! 7. `status.rs`: `desiredRevision`, `sync`, conditions; a Warning Event whenever the failure
 //!    message changes.
 //!

@@ -76,16 +76,14 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use kube::ResourceExt;
-use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
-use serde_json::json;
 use tracing::Instrument as _;
 
 use super::with_jitter;
-use crate::api::application::{Application, ApplicationStatus, SyncState, SyncStatus};
+use crate::api::application::{Application, ApplicationStatus};
 use crate::api::conditions;
 use crate::api::names;
-use crate::api::revision::{self as rev, AttemptResult, Revision, RevisionPhase};
+use crate::api::revision::{self as rev, AttemptResult, Revision};
 use crate::plan::revision as identity;
 use flow::{Failure, Planned};
 use replica::{fenced, may_write};
@@ -183,7 +181,7 @@ async fn reconcile_once(app: Arc<Application>, ctx: Arc<Context>) -> Result<Acti
         gate::Gate::Checked(v) => Some(v).filter(|v| !v.ready()),
     };
     let r = Reconcile { ctx: &ctx, app: &app, ns: &ns, name: &name, old: &old, now };
-    let (action, after) = plan_app(&r, &mut status, hold.as_ref()).await?;
+    let (action, after) = deploy(&r, &mut status, hold.as_ref()).await?;
     if !write_status(&ctx, &app, &old, &status).await? {
         return Ok(Action::requeue(STALE_RETRY));
     }
@@ -195,41 +193,65 @@ async fn reconcile_once(app: Arc<Application>, ctx: Arc<Context>) -> Result<Acti
     Ok(action)
 }
 
-/// Store Revision `rev`'s status `rs`.
-async fn write_revision_status(
-    ctx: &Context,
-    app: &Application,
-    ns: &str,
-    rev: &str,
-    rs: &rev::RevisionStatus,
-) -> Result<(), Error> {
-    fenced(ctx, app)?;
-    // Forgotten first: a failed write may still have landed.
-    ctx.revisions.forget(ns, &app.name_any());
-    let written = ctx
-        .writer(&ctx.client, ns, &app.name_any())
-        .patch_status::<Revision, _>(
-            Some(ns),
-            rev,
-            &PatchParams::apply(names::STATUS_FIELD_MANAGER).force(),
-            &Patch::Apply(json!({"apiVersion": names::API_VERSION, "kind": "Revision", "status": rs})),
-        )
-        .await?;
-    ctx.revisions.keep(&written);
-    Ok(())
+/// The commit this reconcile deploys: its resolved source, how it was chosen (the spec's, a
+/// pending rollback's target, or the Revision a hold keeps running), and its Revision's name.
+struct Target {
+    source: flow::Source,
+    choice: rolling_back::Choice,
+    revision: String,
 }
 
-/// Render the desired state of `source` and plan it: from the service account's lists, or with
-/// `from_caches`, from the watch caches, made again from the lists when `from_caches` says the
-/// plan would be acted on (a plan from the caches never is).
+/// The name of `app`'s Revision at `commit` ([`identity::name`]).
+fn revision_name(app: &Application, commit: &str) -> String {
+    identity::name(&identity::Identity {
+        application: &app.name_any(),
+        commit,
+        path: &app.spec.source.path,
+        render: &app.spec.source.render,
+        service_account: &app.spec.service_account_name,
+    })
+}
+
+/// Step 2: the source, and the commit deployed. `Err(action)`: a fetch failed, and was reported.
+async fn target(r: &Reconcile<'_>, status: &mut ApplicationStatus) -> Result<Result<Target, Action>, Error> {
+    let Reconcile { ctx, app, ns, name, old, .. } = *r;
+    let retry_soon = Action::requeue(with_jitter(Duration::from_secs(30), name));
+    let source = match source::resolve_source(app, ctx, ns, None).instrument(tracing::info_span!("fetch")).await? {
+        Ok(s) => s,
+        Err(failure) => {
+            report_failure(r, status, &failure, !failure.retryable).await;
+            return Ok(Err(if failure.retryable { retry_soon } else { Action::requeue(ctx.settings.resync) }));
+        }
+    };
+    // A pending rollback deploys its target; a held Revision leaves the last healthy one running.
+    let choice = rolling_back::choose(ctx, app, ns, old, &source.commit, revision_name(app, &source.commit)).await?;
+    let source = match choice.pinned() {
+        None => source,
+        Some(commit) => match source::resolve_source(app, ctx, ns, Some(commit))
+            .instrument(tracing::info_span!("fetch", pinned = commit))
+            .await?
+        {
+            Ok(s) => s,
+            Err(failure) => {
+                // A failed fetch of the target keeps the request: tried again after a while.
+                report_failure(r, status, &failure, false).await;
+                return Ok(Err(retry_soon));
+            }
+        },
+    };
+    let revision = revision_name(app, &source.commit);
+    Ok(Ok(Target { source, choice, revision }))
+}
+
+/// Steps 4 and 5: render the desired state of `source` and plan it, from the service account's
+/// lists, or with `from_caches`, from the watch caches, made again from the lists when
+/// `from_caches` says the plan would be acted on (a plan from the caches never is).
 async fn render_and_plan(
-    app: &Application,
-    ctx: &Context,
-    ns: &str,
-    name: &str,
+    r: &Reconcile<'_>,
     source: &flow::Source,
     from_caches: Option<&(dyn Fn(&Planned) -> bool + Sync)>,
 ) -> Result<Result<Planned, Failure>, Error> {
+    let Reconcile { ctx, app, ns, name, .. } = *r;
     let desired = match desired::desired(app, ctx, ns, name, source).instrument(tracing::info_span!("render")).await? {
         Err(failure) => return Ok(Err(failure)),
         Ok(desired) => desired,
@@ -248,250 +270,165 @@ async fn render_and_plan(
     }
 }
 
-/// Steps 2 to 8, and the rollout. `hold`: the dependencies are not ready, so nothing may be
-/// applied; only the Revision already desired is looked at (health, drift), and a new one is
-/// not even rendered.
-async fn plan_app(
+/// Steps 4 and 5 for the Revision the Application already desires (`rev`, whose status is being
+/// built as `rs`). A drift check (it is deployed and unchanged) and an attempt waiting for
+/// health read the managed-object inventory from the watch caches, and do not read again the
+/// objects whose resourceVersion has not moved: an attempt's objects are listed and read as the
+/// service account once, when it starts (or applies its next wave or leaves its hooks).
+async fn plan_desired(
     r: &Reconcile<'_>,
-    status: &mut ApplicationStatus,
+    target: &Target,
+    rev: &Revision,
+    rs: &rev::RevisionStatus,
     hold: Option<&dependencies::Verdict>,
-) -> Result<(Action, Option<rolling_back::After>), Error> {
-    let Reconcile { ctx, app, ns, name, old, now } = *r;
-    let retry_soon = Action::requeue(with_jitter(Duration::from_secs(30), name));
-    let source = match source::resolve_source(app, ctx, ns, None).instrument(tracing::info_span!("fetch")).await? {
-        Ok(s) => s,
-        Err(failure) => {
-            report_failure(r, status, &failure, !failure.retryable).await;
-            return Ok((if failure.retryable { retry_soon } else { Action::requeue(ctx.settings.resync) }, None));
-        }
-    };
-    let spec = &app.spec;
-    // A pending rollback deploys its target; a held Revision leaves the last healthy one running.
-    let spec_revision = identity::name(&identity::Identity {
-        application: name,
-        commit: &source.commit,
-        path: &spec.source.path,
-        render: &spec.source.render,
-        service_account: &spec.service_account_name,
-    });
-    let choice = rolling_back::choose(ctx, app, ns, old, &source.commit, spec_revision).await?;
-    let source = match choice.pinned() {
-        None => source,
-        Some(commit) => match source::resolve_source(app, ctx, ns, Some(commit))
-            .instrument(tracing::info_span!("fetch", pinned = commit))
-            .await?
-        {
-            Ok(s) => s,
-            Err(failure) => {
-                // A failed fetch of the target keeps the request: tried again after a while.
-                report_failure(r, status, &failure, false).await;
-                return Ok((retry_soon, None));
-            }
-        },
-    };
-    let identity = identity::Identity {
-        application: name,
-        commit: &source.commit,
-        path: &spec.source.path,
-        render: &spec.source.render,
-        service_account: &spec.service_account_name,
-    };
-    let rev_name = identity::name(&identity);
-    tracing::Span::current().record("revision", rev_name.as_str()).record("commit", source.commit.as_str());
-    if let Some(verdict) = hold
-        && old.desired_revision.as_deref() != Some(rev_name.as_str())
-    {
-        // Not even rendered: the kinds it uses may come with a dependency.
-        dependencies::report_wait(app, status, verdict, now);
-        return Ok((Action::requeue(with_jitter(ctx.settings.resync, name)), None));
-    }
-    fenced(ctx, app)?;
-    let new = status.desired_revision.as_deref() != Some(rev_name.as_str());
-    // A Revision the Application does not desire yet is rendered and planned first (as the
-    // desired Revision would be: from the service account's lists), so it is created with its
-    // desiredStateHash rather than patched with it.
-    let early = if new { Some(render_and_plan(app, ctx, ns, name, &source, None).await?) } else { None };
-    let hash = early.as_ref().and_then(|r| r.as_ref().ok()).map(|p| p.hash.as_str());
-    let rev = revision::ensure_revision(ctx, app, ns, &rev_name, &source, new, hash).await?;
-    if let Some(previous) = status.desired_revision.clone().filter(|p| *p != rev_name) {
-        revision::supersede(ctx, app, ns, &previous, &rev_name).await?;
-    }
-    if status.desired_revision.as_deref() != Some(rev_name.as_str()) {
-        status.sync = Some(SyncStatus {
-            status: SyncState::Unknown,
-            revision: Some(rev_name.clone()),
-            commit: Some(source.commit.clone()),
-            drifted: Vec::new(),
-            plan_digest: None,
-        });
-    }
-    status.desired_revision = Some(rev_name.clone());
-    let writer = ctx.writer(&ctx.client, ns, name);
-    let old_rs = rev.status.clone().unwrap_or_default();
-    let mut rs = old_rs.clone();
-    rs.observed_generation = rev.metadata.generation;
-    if matches!(choice.target, rollback::Target::Lift | rollback::Target::Rollback { .. }) {
-        rolling_back::lift(&mut rs);
-    }
-    // A drift check (the desired Revision is deployed and unchanged) and an attempt waiting for
-    // health read the managed-object inventory from the watch caches, and do not read again the
-    // objects whose resourceVersion has not moved: an attempt's objects are listed and read as
-    // the service account once, when it starts (or applies its next wave or leaves its hooks).
-    let same_revision = old.desired_revision.as_deref() == Some(rev_name.as_str());
+) -> Result<Result<Planned, Failure>, Error> {
+    let Reconcile { app, old, now, .. } = *r;
+    let same_revision = old.desired_revision.as_deref() == Some(target.revision.as_str());
     let waiting = rs
         .attempts
         .last()
         .is_some_and(|a| a.result == AttemptResult::Running && a.hook.is_none_or(|h| h == rev::HookPhase::Sync));
     let drift_check =
         same_revision && (waiting || rev.status.as_ref().is_some_and(|s| s.deployed_desired_state_hash.is_some()));
-    let rollback_target = matches!(choice.target, rollback::Target::Rollback { .. });
-    let render = render_failure::step(app, old, &rs, rollback_target, now);
-    let render_attempt = match render {
+    // A plan from the watch caches is never acted on: when it would start a rollout (self-heal,
+    // a changed desired state) or may apply an attempt's next wave, or end its hooks and apply
+    // its first, the plan is made again from what the service account lists now.
+    let next_wave = rs.attempts.last().is_some_and(|a| {
+        a.result == AttemptResult::Running && (a.wave.is_some() || a.hook.is_some_and(|h| h != rev::HookPhase::Sync))
+    });
+    let again = |p: &Planned| {
+        let situation = decisions::rollout::Situation {
+            app,
+            old,
+            revision: &target.revision,
+            status: rs,
+            desired: &p.hash,
+            plan_digest: &p.plan.digest,
+            changes: p.plan.changes(),
+            now,
+            rollback: target.choice.request.as_ref(),
+        };
+        hold.is_none()
+            && (next_wave || matches!(decisions::rollout::step(&situation).0, decisions::rollout::Step::Start { .. }))
+    };
+    render_and_plan(r, &target.source, drift_check.then_some(&again as &(dyn Fn(&Planned) -> bool + Sync))).await
+}
+
+/// Steps 2 to 8 (see the module documentation). `hold`: the dependencies are not ready, so
+/// nothing may be applied; only the Revision already desired is looked at (health, drift), and
+/// a new one is not even rendered. Returns what to do next and what follows a stored status.
+async fn deploy(
+    r: &Reconcile<'_>,
+    status: &mut ApplicationStatus,
+    hold: Option<&dependencies::Verdict>,
+) -> Result<(Action, Option<rolling_back::After>), Error> {
+    let Reconcile { ctx, app, name, old, now, .. } = *r;
+    let target = match target(r, status).await? {
+        Ok(target) => target,
+        Err(action) => return Ok((action, None)),
+    };
+    let rev_name = target.revision.as_str();
+    tracing::Span::current().record("revision", rev_name).record("commit", target.source.commit.as_str());
+    let waits = Action::requeue(with_jitter(ctx.settings.resync, name));
+    if let Some(verdict) = hold
+        && old.desired_revision.as_deref() != Some(rev_name)
+    {
+        // Not even rendered: the kinds it uses may come with a dependency.
+        dependencies::report_wait(app, status, verdict, now);
+        return Ok((waits, None));
+    }
+    fenced(ctx, app)?;
+    // A Revision the Application does not desire yet is rendered and planned first (as the
+    // desired Revision would be: from the service account's lists), so it is created with its
+    // desiredStateHash rather than patched with it.
+    let new = status.desired_revision.as_deref() != Some(rev_name);
+    let early = if new { Some(render_and_plan(r, &target.source, None).await?) } else { None };
+    let hash = early.as_ref().and_then(|p| p.as_ref().ok()).map(|p| p.hash.as_str());
+    let rev = revision::enter(r, status, &target.source, rev_name, new, hash).await?;
+    let old_rs = rev.status.clone().unwrap_or_default();
+    let mut rs = old_rs.clone();
+    rs.observed_generation = rev.metadata.generation;
+    if matches!(target.choice.target, rollback::Target::Lift | rollback::Target::Rollback { .. }) {
+        rolling_back::lift(&mut rs);
+    }
+    let rollback_target = matches!(target.choice.target, rollback::Target::Rollback { .. });
+    let render_attempt = match render_failure::step(app, old, &rs, rollback_target, now) {
         decisions::rollout::RenderStep::Render { attempt } => attempt,
         decisions::rollout::RenderStep::Wait { at } => {
             // Backing off after a render failure: nothing is rendered, and nothing changes. As
             // on the Application (`render_failure::wait`), only a failure retrying may fix is
             // retried rather than stalled.
             let retrying = rs.failure.as_ref().is_none_or(|f| f.retryable);
-            crate::api::revision_conditions::set(&mut rs, retrying, now);
-            if rs != old_rs {
-                write_revision_status(ctx, app, ns, &rev_name, &rs).await?;
-            }
+            revision::store_status(r, rev_name, &old_rs, &mut rs, retrying).await?;
             return Ok((render_failure::wait(r, status, &rs, at).await, None));
         }
     };
     let result = match early {
         Some(result) => result,
-        None => {
-            // A plan from the watch caches is never acted on: when it would start a rollout
-            // (self-heal, a changed desired state) or may apply an attempt's next wave, or end
-            // its hooks and apply its first, the plan is made again from what the service
-            // account lists now.
-            let next_wave = rs.attempts.last().is_some_and(|a| {
-                a.result == AttemptResult::Running
-                    && (a.wave.is_some() || a.hook.is_some_and(|h| h != rev::HookPhase::Sync))
-            });
-            let again = |p: &Planned| {
-                hold.is_none()
-                    && (next_wave
-                        || matches!(
-                            decisions::rollout::step(&decisions::rollout::Situation {
-                                app,
-                                old,
-                                revision: &rev_name,
-                                status: &rs,
-                                desired: &p.hash,
-                                plan_digest: &p.plan.digest,
-                                changes: p.plan.changes(),
-                                now,
-                                rollback: choice.request.as_ref(),
-                            })
-                            .0,
-                            decisions::rollout::Step::Start { .. }
-                        ))
-            };
-            render_and_plan(
-                app,
-                ctx,
-                ns,
-                name,
-                &source,
-                drift_check.then_some(&again as &(dyn Fn(&Planned) -> bool + Sync)),
-            )
-            .await?
-        }
+        None => plan_desired(r, &target, &rev, &rs, hold).await?,
     };
     let mut reconciled = rolling_back::Reconciled {
-        revision: rev_name.clone(),
-        commit: source.commit.clone(),
+        revision: rev_name.to_string(),
+        commit: target.source.commit.clone(),
         failure: None,
         desired: result.as_ref().ok().map(|p| p.hash.clone()),
         healthy: false,
     };
-    let action = match result {
+    let action = match (result, hold) {
         // The desired Revision failed validation while a dependency is not ready (a kind a
         // dependency serves is gone for a moment): a wait, not a failure.
-        Err(failure) if hold.is_some() && failure.reason == names::reasons::VALIDATION_FAILURE => {
-            if let Some(verdict) = hold {
-                dependencies::report_wait(app, status, verdict, now);
-            }
-            Action::requeue(with_jitter(ctx.settings.resync, name))
+        (Err(failure), Some(verdict)) if failure.reason == names::reasons::VALIDATION_FAILURE => {
+            dependencies::report_wait(app, status, verdict, now);
+            waits
         }
-        Err(mut failure) => {
-            failure.message.push_str(rollback::no_target(app, status, &rev_name));
+        (Err(mut failure), _) => {
+            failure.message.push_str(rollback::no_target(app, status, rev_name));
             let action = render_failure::failed(r, status, &mut rs, failure, render_attempt).await;
             reconciled.failure = rs.failure.clone();
             action
         }
-        Ok(planned) => {
-            if rev.spec.desired_state_hash.as_deref() != Some(planned.hash.as_str()) {
-                ctx.revisions.forget(ns, name);
-                writer
-                    .patch::<Revision, _>(
-                        Some(ns),
-                        &rev_name,
-                        &PatchParams::default(),
-                        &Patch::Merge(json!({"spec": {"desiredStateHash": planned.hash}})),
-                    )
-                    .await?;
-            }
-            // Until an attempt starts, the plan it would apply; from then on, the plan the last
-            // attempt applied (set as it starts), which drift checks leave alone.
-            if rs.attempts.is_empty() || rs.plan.is_none() {
-                rs.plan = Some(planned.stored.clone());
-            }
-            let mut sync = status.sync.clone().unwrap_or_default();
-            sync.revision = Some(rev_name.clone());
-            sync.commit = Some(source.commit.clone());
-            status.sync = Some(sync);
-            let secrets = planned.secrets.clone();
-            let hash = planned.hash.clone();
-            let rollback = choice.request.as_ref();
-            let mut run = Rollout {
-                ctx,
-                app,
-                ns,
-                name,
-                rev: &rev_name,
-                old,
-                status,
-                rs: &mut rs,
-                now,
-                secrets,
-                hold,
-                rollback,
-                cel: crate::health::cel::Budget::per_reconcile(),
-            };
-            let action = run.run(planned).await?;
-            reconciled.healthy = rs.phase == RevisionPhase::Healthy
-                && decisions::rollout::is_deployed(&rs, &hash)
-                && status.last_healthy_revision.as_deref() == Some(rev_name.as_str())
-                && rs.attempts.last().is_none_or(|a| a.result != AttemptResult::Running);
+        (Ok(planned), _) => {
+            revision::record_desired_hash(r, &rev, &planned.hash).await?;
+            let rollout = Rollout::new(r, rev_name, status, &mut rs, hold, target.choice.request.as_ref());
+            let (action, healthy) = rollout.deploy(planned, &target.source.commit).await?;
+            reconciled.healthy = healthy;
             action
         }
     };
+    let after = record(r, status, &target, &reconciled, &old_rs, rs).await?;
+    Ok((action, after))
+}
+
+/// Step 9: what the reconcile leaves behind besides the Application's status: a failure
+/// policy's rollback request, the Revision's status, the rollback settled, history trimmed.
+async fn record(
+    r: &Reconcile<'_>,
+    status: &mut ApplicationStatus,
+    target: &Target,
+    reconciled: &rolling_back::Reconciled,
+    old_rs: &rev::RevisionStatus,
+    mut rs: rev::RevisionStatus,
+) -> Result<Option<rolling_back::After>, Error> {
+    let Reconcile { ctx, app, ns, old, .. } = *r;
     // A failure policy's request before the failed attempt it follows from is stored (see
     // `failure_request`).
-    if let Some((to, from)) = rolling_back::failure_request(r, &choice, &reconciled, &old_rs, &rs, status).await? {
+    if let Some((to, from)) = rolling_back::failure_request(r, &target.choice, reconciled, old_rs, &rs, status).await? {
         rolling_back::request_automatic(ctx, app, ns, &to, &from).await?;
     }
     // The Revision's status before `settle`: a rollback that completes holds other Revisions
     // only once the attempt that completed it is recorded. A failed Revision is retried when
     // the Application says it keeps trying (`Reconciling`, not `Stalled`).
     let retrying = conditions::is_true(&status.conditions, names::conditions::RECONCILING);
-    crate::api::revision_conditions::set(&mut rs, retrying, now);
-    if rs != old_rs {
-        write_revision_status(ctx, app, ns, &rev_name, &rs).await?;
-    }
-    let after = rolling_back::settle(r, &choice, &reconciled, &rs, status).await?;
+    revision::store_status(r, &target.revision, old_rs, &mut rs, retrying).await?;
+    let after = rolling_back::settle(r, &target.choice, reconciled, &rs, status).await?;
     // History changes only with a new desired Revision or a new limit: a drift check lists no
     // Revisions, and neither does an Application's first Revision (nothing to trim: Revisions
     // of an earlier Application of that name are owned by it and go with it).
     if old.desired_revision.is_some()
-        && (old.desired_revision.as_deref() != Some(rev_name.as_str())
+        && (old.desired_revision.as_deref() != Some(target.revision.as_str())
             || old.observed_generation != app.metadata.generation)
     {
-        revision::retain_history(ctx, app, ns, &rev_name, spec.history.limit).await?;
+        revision::retain_history(ctx, app, ns, &target.revision, app.spec.history.limit).await?;
     }
-    Ok((action, after))
+    Ok(after)
 }

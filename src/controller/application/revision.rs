@@ -8,11 +8,12 @@ use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
+use super::Reconcile;
 use super::error::Error;
 use super::flow::Source;
-use super::replica::Context;
+use super::replica::{Context, fenced};
 use super::status::lifecycle_event;
-use crate::api::application::Application;
+use crate::api::application::{Application, ApplicationStatus, SyncState, SyncStatus};
 use crate::api::conditions;
 use crate::api::names;
 use crate::api::revision::{self as rev, Revision, RevisionPhase, RevisionSource, RevisionSpec};
@@ -173,5 +174,83 @@ pub(super) async fn retain_history(
             Err(e) => return Err(e.into()),
         }
     }
+    Ok(())
+}
+
+/// Step 3: the Revision `rev_name` of `source`, created when missing (`new`: the Application
+/// does not desire it yet; `hash`: its desired state, planned early), the Revision desired
+/// before superseded, and the Application's status pointed at it.
+pub(super) async fn enter(
+    r: &Reconcile<'_>,
+    status: &mut ApplicationStatus,
+    source: &Source,
+    rev_name: &str,
+    new: bool,
+    hash: Option<&str>,
+) -> Result<Revision, Error> {
+    let Reconcile { ctx, app, ns, .. } = *r;
+    let rev = ensure_revision(ctx, app, ns, rev_name, source, new, hash).await?;
+    if let Some(previous) = status.desired_revision.clone().filter(|p| p != rev_name) {
+        supersede(ctx, app, ns, &previous, rev_name).await?;
+    }
+    if status.desired_revision.as_deref() != Some(rev_name) {
+        status.sync = Some(SyncStatus {
+            status: SyncState::Unknown,
+            revision: Some(rev_name.to_string()),
+            commit: Some(source.commit.clone()),
+            drifted: Vec::new(),
+            plan_digest: None,
+        });
+    }
+    status.desired_revision = Some(rev_name.to_string());
+    Ok(rev)
+}
+
+/// `spec.desiredStateHash` of `rev` set to `hash` (a Revision desired before its plan was made,
+/// or whose desired state changed).
+pub(super) async fn record_desired_hash(r: &Reconcile<'_>, rev: &Revision, hash: &str) -> Result<(), Error> {
+    let Reconcile { ctx, ns, name, .. } = *r;
+    if rev.spec.desired_state_hash.as_deref() == Some(hash) {
+        return Ok(());
+    }
+    ctx.revisions.forget(ns, name);
+    ctx.writer(&ctx.client, ns, name)
+        .patch::<Revision, _>(
+            Some(ns),
+            &rev.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"desiredStateHash": hash}})),
+        )
+        .await?;
+    Ok(())
+}
+
+/// Revision `rev`'s status `rs` stored when it differs from `old`, its conditions set first
+/// (`retrying`: a failure is retried, not stalled).
+pub(super) async fn store_status(
+    r: &Reconcile<'_>,
+    rev: &str,
+    old: &rev::RevisionStatus,
+    rs: &mut rev::RevisionStatus,
+    retrying: bool,
+) -> Result<(), Error> {
+    let Reconcile { ctx, app, ns, now, .. } = *r;
+    crate::api::revision_conditions::set(rs, retrying, now);
+    if rs == old {
+        return Ok(());
+    }
+    fenced(ctx, app)?;
+    // Forgotten first: a failed write may still have landed.
+    ctx.revisions.forget(ns, &app.name_any());
+    let written = ctx
+        .writer(&ctx.client, ns, &app.name_any())
+        .patch_status::<Revision, _>(
+            Some(ns),
+            rev,
+            &PatchParams::apply(names::STATUS_FIELD_MANAGER).force(),
+            &Patch::Apply(json!({"apiVersion": names::API_VERSION, "kind": "Revision", "status": &*rs})),
+        )
+        .await?;
+    ctx.revisions.keep(&written);
     Ok(())
 }

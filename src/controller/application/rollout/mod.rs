@@ -128,6 +128,55 @@ fn gvk_of(obj: &Value) -> Option<GroupVersionKind> {
 }
 
 impl<'a> Rollout<'a> {
+    /// The rollout of Revision `rev` (whose status is being built as `rs`) in reconcile `r`.
+    pub(super) fn new(
+        r: &Reconcile<'a>,
+        rev: &'a str,
+        status: &'a mut ApplicationStatus,
+        rs: &'a mut RevisionStatus,
+        hold: Option<&'a crate::decisions::dependencies::Verdict>,
+        rollback: Option<&'a crate::decisions::rollback::Request>,
+    ) -> Rollout<'a> {
+        Rollout {
+            ctx: r.ctx,
+            app: r.app,
+            ns: r.ns,
+            name: r.name,
+            rev,
+            old: r.old,
+            status,
+            rs,
+            now: r.now,
+            secrets: Vec::new(),
+            hold,
+            rollback,
+            cel: health::cel::Budget::per_reconcile(),
+        }
+    }
+
+    /// Step 8 on `planned` (of `commit`): recorded on the Revision and the Application, then the
+    /// step the Revision is at ([`Rollout::run`]). Returns what to do next and whether the
+    /// Revision is now deployed, Healthy and done.
+    pub(super) async fn deploy(mut self, planned: Planned, commit: &str) -> Result<(Action, bool), Error> {
+        // Until an attempt starts, the plan it would apply; from then on, the plan the last
+        // attempt applied (set as it starts), which drift checks leave alone.
+        if self.rs.attempts.is_empty() || self.rs.plan.is_none() {
+            self.rs.plan = Some(planned.stored.clone());
+        }
+        let mut sync = self.status.sync.clone().unwrap_or_default();
+        sync.revision = Some(self.rev.to_string());
+        sync.commit = Some(commit.to_string());
+        self.status.sync = Some(sync);
+        self.secrets = planned.secrets.clone();
+        let hash = planned.hash.clone();
+        let action = self.run(planned).await?;
+        let healthy = self.rs.phase == RevisionPhase::Healthy
+            && is_deployed(self.rs, &hash)
+            && self.status.last_healthy_revision.as_deref() == Some(self.rev)
+            && self.rs.attempts.last().is_none_or(|a| a.result != AttemptResult::Running);
+        Ok((action, healthy))
+    }
+
     /// What this reconcile started from.
     pub(super) fn reconcile(&self) -> Reconcile<'a> {
         Reconcile { ctx: self.ctx, app: self.app, ns: self.ns, name: self.name, old: self.old, now: self.now }

@@ -10,10 +10,10 @@ use kube::ResourceExt;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 
+use super::Reconcile;
 use super::error::Error;
 use super::flow::{Desired, Failure, Source, redact};
 use super::replica::{Context, DEFAULT_SHARD, shard_of};
-use super::status::event;
 use crate::api::application::{Application, RenderType};
 use crate::api::names;
 use crate::api::revision::Revision;
@@ -22,13 +22,8 @@ use crate::render;
 use crate::watch::discovery::ClusterScopes;
 
 /// Steps 4 and 5: the desired state, or what failed.
-pub(super) async fn desired(
-    app: &Application,
-    ctx: &Context,
-    ns: &str,
-    name: &str,
-    source: &Source,
-) -> Result<Result<Desired, Failure>, Error> {
+pub(super) async fn desired(r: &Reconcile<'_>, source: &Source) -> Result<Result<Desired, Failure>, Error> {
+    let Reconcile { ctx, app, ns, name, .. } = *r;
     let spec = &app.spec;
     // A redeploy request is checked before anything else: a bad one applies nothing.
     let redeploy = match crate::plan::redeploy::requested(app.annotations()) {
@@ -119,7 +114,7 @@ pub(super) async fn desired(
     let (hooks, hash, restarted) = (Arc::new(prepared.hooks), prepared.hash, prepared.restarted);
     let desired = Arc::new(prepared.objects);
     if let Some(at) = &redeploy {
-        announce_redeploy(ctx, app, ns, &rev_name, at, &restarted).await;
+        announce_redeploy(r, &rev_name, at, &restarted);
     }
     Ok(Ok(Desired { objects: desired, hooks, hash, secrets, scopes, sa: sa_client }))
 }
@@ -163,7 +158,8 @@ const MAX_NAMED: usize = 20;
 /// A redeploy request taken up for the first time (not in `status.lastHandledRedeployAt`, nor
 /// announced by this replica already): a `Progressing` Event naming it and the workloads it
 /// restarts, and the request noted for the status write to record ([`Context::redeploys`]).
-async fn announce_redeploy(ctx: &Context, app: &Application, ns: &str, rev: &str, at: &str, restarted: &[String]) {
+fn announce_redeploy(r: &Reconcile<'_>, rev: &str, at: &str, restarted: &[String]) {
+    let Reconcile { ctx, app, ns, events, .. } = *r;
     let key = ObjectRef::from_obj(app);
     let handled = app.status.as_ref().and_then(|s| s.last_handled_redeploy_at.as_deref()) == Some(at);
     let announced = ctx.redeploys.lock().expect("redeploys lock").get(&key).map(String::as_str) == Some(at);
@@ -186,7 +182,7 @@ async fn announce_redeploy(ctx: &Context, app: &Application, ns: &str, rev: &str
     };
     let related = crate::api::revision::reference(ns, rev);
     let note = format!("redeploy requested at {at}: {what}{approval}");
-    event(ctx, app, Some(&related), EventType::Normal, names::reasons::PROGRESSING, &note).await;
+    events.tell(Some(related), EventType::Normal, names::reasons::PROGRESSING, &note);
     ctx.redeploys.lock().expect("redeploys lock").insert(key, at.to_string());
 }
 

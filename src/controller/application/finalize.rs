@@ -41,21 +41,18 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::ApiResource;
-use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
+use super::Reconcile;
 use super::error::Error;
 use super::flow::Failure;
 use super::live;
 use super::replica::{Context, fenced, may_write};
-use super::status::{event, report_failure, write_status};
-use super::{Reconcile, STALE_RETRY};
 use crate::api::application::{Application, ApplicationStatus, DeletionPolicy};
 use crate::api::names;
 use crate::plan::deletion::{self, Contents, Definition};
@@ -108,23 +105,30 @@ pub(super) async fn keep_finalizer(app: &Application, ctx: &Context, ns: &str) -
     Ok(false)
 }
 
+/// What [`finalize`] did.
+pub(super) enum Finalized {
+    /// The Application holds no finalizer of ours: nothing to do.
+    NotHeld,
+    /// Deleting failed, and was reported on `status`: store it, and try again in a while.
+    Failed,
+    /// Everything that may go is gone: the finalizer may be removed ([`release`]).
+    Done,
+}
+
+/// How long a failed deletion waits before it is tried again.
+pub(super) const RETRY: Duration = Duration::from_secs(10);
+
 /// The Application is being deleted: with `DeleteManagedResources`, delete what it manages and
-/// may delete (see the module documentation), then let the Application go.
-pub(super) async fn finalize(
-    app: &Application,
-    ctx: &Context,
-    ns: &str,
-    name: &str,
-    old: &ApplicationStatus,
-    mut status: ApplicationStatus,
-) -> Result<Action, Error> {
+/// may delete (see the module documentation).
+pub(super) async fn finalize(r: &Reconcile<'_>, status: &mut ApplicationStatus) -> Result<Finalized, Error> {
+    let Reconcile { ctx, app, ns, name, .. } = *r;
     if !has_finalizer(app) {
-        return Ok(Action::await_change());
+        return Ok(Finalized::NotHeld);
     }
     if app.spec.deletion_policy == DeletionPolicy::DeleteManagedResources {
         let terminating = namespace_terminating(ctx, ns).await;
         match delete_managed(app, ctx, ns, name, terminating).await {
-            Ok(done) => report(ctx, app, ns, name, &done).await,
+            Ok(done) => report(r, &done),
             Err(message) if terminating => {
                 // Retrying would hold the namespace: the service account may never be able to.
                 tracing::warn!(application = %name, namespace = %ns, error = %message,
@@ -136,20 +140,22 @@ pub(super) async fn finalize(
                     format!("deleting the managed resources (deletionPolicy DeleteManagedResources): {message}"),
                     true,
                 );
-                let r = Reconcile { ctx, app, ns, name, old, now: Timestamp::now() };
-                report_failure(&r, &mut status, &failure, false).await;
-                if !write_status(ctx, app, old, &status).await? {
-                    return Ok(Action::requeue(STALE_RETRY));
-                }
-                return Ok(Action::requeue(Duration::from_secs(10)));
+                failure.report(r, status, false);
+                return Ok(Finalized::Failed);
             }
         }
     }
+    Ok(Finalized::Done)
+}
+
+/// Remove the finalizer once [`finalize`] is done: the Application goes.
+pub(super) async fn release(r: &Reconcile<'_>) -> Result<(), Error> {
+    let Reconcile { ctx, app, ns, name, .. } = *r;
     let f = app.finalizers().iter().filter(|f| *f != names::finalizers::APPLICATION).cloned().collect();
     set_finalizers(ctx, app, ns, f).await?;
     // Its Revisions go with it (owner references).
     ctx.revisions.forget(ns, name);
-    Ok(Action::await_change())
+    Ok(())
 }
 
 /// Whether the namespace `ns` is being deleted, or gone. Read as the controller: the service
@@ -176,7 +182,8 @@ struct Done {
 }
 
 /// Say what was kept: a `PruneSkipped` Warning Event and a log line.
-async fn report(ctx: &Context, app: &Application, ns: &str, name: &str, done: &Done) {
+fn report(r: &Reconcile<'_>, done: &Done) {
+    let Reconcile { ns, name, events, .. } = *r;
     tracing::info!(application = %name, namespace = %ns, deleted = done.deleted, kept = done.kept.len(),
         left_to_the_namespace_controller = done.left, "deleted the managed resources");
     if done.kept.is_empty() {
@@ -188,7 +195,7 @@ async fn report(ctx: &Context, app: &Application, ns: &str, name: &str, done: &D
         kept.join("; ")
     );
     tracing::warn!(application = %name, namespace = %ns, kept = %kept.join("; "), "managed resources kept");
-    event(ctx, app, None, EventType::Warning, names::events::PRUNE_SKIPPED, &note).await;
+    events.tell(None, EventType::Warning, names::events::PRUNE_SKIPPED, &note);
 }
 
 fn namespace_of(o: &Value) -> &str {

@@ -4,7 +4,12 @@
 
 use std::sync::Arc;
 
-use kube::Client;
+use kube::runtime::events::EventType;
+use kube::{Client, ResourceExt};
+
+use crate::api::application::ApplicationStatus;
+use crate::api::conditions;
+use crate::api::names;
 use serde_json::Value;
 
 use crate::api::revision as rev;
@@ -73,6 +78,25 @@ pub(super) struct Failure {
 impl Failure {
     pub(super) fn new(reason: &'static str, message: impl Into<String>, retryable: bool) -> Failure {
         Failure { reason, message: message.into(), retryable }
+    }
+
+    /// Report this failure on the Application: `Ready=False` (and `Stalled` when `stalled`), a
+    /// Warning Event when the message changed, a log line.
+    pub(super) fn report(&self, r: &super::Reconcile<'_>, status: &mut ApplicationStatus, stalled: bool) {
+        let super::Reconcile { app, old, now, .. } = *r;
+        let generation = app.metadata.generation;
+        let previous = conditions::get(&old.conditions, names::conditions::READY).map(|c| c.message.clone());
+        if stalled {
+            conditions::mark_stalled(&mut status.conditions, self.reason, &self.message, generation, now);
+        } else {
+            conditions::mark_failed(&mut status.conditions, self.reason, &self.message, generation, now);
+        }
+        if previous.as_deref() != Some(self.message.as_str()) {
+            let ns = app.namespace().unwrap_or_default();
+            let related = status.desired_revision.as_deref().map(|r| crate::api::revision::reference(&ns, r));
+            r.events.tell(related, EventType::Warning, self.reason, &self.message);
+        }
+        tracing::info!(application = %app.name_any(), namespace = ?app.namespace(), reason = self.reason, message = %self.message, "application not ready");
     }
 }
 

@@ -3,13 +3,11 @@
 //! reconcile that must wait reports it. The wait is not an attempt: nothing is recorded on a
 //! Revision and no health timeout runs.
 
-use jiff::Timestamp;
 use kube::ResourceExt;
 use kube::runtime::events::EventType;
 
-use super::replica::Context;
-use super::status::event;
-use crate::api::application::{Application, ApplicationStatus};
+use super::Reconcile;
+use crate::api::application::ApplicationStatus;
 use crate::api::conditions::{self, Status};
 use crate::api::names;
 use crate::decisions::dependencies::Verdict;
@@ -26,13 +24,8 @@ pub(super) enum Gate {
 
 /// Check `app`'s dependencies and record `DependenciesReady` on `status` (removed without
 /// `spec.dependsOn`); an Event when the verdict's reason changes.
-pub(super) async fn check(
-    ctx: &Context,
-    app: &Application,
-    old: &ApplicationStatus,
-    status: &mut ApplicationStatus,
-    now: Timestamp,
-) -> Gate {
+pub(super) async fn check(r: &Reconcile<'_>, status: &mut ApplicationStatus) -> Gate {
+    let Reconcile { ctx, app, old, now, events, .. } = *r;
     if app.spec.depends_on.is_empty() {
         conditions::remove(&mut status.conditions, names::conditions::DEPENDENCIES_READY);
         return Gate::Free;
@@ -60,7 +53,7 @@ pub(super) async fn check(
     // The first verdict that lets the rollout go is not news; every wait, and its end, is.
     if changed && !(before.is_none() && verdict.ready()) {
         let type_ = if matches!(verdict, Verdict::Cycle(_)) { EventType::Warning } else { EventType::Normal };
-        event(ctx, app, None, type_, verdict.reason(), verdict.message()).await;
+        events.tell(None, type_, verdict.reason(), verdict.message());
     }
     Gate::Checked(verdict)
 }

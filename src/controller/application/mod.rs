@@ -50,6 +50,7 @@
 
 mod desired;
 mod error;
+mod events;
 mod finalize;
 mod flow;
 mod gate;
@@ -88,7 +89,7 @@ use crate::plan::revision as identity;
 use flow::{Failure, Planned};
 use replica::{fenced, may_write};
 use rollout::Rollout;
-use status::{report_failure, write_status};
+use status::write_status;
 
 /// When an Application is looked at again after its status write was refused as stale.
 const STALE_RETRY: Duration = Duration::from_millis(500);
@@ -107,12 +108,15 @@ struct Reconcile<'a> {
     pub name: &'a str,
     pub old: &'a crate::api::application::ApplicationStatus,
     pub now: jiff::Timestamp,
+    /// The Events this reconcile tells, published by `status.rs`.
+    pub events: &'a events::Events,
 }
 
 /// Reconcile one Application (see the module documentation).
 pub async fn reconcile(app: Arc<Application>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let result = reconcile_once(app.clone(), ctx.clone()).await;
-    status::flush_events(&ctx, &app).await;
+    let events = events::Events::default();
+    let result = reconcile_once(app.clone(), ctx.clone(), &events).await;
+    status::publish_events(&ctx, &app, &events).await;
     result
 }
 
@@ -132,20 +136,18 @@ fn discount_manager(ctx: &Context, app: Arc<Application>) -> Arc<Application> {
     Arc::new(copy)
 }
 
-async fn reconcile_once(app: Arc<Application>, ctx: Arc<Context>) -> Result<Action, Error> {
+async fn reconcile_once(app: Arc<Application>, ctx: Arc<Context>, events: &events::Events) -> Result<Action, Error> {
     // Not the copy our last status write replaced (see `written`).
-    let app = ctx.written.latest(app);
-    let app = discount_manager(&ctx, app);
+    let app = discount_manager(&ctx, ctx.written.latest(app));
     let ns = app.namespace().ok_or(Error::NoNamespace)?;
     let name = app.name_any();
     let old = app.status.clone().unwrap_or_default();
+    let r = Reconcile { ctx: &ctx, app: &app, ns: &ns, name: &name, old: &old, now: Timestamp::now(), events };
     let mut status = old.clone();
     status.observed_generation = app.metadata.generation;
     if let Some(at) = app.annotations().get(names::annotations::RECONCILE_REQUESTED_AT) {
         status.last_handled_reconcile_at = Some(at.clone());
     }
-    let generation = app.metadata.generation;
-    let now = Timestamp::now();
 
     // Fencing: a requeue may fire after the shard moved to another replica. If it did, this
     // shard's controller is stopped soon and the requeue with it; if the Lease is only late
@@ -154,43 +156,51 @@ async fn reconcile_once(app: Arc<Application>, ctx: Arc<Context>) -> Result<Acti
         return Ok(Action::requeue(NOT_OWNER_RETRY));
     }
 
+    // Step 1: deletion, the finalizer, suspension.
     if app.metadata.deletion_timestamp.is_some() {
-        return finalize::finalize(&app, &ctx, &ns, &name, &old, status).await;
+        return match finalize::finalize(&r, &mut status).await? {
+            finalize::Finalized::NotHeld => Ok(Action::await_change()),
+            finalize::Finalized::Failed => stored(&r, &status, Action::requeue(finalize::RETRY)).await,
+            finalize::Finalized::Done => {
+                // Told while the Application is still there.
+                status::publish_events(&ctx, &app, events).await;
+                finalize::release(&r).await?;
+                Ok(Action::await_change())
+            }
+        };
     }
     if finalize::keep_finalizer(&app, &ctx, &ns).await? {
         // The change triggers a reconcile of the updated Application.
         return Ok(Action::await_change());
     }
-
     if app.spec.suspend {
-        conditions::mark_suspended(
-            &mut status.conditions,
-            "reconciliation is suspended (spec.suspend): nothing is applied or pruned",
-            generation,
-            now,
-        );
-        if !write_status(&ctx, &app, &old, &status).await? {
-            return Ok(Action::requeue(STALE_RETRY));
-        }
-        return Ok(Action::await_change());
+        let message = "reconciliation is suspended (spec.suspend): nothing is applied or pruned";
+        conditions::mark_suspended(&mut status.conditions, message, app.metadata.generation, r.now);
+        return stored(&r, &status, Action::await_change()).await;
     }
 
-    let hold = match gate::check(&ctx, &app, &old, &mut status, now).await {
+    // spec.dependsOn: while a dependency is not ready, nothing is applied.
+    let hold = match gate::check(&r, &mut status).await {
         gate::Gate::Free => None,
         gate::Gate::Unknown => return Ok(Action::requeue(Duration::from_secs(2))),
         gate::Gate::Checked(v) => Some(v).filter(|v| !v.ready()),
     };
-    let r = Reconcile { ctx: &ctx, app: &app, ns: &ns, name: &name, old: &old, now };
+    // Steps 2 to 8, then the Application's status.
     let (action, after) = deploy(&r, &mut status, hold.as_ref()).await?;
-    if !write_status(&ctx, &app, &old, &status).await? {
+    if !write_status(&r, &status).await? {
         return Ok(Action::requeue(STALE_RETRY));
     }
     // A completed or abandoned rollback's request is removed only once the status it follows
     // from is stored.
     if let Some(after) = after {
-        rolling_back::after(&ctx, &app, &ns, after).await?;
+        rolling_back::after(&r, after).await?;
     }
     Ok(action)
+}
+
+/// `then` once `status` is stored; a look again soon when the write was refused as stale.
+async fn stored(r: &Reconcile<'_>, status: &ApplicationStatus, then: Action) -> Result<Action, Error> {
+    Ok(if write_status(r, status).await? { then } else { Action::requeue(STALE_RETRY) })
 }
 
 /// The commit this reconcile deploys: its resolved source, how it was chosen (the spec's, a
@@ -214,17 +224,17 @@ fn revision_name(app: &Application, commit: &str) -> String {
 
 /// Step 2: the source, and the commit deployed. `Err(action)`: a fetch failed, and was reported.
 async fn target(r: &Reconcile<'_>, status: &mut ApplicationStatus) -> Result<Result<Target, Action>, Error> {
-    let Reconcile { ctx, app, ns, name, old, .. } = *r;
+    let Reconcile { ctx, app, ns, name, .. } = *r;
     let retry_soon = Action::requeue(with_jitter(Duration::from_secs(30), name));
     let source = match source::resolve_source(app, ctx, ns, None).instrument(tracing::info_span!("fetch")).await? {
         Ok(s) => s,
         Err(failure) => {
-            report_failure(r, status, &failure, !failure.retryable).await;
+            failure.report(r, status, !failure.retryable);
             return Ok(Err(if failure.retryable { retry_soon } else { Action::requeue(ctx.settings.resync) }));
         }
     };
     // A pending rollback deploys its target; a held Revision leaves the last healthy one running.
-    let choice = rolling_back::choose(ctx, app, ns, old, &source.commit, revision_name(app, &source.commit)).await?;
+    let choice = rolling_back::choose(r, &source.commit, revision_name(app, &source.commit)).await?;
     let source = match choice.pinned() {
         None => source,
         Some(commit) => match source::resolve_source(app, ctx, ns, Some(commit))
@@ -234,7 +244,7 @@ async fn target(r: &Reconcile<'_>, status: &mut ApplicationStatus) -> Result<Res
             Ok(s) => s,
             Err(failure) => {
                 // A failed fetch of the target keeps the request: tried again after a while.
-                report_failure(r, status, &failure, false).await;
+                failure.report(r, status, false);
                 return Ok(Err(retry_soon));
             }
         },
@@ -252,7 +262,7 @@ async fn render_and_plan(
     from_caches: Option<&(dyn Fn(&Planned) -> bool + Sync)>,
 ) -> Result<Result<Planned, Failure>, Error> {
     let Reconcile { ctx, app, ns, name, .. } = *r;
-    let desired = match desired::desired(app, ctx, ns, name, source).instrument(tracing::info_span!("render")).await? {
+    let desired = match desired::desired(r, source).instrument(tracing::info_span!("render")).await? {
         Err(failure) => return Ok(Err(failure)),
         Ok(desired) => desired,
     };

@@ -14,7 +14,6 @@ use kube::runtime::controller::Action;
 use super::Reconcile;
 use super::flow::{Failure, reason_const};
 use super::replica::Context;
-use super::status::report_failure;
 use crate::api::application::{Application, ApplicationStatus};
 use crate::api::revision::{self as rev, Attempt, AttemptResult, RevisionPhase, RevisionStatus};
 use crate::controller::with_jitter;
@@ -69,7 +68,7 @@ pub(super) async fn failed(
         let paused = rs.deployed_desired_state_hash.is_none() && counted >= policy.max_attempts;
         let message = if paused { note(&failure, counted, &policy, None) } else { failure.message.clone() };
         let reported = Failure { message, ..failure };
-        report_failure(r, status, &reported, paused || !reported.retryable).await;
+        reported.report(r, status, paused || !reported.retryable);
         return again(ctx, app, &reported, paused);
     };
     rollout::push(
@@ -92,7 +91,7 @@ pub(super) async fn failed(
         RenderStep::Render { .. } => {
             let failures = rollout::consecutive_failures(&rs.attempts, None);
             let reported = Failure { message: note(&failure, failures, &policy, None), ..failure };
-            report_failure(r, status, &reported, true).await;
+            reported.report(r, status, true);
             again(ctx, app, &reported, true)
         }
     }
@@ -116,7 +115,7 @@ pub(super) async fn wait(
     // Retried in case its inputs change (a valuesFrom Secret, a CRD), but a failure retrying
     // cannot fix is Stalled: it needs a change.
     let stalled = !reported.retryable;
-    report_failure(r, status, &reported, stalled).await;
+    reported.report(r, status, stalled);
     Action::requeue(now.duration_until(at).unsigned_abs().max(Duration::from_millis(200)))
 }
 

@@ -12,7 +12,6 @@ use super::Reconcile;
 use super::error::Error;
 use super::flow::Source;
 use super::replica::{Context, fenced};
-use super::status::lifecycle_event;
 use crate::api::application::{Application, ApplicationStatus, SyncState, SyncStatus};
 use crate::api::conditions;
 use crate::api::names;
@@ -23,15 +22,14 @@ use crate::plan::inventory;
 /// state's, when it rendered). `new` (the Application does not desire it yet: a new commit or
 /// spec) tries the create first, since the Revision rarely exists then, and reads it only when
 /// the create finds it (409); otherwise it is read first.
-pub(super) async fn ensure_revision(
-    ctx: &Context,
-    app: &Application,
-    ns: &str,
+async fn ensure_revision(
+    r: &Reconcile<'_>,
     rev_name: &str,
     source: &Source,
     new: bool,
     hash: Option<&str>,
 ) -> Result<Revision, Error> {
+    let Reconcile { ctx, app, ns, events, .. } = *r;
     let api: Api<Revision> = Api::namespaced(ctx.client.clone(), ns);
     let name = app.name_any();
     if !new {
@@ -91,7 +89,7 @@ pub(super) async fn ensure_revision(
             } else {
                 format!("Revision {rev_name} for commit {short}: {subject}")
             };
-            lifecycle_event(ctx, app, revision_ref(ns, rev_name), names::events::NEW_REVISION, &note);
+            events.lifecycle(revision_ref(ns, rev_name), names::events::NEW_REVISION, &note);
             Ok(created)
         }
         Err(kube::Error::Api(s)) if s.code == 409 => {
@@ -189,7 +187,7 @@ pub(super) async fn enter(
     hash: Option<&str>,
 ) -> Result<Revision, Error> {
     let Reconcile { ctx, app, ns, .. } = *r;
-    let rev = ensure_revision(ctx, app, ns, rev_name, source, new, hash).await?;
+    let rev = ensure_revision(r, rev_name, source, new, hash).await?;
     if let Some(previous) = status.desired_revision.clone().filter(|p| p != rev_name) {
         supersede(ctx, app, ns, &previous, rev_name).await?;
     }

@@ -11,7 +11,6 @@ use serde_json::{Value, json};
 use super::Reconcile;
 use super::error::Error;
 use super::replica::Context;
-use super::status::event;
 use crate::api::application::{Application, ApplicationStatus, FailureAction, SyncState};
 use crate::api::conditions;
 use crate::api::names;
@@ -90,10 +89,10 @@ async fn patch_annotations(ctx: &Context, app: &Application, ns: &str, annotatio
 }
 
 /// Give up the pending rollback (`why`): remove the request, `RollbackAbandoned` Warning.
-pub(super) async fn abandon(ctx: &Context, app: &Application, ns: &str, why: &str) -> Result<(), Error> {
-    remove_request(ctx, app, ns).await?;
+pub(super) async fn abandon(r: &Reconcile<'_>, why: &str) -> Result<(), Error> {
+    remove_request(r.ctx, r.app, r.ns).await?;
     let note = format!("rollback abandoned, reconciling the desired revision again: {why}");
-    event(ctx, app, None, EventType::Warning, names::events::ROLLBACK_ABANDONED, &note).await;
+    r.events.tell(None, EventType::Warning, names::events::ROLLBACK_ABANDONED, &note);
     Ok(())
 }
 
@@ -189,19 +188,13 @@ impl Choice {
 /// is held, and choose. A hold is looked for only when the spec resolves to another Revision
 /// than the one the Application last reconciled (a hold, or a new identity that may be held):
 /// in the steady state this costs no request.
-pub(super) async fn choose(
-    ctx: &Context,
-    app: &Application,
-    ns: &str,
-    old: &ApplicationStatus,
-    spec_commit: &str,
-    spec_revision: String,
-) -> Result<Choice, Error> {
+pub(super) async fn choose(r: &Reconcile<'_>, spec_commit: &str, spec_revision: String) -> Result<Choice, Error> {
+    let Reconcile { ctx, app, ns, old, .. } = *r;
     let request = match rollback::request_of(app.annotations()) {
         None => None,
         Some(Ok(r)) => Some(r),
         Some(Err(why)) => {
-            abandon(ctx, app, ns, &why).await?;
+            abandon(r, &why).await?;
             None
         }
     };
@@ -368,20 +361,20 @@ pub(super) enum After {
 }
 
 /// Carry out `after`.
-pub(super) async fn after(ctx: &Context, app: &Application, ns: &str, after: After) -> Result<(), Error> {
+pub(super) async fn after(r: &Reconcile<'_>, after: After) -> Result<(), Error> {
     match after {
         After::Completed { target, held } => {
-            remove_request(ctx, app, ns).await?;
+            remove_request(r.ctx, r.app, r.ns).await?;
             let note = if held.is_empty() {
                 format!("rolled back to Revision {target}")
             } else {
                 format!("rolled back to Revision {target}; held: {}", held.join(", "))
             };
-            let related = revision_ref(ns, &target);
-            event(ctx, app, Some(&related), EventType::Normal, names::reasons::ROLLED_BACK, &note).await;
+            let related = revision_ref(r.ns, &target);
+            r.events.tell(Some(related), EventType::Normal, names::reasons::ROLLED_BACK, &note);
             Ok(())
         }
-        After::Abandoned { why } => abandon(ctx, app, ns, &why).await,
+        After::Abandoned { why } => abandon(r, &why).await,
     }
 }
 

@@ -1,5 +1,6 @@
-//! The status stage: how a reconcile reports on the Application (conditions, Warning Events on
-//! a changed failure, the status write that is refused when computed from a stale copy).
+//! The status stage: the one writer of what a reconcile tells about the Application, its Events
+//! (told by the stages as data, [`super::events`]) and its status (the write that is refused when
+//! computed from a stale copy).
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Resource;
@@ -11,69 +12,16 @@ use serde_json::json;
 
 use super::Reconcile;
 use super::error::Error;
-use super::flow::Failure;
+use super::events::Events;
 use super::replica::{Context, fenced};
 use crate::api::application::{Application, ApplicationStatus};
-use crate::api::conditions;
 use crate::api::names;
-use crate::api::revision::reference as revision_ref;
 
-/// Report `failure` on the Application: `Ready=False` (and `Stalled` when `stalled`), a Warning
-/// Event when the message changed, a log line.
-pub(super) async fn report_failure(
-    r: &Reconcile<'_>,
-    status: &mut ApplicationStatus,
-    failure: &Failure,
-    stalled: bool,
-) {
-    let Reconcile { ctx, app, old, now, .. } = *r;
-    let generation = app.metadata.generation;
-    let previous = conditions::get(&old.conditions, names::conditions::READY).map(|c| c.message.clone());
-    if stalled {
-        conditions::mark_stalled(&mut status.conditions, failure.reason, &failure.message, generation, now);
-    } else {
-        conditions::mark_failed(&mut status.conditions, failure.reason, &failure.message, generation, now);
-    }
-    if previous.as_deref() != Some(failure.message.as_str()) {
-        let ns = app.namespace().unwrap_or_default();
-        let related = status.desired_revision.as_deref().map(|r| revision_ref(&ns, r));
-        event(ctx, app, related.as_ref(), EventType::Warning, failure.reason, &failure.message).await;
-    }
-    tracing::info!(application = %app.name_any(), namespace = ?app.namespace(), reason = failure.reason, message = %failure.message, "application not ready");
-}
-
-/// Publish an Event about `app`, after the lifecycle Events it holds
-/// ([`super::held_events`]). `related` (the Revision concerned) is part of the recorder's
-/// aggregation key, so Events about different Revisions are never merged into one series.
-pub(super) async fn event(
-    ctx: &Context,
-    app: &Application,
-    related: Option<&ObjectReference>,
-    type_: EventType,
-    reason: &str,
-    note: &str,
-) {
-    flush_events(ctx, app).await;
-    publish(ctx, app, related, type_, reason, note).await;
-}
-
-/// Hold a lifecycle Event (`NewRevision`, an attempt's `Progressing`, `Succeeded`) about the
-/// Revision `related` until the reconcile ends or another Event is published: the steps one
-/// reconcile takes on one Revision are told in one Event.
-pub(super) fn lifecycle_event(
-    ctx: &Context,
-    app: &Application,
-    related: ObjectReference,
-    reason: &'static str,
-    note: &str,
-) {
-    ctx.held_events.hold(app, super::replica::held_events::Held { reason, related, note: note.to_string() });
-}
-
-/// Publish the lifecycle Events `app` holds, merged.
-pub(super) async fn flush_events(ctx: &Context, app: &Application) {
-    for h in ctx.held_events.take(app) {
-        publish(ctx, app, Some(&h.related), EventType::Normal, h.reason, &h.note).await;
+/// Publish the Events a reconcile of `app` told ([`super::events`]), in order: before each
+/// status write ([`write_status`]), before the finalizer goes, and once the reconcile ends.
+pub(super) async fn publish_events(ctx: &Context, app: &Application, events: &Events) {
+    for told in events.take() {
+        publish(ctx, app, told.related.as_ref(), told.type_, &told.reason, &told.note).await;
     }
 }
 
@@ -101,16 +49,13 @@ async fn publish(
     }
 }
 
-/// Write `new` unless it equals `old`. `Ok(false)`: refused, computed from a stale copy.
-/// A redeploy request this reconcile announced ([`Context::redeploys`]) is recorded as
+/// Write `new` unless it equals the status the reconcile started from, after the Events told
+/// so far. `Ok(false)`: refused, computed from a stale copy. A redeploy request this reconcile announced ([`Context::redeploys`]) is recorded as
 /// `lastHandledRedeployAt`, and forgotten once written; while a request waits to be taken up,
 /// the write's own watch event triggers a reconcile.
-pub(super) async fn write_status(
-    ctx: &Context,
-    app: &Application,
-    old: &ApplicationStatus,
-    new: &ApplicationStatus,
-) -> Result<bool, Error> {
+pub(super) async fn write_status(r: &Reconcile<'_>, new: &ApplicationStatus) -> Result<bool, Error> {
+    let Reconcile { ctx, app, old, events, .. } = *r;
+    publish_events(ctx, app, events).await;
     let key = ObjectRef::from_obj(app);
     let announced = ctx.redeploys.lock().expect("redeploys lock").get(&key).cloned();
     let with_redeploy;

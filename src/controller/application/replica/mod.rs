@@ -5,7 +5,6 @@
 pub(crate) mod dependency_watch;
 pub(crate) mod echoes;
 pub(crate) mod healthchecks;
-pub(crate) mod held_events;
 pub(crate) mod narrow_lists;
 pub mod progress;
 pub(crate) mod revision_cache;
@@ -194,7 +193,6 @@ pub struct Context {
     /// Our applies, so their watch events trigger no reconcile.
     pub(super) echoes: echoes::Echoes,
     /// Lifecycle Events held until the reconcile ends.
-    pub(super) held_events: held_events::HeldEvents,
     /// Kinds each service account may not list across the cluster.
     pub(super) narrow_lists: narrow_lists::NarrowLists,
     /// What the last plans found unchanged: a drift check does not read it again.
@@ -246,7 +244,6 @@ impl Context {
             failures: Default::default(),
             redeploys: Default::default(),
             echoes: Default::default(),
-            held_events: Default::default(),
             narrow_lists: Default::default(),
             unchanged: Default::default(),
             scopes: Default::default(),

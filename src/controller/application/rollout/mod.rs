@@ -24,7 +24,6 @@ use super::Reconcile;
 use super::error::Error;
 use super::flow::{Failure, Planned, reason_const, redact};
 use super::replica::Context;
-use super::status::{event, lifecycle_event, report_failure};
 use crate::api::application::{Application, ApplicationStatus, HealthSummary, ResourceRef, SyncState};
 use crate::api::common::{GroupVersionKind, HealthStatus};
 use crate::api::conditions;
@@ -60,6 +59,8 @@ pub(super) struct Rollout<'a> {
     pub status: &'a mut ApplicationStatus,
     pub rs: &'a mut RevisionStatus,
     pub now: Timestamp,
+    /// The Events the reconcile tells.
+    pub events: &'a super::events::Events,
     /// Strings no message may show (Secret values).
     pub secrets: Vec<String>,
     /// The dependencies are not ready: nothing is applied (no attempt starts, no next wave).
@@ -147,6 +148,7 @@ impl<'a> Rollout<'a> {
             status,
             rs,
             now: r.now,
+            events: r.events,
             secrets: Vec::new(),
             hold,
             rollback,
@@ -179,7 +181,15 @@ impl<'a> Rollout<'a> {
 
     /// What this reconcile started from.
     pub(super) fn reconcile(&self) -> Reconcile<'a> {
-        Reconcile { ctx: self.ctx, app: self.app, ns: self.ns, name: self.name, old: self.old, now: self.now }
+        Reconcile {
+            ctx: self.ctx,
+            app: self.app,
+            ns: self.ns,
+            name: self.name,
+            old: self.old,
+            now: self.now,
+            events: self.events,
+        }
     }
 
     /// Run the step the Revision is at. An attempt starts only on a plan made from a fresh list
@@ -251,7 +261,7 @@ impl<'a> Rollout<'a> {
                 self.rs.phase = RevisionPhase::Failed;
                 self.set_sync(pending(&planned), &planned);
                 let failure = self.last_failure(&policy, Some(at));
-                report_failure(&self.reconcile(), self.status, &failure, false).await;
+                failure.report(&self.reconcile(), self.status, false);
                 // Between attempts the evidence moves on (a crash loop backs off): kept current.
                 let pods = self.pods_of(&planned, &live, None).await;
                 let summary = self.summarize(&planned, &live, &pods, true, None).await;
@@ -263,7 +273,7 @@ impl<'a> Rollout<'a> {
                 self.rs.phase = RevisionPhase::Failed;
                 self.set_sync(pending(&planned), &planned);
                 let failure = self.last_failure(&policy, None);
-                report_failure(&self.reconcile(), self.status, &failure, true).await;
+                failure.report(&self.reconcile(), self.status, true);
                 self.observe_health(&planned, &live, false).await;
                 return Ok(Action::requeue(with_jitter(self.ctx.settings.resync, self.name)));
             }
@@ -280,7 +290,7 @@ impl<'a> Rollout<'a> {
                         );
                         let related = revision_ref(self.ns, self.rev);
                         let reason = names::events::ROLLBACK_APPROVED;
-                        event(self.ctx, self.app, Some(&related), EventType::Normal, reason, &note).await;
+                        self.events.tell(Some(related.clone()), EventType::Normal, reason, &note);
                     }
                     self.rs.approval = Some(rev::Approval { attempt: Some(number), ..a });
                 }
@@ -327,10 +337,10 @@ impl<'a> Rollout<'a> {
         }
         let related = revision_ref(self.ns, self.rev);
         let message = format!("Revision {}: {why}", self.rev);
-        event(self.ctx, self.app, Some(&related), EventType::Normal, names::events::APPROVAL_STALE, &message).await;
+        self.events.tell(Some(related.clone()), EventType::Normal, names::events::APPROVAL_STALE, &message);
         if changed {
             let reason = names::events::ROLLBACK_TARGET_CHANGED;
-            event(self.ctx, self.app, Some(&related), EventType::Warning, reason, &message).await;
+            self.events.tell(Some(related.clone()), EventType::Warning, reason, &message);
         }
     }
 
@@ -356,7 +366,7 @@ impl<'a> Rollout<'a> {
             rollout::decide(self.rs, desired.as_ref().unwrap_or(&planned.hash), false, true, true, policy, self.now);
         let failure = self.last_failure(policy, None);
         let stalled = matches!(at, Step::Paused);
-        report_failure(&self.reconcile(), self.status, &failure, stalled).await;
+        failure.report(&self.reconcile(), self.status, stalled);
         self.set_sync(pending(planned), planned);
         Ok(match at {
             Step::Retry { at } => {
@@ -424,9 +434,7 @@ impl<'a> Rollout<'a> {
             }
             _ => String::new(),
         };
-        lifecycle_event(
-            self.ctx,
-            self.app,
+        self.events.lifecycle(
             revision_ref(self.ns, self.rev),
             names::reasons::PROGRESSING,
             &format!("Revision {} attempt {number}: applying {}{}", self.rev, counts(&planned.stored), approved_by),
@@ -565,15 +573,12 @@ impl<'a> Rollout<'a> {
             .chain(kept)
             .collect();
         if !skipped.is_empty() {
-            event(
-                self.ctx,
-                self.app,
-                Some(&related),
+            self.events.tell(
+                Some(related.clone()),
                 EventType::Warning,
                 names::events::PRUNE_SKIPPED,
                 &format!("not pruned: {}", skipped.join(", ")),
-            )
-            .await;
+            );
         }
         self.rs.phase = RevisionPhase::Progressing;
         Ok(true)
@@ -662,7 +667,7 @@ impl<'a> Rollout<'a> {
                 1024,
             );
             let related = revision_ref(self.ns, self.rev);
-            event(self.ctx, self.app, Some(&related), EventType::Warning, names::events::DRIFTED, &message).await;
+            self.events.tell(Some(related.clone()), EventType::Warning, names::events::DRIFTED, &message);
         }
         let summary = self.observe_health(planned, live, true).await;
         let drift = if changes {
@@ -673,7 +678,7 @@ impl<'a> Rollout<'a> {
         match summary.status {
             HealthStatus::Degraded => {
                 let failure = Failure::new(names::reasons::DEGRADED, summary.message.clone(), true);
-                report_failure(&self.reconcile(), self.status, &failure, false).await;
+                failure.report(&self.reconcile(), self.status, false);
             }
             HealthStatus::Healthy => {
                 // Deployed and Healthy: the last healthy Revision (again, if a status write
@@ -725,8 +730,7 @@ impl<'a> Rollout<'a> {
                 Some(d) => bounded(&format!("{}; root cause: {}: {}", summary.message, d.reason, d.message), 1024),
                 None => summary.message.clone(),
             };
-            event(self.ctx, self.app, Some(&related), EventType::Warning, names::events::HEALTH_DEGRADED, &message)
-                .await;
+            self.events.tell(Some(related.clone()), EventType::Warning, names::events::HEALTH_DEGRADED, &message);
         }
         summary
     }

@@ -39,7 +39,6 @@ use tracing::Instrument as _;
 
 use super::super::error::Error;
 use super::super::flow::Planned;
-use super::super::status::{event, lifecycle_event};
 use super::{HEALTH_POLL, Rollout, describe, pending, reference};
 use crate::api::application::SyncState;
 use crate::api::common::HealthStatus;
@@ -108,7 +107,7 @@ impl Rollout<'_> {
         let related = revision_ref(self.ns, self.rev);
         let number = self.rs.attempts.last().map(|a| a.number).unwrap_or(1);
         let note = format!("Revision {} attempt {number}: {message}", self.rev);
-        event(self.ctx, self.app, Some(&related), type_, reason, &note).await;
+        self.events.tell(Some(related.clone()), type_, reason, &note);
     }
 
     /// Whether this attempt runs hooks: not when it repairs drift of a deployed desired state
@@ -328,7 +327,7 @@ impl Rollout<'_> {
             self.app.metadata.generation,
             self.now,
         );
-        lifecycle_event(self.ctx, self.app, revision_ref(self.ns, self.rev), names::reasons::SUCCEEDED, &message);
+        self.events.lifecycle(revision_ref(self.ns, self.rev), names::reasons::SUCCEEDED, &message);
         if behind {
             // The newer desired state gets its attempt now, not at the next resync.
             return Action::requeue(NEXT_STAGE);

@@ -27,7 +27,6 @@
 //!   or one failed).
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -39,21 +38,15 @@ use tracing::Instrument as _;
 
 use super::super::error::Error;
 use super::super::flow::Planned;
-use super::{HEALTH_POLL, Rollout, describe, pending, reference};
+use super::Rollout;
+use super::record::{HEALTH_POLL, NEXT_STAGE, describe, pending, reference};
 use crate::api::application::SyncState;
 use crate::api::common::HealthStatus;
-use crate::api::conditions;
 use crate::api::names;
-use crate::api::revision::reference as revision_ref;
 use crate::api::revision::{AttemptResult, HookPhase, RevisionPhase};
-use crate::controller::with_jitter;
 use crate::decisions::rollout::Policy;
 use crate::plan::hooks::{self, Completion, Next};
 use crate::plan::{Entry, validate};
-use crate::text::bounded;
-
-/// How soon a reconcile goes on after a stage changed.
-const NEXT_STAGE: Duration = Duration::from_millis(200);
 
 /// One hook of a stage, as found (or created) this reconcile.
 struct Ran {
@@ -92,40 +85,6 @@ fn waves_of(planned: &Planned) -> Option<Vec<i32>> {
 }
 
 impl Rollout<'_> {
-    /// `now + spec.health.timeout`: the deadline of a stage that starts now.
-    pub(super) fn health_deadline(&self, policy: &Policy) -> Timestamp {
-        let timeout = jiff::SignedDuration::try_from(policy.health_timeout).unwrap_or(jiff::SignedDuration::MAX);
-        self.now.checked_add(timeout).unwrap_or(Timestamp::MAX)
-    }
-
-    /// A `Progressing` Event about the running attempt: `Revision R attempt N: {message}`.
-    pub(super) async fn wave_event(&self, message: &str) {
-        self.attempt_event(EventType::Normal, names::reasons::PROGRESSING, message).await;
-    }
-
-    async fn attempt_event(&self, type_: EventType, reason: &str, message: &str) {
-        let related = revision_ref(self.ns, self.rev);
-        let number = self.rs.attempts.last().map(|a| a.number).unwrap_or(1);
-        let note = format!("Revision {} attempt {number}: {message}", self.rev);
-        self.events.tell(Some(related.clone()), type_, reason, &note);
-    }
-
-    /// Whether this attempt runs hooks: not when it repairs drift of a deployed desired state
-    /// (self-heal), but on a rollback to one.
-    fn runs_hooks(&self, planned: &Planned) -> bool {
-        self.rollback.is_some() || !crate::decisions::rollout::is_deployed(self.rs, &planned.hash)
-    }
-
-    /// Record that the attempt now runs the hooks of `phase` at `wave`.
-    fn enter_hooks(&mut self, phase: HookPhase, wave: i32) {
-        if let Some(a) = self.rs.attempts.last_mut() {
-            a.hook = Some(phase);
-            a.wave = Some(wave);
-            a.wave_started_at = Some(Time(self.now));
-        }
-        self.rs.phase = RevisionPhase::Progressing;
-    }
-
     /// The first stage of a new attempt: its PreSync hooks, else its first wave. `Some(deadline)`
     /// when the attempt is running, `None` when it failed (recorded).
     pub(super) async fn begin(
@@ -260,29 +219,6 @@ impl Rollout<'_> {
         }
     }
 
-    /// A failed attempt with SyncFail hooks to run: it runs them before it ends (`Some`, the
-    /// requeue), unless it is running them already, is a self-heal, or has none (`None`).
-    pub(super) fn sync_fail(&mut self, planned: &Planned) -> Option<Action> {
-        let current = self.rs.attempts.last().and_then(|a| a.hook);
-        let Next::Hooks(phase, wave) = hooks::on_failure(&planned.plan, current) else { return None };
-        if !self.runs_hooks(planned) {
-            return None;
-        }
-        if let Some(a) = self.rs.attempts.last_mut() {
-            a.result = AttemptResult::Running;
-            a.finished_at = None;
-        }
-        self.enter_hooks(phase, wave);
-        let failure = self.rs.failure.as_ref().map(|f| format!("{}: {}", f.reason, f.message)).unwrap_or_default();
-        let message = bounded(
-            &format!("Revision {}: the attempt failed ({failure}); running its SyncFail hooks", self.rev),
-            1024,
-        );
-        self.progressing(&message);
-        self.set_sync(pending(planned), planned);
-        Some(Action::requeue(NEXT_STAGE))
-    }
-
     /// The SyncFail hooks are done (or failed, or timed out): the attempt fails with the failure
     /// that started them.
     async fn end_sync_fail(&mut self, planned: &Planned, policy: &Policy) -> Result<Action, Error> {
@@ -292,47 +228,6 @@ impl Rollout<'_> {
         }
         self.rs.phase = RevisionPhase::Failed;
         self.failed_at_once(planned, policy).await
-    }
-
-    /// The attempt is done: everything Healthy, every hook run.
-    async fn succeed(&mut self, planned: &Planned) -> Action {
-        if let Some(a) = self.rs.attempts.last_mut() {
-            a.result = AttemptResult::Succeeded;
-            a.finished_at = Some(Time(self.now));
-        }
-        self.rs.phase = RevisionPhase::Healthy;
-        self.rs.failure = None;
-        // What the attempt applied: a desired state that changed meanwhile is not deployed yet.
-        let applied = self.rs.attempts.last().and_then(|a| a.desired_state_hash.clone());
-        let behind = applied.as_ref().is_some_and(|h| *h != planned.hash);
-        let deployed = self.rs.deployed_desired_state_hash.as_deref();
-        if crate::decisions::rollout::repairs_drift(deployed, applied.as_deref(), self.rollback.is_some()) {
-            metrics::counter!(crate::metric_names::DRIFT_REPAIRED_TOTAL).increment(1);
-        }
-        self.rs.deployed_desired_state_hash = Some(applied.unwrap_or_else(|| planned.hash.clone()));
-        self.status.last_healthy_revision = Some(self.rev.to_string());
-        self.set_sync(SyncState::Synced, planned);
-        // The plan against the live state is now the carried-out one: recorded as such, the next
-        // drift check (or the replica a shard moves to) finds nothing to write.
-        let (plan, desired, hooks) = (planned.plan.clone(), planned.desired.clone(), planned.hooks.clone());
-        let done = crate::offload::offload(move || crate::plan::carried_out(&plan, &desired, &hooks)).await;
-        if let Some(sync) = self.status.sync.as_mut() {
-            sync.plan_digest = Some(done.digest);
-        }
-        let message = format!("Revision {} is Healthy", self.rev);
-        conditions::mark_ready(
-            &mut self.status.conditions,
-            names::reasons::SUCCEEDED,
-            &message,
-            self.app.metadata.generation,
-            self.now,
-        );
-        self.events.lifecycle(revision_ref(self.ns, self.rev), names::reasons::SUCCEEDED, &message);
-        if behind {
-            // The newer desired state gets its attempt now, not at the next resync.
-            return Action::requeue(NEXT_STAGE);
-        }
-        Action::requeue(with_jitter(self.ctx.settings.resync, self.name))
     }
 
     /// The waves: Healthy applies the next wave (or, after the last, goes on to the PostSync
@@ -405,7 +300,7 @@ impl Rollout<'_> {
                     if !planned.fresh {
                         return Err(Error::Stale);
                     }
-                    self.wave_event(&format!("wave {done} is Healthy")).await;
+                    self.wave_event(&format!("wave {done} is Healthy"));
                     super::super::replica::fenced(self.ctx, self.app)?;
                     if let Some(a) = self.rs.attempts.last_mut() {
                         a.wave = Some(next);
@@ -548,7 +443,7 @@ impl Rollout<'_> {
                         PostParams { field_manager: Some(names::FIELD_MANAGER.to_string()), ..Default::default() };
                     match writer.create_dynamic(&resource, ns, &obj, &params).await {
                         Ok(created) => {
-                            self.wave_event(&format!("{phase} hook {what}: created")).await;
+                            self.wave_event(&format!("{phase} hook {what}: created"));
                             let c = self.hook_completion(&created, &check).await;
                             ran.push(Ran { entry: e.clone(), completion: c, live: Some(created) });
                             continue;
@@ -580,14 +475,14 @@ impl Rollout<'_> {
         for r in &stage.ran {
             let what = describe(&reference(&r.entry));
             match &r.completion {
-                Completion::Succeeded => self.wave_event(&format!("{phase} hook {what} succeeded")).await,
+                Completion::Succeeded => self.wave_event(&format!("{phase} hook {what} succeeded")),
                 Completion::Failed(why) => {
                     let m = format!("{phase} hook {what} failed: {why}");
-                    self.attempt_event(EventType::Warning, names::events::HOOK_FAILED, &m).await;
+                    self.attempt_event(EventType::Warning, names::events::HOOK_FAILED, &m);
                 }
                 Completion::Running(why) if !succeeded => {
                     let m = format!("{phase} hook {what} was not done within spec.health.timeout: {why}");
-                    self.attempt_event(EventType::Warning, names::events::HOOK_FAILED, &m).await;
+                    self.attempt_event(EventType::Warning, names::events::HOOK_FAILED, &m);
                 }
                 Completion::Running(_) => {}
             }

@@ -292,3 +292,45 @@ fn every_controller_backs_off_per_watch() {
     }
     assert!(controller_problems("x.rs", "Controller::for_stream(o, s).trigger_backoff(EachWatchBacksOff);").is_empty());
 }
+
+/// How `path` of the Application controller keeps replica state: each piece is a type of
+/// `replica/` with its own methods, so nothing outside `replica/` takes a lock on the context,
+/// and the `Context` has no bare `Mutex` field.
+fn replica_state_problems(path: &str, text: &str) -> Vec<String> {
+    let mut problems = Vec::new();
+    if !path.contains("/replica/") {
+        let lock = Regex::new(r"\b(?:ctx|c)\.\w+\.lock\(").expect("a regex");
+        problems.extend(lock.find_iter(text).map(|m| format!("{path}: {} outside replica/", m.as_str())));
+    }
+    if let Some(fields) = text.split("pub struct Context {").nth(1).and_then(|t| t.split("\n}\n").next()) {
+        problems.extend(
+            fields
+                .lines()
+                .filter(|l| l.contains("Mutex<"))
+                .map(|l| format!("{path}: a bare Mutex in Context: {}", l.trim())),
+        );
+    }
+    problems
+}
+
+#[test]
+fn replica_state_keeps_its_locks() {
+    let root = support::repo_root();
+    let mut problems = Vec::new();
+    let mut files = 0;
+    for (_, _, path) in tracked(&root) {
+        if path.ends_with(".rs") && path.starts_with("src/controller/application/") {
+            files += 1;
+            let text = std::fs::read_to_string(root.join(&path)).expect("a source file");
+            problems.extend(replica_state_problems(&path, &text));
+        }
+    }
+    assert!(problems.is_empty(), "{problems:#?}");
+    assert!(files > 20, "the Application controller's files: {files}");
+    // The check bites.
+    let a = "src/controller/application/source.rs";
+    assert_eq!(replica_state_problems(a, "let r = ctx.resolved.lock().expect(\"l\");").len(), 1);
+    assert!(replica_state_problems("src/controller/application/replica/resolved.rs", "self.0.lock()").is_empty());
+    let context = "pub struct Context {\n    pub(super) failures: Mutex<HashMap<K, u32>>,\n}\n";
+    assert_eq!(replica_state_problems("src/controller/application/replica/mod.rs", context).len(), 1);
+}

@@ -134,7 +134,7 @@ async fn take_up(
     let handled = app.status.as_ref().and_then(|s| s.last_handled_redeploy_at.as_deref());
     let Some(at) = requested else { return Ok(None) };
     // Announced by this replica but not recorded yet (the status write was refused): taken up.
-    let announced = ctx.redeploys.lock().expect("redeploys lock").get(&ObjectRef::from_obj(app)) == Some(&at);
+    let announced = ctx.redeploys.announced(&ObjectRef::from_obj(app)).as_ref() == Some(&at);
     if Some(at.as_str()) == handled || announced {
         return Ok(Some(at));
     }
@@ -162,7 +162,7 @@ fn announce_redeploy(r: &Reconcile<'_>, rev: &str, at: &str, restarted: &[String
     let Reconcile { ctx, app, ns, events, .. } = *r;
     let key = ObjectRef::from_obj(app);
     let handled = app.status.as_ref().and_then(|s| s.last_handled_redeploy_at.as_deref()) == Some(at);
-    let announced = ctx.redeploys.lock().expect("redeploys lock").get(&key).map(String::as_str) == Some(at);
+    let announced = ctx.redeploys.announced(&key).as_deref() == Some(at);
     if handled || announced {
         return;
     }
@@ -183,7 +183,7 @@ fn announce_redeploy(r: &Reconcile<'_>, rev: &str, at: &str, restarted: &[String
     let related = crate::api::revision::reference(ns, rev);
     let note = format!("redeploy requested at {at}: {what}{approval}");
     events.tell(Some(related), EventType::Normal, names::reasons::PROGRESSING, &note);
-    ctx.redeploys.lock().expect("redeploys lock").insert(key, at.to_string());
+    ctx.redeploys.announce(key, at);
 }
 
 #[cfg(test)]

@@ -71,12 +71,8 @@ pub async fn run_shard(
             // Our own status write coming back: the store has it, no reconcile needed.
             let own = a.as_ref().is_ok_and(|a| {
                 let r = ObjectRef::from_obj(a);
-                let mut writes = c.own_writes.lock().expect("own writes lock");
-                c.written.observed(&r, a.resource_version().as_deref());
-                let ours = writes.get(&r).is_some_and(|rv| a.resource_version().as_ref() == Some(rv));
-                if ours {
-                    writes.remove(&r);
-                } else {
+                let ours = c.written.observed(&r, a.resource_version().as_deref());
+                if !ours {
                     c.progress.triggered(&r);
                 }
                 ours
@@ -243,7 +239,7 @@ async fn reconcile_tracked(
     // reconcile (kilobytes) while it waits.
     let result = Box::pin(reconcile(app, ctx.clone())).instrument(span.clone()).await;
     if result.is_ok() {
-        ctx.failures.lock().expect("failures lock").remove(&r);
+        ctx.failures.succeeded(&r);
     }
     ctx.progress.finished(&r);
     metrics::histogram!(crate::metric_names::RECONCILE_DURATION_SECONDS).record(started.elapsed().as_secs_f64());
@@ -279,12 +275,7 @@ fn error_policy(app: Arc<Application>, error: &Error, ctx: Arc<Context>) -> Acti
     if matches!(error, Error::NotOwner) {
         return Action::requeue(NOT_OWNER_RETRY);
     }
-    let failures = {
-        let mut failures = ctx.failures.lock().expect("failures lock");
-        let n = failures.entry(ObjectRef::from_obj(&*app)).or_default();
-        *n = n.saturating_add(1);
-        *n
-    };
+    let failures = ctx.failures.failed(ObjectRef::from_obj(&*app));
     let retry = crate::controller::with_jitter(crate::controller::retry_after(failures), &app.name_any());
     tracing::warn!(application = %app.name_any(), namespace = ?app.namespace(), error = %error, failures, retry_in = ?retry, "reconcile failed");
     Action::requeue(retry)

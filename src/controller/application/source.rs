@@ -3,7 +3,7 @@
 //! the shared Git cache with the Repository's credentials.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use kube::api::Api;
 
@@ -64,10 +64,9 @@ pub(super) async fn resolve_source(
         Some(revision) => {
             let interval = crate::api::duration::parse(&repo.spec.interval).unwrap_or(Duration::from_secs(60));
             let key = (url.clone(), ctx.cache.credential_id(&credentials), revision.clone());
-            let recent = ctx.resolved.lock().expect("resolved lock").get(&key).cloned();
-            match recent {
-                Some((at, commit)) if at.elapsed() < interval.mul_f64(0.9) => (Some(revision.clone()), commit),
-                _ => {
+            match ctx.resolved.recent(&key, interval.mul_f64(0.9)) {
+                Some(commit) => (Some(revision.clone()), commit),
+                None => {
                     let mut last = None;
                     let mut found = None;
                     for reference in crate::source::references_of(revision) {
@@ -81,7 +80,7 @@ pub(super) async fn resolve_source(
                     }
                     match (found, last) {
                         (Some(commit), _) => {
-                            ctx.resolved.lock().expect("resolved lock").insert(key, (Instant::now(), commit.clone()));
+                            ctx.resolved.remember(key, &commit);
                             (Some(revision.clone()), commit)
                         }
                         (None, Some(e)) => {

@@ -57,7 +57,7 @@ pub(super) async fn write_status(r: &Reconcile<'_>, new: &ApplicationStatus) -> 
     let Reconcile { ctx, app, old, events, .. } = *r;
     publish_events(ctx, app, events).await;
     let key = ObjectRef::from_obj(app);
-    let announced = ctx.redeploys.lock().expect("redeploys lock").get(&key).cloned();
+    let announced = ctx.redeploys.announced(&key);
     let with_redeploy;
     let new = match announced {
         Some(at) if new.last_handled_redeploy_at.as_ref() != Some(&at) => {
@@ -74,10 +74,7 @@ pub(super) async fn write_status(r: &Reconcile<'_>, new: &ApplicationStatus) -> 
         .is_some_and(|at| new.last_handled_redeploy_at.as_ref() != Some(&at));
     let written = write_if_changed(ctx, app, old, new, !waiting).await;
     if matches!(written, Ok(true)) {
-        let mut redeploys = ctx.redeploys.lock().expect("redeploys lock");
-        if redeploys.get(&key) == new.last_handled_redeploy_at.as_ref() {
-            redeploys.remove(&key);
-        }
+        ctx.redeploys.recorded(&key, new.last_handled_redeploy_at.as_ref());
     }
     written
 }
@@ -111,10 +108,7 @@ async fn write_if_changed(
         .await
     {
         Ok(written) => {
-            if let Some(rv) = written.resource_version().filter(|_| quiet) {
-                ctx.own_writes.lock().expect("own writes lock").insert(ObjectRef::from_obj(app), rv);
-            }
-            ctx.written.record(app.resource_version(), written);
+            ctx.written.record(app.resource_version(), written, quiet);
             Ok(true)
         }
         Err(kube::Error::Api(s)) if s.code == 409 => {

@@ -4,16 +4,18 @@
 
 pub(crate) mod dependency_watch;
 pub(crate) mod echoes;
+pub(crate) mod failures;
 pub(crate) mod healthchecks;
 pub(crate) mod narrow_lists;
 pub mod progress;
+pub(crate) mod redeploys;
+pub(crate) mod resolved;
 pub(crate) mod revision_cache;
 pub(crate) mod unchanged;
 pub(crate) mod written;
 
 use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures_util::StreamExt;
 use kube::api::Api;
@@ -66,11 +68,6 @@ impl Default for Settings {
         }
     }
 }
-
-/// What a resolved `spec.source.revision` is remembered by: (URL, credential identity of the
-/// Repository's Secret, revision). With the identity, one tenant never learns the commit another
-/// tenant's credentials resolved.
-pub(super) type ResolvedKey = (String, String, String);
 
 /// One watch of every Repository per replica: its store answers reconciles' reads, and its
 /// events fan out to the shard controllers (each maps a Repository to its Applications).
@@ -174,11 +171,8 @@ pub struct Context {
     pub(super) repositories: std::sync::OnceLock<Repositories>,
     /// HealthChecks as one watch of this replica has them (started with the first shard).
     pub(super) healthchecks: std::sync::OnceLock<healthchecks::HealthChecks>,
-    /// The resourceVersion of each Application's last status write by this replica: its watch
-    /// event triggers no reconcile (nothing changed that the reconcile had not just seen).
-    pub(super) own_writes: Mutex<HashMap<ObjectRef<Application>, String>>,
     /// Status writes the Application watch has not shown yet: a reconcile of the copy one
-    /// replaced runs on what it wrote.
+    /// replaced runs on what it wrote, and the write's own watch event triggers no reconcile.
     pub(super) written: written::Written,
     /// Each Application's desired Revision as last read or written, and a watch saying whether
     /// it is still current: no `GET` of an unchanged Revision.
@@ -186,13 +180,11 @@ pub struct Context {
     /// The replica's slots for reconciles, shared by its shards (`--concurrent-applications`).
     pub(super) queue: Arc<crate::controller::queue::Queue>,
     /// Reconciles of each Application failed in a row, for the retry backoff.
-    pub(super) failures: Mutex<HashMap<ObjectRef<Application>, u32>>,
-    /// Redeploy requests announced (their Event sent) and not yet recorded in the
-    /// Application's `status.lastHandledRedeployAt`: the status write records them.
-    pub(super) redeploys: Mutex<HashMap<ObjectRef<Application>, String>>,
+    pub(super) failures: failures::Failures,
+    /// Redeploy requests announced and not yet recorded in `status.lastHandledRedeployAt`.
+    pub(super) redeploys: redeploys::Redeploys,
     /// Our applies, so their watch events trigger no reconcile.
     pub(super) echoes: echoes::Echoes,
-    /// Lifecycle Events held until the reconcile ends.
     /// Kinds each service account may not list across the cluster.
     pub(super) narrow_lists: narrow_lists::NarrowLists,
     /// What the last plans found unchanged: a drift check does not read it again.
@@ -202,7 +194,7 @@ pub struct Context {
     /// [`MAX_CLIENTS`], and one unused for [`CLIENT_IDLE`] is dropped (made again when needed).
     pub(super) clients: moka::sync::Cache<(String, String), Client>,
     /// The commit each (URL, credential identity, `spec.source.revision`) last resolved to.
-    pub(super) resolved: Mutex<HashMap<ResolvedKey, (Instant, String)>>,
+    pub(super) resolved: resolved::Resolved,
 }
 
 /// Impersonating clients kept at once (service accounts reconciled recently).
@@ -237,7 +229,6 @@ impl Context {
             dependencies: Default::default(),
             repositories: Default::default(),
             healthchecks: Default::default(),
-            own_writes: Default::default(),
             written: Default::default(),
             revisions: Default::default(),
             queue,

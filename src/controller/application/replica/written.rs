@@ -30,14 +30,23 @@ struct Write {
 
 /// The status writes of this replica not yet shown by the watch.
 #[derive(Default)]
-pub(crate) struct Written(Mutex<HashMap<ObjectRef<Application>, Write>>);
+pub(crate) struct Written {
+    writes: Mutex<HashMap<ObjectRef<Application>, Write>>,
+    /// The resourceVersion of each Application's last quiet status write: its watch event
+    /// triggers no reconcile (nothing changed that the reconcile had not just seen).
+    quiet: Mutex<HashMap<ObjectRef<Application>, String>>,
+}
 
 impl Written {
-    /// A status write of the copy at resourceVersion `before` returned `after`.
-    pub(crate) fn record(&self, before: Option<String>, after: Application) {
-        let Some(before) = before else { return };
+    /// A status write of the copy at resourceVersion `before` returned `after`; `quiet`: its
+    /// watch event is to trigger no reconcile.
+    pub(crate) fn record(&self, before: Option<String>, after: Application, quiet: bool) {
         let key = ObjectRef::from_obj(&after);
-        self.0.lock().expect("written lock").insert(key, Write { before, after: Arc::new(after) });
+        if let Some(rv) = after.resource_version().filter(|_| quiet) {
+            self.quiet.lock().expect("quiet writes lock").insert(key.clone(), rv);
+        }
+        let Some(before) = before else { return };
+        self.writes.lock().expect("written lock").insert(key, Write { before, after: Arc::new(after) });
     }
 
     /// The copy to reconcile: what the last status write returned when `app` is the copy that
@@ -45,7 +54,7 @@ impl Written {
     /// past it, even if its event came before the write was recorded).
     pub(crate) fn latest(&self, app: Arc<Application>) -> Arc<Application> {
         let key = ObjectRef::from_obj(&*app);
-        let mut written = self.0.lock().expect("written lock");
+        let mut written = self.writes.lock().expect("written lock");
         let Some(w) = written.get(&key) else { return app };
         if app.resource_version().as_deref() == Some(w.before.as_str()) {
             return w.after.clone();
@@ -55,17 +64,25 @@ impl Written {
     }
 
     /// The watch shows `app`'s copy at `rv`: a write computed from another copy is shown (or
-    /// overtaken) and forgotten.
-    pub(crate) fn observed(&self, app: &ObjectRef<Application>, rv: Option<&str>) {
-        let mut written = self.0.lock().expect("written lock");
-        if written.get(app).is_some_and(|w| Some(w.before.as_str()) != rv) {
-            written.remove(app);
+    /// overtaken) and forgotten. Returns whether it is our own quiet write coming back.
+    pub(crate) fn observed(&self, app: &ObjectRef<Application>, rv: Option<&str>) -> bool {
+        {
+            let mut written = self.writes.lock().expect("written lock");
+            if written.get(app).is_some_and(|w| Some(w.before.as_str()) != rv) {
+                written.remove(app);
+            }
         }
+        let mut quiet = self.quiet.lock().expect("quiet writes lock");
+        let ours = quiet.get(app).is_some_and(|q| Some(q.as_str()) == rv);
+        if ours {
+            quiet.remove(app);
+        }
+        ours
     }
 
     #[cfg(test)]
     fn len(&self) -> usize {
-        self.0.lock().expect("written lock").len()
+        self.writes.lock().expect("written lock").len()
     }
 }
 
@@ -106,9 +123,9 @@ mod tests {
         ];
         for (cached, events, want) in cases {
             let written = Written::default();
-            written.record(Some("10".into()), app("11", Some("web-1")));
+            written.record(Some("10".into()), app("11", Some("web-1")), false);
             for rv in *events {
-                written.observed(&ObjectRef::from_obj(&app(rv, None)), Some(rv));
+                let _ = written.observed(&ObjectRef::from_obj(&app(rv, None)), Some(rv));
             }
             let got = written.latest(Arc::new(app(cached, Some("cached"))));
             assert_eq!(desired(&got), *want, "cached {cached}, events {events:?}");
@@ -118,20 +135,32 @@ mod tests {
     #[test]
     fn a_write_of_a_copy_without_resource_version_is_not_kept() {
         let written = Written::default();
-        written.record(None, app("11", Some("web-1")));
+        written.record(None, app("11", Some("web-1")), false);
         assert_eq!(written.len(), 0);
     }
 
     #[test]
     fn entries_end_with_the_next_event_or_a_newer_copy() {
         let written = Written::default();
-        written.record(Some("10".into()), app("11", Some("web-1")));
-        written.observed(&ObjectRef::from_obj(&app("11", None)), Some("11"));
+        written.record(Some("10".into()), app("11", Some("web-1")), false);
+        let _ = written.observed(&ObjectRef::from_obj(&app("11", None)), Some("11"));
         assert_eq!(written.len(), 0);
         // The write's event came before the write was recorded: the next reconcile's copy,
         // newer than the one it was computed from, ends it.
-        written.record(Some("10".into()), app("11", Some("web-1")));
+        written.record(Some("10".into()), app("11", Some("web-1")), false);
         written.latest(Arc::new(app("11", Some("web-1"))));
         assert_eq!(written.len(), 0);
+    }
+
+    #[test]
+    fn a_quiet_write_coming_back_is_ours_once() {
+        let written = Written::default();
+        let key = ObjectRef::from_obj(&app("11", None));
+        written.record(Some("10".into()), app("11", Some("web-1")), true);
+        assert!(!written.observed(&key, Some("10")), "an older copy is not the write");
+        assert!(written.observed(&key, Some("11")), "the write's own event");
+        assert!(!written.observed(&key, Some("11")), "only once");
+        written.record(Some("11".into()), app("12", Some("web-1")), false);
+        assert!(!written.observed(&key, Some("12")), "a write that is not quiet triggers a reconcile");
     }
 }

@@ -396,11 +396,11 @@ where
             None => None,
             Some(Some(until)) => Some(until),
             Some(None) => {
-                metrics::counter!(crate::metric_names::FENCED_REQUESTS_TOTAL, "result" => "closed").increment(1);
+                metrics::counter!(crate::metric_names::FENCED_REQUESTS_TOTAL, crate::metric_names::label::RESULT => "closed").increment(1);
                 return Box::pin(std::future::ready(Err(Box::new(FenceClosed) as BoxError)));
             }
         };
-        metrics::counter!(crate::metric_names::API_REQUESTS_TOTAL, "verb" => verb_of(&request)).increment(1);
+        metrics::counter!(crate::metric_names::API_REQUESTS_TOTAL, crate::metric_names::label::VERB => verb_of(&request)).increment(1);
         let sent = self.inner.call(request);
         let bucket = self.limiter.0.clone();
         Box::pin(async move {
@@ -409,7 +409,7 @@ where
                 Some(until) => match tokio::time::timeout_at(until.into(), sent).await {
                     Ok(r) => r.map_err(Into::into),
                     Err(_) => {
-                        metrics::counter!(crate::metric_names::FENCED_REQUESTS_TOTAL, "result" => "deadline")
+                        metrics::counter!(crate::metric_names::FENCED_REQUESTS_TOTAL, crate::metric_names::label::RESULT => "deadline")
                             .increment(1);
                         Err(Box::new(FenceDeadline) as BoxError)
                     }

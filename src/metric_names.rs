@@ -1,4 +1,4 @@
-//! Every metric the manager publishes: its name, kind and labels, in one place. Code refers to
+//! Every metric the manager publishes: its name, kind and labels (the keys in [`label`]), in one place. Code refers to
 //! these constants, never to a literal name. Their meaning is documented for users in `docs/`
 //! (the Application controller's in `docs/planning.md#running-it`; `tests/docs.rs` checks that
 //! each is named there). Pure: names only.
@@ -138,4 +138,22 @@ mod tests {
             assert!(seen.insert(*name), "{name} twice");
         }
     }
+}
+
+/// The label keys of the metrics above.
+pub mod label {
+    /// How a request, reconcile or lookup ended (`hit`/`miss`, `ok`/an error label, ...).
+    pub const RESULT: &str = "result";
+    /// Where something was read from (`cache`, `api`, `unchanged`).
+    pub const SOURCE: &str = "source";
+    /// An API request's verb.
+    pub const VERB: &str = "verb";
+    /// Which Git cache (`objects`, `checkouts`).
+    pub const CACHE: &str = "cache";
+    /// The renderer (`yaml`, `kustomize`, `helm`).
+    pub const RENDERER: &str = "renderer";
+    /// An Application's sync state.
+    pub const SYNC: &str = "sync";
+    /// An Application's health.
+    pub const HEALTH: &str = "health";
 }

@@ -135,10 +135,10 @@ impl Renderer {
             // Written below from objects: it parses (if not, it is rendered again).
             && let Ok(objects) = crate::offload::offload(move || serde_json::from_str::<Vec<Value>>(&hit)).await
         {
-            metrics::counter!(crate::metric_names::RENDER_CACHE_REQUESTS_TOTAL, "result" => "hit").increment(1);
+            metrics::counter!(crate::metric_names::RENDER_CACHE_REQUESTS_TOTAL, crate::metric_names::label::RESULT => "hit").increment(1);
             return Ok(Arc::new(objects));
         }
-        metrics::counter!(crate::metric_names::RENDER_CACHE_REQUESTS_TOTAL, "result" => "miss").increment(1);
+        metrics::counter!(crate::metric_names::RENDER_CACHE_REQUESTS_TOTAL, crate::metric_names::label::RESULT => "miss").increment(1);
         let started = std::time::Instant::now();
         let result = match req.render.type_ {
             RenderType::Yaml => {
@@ -153,7 +153,7 @@ impl Renderer {
             RenderType::Kustomize => "kustomize",
             RenderType::Helm => "helm",
         };
-        metrics::histogram!(crate::metric_names::RENDER_DURATION_SECONDS, "renderer" => label)
+        metrics::histogram!(crate::metric_names::RENDER_DURATION_SECONDS, crate::metric_names::label::RENDERER => label)
             .record(started.elapsed().as_secs_f64());
         let objects = result.map_err(|e| redact(e, &req.secrets))?;
         let objects = Arc::new(objects);

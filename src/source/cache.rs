@@ -228,7 +228,7 @@ impl GitCache {
         if let Some((finished, result)) = memo.get(reference)
             && *finished >= requested
         {
-            metrics::counter!(crate::metric_names::GIT_CACHE_REQUESTS_TOTAL, "cache" => "objects", "result" => "hit")
+            metrics::counter!(crate::metric_names::GIT_CACHE_REQUESTS_TOTAL, crate::metric_names::label::CACHE => "objects", crate::metric_names::label::RESULT => "hit")
                 .increment(1);
             return result.clone().map(|id| Resolution { commit: id.to_string(), fetched: false });
         }
@@ -256,7 +256,8 @@ impl GitCache {
             Ok(_) => "local",
             Err(e) => e.metric_label(),
         };
-        metrics::counter!(crate::metric_names::GIT_FETCHES_TOTAL, "result" => label).increment(1);
+        metrics::counter!(crate::metric_names::GIT_FETCHES_TOTAL, crate::metric_names::label::RESULT => label)
+            .increment(1);
         if let Ok(r) = &result
             && r.contacted
         {
@@ -265,7 +266,7 @@ impl GitCache {
             metrics::counter!(crate::metric_names::GIT_FETCH_BYTES_TOTAL).increment(r.bytes);
         }
         let hit = matches!(&result, Ok(r) if !r.fetched);
-        metrics::counter!(crate::metric_names::GIT_CACHE_REQUESTS_TOTAL, "cache" => "objects", "result" => if hit { "hit" } else { "miss" })
+        metrics::counter!(crate::metric_names::GIT_CACHE_REQUESTS_TOTAL, crate::metric_names::label::CACHE => "objects", crate::metric_names::label::RESULT => if hit { "hit" } else { "miss" })
             .increment(1);
         let fetched = matches!(&result, Ok(r) if r.fetched);
         let stored = result.map(|r| r.commit);
@@ -336,7 +337,7 @@ impl GitCache {
                 metrics::histogram!(crate::metric_names::GIT_MATERIALIZE_DURATION_SECONDS).record(started.elapsed().as_secs_f64());
                 c.map(Arc::new)
             });
-            metrics::counter!(crate::metric_names::GIT_CACHE_REQUESTS_TOTAL, "cache" => "checkouts", "result" => if missed { "miss" } else { "hit" })
+            metrics::counter!(crate::metric_names::GIT_CACHE_REQUESTS_TOTAL, crate::metric_names::label::CACHE => "checkouts", crate::metric_names::label::RESULT => if missed { "miss" } else { "hit" })
                 .increment(1);
             result.map_err(|e: Arc<Error>| (*e).clone())
         })

@@ -207,8 +207,10 @@ pub async fn read_desired(
             None => to_read.push(d),
         }
     }
-    metrics::counter!(crate::metric_names::DESIRED_READS_TOTAL, "source" => "unchanged").increment(known.len() as u64);
-    metrics::counter!(crate::metric_names::DESIRED_READS_TOTAL, "source" => "api").increment(to_read.len() as u64);
+    metrics::counter!(crate::metric_names::DESIRED_READS_TOTAL, crate::metric_names::label::SOURCE => "unchanged")
+        .increment(known.len() as u64);
+    metrics::counter!(crate::metric_names::DESIRED_READS_TOTAL, crate::metric_names::label::SOURCE => "api")
+        .increment(to_read.len() as u64);
     let requests: Vec<_> = to_read
         .into_iter()
         .map(|d| async move {
@@ -339,10 +341,10 @@ pub async fn read_managed(
             let mut found = Vec::new();
             let Some(r) = scopes.resource(&k.group, &k.version, &k.kind) else { return Ok(found) };
             if let Some(found) = cached(r) {
-                metrics::counter!(crate::metric_names::INVENTORY_READS_TOTAL, "source" => "cache").increment(1);
+                metrics::counter!(crate::metric_names::INVENTORY_READS_TOTAL, crate::metric_names::label::SOURCE => "cache").increment(1);
                 return Ok(found);
             }
-            metrics::counter!(crate::metric_names::INVENTORY_READS_TOTAL, "source" => "api").increment(1);
+            metrics::counter!(crate::metric_names::INVENTORY_READS_TOTAL, crate::metric_names::label::SOURCE => "api").increment(1);
             let namespaced = crate::plan::validate::Scopes::namespaced(scopes, &k.group, &k.kind).unwrap_or(true);
             let all = Api::<DynamicObject>::all_with(client.clone(), r);
             // Refused across the cluster a moment ago: straight to the namespaces.

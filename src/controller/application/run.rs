@@ -247,7 +247,7 @@ async fn reconcile_tracked(
         Ok(_) => "ok",
         Err(e) => e.metric_label(),
     };
-    metrics::counter!(crate::metric_names::RECONCILES_TOTAL, "result" => label).increment(1);
+    metrics::counter!(crate::metric_names::RECONCILES_TOTAL, crate::metric_names::label::RESULT => label).increment(1);
     span.in_scope(|| match &result {
         Ok(action) => tracing::debug!(result = label, next = ?action, "reconciled"),
         Err(e) => tracing::debug!(result = label, error = %e, "reconciled"),

@@ -154,7 +154,7 @@ pub async fn report(progress: &Progress, stale_after: Duration, shutdown: impl s
                 // Every combination, so one nobody is in any more reads 0 rather than its last count.
                 for sync in SyncState::ALL {
                     for health in HealthStatus::ALL {
-                        metrics::gauge!(crate::metric_names::APPLICATIONS, "sync" => sync.as_str(), "health" => health.as_str())
+                        metrics::gauge!(crate::metric_names::APPLICATIONS, crate::metric_names::label::SYNC => sync.as_str(), "health" => health.as_str())
                             .set(s.count(sync, health) as f64);
                     }
                 }

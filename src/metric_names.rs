@@ -1,7 +1,8 @@
-//! Every metric the manager publishes: its name, kind and labels (the keys in [`label`]), in one place. Code refers to
-//! these constants, never to a literal name. Their meaning is documented for users in `docs/`
-//! (the Application controller's in `docs/planning.md#running-it`; `tests/docs.rs` checks that
-//! each is named there). Pure: names only.
+//! Every metric the manager publishes: its name, kind and labels (the keys in [`label`]), in
+//! one place. Code refers to these constants, never to a literal name. Their meaning is
+//! documented for users in `docs/` (the Application controller's in
+//! `docs/planning.md#running-it`; `tests/docs.rs` checks that each is named there). Pure: names
+//! only.
 
 /// Counter: API requests sent (every client of the replica but the Lease and shard-label one). Labels: `verb`.
 pub const API_REQUESTS_TOTAL: &str = "ksync_api_requests_total";

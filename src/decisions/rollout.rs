@@ -269,14 +269,15 @@ pub struct Situation<'a> {
     pub now: Timestamp,
     /// A pending, valid rollback request.
     pub rollback: Option<&'a rollback::Request>,
+    /// The Application's policy ([`policy_of`]).
+    pub policy: &'a Policy,
 }
 
 /// The step a reconcile takes on the planned Revision `s.revision`, whose status is `s.status`, with the
 /// approval it judged. Under a pending `s.rollback`, approvals given before its request do not
 /// count, and its target is deployed only when nothing would change.
 pub fn step(s: &Situation) -> (Step, approval::Verdict) {
-    let Situation { app, old, status: rs, desired, plan_digest, changes, now, rollback, .. } = *s;
-    let policy = policy_of(app);
+    let Situation { app, old, status: rs, desired, plan_digest, changes, now, rollback, policy, .. } = *s;
     let not_before = rollback.and_then(|r| r.requested_at);
     let request = approval::request_of(app.annotations());
     // A rollback's target is deployed once nothing would change; on a manual-sync Application
@@ -302,7 +303,7 @@ pub fn step(s: &Situation) -> (Step, approval::Verdict) {
     {
         verdict = own;
     }
-    let step = decide(rs, desired, deployed, changes, verdict.approves(), &policy, now);
+    let step = decide(rs, desired, deployed, changes, verdict.approves(), policy, now);
     // A new approval of this plan is an operator asking to try again now too.
     let retry_now = retry_requested(app, old) || matches!(verdict, approval::Verdict::Approved(_));
     if matches!(step, Step::Paused | Step::Retry { .. }) && retry_now {
@@ -630,6 +631,7 @@ mod tests {
                 changes: true,
                 now: t(NOW),
                 rollback: Some(&r),
+                policy: &policy_of(&app),
             };
             let (step, verdict) = step(&s);
             assert_eq!(verdict.approves(), approved, "{chosen} {hash} {desired}: {verdict:?}");

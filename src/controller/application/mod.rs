@@ -108,6 +108,8 @@ struct Reconcile<'a> {
     pub name: &'a str,
     pub old: &'a crate::api::application::ApplicationStatus,
     pub now: jiff::Timestamp,
+    /// The Application's rollout policy ([`decisions::rollout::policy_of`]), computed once.
+    pub policy: &'a decisions::rollout::Policy,
     /// The Events this reconcile tells, published by `status.rs`.
     pub events: &'a events::Events,
 }
@@ -142,7 +144,17 @@ async fn reconcile_once(app: Arc<Application>, ctx: Arc<Context>, events: &event
     let ns = app.namespace().ok_or(Error::NoNamespace)?;
     let name = app.name_any();
     let old = app.status.clone().unwrap_or_default();
-    let r = Reconcile { ctx: &ctx, app: &app, ns: &ns, name: &name, old: &old, now: Timestamp::now(), events };
+    let policy = decisions::rollout::policy_of(&app);
+    let r = Reconcile {
+        ctx: &ctx,
+        app: &app,
+        ns: &ns,
+        name: &name,
+        old: &old,
+        now: Timestamp::now(),
+        events,
+        policy: &policy,
+    };
     let mut status = old.clone();
     status.observed_generation = app.metadata.generation;
     if let Some(at) = app.annotations().get(names::annotations::RECONCILE_REQUESTED_AT) {
@@ -317,6 +329,7 @@ async fn plan_desired(
             changes: p.plan.changes(),
             now,
             rollback: target.choice.request.as_ref(),
+            policy: r.policy,
         };
         hold.is_none()
             && (next_wave || matches!(decisions::rollout::step(&situation).0, decisions::rollout::Step::Start { .. }))
@@ -362,7 +375,7 @@ async fn deploy(
         rolling_back::lift(&mut rs);
     }
     let rollback_target = matches!(target.choice.target, rollback::Target::Rollback { .. });
-    let render_attempt = match render_failure::step(app, old, &rs, rollback_target, now) {
+    let render_attempt = match render_failure::step(r, &rs, rollback_target) {
         decisions::rollout::RenderStep::Render { attempt } => attempt,
         decisions::rollout::RenderStep::Wait { at } => {
             // Backing off after a render failure: nothing is rendered, and nothing changes. As

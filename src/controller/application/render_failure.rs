@@ -22,22 +22,12 @@ use crate::text::bounded;
 
 /// Whether the Revision with status `rs` is being rolled out, so a render failure is an
 /// attempt. `rollback_target`: it is a pending rollback's target.
-pub(super) fn step(
-    app: &Application,
-    old: &ApplicationStatus,
-    rs: &RevisionStatus,
-    rollback_target: bool,
-    now: Timestamp,
-) -> RenderStep {
+pub(super) fn step(r: &Reconcile<'_>, rs: &RevisionStatus, rollback_target: bool) -> RenderStep {
+    let Reconcile { app, old, now, policy, .. } = *r;
     if rs.deployed_desired_state_hash.is_some() && !rollback_target {
         return RenderStep::Render { attempt: None };
     }
-    rollout::render_step(
-        rs,
-        &crate::decisions::rollout::policy_of(app),
-        now,
-        crate::decisions::rollout::retry_requested(app, old),
-    )
+    rollout::render_step(rs, policy, now, crate::decisions::rollout::retry_requested(app, old))
 }
 
 /// The render of this reconcile failed with `failure` (its message says why, and when a
@@ -51,8 +41,7 @@ pub(super) async fn failed(
     failure: Failure,
     attempt: Option<i32>,
 ) -> Action {
-    let Reconcile { ctx, app, now, .. } = *r;
-    let policy = crate::decisions::rollout::policy_of(app);
+    let Reconcile { ctx, app, now, policy, .. } = *r;
     // A deployed Revision stays what it is: the live state is untouched.
     if rs.deployed_desired_state_hash.is_none() {
         rs.phase = RevisionPhase::Failed;
@@ -66,7 +55,7 @@ pub(super) async fn failed(
         // Not an attempt: a drift check, a render during a running attempt, or attempts used up.
         let counted = rollout::consecutive_failures(&rs.attempts, None);
         let paused = rs.deployed_desired_state_hash.is_none() && counted >= policy.max_attempts;
-        let message = if paused { note(&failure, counted, &policy, None) } else { failure.message.clone() };
+        let message = if paused { note(&failure, counted, policy, None) } else { failure.message.clone() };
         let reported = Failure { message, ..failure };
         reported.report(r, status, paused || !reported.retryable);
         return again(ctx, app, &reported, paused);
@@ -86,11 +75,11 @@ pub(super) async fn failed(
             desired_state_hash: None,
         },
     );
-    match rollout::render_step(rs, &policy, now, false) {
+    match rollout::render_step(rs, policy, now, false) {
         RenderStep::Wait { at } => wait(r, status, rs, at).await,
         RenderStep::Render { .. } => {
             let failures = rollout::consecutive_failures(&rs.attempts, None);
-            let reported = Failure { message: note(&failure, failures, &policy, None), ..failure };
+            let reported = Failure { message: note(&failure, failures, policy, None), ..failure };
             reported.report(r, status, true);
             again(ctx, app, &reported, true)
         }
@@ -104,14 +93,13 @@ pub(super) async fn wait(
     rs: &RevisionStatus,
     at: Timestamp,
 ) -> Action {
-    let Reconcile { app, now, .. } = *r;
-    let policy = crate::decisions::rollout::policy_of(app);
+    let Reconcile { now, policy, .. } = *r;
     let failure = match &rs.failure {
         Some(f) => Failure { reason: reason_const(&f.reason), message: f.message.clone(), retryable: f.retryable },
         None => Failure::new(crate::api::names::reasons::RENDER_FAILURE, "the last render failed", true),
     };
     let failures = rollout::consecutive_failures(&rs.attempts, None);
-    let reported = Failure { message: note(&failure, failures, &policy, Some(at)), ..failure };
+    let reported = Failure { message: note(&failure, failures, policy, Some(at)), ..failure };
     // Retried in case its inputs change (a valuesFrom Secret, a CRD), but a failure retrying
     // cannot fix is Stalled: it needs a change.
     let stalled = !reported.retryable;

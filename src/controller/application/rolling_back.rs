@@ -239,7 +239,7 @@ pub(super) async fn settle(
     let Reconcile { ctx, app, ns, old, now, .. } = *r;
     match &choice.target {
         Target::Rollback { from, .. } => {
-            let policy = crate::decisions::rollout::policy_of(app);
+            let policy = r.policy;
             let running = rs.attempts.last().is_some_and(|a| a.result == AttemptResult::Running);
             let progress = rollback::Progress {
                 healthy: done.healthy,
@@ -334,7 +334,7 @@ pub(super) async fn failure_request(
     }) else {
         return Ok(None);
     };
-    let policy = crate::decisions::rollout::policy_of(app);
+    let policy = r.policy;
     let for_good = done.failure.as_ref().is_some_and(|f| !f.retryable)
         || crate::decisions::rollout::consecutive_failures(&rs.attempts, None) >= policy.max_attempts;
     if failed.desired_state_hash.is_none() && !for_good {

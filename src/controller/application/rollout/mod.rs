@@ -44,7 +44,7 @@ use crate::api::revision::reference as revision_ref;
 use crate::api::revision::{self as rev, Attempt, AttemptResult, RevisionPhase, RevisionStatus};
 use crate::controller::with_jitter;
 use crate::decisions::approval;
-use crate::decisions::rollout::{self, Policy, Step, is_deployed, policy_of};
+use crate::decisions::rollout::{self, Policy, Step, is_deployed};
 use crate::health;
 use crate::text::bounded;
 
@@ -61,6 +61,8 @@ pub(super) struct Rollout<'a> {
     pub now: Timestamp,
     /// The Events the reconcile tells.
     pub events: &'a super::events::Events,
+    /// The Application's rollout policy.
+    pub policy: &'a Policy,
     /// Strings no message may show (Secret values).
     pub secrets: Vec<String>,
     /// The dependencies are not ready: nothing is applied (no attempt starts, no next wave).
@@ -92,6 +94,7 @@ impl<'a> Rollout<'a> {
             rs,
             now: r.now,
             events: r.events,
+            policy: r.policy,
             secrets: Vec::new(),
             hold,
             rollback,
@@ -125,7 +128,7 @@ impl<'a> Rollout<'a> {
     /// Run the step the Revision is at. An attempt starts only on a plan made from a fresh list
     /// (`planned.fresh`): otherwise nothing is written and `Err(Error::Stale)` asks for one.
     pub async fn run(&mut self, planned: Planned) -> Result<Action, Error> {
-        let policy = policy_of(self.app);
+        let policy = self.policy.clone();
         let changes = planned.plan.changes();
         // A failed attempt running its SyncFail hooks keeps its failure.
         let sync_fail = self.rs.attempts.last().is_some_and(|a| {
@@ -143,6 +146,7 @@ impl<'a> Rollout<'a> {
             changes: planned.plan.changes(),
             now: self.now,
             rollback: self.rollback,
+            policy: self.policy,
         });
         if let Some(verdict) = self.hold
             && matches!(step, Step::Start { .. })

@@ -225,6 +225,7 @@ impl<'a> Rollout<'a> {
             old: self.old,
             now: self.now,
             events: self.events,
+            policy: self.policy,
         }
     }
 }

@@ -12,9 +12,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Value, json};
 
-use super::{Palette, Tone, health_name, health_tone, one_line, resource_id};
+use super::{Palette, Tone, health_name, health_tone, one_line};
 use crate::api::application::{Diagnosis, ResourceRef};
 use crate::api::common::HealthStatus;
+use crate::api::display::{self, qualified_kind};
 use crate::graph::{Graph, Node};
 use crate::health;
 
@@ -72,7 +73,7 @@ impl Printer<'_> {
     /// `depth`: the node's place on the diagnosis path when this occurrence is on it.
     fn label(&self, i: usize, depth: Option<usize>) -> String {
         let node = &self.v.graph.nodes[i];
-        let id = resource_id(&node.resource);
+        let id = display::resource(&node.resource);
         let id = if depth.is_some() { self.palette.paint(Tone::Bad, &id) } else { id };
         let mut line = format!("{id}  {}", status_text(self.v, node, self.palette));
         if let (Some(d), Some(k)) = (self.v.diagnosis, depth)
@@ -133,7 +134,7 @@ pub fn tree(v: &GraphView<'_>, palette: Palette) -> String {
     if let Some(d) = v.diagnosis {
         out.push_str(&format!(
             "\nRoot cause: {}: {}: {}\n",
-            resource_id(&d.resource),
+            display::resource(&d.resource),
             palette.paint(Tone::Bad, &d.reason),
             one_line(&d.message)
         ));
@@ -156,7 +157,7 @@ pub fn dot(v: &GraphView<'_>) -> String {
     );
     for (i, node) in v.graph.nodes.iter().enumerate() {
         let r = &node.resource;
-        let kind = super::kind_of(&r.group, &r.kind);
+        let kind = qualified_kind(&r.group, &r.kind);
         let place = r.namespace.as_ref().map_or(r.name.clone(), |ns| format!("{ns}/{}", r.name));
         let (status, colour) = match health_of(v, node) {
             None => ("missing", "red"),

@@ -17,7 +17,6 @@ use anstyle::{AnsiColor, Style};
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
-use crate::api::application::ResourceRef;
 use crate::api::common::HealthStatus;
 use crate::api::conditions;
 use crate::api::names;
@@ -187,17 +186,6 @@ pub fn age_of(then: Option<&Time>, now: Timestamp) -> String {
 /// The first [`SHORT_COMMIT`] characters of a commit id.
 pub fn short_commit(commit: &str) -> &str {
     commit.get(..SHORT_COMMIT).unwrap_or(commit)
-}
-
-/// A kind as kubectl names it: `ConfigMap` for the core group, `Deployment.apps` otherwise.
-pub fn kind_of(group: &str, kind: &str) -> String {
-    crate::api::display::qualified_kind(group, kind)
-}
-
-/// A resource as the views print it: `Deployment.apps team-a/web`, or `Namespace team-a` when
-/// cluster-scoped.
-pub fn resource_id(r: &ResourceRef) -> String {
-    crate::api::display::object(&kind_of(&r.group, &r.kind), r.namespace.as_deref(), &r.name)
 }
 
 /// `s` on one line: every run of line breaks and surrounding whitespace becomes one space.
@@ -396,16 +384,7 @@ mod tests {
     }
 
     #[test]
-    fn resources_are_named_like_kubectl() {
-        let r = |group: &str, ns: Option<&str>| ResourceRef {
-            group: group.into(),
-            kind: "Thing".into(),
-            namespace: ns.map(String::from),
-            name: "x".into(),
-        };
-        assert_eq!(resource_id(&r("", Some("a"))), "Thing a/x");
-        assert_eq!(resource_id(&r("apps", Some("a"))), "Thing.apps a/x");
-        assert_eq!(resource_id(&r("", None)), "Thing x");
+    fn commits_are_shortened() {
         assert_eq!(short_commit("0123456789abcdef"), "0123456789ab");
         assert_eq!(short_commit("abc"), "abc");
     }

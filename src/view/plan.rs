@@ -3,7 +3,8 @@
 
 use kube::ResourceExt;
 
-use super::{Palette, Tone, fields, phase_name, phase_of, phase_tone, resource_id};
+use super::{Palette, Tone, fields, phase_name, phase_of, phase_tone};
+use crate::api::display;
 use crate::api::revision::{MAX_PLAN_ENTRIES, Plan, PlanAction, PlanEntry, PlanSummary, Revision};
 
 /// The symbol, word and colour of an action.
@@ -45,7 +46,7 @@ pub fn entry(e: &PlanEntry, palette: Palette) -> String {
         (w, Some(h)) => format!(" ({h} hook, wave {w})"),
     };
     let head = format!("{symbol} {word:<width$}");
-    out.push_str(&format!("  {}  {}{wave}\n", palette.paint(tone, &head), resource_id(&e.resource)));
+    out.push_str(&format!("  {}  {}{wave}\n", palette.paint(tone, &head), display::resource(&e.resource)));
     for f in &e.fields {
         out.push_str(&format!("{sub}{f}\n"));
     }

@@ -3,10 +3,10 @@
 use kuvryn_sync::api::application::Application;
 use kuvryn_sync::api::revision::{PlanEntry, Revision};
 use kuvryn_sync::command::Result;
+use kuvryn_sync::read;
 use kuvryn_sync::read::connect::Cluster;
 use kuvryn_sync::read::healthchecks::Checks;
 use kuvryn_sync::read::live::{managed, namespaces, read_live};
-use kuvryn_sync::read::{self};
 use kuvryn_sync::view::phase_of;
 
 use super::output::{self, Format};

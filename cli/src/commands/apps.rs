@@ -8,13 +8,14 @@ use kube::api::{Api, DynamicObject, ListParams};
 use kube::discovery::ApiResource;
 use kube::runtime::{WatchStreamExt, watcher};
 
-use super::output::{self, ListFormat};
-use super::{Context, list_output, print_table};
 use kuvryn_sync::api::application::Application;
 use kuvryn_sync::command::Result;
 use kuvryn_sync::read::connect::Cluster;
 use kuvryn_sync::read::{self, Object};
 use kuvryn_sync::view::apps::{Columns, table};
+
+use super::output::{self, ListFormat};
+use super::{Context, list_output, print_table};
 
 /// What the errors call Applications.
 const WHAT: &str = "sync.kuvryn.io/v1alpha1 applications";

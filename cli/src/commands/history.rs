@@ -2,8 +2,6 @@
 
 use kube::api::ListParams;
 
-use super::Context;
-use super::output::{self, Format};
 use kuvryn_sync::api::application::Application;
 use kuvryn_sync::api::names;
 use kuvryn_sync::api::revision::Revision;
@@ -11,6 +9,9 @@ use kuvryn_sync::command::Result;
 use kuvryn_sync::read;
 use kuvryn_sync::read::connect::Cluster;
 use kuvryn_sync::view::history::{newest_first, table};
+
+use super::Context;
+use super::output::{self, Format};
 
 /// Flags of `ksync history`.
 #[derive(Clone, Debug, clap::Args)]

@@ -2,14 +2,15 @@
 
 use kube::ResourceExt;
 
-use super::Context;
-use super::output::{self, Format};
 use kuvryn_sync::api::application::Application;
 use kuvryn_sync::api::revision::Revision;
 use kuvryn_sync::command::{Error, Result};
 use kuvryn_sync::read;
 use kuvryn_sync::read::connect::Cluster;
 use kuvryn_sync::view::plan::render;
+
+use super::Context;
+use super::output::{self, Format};
 
 /// Flags of `ksync plan`.
 #[derive(Clone, Debug, clap::Args)]

@@ -12,13 +12,14 @@ use jiff::{Timestamp, Unit};
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 
-use super::{Context, output};
 use kuvryn_sync::api::application::Application;
 use kuvryn_sync::api::names;
 use kuvryn_sync::api::revision::{PlanAction, Revision};
 use kuvryn_sync::command::Result;
 use kuvryn_sync::read;
 use kuvryn_sync::read::connect::{Cluster, Request};
+
+use super::{Context, output};
 
 /// The field manager of the annotation write.
 const FIELD_MANAGER: &str = "ksync";

@@ -2,13 +2,14 @@
 
 use kube::api::ListParams;
 
-use super::output::{self, ListFormat};
-use super::{Context, list_output, print_table};
-use crate::view::repos::{Columns, table};
 use kuvryn_sync::api::repository::Repository;
 use kuvryn_sync::command::Result;
 use kuvryn_sync::read;
 use kuvryn_sync::read::connect::Cluster;
+
+use super::output::{self, ListFormat};
+use super::{Context, list_output, print_table};
+use crate::view::repos::{Columns, table};
 
 /// Flags of `ksync repos`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, clap::Args)]

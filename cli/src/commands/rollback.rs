@@ -12,7 +12,6 @@ use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
 
-use super::{Context, output};
 use kuvryn_sync::api::application::Application;
 use kuvryn_sync::api::names::annotations as a;
 use kuvryn_sync::api::revision::Revision;
@@ -20,6 +19,8 @@ use kuvryn_sync::command::{Error, Result};
 use kuvryn_sync::decisions::rollback::is_commit;
 use kuvryn_sync::read;
 use kuvryn_sync::read::connect::{Cluster, Request};
+
+use super::{Context, output};
 
 /// Flags of `ksync rollback`.
 #[derive(Clone, Debug, clap::Args)]

@@ -12,14 +12,15 @@ use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 
-use super::{Context, output};
-use crate::view::sync::{Offer, offer};
 use kuvryn_sync::api::application::Application;
 use kuvryn_sync::api::names;
 use kuvryn_sync::api::revision::Revision;
 use kuvryn_sync::command::{Error, Result};
 use kuvryn_sync::read;
 use kuvryn_sync::read::connect::{Cluster, Request};
+
+use super::{Context, output};
+use crate::view::sync::{Offer, offer};
 
 /// Flags of `ksync sync`.
 #[derive(Clone, Debug, clap::Args)]

@@ -7,12 +7,13 @@ use kube::ResourceExt;
 
 use kuvryn_sync::api::application::{Application, RenderType, ResourceRef};
 use kuvryn_sync::api::common::HealthStatus;
+use kuvryn_sync::api::display::{self, qualified_kind};
 use kuvryn_sync::api::revision::{AttemptResult, PlanAction, PlanEntry, Revision, RevisionPhase};
 use kuvryn_sync::read::live::Live;
 use kuvryn_sync::view::apps::{health_of, sync_name, sync_of, sync_tone};
 use kuvryn_sync::view::{
-    Cell, Palette, Table, Tone, age_of, attempts_of, conditions_table, fields, health_name, health_tone, kind_of,
-    phase_name, phase_of, phase_tone, resource_id, short_commit,
+    Cell, Palette, Table, Tone, age_of, attempts_of, conditions_table, fields, health_name, health_tone, phase_name,
+    phase_of, phase_tone, short_commit,
 };
 
 /// A managed resource and its health.
@@ -173,13 +174,13 @@ pub fn render(d: Detail<'_>, now: Timestamp, palette: Palette) -> String {
         if let Some(diag) = &status.diagnosis {
             out.push_str(&format!(
                 "  Root cause: {}: {}: {}\n",
-                resource_id(&diag.resource),
+                display::resource(&diag.resource),
                 palette.paint(Tone::Bad, &diag.reason),
                 kuvryn_sync::view::one_line(&diag.message)
             ));
             for step in &diag.path {
                 let missing = if step.missing { " (missing)" } else { "" };
-                out.push_str(&format!("    {} -> {}{missing}\n", step.edge, resource_id(&step.resource)));
+                out.push_str(&format!("    {} -> {}{missing}\n", step.edge, display::resource(&step.resource)));
             }
         }
     }
@@ -189,7 +190,7 @@ pub fn render(d: Detail<'_>, now: Timestamp, palette: Palette) -> String {
     {
         out.push_str("\nDrifted:\n");
         for r in &s.drifted {
-            out.push_str(&format!("  {}\n", resource_id(r)));
+            out.push_str(&format!("  {}\n", display::resource(r)));
         }
     }
 
@@ -206,7 +207,7 @@ pub fn render(d: Detail<'_>, now: Timestamp, palette: Palette) -> String {
             let mut t = Table::new(["KIND", "NAMESPACE", "NAME", "HEALTH", "MESSAGE"]);
             for r in list {
                 t.row(vec![
-                    Cell::plain(kind_of(&r.resource.group, &r.resource.kind)),
+                    Cell::plain(qualified_kind(&r.resource.group, &r.resource.kind)),
                     Cell::plain(r.resource.namespace.clone().unwrap_or_default()),
                     Cell::plain(r.resource.name.clone()),
                     Cell::new(health_name(r.health), health_tone(r.health)),

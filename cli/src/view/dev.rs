@@ -12,11 +12,12 @@ use kube::ResourceExt;
 use kuvryn_sync::api::application::{Application, SyncState};
 use kuvryn_sync::api::common::HealthStatus;
 use kuvryn_sync::api::conditions;
+use kuvryn_sync::api::display;
 use kuvryn_sync::api::names;
 use kuvryn_sync::api::revision::{PlanSummary, Revision, RevisionPhase};
 use kuvryn_sync::api::{Repository, repository::RepositoryStatus};
 use kuvryn_sync::view::apps::{health_of, sync_name, sync_of};
-use kuvryn_sync::view::{Tone, health_name, phase_of, resource_id, short_commit};
+use kuvryn_sync::view::{Tone, health_name, phase_of, short_commit};
 
 /// The quickstart's objects as the watches last saw them, by name.
 #[derive(Clone, Debug, Default)]
@@ -64,7 +65,7 @@ fn app_facts(app: &Application) -> Option<(String, Tone)> {
     let mut text = format!("{}, {}", sync_name(sync), health_name(health));
     if sync == SyncState::Drifted {
         let drifted: Vec<String> =
-            status.sync.as_ref().map(|s| s.drifted.iter().map(resource_id).collect()).unwrap_or_default();
+            status.sync.as_ref().map(|s| s.drifted.iter().map(display::resource).collect()).unwrap_or_default();
         if !drifted.is_empty() {
             text.push_str(&format!(" (drifted: {})", drifted.join(", ")));
         }

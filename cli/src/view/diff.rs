@@ -16,9 +16,10 @@ use std::collections::BTreeSet;
 
 use serde_json::{Map, Value, json};
 
+use kuvryn_sync::api::display;
 use kuvryn_sync::api::revision::{PlanAction, PlanEntry, PlanSummary};
 use kuvryn_sync::view::plan::{entry, summary_line};
-use kuvryn_sync::view::{Cell, Palette, Table, Tone, fields, one_line, resource_id};
+use kuvryn_sync::view::{Cell, Palette, Table, Tone, fields, one_line};
 
 /// What was previewed: a revision of the Repository, or a local directory.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -242,7 +243,7 @@ pub fn render(p: &Preview, palette: Palette) -> String {
     for e in &p.entries {
         out.push_str(&entry(&e.entry, palette));
         if matches!(e.entry.action, PlanAction::Create | PlanAction::Update | PlanAction::Delete) {
-            let what = resource_id(&e.entry.resource);
+            let what = display::resource(&e.entry.resource);
             let diff = object_diff(&what, e.before.as_ref(), e.after.as_ref(), &p.secrets);
             out.push_str(&paint_diff(&diff, "      ", palette));
         }
@@ -306,7 +307,7 @@ pub fn json(o: &Outcome) -> Value {
                 .map(|e| {
                     let mut v = serde_json::to_value(&e.entry).unwrap_or(Value::Null);
                     if matches!(e.entry.action, PlanAction::Create | PlanAction::Update | PlanAction::Delete) {
-                        let what = resource_id(&e.entry.resource);
+                        let what = display::resource(&e.entry.resource);
                         v["diff"] = Value::String(object_diff(&what, e.before.as_ref(), e.after.as_ref(), &p.secrets));
                     }
                     v

@@ -1,8 +1,9 @@
 //! `ksync sync NAME`: what an approval would approve, pure.
 
 use kuvryn_sync::api::application::{Application, SyncState};
+use kuvryn_sync::api::display;
 use kuvryn_sync::api::revision::{Revision, RevisionPhase};
-use kuvryn_sync::view::{Palette, phase_of, resource_id};
+use kuvryn_sync::view::{Palette, phase_of};
 
 /// What `ksync sync` offers to approve.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -48,7 +49,7 @@ pub fn offer(app: &Application, rev: &Revision, palette: Palette) -> Result<Offe
             let mut shown =
                 format!("Revision {rev_name} is deployed; the live state drifted from it. Approving repairs:\n");
             for r in &sync.drifted {
-                shown.push_str(&format!("  ~ {}\n", resource_id(r)));
+                shown.push_str(&format!("  ~ {}\n", display::resource(r)));
             }
             shown.push_str(&format!("Plan digest: {digest}\n"));
             Offer::Approve { digest, shown }

@@ -10,9 +10,10 @@ use kube::ResourceExt;
 
 use super::{app_href, badge, escape, fields, page, text_or_dash};
 use crate::api::application::Application;
+use crate::api::display;
 use crate::api::revision::Revision;
 use crate::view::apps::{health_of, sync_name, sync_of};
-use crate::view::{Palette, age_of, health_name, history, plan, resource_id};
+use crate::view::{Palette, age_of, health_name, history, plan};
 
 /// What the page shows besides the Application.
 pub struct Detail<'a> {
@@ -64,20 +65,20 @@ pub fn render(d: &Detail<'_>, now: Timestamp) -> String {
             let _ = write!(
                 body,
                 "<div class=\"rootcause\" id=\"root-cause\"><p><strong>{}</strong>: <span class=\"bad\">{}</span>: {}</p>",
-                escape(&resource_id(&diag.resource)),
+                escape(&display::resource(&diag.resource)),
                 escape(&diag.reason),
                 escape(&diag.message)
             );
             if !diag.path.is_empty() {
                 body.push_str("<ol class=\"path\">");
-                let _ = write!(body, "<li>{}</li>", escape(&resource_id(&diag.resource)));
+                let _ = write!(body, "<li>{}</li>", escape(&display::resource(&diag.resource)));
                 for step in &diag.path {
                     let missing = if step.missing { " <span class=\"bad\">(missing)</span>" } else { "" };
                     let _ = write!(
                         body,
                         "<li>{} → {}{missing}</li>",
                         escape(&step.edge),
-                        escape(&resource_id(&step.resource))
+                        escape(&display::resource(&step.resource))
                     );
                 }
                 body.push_str("</ol>");
@@ -114,7 +115,7 @@ pub fn render(d: &Detail<'_>, now: Timestamp) -> String {
     } else {
         body.push_str("<ul id=\"drifted\">");
         for r in &sync_status.drifted {
-            let _ = write!(body, "<li>{}</li>", escape(&resource_id(r)));
+            let _ = write!(body, "<li>{}</li>", escape(&display::resource(r)));
         }
         body.push_str("</ul>");
     }

@@ -9,8 +9,9 @@ use std::fmt::Write as _;
 
 use super::{app_href, escape, page};
 use crate::api::common::HealthStatus;
+use crate::api::display::{self, qualified_kind};
 use crate::view::graph::{GraphView, health_of, tree};
-use crate::view::{Palette, kind_of, one_line, resource_id};
+use crate::view::{Palette, one_line};
 
 const BOX_W: usize = 185;
 const BOX_H: usize = 58;
@@ -134,8 +135,8 @@ pub fn svg(v: &GraphView<'_>) -> String {
                 class.push_str(c);
             }
         }
-        let kind = kind_of(&r.group, &r.kind);
-        let mut tip = resource_id(r);
+        let kind = qualified_kind(&r.group, &r.kind);
+        let mut tip = display::resource(r);
         if let Some(a) = assessment.as_ref().filter(|a| !a.message.is_empty()) {
             tip.push_str(&format!(": {}", one_line(&a.message)));
         }
@@ -185,7 +186,7 @@ pub fn render(v: &GraphView<'_>, namespace: &str, name: &str) -> String {
             let _ = write!(
                 body,
                 "<p class=\"rootcause\" id=\"root-cause\">Root cause: <strong>{}</strong>: <span class=\"bad\">{}</span>: {}</p>",
-                escape(&resource_id(&d.resource)),
+                escape(&display::resource(&d.resource)),
                 escape(&d.reason),
                 escape(&one_line(&d.message))
             );

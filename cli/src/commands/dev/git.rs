@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use tokio::process::{Child, Command};
 
-use super::process;
 use kuvryn_sync::command::{Error, Result};
+
+use super::process;
 
 /// The name of the repository on the Git server.
 pub const REPOSITORY: &str = "quickstart";

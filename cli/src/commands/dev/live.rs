@@ -9,8 +9,9 @@ use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::{WatchStreamExt, watcher};
 
-use crate::view::dev::{Line, World, changes, converged};
 use kuvryn_sync::api::{Application, Repository, Revision};
+
+use crate::view::dev::{Line, World, changes, converged};
 
 /// The objects of one kind, kept from a watch (a relist replaces them at its end).
 struct Mirror<K> {

@@ -13,9 +13,10 @@ use std::time::Duration;
 
 use tokio::process::Child;
 
+use kuvryn_sync::command::{Error, Result};
+
 use super::process;
 use super::tools::Tools;
-use kuvryn_sync::command::{Error, Result};
 
 /// Namespace of the Leases the replicas coordinate with.
 pub const LEASE_NAMESPACE: &str = "kuvryn-system";

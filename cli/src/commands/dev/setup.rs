@@ -10,10 +10,11 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::discovery::ApiResource;
 use serde_json::{Value, json};
 
-use super::example::{NAMESPACE, SERVICE_ACCOUNT, VALUES_CONFIGMAP};
-use super::replicas::LEASE_NAMESPACE;
 use kuvryn_sync::api::{Repository, names};
 use kuvryn_sync::command::{Error, Result};
+
+use super::example::{NAMESPACE, SERVICE_ACCOUNT, VALUES_CONFIGMAP};
+use super::replicas::LEASE_NAMESPACE;
 
 /// The field manager of everything `ksync dev` applies.
 pub const FIELD_MANAGER: &str = "ksync-dev";

@@ -16,7 +16,6 @@ use kube::api::{Api, DynamicObject};
 use kube::{Client, ResourceExt};
 use serde_json::Value;
 
-use crate::view::diff::{Preview, Previewed, Source};
 use kuvryn_sync::api::application::{Application, ConflictPolicy, RenderType};
 use kuvryn_sync::api::names;
 use kuvryn_sync::api::repository::Repository;
@@ -29,6 +28,8 @@ use kuvryn_sync::source::cache::{CacheConfig, GitCache};
 use kuvryn_sync::source::checkout::{self, check_symlinks};
 use kuvryn_sync::source::{Reference, local, references_of};
 use kuvryn_sync::watch::discovery::ClusterScopes;
+
+use crate::view::diff::{Preview, Previewed, Source};
 
 /// What every preview of one run shares.
 pub struct Shared {

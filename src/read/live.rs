@@ -107,19 +107,15 @@ pub async fn read_live(cluster: &Cluster, entries: &[PlanEntry]) -> Vec<Live> {
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
-
     use super::*;
-
-    fn entry(kind: &str, action: PlanAction) -> PlanEntry {
-        serde_json::from_value(json!({"kind": kind, "namespace": "a", "name": "x", "version": "v1",
-                                      "action": action}))
-        .unwrap()
-    }
 
     #[test]
     fn pruned_entries_are_not_managed_resources() {
-        let entries = vec![entry("A", PlanAction::Delete), entry("B", PlanAction::Unchanged)];
-        assert_eq!(managed(&entries).map(|e| e.resource.kind.as_str()).collect::<Vec<_>>(), vec!["B"]);
+        let entries: Vec<PlanEntry> = serde_json::from_value(serde_json::json!([
+            {"kind": "Pruned", "name": "x", "version": "v1", "action": "Delete"},
+            {"kind": "Kept", "name": "x", "version": "v1", "action": "Unchanged"},
+        ]))
+        .unwrap();
+        assert_eq!(managed(&entries).map(|e| e.resource.kind.as_str()).collect::<Vec<_>>(), vec!["Kept"]);
     }
 }

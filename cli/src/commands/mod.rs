@@ -1,11 +1,13 @@
 //! `ksync`: the command-line client.
 //!
 //! Read commands: `apps` (same as `app list`), `app NAME` (same as `app get NAME`), `plan NAME`,
-//! `history NAME`, `repos`, `graph NAME`, and `ui` (the dashboard, a local web server); two write commands, `sync NAME` (an approval) and `rollback NAME` (a rollback request); plus
-//! `completion SHELL` and `version`; and `dev`, the local quickstart ([`dev`]). Each read command reads with
-//! kube-rs ([`connect`] finds the cluster like kubectl), hands the objects to the pure views in
-//! [`kuvryn_sync::view`], and prints what they return ([`output`]). Errors come back as
-//! [`kuvryn_sync::command::Error`] and are printed in one line by [`kuvryn_sync::command::main`] (exit status 1).
+//! `history NAME`, `repos`, `graph NAME`, and `ui` (the dashboard, a local web server); two write
+//! commands, `sync NAME` (an approval) and `rollback NAME` (a rollback request); plus
+//! `completion SHELL` and `version`; and `dev`, the local quickstart ([`dev`]). Each read command
+//! reads as the user with the library's [`kuvryn_sync::read`] ([`connect`] finds the cluster like
+//! kubectl), hands the objects to the pure views ([`crate::view`], [`kuvryn_sync::view`]), and
+//! prints what they return ([`output`]). Errors come back as [`kuvryn_sync::command::Error`] and
+//! are printed in one line by [`kuvryn_sync::command::main`] (exit status 1).
 
 pub mod app;
 pub mod apps;

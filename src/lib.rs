@@ -1,27 +1,33 @@
 //! Kuvryn Sync: a sharded GitOps controller for Kubernetes.
 //!
-//! The pure core (`api`) is kept apart from I/O (`telemetry`, `cli`); see
-//! `docs/architecture.md` in the repository for the layout.
+//! The pure core (`api`) is kept apart from I/O (`telemetry`, `read`, `dashboard`); see
+//! `docs/architecture.md` in the repository for the layout. The command-line client `ksync` is
+//! the `cli/` package; what it shares with the manager is [`read`], [`view`], [`dashboard`] and
+//! [`command`].
 #![forbid(unsafe_code)]
 
 pub mod api;
 pub mod apply;
-pub mod cli;
 pub mod client;
+pub mod command;
 pub mod controller;
+pub mod dashboard;
 pub mod decisions;
 pub mod gather;
 pub mod graph;
 pub mod health;
 pub mod identity;
+pub mod manager;
 pub mod metric_names;
 pub mod offload;
 pub mod plan;
+pub mod read;
 pub mod redact;
 pub mod render;
 pub mod source;
 pub mod telemetry;
 pub mod text;
+pub mod view;
 pub mod watch;
 pub mod webhook;
 pub mod yaml;

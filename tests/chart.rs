@@ -181,7 +181,7 @@ fn the_chart_renders_objects_the_api_server_accepts(cluster: Cluster) {
             let container = manager_container(&objects);
             let mut argv = vec!["ksync-controller".to_string()];
             argv.extend(args_of(container));
-            if let Err(e) = <kuvryn_sync::cli::controller::Args as clap::Parser>::try_parse_from(&argv) {
+            if let Err(e) = <kuvryn_sync::manager::Args as clap::Parser>::try_parse_from(&argv) {
                 panic!("{release}: the chart's arguments {argv:?}: {e}");
             }
             let env: BTreeMap<&str, &Value> =

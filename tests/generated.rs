@@ -6,7 +6,7 @@ mod support;
 
 #[test]
 fn crds_folder_is_current() {
-    let stale = kuvryn_sync::cli::controller::stale_files(&support::repo_root().join("crds")).unwrap();
+    let stale = kuvryn_sync::manager::stale_files(&support::repo_root().join("crds")).unwrap();
     assert!(
         stale.is_empty(),
         "crds/ is stale: {stale:?}\nregenerate with: cargo run --bin ksync-controller -- crds --out crds"

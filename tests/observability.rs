@@ -150,11 +150,11 @@ fn the_rules_and_the_dashboard_name_only_metrics_the_manager_exports() {
     );
 }
 
-/// The manager installs `PrometheusBuilder::new()` as it is (`src/cli/controller.rs`): its
+/// The manager installs `PrometheusBuilder::new()` as it is (`src/manager.rs`): its
 /// histograms are summaries with the quantiles the dashboard reads, and no buckets.
 #[test]
 fn the_exporter_publishes_histograms_as_summaries_with_the_quantiles_the_dashboard_reads() {
-    let controller = read("src/cli/controller.rs");
+    let controller = read("src/manager.rs");
     assert!(
         Regex::new(r"PrometheusBuilder::new\(\)\s*\.install_recorder\(\)").unwrap().is_match(&controller),
         "the manager's exporter configuration changed: check the dashboard's quantile and _bucket use, then this test"

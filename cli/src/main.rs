@@ -1,12 +1,11 @@
 #![forbid(unsafe_code)]
-//! `ksync`, the command-line client. All logic lives in `kuvryn_sync::cli::ksync`; this binary
-//! adds only the API server emulator that `ksync dev` runs, which the library and the manager
-//! binary do not link.
+//! `ksync`, the command-line client. Its commands are in this package's library
+//! ([`ksync::commands`]); this binary adds the API server emulator that `ksync dev` runs.
 
-use kuvryn_sync::cli::ksync::dev::emulator::{Emulator, Server, Started, Starting};
+use ksync::commands::dev::emulator::{Emulator, Server, Started, Starting};
 
 fn main() -> std::process::ExitCode {
-    kuvryn_sync::cli::ksync::main_with(&Simcluster)
+    ksync::commands::main_with(&Simcluster)
 }
 
 /// simcluster with its kubelet simulation, as the quickstart's API server.

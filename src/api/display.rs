@@ -4,6 +4,8 @@
 
 use serde_json::Value;
 
+use super::application::ResourceRef;
+
 /// `Kind namespace/name`, or `Kind name` when `namespace` is empty or absent.
 pub fn object(kind: &str, namespace: Option<&str>, name: &str) -> String {
     match namespace {
@@ -26,6 +28,12 @@ pub fn qualified_kind(group: &str, kind: &str) -> String {
     if group.is_empty() { kind.to_string() } else { format!("{kind}.{group}") }
 }
 
+/// [`object`] of a [`ResourceRef`], its kind qualified by the group: `Deployment.apps team-a/web`,
+/// or `Namespace team-a` when cluster-scoped.
+pub fn resource(r: &ResourceRef) -> String {
+    object(&qualified_kind(&r.group, &r.kind), r.namespace.as_deref(), &r.name)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -46,5 +54,14 @@ mod tests {
         assert_eq!(object_of(&json!({"kind": "Namespace", "metadata": {"name": "x"}})), "Namespace x");
         assert_eq!(qualified_kind("apps", "Deployment"), "Deployment.apps");
         assert_eq!(qualified_kind("", "Service"), "Service");
+        let r = |group: &str, ns: Option<&str>| ResourceRef {
+            group: group.into(),
+            kind: "Thing".into(),
+            namespace: ns.map(String::from),
+            name: "x".into(),
+        };
+        assert_eq!(resource(&r("", Some("a"))), "Thing a/x");
+        assert_eq!(resource(&r("apps", Some("a"))), "Thing.apps a/x");
+        assert_eq!(resource(&r("", None)), "Thing x");
     }
 }

@@ -1,6 +1,6 @@
 #![forbid(unsafe_code)]
-//! `ksync-controller`, the manager. All logic lives in `kuvryn_sync::cli::controller`.
+//! `ksync-controller`, the manager. All logic lives in `kuvryn_sync::manager`.
 
 fn main() -> std::process::ExitCode {
-    kuvryn_sync::cli::controller::main()
+    kuvryn_sync::manager::main()
 }

@@ -24,6 +24,8 @@ pub mod labels {
     pub const REPOSITORY: &str = "sync.kuvryn.io/repository";
     /// On Applications and on every object they manage: the shard the Application hashes to.
     pub const SHARD: &str = "sync.kuvryn.io/shard";
+    /// The [`SHARD`] label's value until sharding assigns one.
+    pub const DEFAULT_SHARD: &str = "0";
     /// On Revisions: the name of their Application (Application names are at most 63 characters).
     pub const APPLICATION: &str = "sync.kuvryn.io/application";
     /// On managed objects: a hash of the owning Application's `namespace/name`, short enough for a

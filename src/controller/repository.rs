@@ -57,7 +57,7 @@ use crate::api::conditions::{self, Status};
 use crate::api::names;
 use crate::api::repository::{DiscoveredApplications, ObservedRevision, Repository, RepositoryStatus};
 use crate::source::discovery::{ConfigError, check_config_path, parse_all};
-use crate::source::{Credentials, GitCache, Reference};
+use crate::source::{GitCache, Reference};
 
 /// The field manager of discovered Applications.
 pub const MANAGER: &str = "kuvryn-sync-repository";
@@ -239,10 +239,15 @@ async fn sync(
             retryable: false,
         }));
     };
-    let credentials = match credentials(&ctx.client, ns, repo.spec.secret_ref.as_ref(), &repo.spec.url).await? {
-        Ok(c) => c,
-        Err(message) => return Ok(Err(Failure { reason: names::reasons::SOURCE_FAILURE, message, retryable: true })),
-    };
+    let credentials =
+        match crate::source::secret::of_repository(&ctx.client, ns, repo.spec.secret_ref.as_ref(), &repo.spec.url)
+            .await?
+        {
+            Ok(c) => c,
+            Err(message) => {
+                return Ok(Err(Failure { reason: names::reasons::SOURCE_FAILURE, message, retryable: true }));
+            }
+        };
     let timeout = crate::api::duration::parse(&repo.spec.timeout).unwrap_or(Duration::from_secs(60));
     let url = &repo.spec.url;
     let generation = repo.metadata.generation;
@@ -476,50 +481,6 @@ pub async fn delete_undeclared(
     Ok(deleted)
 }
 
-/// The credentials of a Repository (`spec.secretRef`) for its `url`, read as the controller;
-/// the inner error is a message to report.
-///
-/// # Contract
-/// The manager reads Secrets with its own rights, so a Secret is used only when it says so: its
-/// [`names::annotations::GIT_URLS`] annotation lists `url` ([`crate::source::url::allowed_by`]).
-/// Otherwise nothing of it is used or sent anywhere, and the message is the same whether the
-/// Secret is missing or only not marked for this URL (it tells nothing of a Secret its reader
-/// may not see).
-pub async fn credentials(
-    client: &Client,
-    ns: &str,
-    secret_ref: Option<&crate::api::common::LocalObjectReference>,
-    url: &str,
-) -> Result<Result<Credentials, String>, kube::Error> {
-    let Some(r) = secret_ref else { return Ok(Ok(Credentials::default())) };
-    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), ns);
-    let secret = secrets.get_opt(&r.name).await?;
-    Ok(usable_credentials(secret, &r.name, url))
-}
-
-/// The credentials of `secret` (named `name`) when it may be sent to `url` (see [`credentials`]).
-pub fn usable_credentials(
-    secret: Option<k8s_openapi::api::core::v1::Secret>,
-    name: &str,
-    url: &str,
-) -> Result<Credentials, String> {
-    let allowed = secret.as_ref().is_some_and(|s| {
-        let listed = s.annotations().get(names::annotations::GIT_URLS);
-        let remote = crate::source::url::Remote::parse(url);
-        matches!((listed, remote), (Some(l), Ok(remote)) if crate::source::url::allowed_by(&remote, l))
-    });
-    match secret.filter(|_| allowed) {
-        Some(s) => {
-            Ok(Credentials::from_secret_data(&s.data.unwrap_or_default().into_iter().map(|(k, v)| (k, v.0)).collect()))
-        }
-        None => Err(format!(
-            "the credentials Secret {name:?} (spec.secretRef) does not exist, or its {} annotation does not list this \
-             Repository's URL: a Secret is sent only to the Git URLs it lists (see Credentials in docs/repositories.md)",
-            names::annotations::GIT_URLS
-        )),
-    }
-}
-
 fn bounded_list(names: &[String]) -> String {
     const MAX: usize = 10;
     if names.len() <= MAX {
@@ -563,61 +524,4 @@ async fn write_status(
     )
     .await?;
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use k8s_openapi::ByteString;
-    use k8s_openapi::api::core::v1::Secret;
-
-    fn secret(git_urls: Option<&str>) -> Secret {
-        let mut s = Secret::default();
-        s.metadata.name = Some("team-git".into());
-        if let Some(u) = git_urls {
-            s.metadata.annotations = Some([(names::annotations::GIT_URLS.to_string(), u.to_string())].into());
-        }
-        s.data = Some(
-            [
-                ("username".to_string(), ByteString(b"deploy".to_vec())),
-                ("password".to_string(), ByteString(b"hunter22".to_vec())),
-            ]
-            .into(),
-        );
-        s
-    }
-
-    #[test]
-    fn a_secret_is_sent_only_to_the_urls_it_lists() {
-        let url = "https://git.example.com/team-a/app.git";
-        // (name, the Secret, usable)
-        let cases = [
-            ("missing", None, false),
-            ("not marked for Git (a database password)", Some(secret(None)), false),
-            ("marked for another server", Some(secret(Some("https://attacker.example.com/"))), false),
-            ("marked for another team's path", Some(secret(Some("https://git.example.com/team-b"))), false),
-            ("marked for this URL's directory", Some(secret(Some("https://git.example.com/team-a/"))), true),
-            (
-                "marked for this host among others",
-                Some(secret(Some("ssh://git@x.example.com, https://git.example.com"))),
-                true,
-            ),
-        ];
-        let mut refusals = std::collections::BTreeSet::new();
-        for (name, s, usable) in cases {
-            match usable_credentials(s, "team-git", url) {
-                Ok(c) => {
-                    assert!(usable, "{name}: used");
-                    assert!(!c.is_anonymous(), "{name}");
-                }
-                Err(message) => {
-                    assert!(!usable, "{name}: refused: {message}");
-                    assert!(!message.contains("hunter22") && !message.contains("attacker"), "{message}");
-                    refusals.insert(message);
-                }
-            }
-        }
-        // One message whatever the reason: nothing tells a missing Secret from an unmarked one.
-        assert_eq!(refusals.len(), 1, "{refusals:?}");
-    }
 }

@@ -20,6 +20,7 @@ pub mod checkout;
 pub mod discovery;
 pub mod git;
 pub mod local;
+pub mod secret;
 pub mod url;
 
 pub use cache::{CacheConfig, GitCache};

@@ -25,7 +25,7 @@
 //! 4. `desired.rs`: materialize the source path, read Helm `valuesFrom` and render, both as the
 //!    Application's service account (impersonation); validate against API discovery; label
 //!    every object as managed by the Application.
-//! 5. `planning.rs` with [`live`]: the live objects, server-side dry-run applies of those that
+//! 5. `planning.rs` with [`crate::live`]: the live objects, server-side dry-run applies of those that
 //!    exist (conflicts), and the managed objects as the service account (a drift check takes
 //!    the managed inventory from the shard's watch caches, and plans again from a fresh list
 //!    before anything is written); the plan ([`crate::plan::build`]), stored bounded on the
@@ -54,7 +54,6 @@ mod events;
 mod finalize;
 mod flow;
 mod gate;
-pub mod live;
 mod planning;
 mod render_failure;
 mod replica;

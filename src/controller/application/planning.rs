@@ -10,11 +10,11 @@ use serde_json::{Value, json};
 
 use super::error::Error;
 use super::flow::{Desired, Failure, Planned, redact};
-use super::live;
 use super::replica::unchanged;
 use super::replica::{Context, shard_of};
 use crate::api::application::Application;
 use crate::api::names;
+use crate::live;
 use crate::plan::{self, inventory, revision, validate};
 
 /// Steps 6 and 7: read the live state and plan `desired`. `from_cache`: the managed inventory

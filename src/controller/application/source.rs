@@ -37,17 +37,13 @@ pub(super) async fn resolve_source(
     let Some(repo) = repo else {
         return fail(format!("Repository {repo_name:?} does not exist in namespace {ns}"), true);
     };
-    let credentials = match crate::controller::repository::credentials(
-        &ctx.client,
-        ns,
-        repo.spec.secret_ref.as_ref(),
-        &repo.spec.url,
-    )
-    .await?
-    {
-        Ok(c) => c,
-        Err(message) => return fail(format!("Repository {repo_name}: {message}"), true),
-    };
+    let credentials =
+        match crate::source::secret::of_repository(&ctx.client, ns, repo.spec.secret_ref.as_ref(), &repo.spec.url)
+            .await?
+        {
+            Ok(c) => c,
+            Err(message) => return fail(format!("Repository {repo_name}: {message}"), true),
+        };
     let url = repo.spec.url.clone();
     let timeout = crate::api::duration::parse(&repo.spec.timeout).unwrap_or(Duration::from_secs(60));
     let revision = pinned.map(str::to_string).or_else(|| app.spec.source.revision.clone());

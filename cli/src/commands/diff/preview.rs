@@ -1,7 +1,7 @@
 //! One Application's preview: the revision resolved through the Git cache code (or a local
 //! directory), `valuesFrom` read and rendered, validated against discovery, prepared as a
 //! rollout prepares it ([`kuvryn_sync::plan::prepare`]), the live state read and dry-run **as the
-//! Application's service account** ([`kuvryn_sync::controller::application::live::read`]: reads and
+//! Application's service account** ([`kuvryn_sync::live::read`]: reads and
 //! `dryRun=All` applies only), and planned ([`kuvryn_sync::plan::build`]).
 //!
 //! Read-only: nothing here writes to the cluster. The Git cache is a temporary directory of
@@ -18,9 +18,9 @@ use serde_json::Value;
 
 use kuvryn_sync::api::application::{Application, ConflictPolicy, RenderType};
 use kuvryn_sync::api::names;
+use kuvryn_sync::api::names::labels::DEFAULT_SHARD;
 use kuvryn_sync::api::repository::Repository;
-use kuvryn_sync::controller::application::DEFAULT_SHARD;
-use kuvryn_sync::controller::application::live;
+use kuvryn_sync::live;
 use kuvryn_sync::plan::{self, Action, inventory, revision, validate};
 use kuvryn_sync::read::connect::{Cluster, Request};
 use kuvryn_sync::render::{self, Renderer};
@@ -91,15 +91,11 @@ pub async fn preview(cluster: &Cluster, shared: &Shared, app: &Application, ask:
         .await
         .map_err(|e| api_error(e, "Repositories"))?
         .ok_or_else(|| format!("Repository {:?} does not exist in namespace {ns}", spec.source.repository))?;
-    let credentials = kuvryn_sync::controller::repository::credentials(
-        &cluster.client,
-        &ns,
-        repo.spec.secret_ref.as_ref(),
-        &repo.spec.url,
-    )
-    .await
-    .map_err(|e| api_error(e, "the Repository's credentials Secret"))?
-    .map_err(|m| format!("Repository {}: {m}", spec.source.repository))?;
+    let credentials =
+        kuvryn_sync::source::secret::of_repository(&cluster.client, &ns, repo.spec.secret_ref.as_ref(), &repo.spec.url)
+            .await
+            .map_err(|e| api_error(e, "the Repository's credentials Secret"))?
+            .map_err(|m| format!("Repository {}: {m}", spec.source.repository))?;
     let path = checkout::clean_relative_path(&spec.source.path).map_err(|e| e.to_string())?;
     let mut source =
         Source { repository: spec.source.repository.clone(), path: spec.source.path.clone(), ..Default::default() };

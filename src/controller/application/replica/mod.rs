@@ -6,7 +6,6 @@ pub(crate) mod dependency_watch;
 pub(crate) mod echoes;
 pub(crate) mod failures;
 pub(crate) mod healthchecks;
-pub(crate) mod narrow_lists;
 pub mod progress;
 pub(crate) mod redeploys;
 pub(crate) mod resolved;
@@ -39,8 +38,7 @@ use crate::source::GitCache;
 use crate::watch::discovery::ClusterScopes;
 use crate::watch::managed::{ExtraKinds, Inventory};
 
-/// The shard label value until sharding assigns one.
-pub const DEFAULT_SHARD: &str = "0";
+pub use crate::api::names::labels::DEFAULT_SHARD;
 
 /// Tunables.
 #[derive(Clone, Debug)]
@@ -186,7 +184,7 @@ pub struct Context {
     /// Our applies, so their watch events trigger no reconcile.
     pub(super) echoes: echoes::Echoes,
     /// Kinds each service account may not list across the cluster.
-    pub(super) narrow_lists: narrow_lists::NarrowLists,
+    pub(super) narrow_lists: crate::live::NarrowLists,
     /// What the last plans found unchanged: a drift check does not read it again.
     pub(super) unchanged: unchanged::Unchanged,
     pub(super) scopes: crate::watch::discovery::Snapshots,

@@ -57,7 +57,7 @@ fn resource_version(obj: &Value) -> Option<&str> {
 
 /// The kept objects of `desired`, split: those whose read can be skipped (planned against the
 /// kept live object, compact JSON that the caller parses off the runtime), and those that are
-/// read but may have their dry run spared ([`same_but_status`]).
+/// read but may have their dry run spared ([`crate::live::same_but_status`]).
 ///
 /// Contract: an object is skipped only when all of these hold:
 /// - it was kept ([`Known`]) for this Application;
@@ -82,7 +82,7 @@ pub fn split(
 /// The kept objects whose verdict may still hold: kept with a resourceVersion for the same
 /// desired object ([`digest`] equal), and really checked less than [`TRUST_FOR`] before `now`.
 /// Those the watch cache shows at the kept resourceVersion are skipped ([`split`]); the others are
-/// read (`GET`), and if the read finds only what [`same_but_status`] allows changed, the kept
+/// read (`GET`), and if the read finds only what [`crate::live::same_but_status`] allows changed, the kept
 /// verdict (unchanged, no conflict) still holds and their dry run is spared.
 fn recheckable(known: &BTreeMap<String, Known>, desired: &[Value], now: Instant) -> BTreeMap<String, Known> {
     let mut out = BTreeMap::new();
@@ -99,44 +99,10 @@ fn recheckable(known: &BTreeMap<String, Known>, desired: &[Value], now: Instant)
     out
 }
 
-/// Whether `live`, read now, differs from `kept` (the live object a plan found unchanged for
-/// `desired`, without `metadata.managedFields`) only where a server-side dry run of `desired`
-/// cannot come out differently: its `status`, its `metadata.resourceVersion` and
-/// `managedFields`, and annotations `desired` does not declare (a controller's bookkeeping,
-/// such as a Deployment's `deployment.kubernetes.io/revision`).
-///
-/// Contract: true only if everything else (the spec or data, labels, every annotation `desired`
-/// declares, `generation`, `uid`, owners, finalizers, deletion) is equal. A dry run's result over
-/// the fields `desired` declares is the desired object merged into, and defaulted from, exactly
-/// those; `status` is not written by an apply of the main resource, and no default derives from
-/// an annotation. Ownership alone (`managedFields`) cannot make a no-op apply conflict: a
-/// conflict needs a value to change.
-pub fn same_but_status(desired: &Value, kept: &Value, live: &Value) -> bool {
-    let declared = desired["metadata"]["annotations"].as_object();
-    let strip = |o: &Value| -> Value {
-        let mut o = o.clone();
-        if let Some(top) = o.as_object_mut() {
-            top.remove("status");
-            if let Some(meta) = top.get_mut("metadata").and_then(Value::as_object_mut) {
-                meta.remove("resourceVersion");
-                meta.remove("managedFields");
-                if let Some(a) = meta.get_mut("annotations").and_then(Value::as_object_mut) {
-                    a.retain(|k, _| declared.is_some_and(|d| d.contains_key(k)));
-                    if a.is_empty() {
-                        meta.remove("annotations");
-                    }
-                }
-            }
-        }
-        o
-    };
-    strip(kept) == strip(live)
-}
-
 /// What to keep after a plan of `desired`: each object it found unchanged without conflict,
 /// compared with `live`. `skipped` objects keep when they were last really checked.
 ///
-/// `rechecked` objects (read, their dry run spared by [`same_but_status`]) are kept as read,
+/// `rechecked` objects (read, their dry run spared by [`crate::live::same_but_status`]) are kept as read,
 /// with when they were last really checked: a spared dry run does not renew the trust.
 pub fn to_keep(
     desired: &[Value],
@@ -284,6 +250,7 @@ impl Unchanged {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::live::same_but_status;
     use serde_json::json;
 
     /// The skipped part of [`split`], as the read gets it.

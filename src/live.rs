@@ -40,7 +40,7 @@ pub struct Live {
     /// Objects labelled as managed (metadata only, with apiVersion and kind).
     pub managed: Vec<Value>,
     /// Desired objects read whose dry run was spared: only their status moved since a plan
-    /// found them unchanged ([`super::replica::unchanged::same_but_status`]).
+    /// found them unchanged ([`same_but_status`]).
     pub rechecked: BTreeSet<String>,
 }
 
@@ -146,7 +146,7 @@ async fn one(
         Err(kube::Error::Api(s)) if s.code == 404 => return Ok(One::Absent),
         Err(e) => return Err(e.into()),
     };
-    if prior.is_some_and(|p| super::replica::unchanged::same_but_status(desired, p, &live)) {
+    if prior.is_some_and(|p| same_but_status(desired, p, &live)) {
         let dry_run = Some(live.clone());
         return Ok(One::Present { live, dry_run, conflicts: Vec::new(), spared: true });
     }
@@ -186,7 +186,7 @@ fn refused(desired: &Value, e: kube::Error) -> Error {
 /// not serve yet (a CRD in the same plan) are absent. A `known` object is not read: its live
 /// object is the one given, and, as it was found unchanged, so is its dry run. A `prior` one
 /// (the live object a plan found unchanged) is read, and not dry-run when only its status
-/// moved since ([`super::replica::unchanged::same_but_status`]).
+/// moved since ([`same_but_status`]).
 pub async fn read_desired(
     client: &Client,
     scopes: &ClusterScopes,
@@ -302,6 +302,40 @@ async fn list_meta(
     }
 }
 
+/// How long a kind a service account may not list across the cluster is listed namespace by
+/// namespace without asking the cluster-wide list again (RBAC may be granted later).
+const NARROW_FOR: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// The kinds each service account may not list across the cluster (the API server answered
+/// 403), with when it said so: the next plans list them in each namespace at once instead of
+/// being refused first, one request fewer per kind and plan.
+#[derive(Default)]
+pub struct NarrowLists(std::sync::Mutex<std::collections::HashMap<(String, String, String), std::time::Instant>>);
+
+impl NarrowLists {
+    fn key(who: &str, r: &ApiResource) -> (String, String, String) {
+        (who.to_string(), r.group.clone(), r.kind.clone())
+    }
+
+    /// Whether `who` was refused the cluster-wide list of `r` less than [`NARROW_FOR`] ago.
+    fn refused(&self, who: &str, r: &ApiResource) -> bool {
+        let mut refused = self.0.lock().expect("narrow lists lock");
+        let key = Self::key(who, r);
+        match refused.get(&key) {
+            Some(at) if at.elapsed() < NARROW_FOR => true,
+            Some(_) => {
+                refused.remove(&key);
+                false
+            }
+            None => false,
+        }
+    }
+
+    fn note(&self, who: &str, r: &ApiResource) {
+        self.0.lock().expect("narrow lists lock").insert(Self::key(who, r), std::time::Instant::now());
+    }
+}
+
 /// Where managed objects are looked for: across the cluster, or, for a namespaced kind the
 /// service account may not list there, in each of `namespaces`. `narrow` remembers refusals
 /// for the service account it names.
@@ -310,7 +344,7 @@ pub struct Search<'a> {
     /// The namespaces to list in when the cluster-wide list is refused.
     pub namespaces: &'a BTreeSet<String>,
     /// Refusals remembered, and the service account (`namespace/name`) they are about.
-    pub narrow: Option<(&'a super::replica::narrow_lists::NarrowLists, &'a str)>,
+    pub narrow: Option<(&'a NarrowLists, &'a str)>,
 }
 
 /// Where a kind's managed objects can be found without a request: a watch cache's answer (with
@@ -458,9 +492,73 @@ pub async fn read(
     Ok(out)
 }
 
+/// Whether `live`, read now, differs from `kept` (the live object a plan found unchanged for
+/// `desired`, without `metadata.managedFields`) only where a server-side dry run of `desired`
+/// cannot come out differently: its `status`, its `metadata.resourceVersion` and
+/// `managedFields`, and annotations `desired` does not declare (a controller's bookkeeping,
+/// such as a Deployment's `deployment.kubernetes.io/revision`).
+///
+/// Contract: true only if everything else (the spec or data, labels, every annotation `desired`
+/// declares, `generation`, `uid`, owners, finalizers, deletion) is equal. A dry run's result over
+/// the fields `desired` declares is the desired object merged into, and defaulted from, exactly
+/// those; `status` is not written by an apply of the main resource, and no default derives from
+/// an annotation. Ownership alone (`managedFields`) cannot make a no-op apply conflict: a
+/// conflict needs a value to change.
+pub fn same_but_status(desired: &Value, kept: &Value, live: &Value) -> bool {
+    let declared = desired["metadata"]["annotations"].as_object();
+    let strip = |o: &Value| -> Value {
+        let mut o = o.clone();
+        if let Some(top) = o.as_object_mut() {
+            top.remove("status");
+            if let Some(meta) = top.get_mut("metadata").and_then(Value::as_object_mut) {
+                meta.remove("resourceVersion");
+                meta.remove("managedFields");
+                if let Some(a) = meta.get_mut("annotations").and_then(Value::as_object_mut) {
+                    a.retain(|k, _| declared.is_some_and(|d| d.contains_key(k)));
+                    if a.is_empty() {
+                        meta.remove("annotations");
+                    }
+                }
+            }
+        }
+        o
+    };
+    strip(kept) == strip(live)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refusal_is_remembered_per_service_account_and_kind() {
+        let narrow = NarrowLists::default();
+        let cm = ApiResource {
+            group: String::new(),
+            version: "v1".into(),
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            plural: "configmaps".into(),
+        };
+        let deploy = ApiResource {
+            group: "apps".into(),
+            version: "v1".into(),
+            api_version: "apps/v1".into(),
+            kind: "Deployment".into(),
+            plural: "deployments".into(),
+        };
+        assert!(!narrow.refused("a/deployer", &cm));
+        narrow.note("a/deployer", &cm);
+        // (service account, kind, refused)
+        let cases = [("a/deployer", &cm, true), ("b/deployer", &cm, false), ("a/deployer", &deploy, false)];
+        for (who, r, refused) in cases {
+            assert_eq!(narrow.refused(who, r), refused, "{who} {}", r.kind);
+        }
+        // A refusal older than NARROW_FOR is asked again.
+        narrow.0.lock().unwrap().insert(NarrowLists::key("a/deployer", &cm), std::time::Instant::now() - NARROW_FOR);
+        assert!(!narrow.refused("a/deployer", &cm));
+        assert!(narrow.0.lock().unwrap().is_empty(), "an expired refusal is forgotten");
+    }
     use kube::core::response::{StatusCause, StatusDetails};
 
     #[test]

@@ -2,8 +2,6 @@
 //! produces (simcluster's scheduler and kubelet, on simcluster and as clients of a real
 //! kube-apiserver), each asserting the whole path from the unhealthy resource to the evidence.
 
-mod support;
-
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::discovery::ApiResource;
 use kuvryn_sync::api::Application;
@@ -11,8 +9,8 @@ use kuvryn_sync::api::application::Diagnosis;
 use kuvryn_sync::api::names;
 use kuvryn_sync::gather::{self, Budget};
 use serde_json::json;
-use support::apps::Env;
-use support::{Cluster, eventually};
+use testkit::apps::Env;
+use testkit::{Cluster, eventually};
 
 /// A Deployment `name` (one replica) whose Pod spec is `pod` (YAML, indented for the template).
 fn deployment(name: &str, pod: &str) -> String {
@@ -191,7 +189,7 @@ fn scenarios() -> Vec<Scenario> {
 }
 
 fn every_kind_of_evidence_is_diagnosed(cluster: Cluster) {
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let env = Env::start(&cluster, "diagnosis").await;
         // A Node only a taint keeps the `gpu` Pods from.
@@ -235,7 +233,7 @@ fn every_kind_of_evidence_is_diagnosed(cluster: Cluster) {
                     && (last.is_empty() || l == *last)
                     && d.message.contains(text)
             };
-            let deadline = std::time::Instant::now() + support::apps::WAIT * 2;
+            let deadline = std::time::Instant::now() + testkit::apps::WAIT * 2;
             loop {
                 let a: Application = env.apps().get(app).await.unwrap();
                 let d = a.status.as_ref().and_then(|s| s.diagnosis.clone());
@@ -259,7 +257,7 @@ fn every_kind_of_evidence_is_diagnosed(cluster: Cluster) {
              "subjects": [{"kind": "ServiceAccount", "name": "limited", "namespace": "diagnosis"}]},
         ]);
         for o in limited.as_array().unwrap() {
-            support::apply_as(&env.client, "test", o).await;
+            testkit::apply_as(&env.client, "test", o).await;
         }
         env.create_app(
             "limited",
@@ -267,7 +265,7 @@ fn every_kind_of_evidence_is_diagnosed(cluster: Cluster) {
                    "destination": {"namespace": "diagnosis"}, "health": {"timeout": "10s"}}),
         )
         .await;
-        let deadline = std::time::Instant::now() + support::apps::WAIT * 2;
+        let deadline = std::time::Instant::now() + testkit::apps::WAIT * 2;
         let d = loop {
             let a: Application = env.apps().get("limited").await.unwrap();
             if let Some(d) = a.status.as_ref().and_then(|s| s.diagnosis.clone()) {
@@ -288,7 +286,7 @@ fn every_kind_of_evidence_is_diagnosed(cluster: Cluster) {
         );
         // A Deployment Healthy at first whose Pod then crash-loops: Degraded while deployed, with
         // a HealthDegraded Event naming the root cause.
-        let ev = eventually("a HealthDegraded Event with the root cause", support::apps::WAIT * 2, || async {
+        let ev = eventually("a HealthDegraded Event with the root cause", testkit::apps::WAIT * 2, || async {
             let ev = env.events("late").await;
             ev.into_iter().find(|e| e.1 == names::events::HEALTH_DEGRADED && e.2.contains("root cause: CrashLoopBackOff"))
         })
@@ -301,7 +299,7 @@ fn every_kind_of_evidence_is_diagnosed(cluster: Cluster) {
 /// ConfigMaps, Secrets and ServiceAccounts, the Deployments' Pods running): the requests and the
 /// time, printed for `docs/diagnosis.md`; and a budget of requests is never exceeded.
 fn the_cost_of_a_diagnosis_is_bounded(cluster: Cluster) {
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let ns = "cost";
         let env = Env::without_controllers(&cluster, ns).await;
@@ -322,7 +320,7 @@ fn the_cost_of_a_diagnosis_is_bounded(cluster: Cluster) {
         }
         let mut managed = std::collections::BTreeMap::new();
         for o in &objects {
-            let live = support::apply_as(&env.client, "test", o).await;
+            let live = testkit::apply_as(&env.client, "test", o).await;
             let (group, _) = kuvryn_sync::graph::refs::split_api_version(o["apiVersion"].as_str().unwrap());
             let r = kuvryn_sync::api::application::ResourceRef {
                 group: group.into(),
@@ -333,7 +331,7 @@ fn the_cost_of_a_diagnosis_is_bounded(cluster: Cluster) {
             managed.insert(r, live);
         }
         let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(env.client.clone(), ns);
-        eventually("20 Pods", support::apps::WAIT, || async {
+        eventually("20 Pods", testkit::apps::WAIT, || async {
             let n = pods.list(&Default::default()).await.ok()?.items.len();
             (n == 20).then_some(())
         })
@@ -362,4 +360,4 @@ fn the_cost_of_a_diagnosis_is_bounded(cluster: Cluster) {
     });
 }
 
-crate::both!(every_kind_of_evidence_is_diagnosed, the_cost_of_a_diagnosis_is_bounded);
+testkit::both!(every_kind_of_evidence_is_diagnosed, the_cost_of_a_diagnosis_is_bounded);

@@ -1,8 +1,6 @@
 //! Rollout order within an Application, end to end on both servers (simcluster, and realkube with
 //! simulated Nodes): sync waves, each Healthy before the next is applied.
 
-mod support;
-
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -10,8 +8,8 @@ use kube::api::Api;
 use kuvryn_sync::api::names;
 use kuvryn_sync::api::revision::{AttemptResult, PlanAction, RevisionPhase};
 use serde_json::json;
-use support::Cluster;
-use support::apps::{Env, entries};
+use testkit::Cluster;
+use testkit::apps::{Env, entries};
 
 const SETTINGS: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\ndata:\n  color: blue\n";
 
@@ -54,7 +52,7 @@ fn time_of(t: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>, wha
 /// wave 2 (a ConfigMap): each wave is created only once the waves before it are Healthy.
 fn waves_are_applied_in_order_each_healthy_before_the_next(cluster: Cluster) {
     const NS: &str = "waves";
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let env = Env::start(&cluster, NS).await;
         let files = [
@@ -135,7 +133,7 @@ fn waves_are_applied_in_order_each_healthy_before_the_next(cluster: Cluster) {
 /// are never applied.
 fn a_wave_that_never_turns_healthy_stops_the_rollout(cluster: Cluster) {
     const NS: &str = "stuck-wave";
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let env = Env::start(&cluster, NS).await;
         let files = [
@@ -165,7 +163,7 @@ fn a_wave_that_never_turns_healthy_stops_the_rollout(cluster: Cluster) {
             assert!(touched.iter().all(|e| e.dry_run), "only dry runs of wave 1: {touched:#?}");
         }
         // The Application's status is written after the Revision's.
-        let ready = support::eventually("the Application to report the failure", support::apps::WAIT, || async {
+        let ready = testkit::eventually("the Application to report the failure", testkit::apps::WAIT, || async {
             let app = env.apps().get("app").await.ok()?;
             let ready = app
                 .status
@@ -182,7 +180,7 @@ fn a_wave_that_never_turns_healthy_stops_the_rollout(cluster: Cluster) {
         let patch = json!({"spec": {"strategy": {"waves": false}},
                            "metadata": {"annotations": {names::annotations::RECONCILE_REQUESTED_AT: "one group"}}});
         env.apps().patch("app", &Default::default(), &kube::api::Patch::Merge(&patch)).await.unwrap();
-        support::eventually("wave 1 written with wave 0", support::apps::WAIT, || async {
+        testkit::eventually("wave 1 written with wave 0", testkit::apps::WAIT, || async {
             cms.get_opt("never").await.ok()?.map(|_| ())
         })
         .await;
@@ -202,7 +200,7 @@ fn a_wave_that_never_turns_healthy_stops_the_rollout(cluster: Cluster) {
 /// group, and the attempt completes.
 fn waves_turned_off_mid_rollout_apply_the_rest_at_once(cluster: Cluster) {
     const NS: &str = "waves-off";
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let env = Env::start(&cluster, NS).await;
         let files = [("app/job.yaml", job(0, 15_000)), ("app/after.yaml", config("after", 1))];
@@ -234,7 +232,7 @@ fn waves_turned_off_mid_rollout_apply_the_rest_at_once(cluster: Cluster) {
     });
 }
 
-crate::both!(
+testkit::both!(
     waves_are_applied_in_order_each_healthy_before_the_next,
     a_wave_that_never_turns_healthy_stops_the_rollout,
     waves_turned_off_mid_rollout_apply_the_rest_at_once,

@@ -3,8 +3,6 @@
 //! Application controllers in-process: apply as the service account, health, prune, conflicts,
 //! failures, drift and deletion policies.
 
-mod support;
-
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,8 +19,8 @@ use kuvryn_sync::api::revision::{AttemptResult, PlanAction, Revision, RevisionPh
 use kuvryn_sync::controller::application;
 use kuvryn_sync::plan::inventory;
 use serde_json::json;
-use support::apps::{Env, WAIT, action_of, entries};
-use support::{Cluster, apply_as, eventually};
+use testkit::apps::{Env, WAIT, action_of, entries};
+use testkit::{Cluster, apply_as, eventually};
 
 fn deployment(image: &str) -> String {
     format!(
@@ -95,7 +93,7 @@ fn ready(app: &Application) -> (String, String, String) {
 }
 
 fn a_rollout_applies_waits_for_health_and_prunes_safely(cluster: Cluster) {
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let env = Env::start(&cluster, "rollout").await;
         allow_crds(&env).await;
@@ -125,10 +123,10 @@ fn a_rollout_applies_waits_for_health_and_prunes_safely(cluster: Cluster) {
         // Healthy is Ready, and kubectl's own wait sees it so.
         assert_eq!(condition(&rev1, names::conditions::READY), ("True".into(), "Succeeded".into()));
         assert_eq!(condition(&rev1, names::conditions::RECONCILING), Default::default());
-        let home = support::temp_dir("rollout-kubectl");
+        let home = testkit::temp_dir("rollout-kubectl");
         let revision = format!("revision/{}", rev1.name_any());
         let wait = ["wait", "--for=condition=Ready", "--timeout=30s", "-n", "rollout", revision.as_str()];
-        support::run(cluster.kubectl(&support::Tools::get(), home.path()).args(wait));
+        testkit::run(cluster.kubectl(&testkit::Tools::get(), home.path()).args(wait));
         let st = rev1.status.clone().unwrap();
         assert_eq!(st.attempts.len(), 1);
         assert_eq!(st.attempts[0].result, AttemptResult::Succeeded);
@@ -307,7 +305,7 @@ fn a_rollout_applies_waits_for_health_and_prunes_safely(cluster: Cluster) {
 }
 
 fn conflicts_permissions_and_deletion_policies(cluster: Cluster) {
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let env = Env::start(&cluster, "owners").await;
         let wt = env.repository("platform").await;
@@ -443,7 +441,7 @@ fn conflicts_permissions_and_deletion_policies(cluster: Cluster) {
 }
 
 fn drift_is_reported_or_repaired_and_health_keeps_being_observed(cluster: Cluster) {
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let env = Env::start(&cluster, "drift").await;
         let wt = env.repository("platform").await;
@@ -651,7 +649,7 @@ fn controller_writes(sim: &simcluster::SimCluster, from: usize) -> Vec<simcluste
 }
 
 fn a_deployment_edited_by_hand_other_watched_kinds_and_zero_writes_at_rest(cluster: Cluster) {
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let env = Env::start(&cluster, "steady").await;
         let wt = env.repository("platform").await;
@@ -786,7 +784,7 @@ fn a_deployment_edited_by_hand_other_watched_kinds_and_zero_writes_at_rest(clust
 // through chained symlinks (`s/l -> ..`, `x.yaml -> s/l/s/l/../..`), hidden from helm's walk
 // by `.helmignore`, and the Application reported Healthy.
 fn symlinks_out_of_the_checkout_fail_the_source_and_nothing_is_pruned(cluster: Cluster) {
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let env = Env::start(&cluster, "links").await;
         let wt = env.repository("platform").await;
@@ -873,11 +871,11 @@ fn a_prune_deletes_only_the_object_it_listed(cluster: Cluster) {
     use kuvryn_sync::apply::{self, Writer};
     use kuvryn_sync::plan::{self, Plan};
     use kuvryn_sync::watch::discovery::ClusterScopes;
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let client = cluster.client().await;
         let ns = "prune-listed";
-        support::deployer_namespace(&client, ns).await;
+        testkit::deployer_namespace(&client, ns).await;
         let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
         let cm = |name: &str, labels: serde_json::Value, annotations: serde_json::Value| {
             json!({"apiVersion": "v1", "kind": "ConfigMap",
@@ -946,7 +944,7 @@ fn a_prune_deletes_only_the_object_it_listed(cluster: Cluster) {
 /// Its service account may not read that namespace, so both are refused with the same message:
 /// the answer tells nothing of which Application exists there.
 fn claims_on_another_namespaces_applications_tell_nothing(cluster: Cluster) {
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let env = Env::start(&cluster, "oracle-a").await;
         apply_as(
@@ -1007,7 +1005,7 @@ fn claims_on_another_namespaces_applications_tell_nothing(cluster: Cluster) {
 /// Application manages is refused with a ValidationFailure naming that Application, and applies
 /// nothing; once that Application is deleted (its objects orphaned), it takes the object over.
 fn an_object_belongs_to_one_application(cluster: Cluster) {
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let env = Env::start(&cluster, "shared").await;
         let wt = env.repository("platform").await;
@@ -1067,7 +1065,7 @@ fn an_object_belongs_to_one_application(cluster: Cluster) {
 /// counting nothing more; a render that works again (its `valuesFrom` ConfigMap fixed) is a new
 /// desired state and rolls out at once.
 fn render_failures_are_attempts_that_back_off_and_pause(cluster: Cluster) {
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let ns = "render-attempts";
         let env = Env::start(&cluster, ns).await;
@@ -1157,7 +1155,7 @@ fn render_failures_are_attempts_that_back_off_and_pause(cluster: Cluster) {
 /// trigger came before that write's watch event) runs on what the write returned: the Revision
 /// is not created again, and the status write is not refused as computed from a stale copy.
 fn a_reconcile_of_the_copy_before_its_own_status_write_runs_on_the_written_one(cluster: Cluster) {
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let ns = "stale-copy";
         let (env, ctx) = Env::start_driven(&cluster, ns).await;
@@ -1207,7 +1205,7 @@ fn a_reconcile_of_the_copy_before_its_own_status_write_runs_on_the_written_one(c
 /// no shard watches running, from the service account's lists, which carry resourceVersions
 /// too): an object a plan found unchanged is not read again until its resourceVersion moves.
 fn an_attempt_waiting_for_health_does_not_read_its_unchanged_objects_again(cluster: Cluster) {
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let ns = "waiting";
         let (env, ctx) = Env::start_driven(&cluster, ns).await;
@@ -1277,7 +1275,7 @@ async fn a_ready_config_map(cluster: &Cluster, ns: &str) -> (Env, Arc<applicatio
 }
 
 fn the_steps_one_reconcile_takes_on_a_revision_are_told_in_one_event(cluster: Cluster) {
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let (env, _ctx, app, reconciles) = a_ready_config_map(&cluster, "told-once").await;
         let rev = app.status.and_then(|s| s.desired_revision).expect("a desired Revision");
@@ -1298,7 +1296,7 @@ fn the_steps_one_reconcile_takes_on_a_revision_are_told_in_one_event(cluster: Cl
 }
 
 fn a_replica_taking_over_an_application_nothing_changed_writes_nothing(cluster: Cluster) {
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let (env, _ctx, before, _) = a_ready_config_map(&cluster, "taken-over").await;
         // Its shard moves: another replica, which kept nothing of the reconciles above, checks it.
@@ -1315,7 +1313,7 @@ fn a_replica_taking_over_an_application_nothing_changed_writes_nothing(cluster: 
     });
 }
 
-crate::both!(
+testkit::both!(
     render_failures_are_attempts_that_back_off_and_pause,
     a_replica_taking_over_an_application_nothing_changed_writes_nothing,
     the_steps_one_reconcile_takes_on_a_revision_are_told_in_one_event,
@@ -1328,7 +1326,7 @@ crate::both!(
     an_attempt_waiting_for_health_does_not_read_its_unchanged_objects_again,
 );
 
-crate::both!(
+testkit::both!(
     a_rollout_applies_waits_for_health_and_prunes_safely,
     a_deployment_edited_by_hand_other_watched_kinds_and_zero_writes_at_rest,
     drift_is_reported_or_repaired_and_health_keeps_being_observed,

@@ -4,8 +4,6 @@
 //! a replica that joins takes only its share. Each replica runs as its own ServiceAccount, so
 //! the audit log says who wrote what and when.
 
-mod support;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -18,7 +16,7 @@ use kuvryn_sync::api::conditions;
 use kuvryn_sync::api::names;
 use kuvryn_sync::api::{Application, Repository};
 use serde_json::json;
-use support::{Cluster, GitServer, WorkTree, apply_as, eventually, install_crds, temp_dir};
+use testkit::{Cluster, GitServer, WorkTree, apply_as, eventually, install_crds, temp_dir};
 
 const APPS: usize = 200;
 const SHARDS: u32 = 12;
@@ -56,7 +54,7 @@ fn start_env(
     extra: &[&str],
     env: &[(&str, &str)],
 ) -> Replica {
-    let tools = support::Tools::get();
+    let tools = testkit::Tools::get();
     let cache = temp_dir("replica-cache");
     // `KSYNC_CONTROLLER_BIN` runs another build (a release, or one of another checkout).
     let bin = std::env::var_os("KSYNC_CONTROLLER_BIN")
@@ -148,7 +146,7 @@ fn replicas_split_the_shards_take_over_and_rebalance(cluster: Cluster) {
     write_apps(&wt, "v1");
     wt.commit_and_push("the apps");
     let dir = temp_dir("replicas");
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     let started = std::time::Instant::now();
     let phase = |what: &str| eprintln!("{:>6.1}s {what}", started.elapsed().as_secs_f64());
     runtime.block_on(async {
@@ -156,11 +154,11 @@ fn replicas_split_the_shards_take_over_and_rebalance(cluster: Cluster) {
         install_crds(&client).await;
         apply_as(&client, "test", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM}}))
             .await;
-        support::deployer_namespace(&client, FLEET).await;
+        testkit::deployer_namespace(&client, FLEET).await;
         let mut configs = BTreeMap::new();
         for name in ["ksync-a", "ksync-b", "ksync-c", "ksync-d"] {
             configs
-                .insert(name, support::service_account_kubeconfig(&cluster, &client, dir.path(), SYSTEM, name).await);
+                .insert(name, testkit::service_account_kubeconfig(&cluster, &client, dir.path(), SYSTEM, name).await);
         }
         // One replica first (it takes every shard), then two more (they split 4/4/4); the
         // Repository (and so every Application) comes once the split has settled.
@@ -324,7 +322,7 @@ fn replicas_split_the_shards_take_over_and_rebalance(cluster: Cluster) {
 
 fn an_orphaned_shard_is_reported_on_its_applications(cluster: Cluster) {
     let dir = temp_dir("orphans");
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let client = cluster.client().await;
         install_crds(&client).await;
@@ -349,10 +347,10 @@ fn an_orphaned_shard_is_reported_on_its_applications(cluster: Cluster) {
                 }
             })
         };
-        let config = support::service_account_kubeconfig(&cluster, &client, dir.path(), SYSTEM, "ksync-solo").await;
-        let tools = support::Tools::get();
+        let config = testkit::service_account_kubeconfig(&cluster, &client, dir.path(), SYSTEM, "ksync-solo").await;
+        let tools = testkit::Tools::get();
         let cache = temp_dir("solo-cache");
-        let port = support::free_port();
+        let port = testkit::free_port();
         let _solo = Replica {
             name: "ksync-solo".into(),
             child: Command::new(env!("CARGO_BIN_EXE_ksync-controller"))
@@ -467,7 +465,7 @@ impl sharding::coordinator::Workers for Recorded {
 fn a_shard_still_draining_is_not_started_again(cluster: Cluster) {
     const NS: &str = "redraw";
     const SHARDS: u32 = 4;
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let client = cluster.client().await;
         apply_as(&client, "test", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})).await;
@@ -534,7 +532,7 @@ fn a_shard_still_draining_is_not_started_again(cluster: Cluster) {
 fn a_hand_over_that_does_not_drain_holds_up_no_renewal(cluster: Cluster) {
     const NS: &str = "coordination";
     const SHARDS: u32 = 4;
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let client = cluster.client().await;
         apply_as(&client, "test", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})).await;
@@ -617,18 +615,18 @@ fn a_commit_reaches_every_application_after_a_replica_dies(cluster: Cluster, kil
     write_apps_of(&wt, N, "v1");
     wt.commit_and_push("the apps");
     let dir = temp_dir("leader-death");
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let client = cluster.client().await;
         install_crds(&client).await;
         apply_as(&client, "test", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM}}))
             .await;
-        support::deployer_namespace(&client, FLEET).await;
+        testkit::deployer_namespace(&client, FLEET).await;
         let mut replicas = BTreeMap::new();
         let mut ports = BTreeMap::new();
         for name in ["ksync-a", "ksync-b"] {
-            let kubeconfig = support::service_account_kubeconfig(&cluster, &client, dir.path(), SYSTEM, name).await;
-            let port = support::free_port();
+            let kubeconfig = testkit::service_account_kubeconfig(&cluster, &client, dir.path(), SYSTEM, name).await;
+            let port = testkit::free_port();
             let bind = format!("127.0.0.1:{port}");
             replicas.insert(
                 name.to_string(),
@@ -831,16 +829,16 @@ fn a_replica_with_another_shard_count_waits_until_the_old_ones_are_gone(cluster:
     write_apps_of(&wt, N, "v1");
     wt.commit_and_push("the apps");
     let dir = temp_dir("shard-count");
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let client = cluster.client().await;
         install_crds(&client).await;
         apply_as(&client, "test", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM}}))
             .await;
-        support::deployer_namespace(&client, FLEET).await;
-        let old_config = support::service_account_kubeconfig(&cluster, &client, dir.path(), SYSTEM, "ksync-old").await;
-        let new_config = support::service_account_kubeconfig(&cluster, &client, dir.path(), SYSTEM, "ksync-new").await;
-        let (old_port, new_port) = (support::free_port(), support::free_port());
+        testkit::deployer_namespace(&client, FLEET).await;
+        let old_config = testkit::service_account_kubeconfig(&cluster, &client, dir.path(), SYSTEM, "ksync-old").await;
+        let new_config = testkit::service_account_kubeconfig(&cluster, &client, dir.path(), SYSTEM, "ksync-new").await;
+        let (old_port, new_port) = (testkit::free_port(), testkit::free_port());
         let old_bind = format!("127.0.0.1:{old_port}");
         let old = start_with("ksync-old", &old_config, old_shards, "5s", &["--metrics-bind-address", &old_bind]);
         let repos: Api<Repository> = Api::namespaced(client.clone(), FLEET);
@@ -948,16 +946,16 @@ fn a_dependent_on_another_replica_deploys_once_its_dependency_is_healthy(cluster
         .write("web/cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: web}\ndata: {k: v}\n");
     wt.commit_and_push("a database and its dependent");
     let dir = temp_dir("dependencies");
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let client = cluster.client().await;
         install_crds(&client).await;
         apply_as(&client, "test", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM}}))
             .await;
-        support::deployer_namespace(&client, FLEET).await;
+        testkit::deployer_namespace(&client, FLEET).await;
         let mut replicas = Vec::new();
         for name in ["ksync-a", "ksync-b"] {
-            let config = support::service_account_kubeconfig(&cluster, &client, dir.path(), SYSTEM, name).await;
+            let config = testkit::service_account_kubeconfig(&cluster, &client, dir.path(), SYSTEM, name).await;
             replicas.push(start(name, &config));
         }
         let split = eventually("two replicas to split the shards", WAIT, || async {
@@ -1038,7 +1036,7 @@ fn a_dependent_on_another_replica_deploys_once_its_dependency_is_healthy(cluster
     });
 }
 
-crate::both!(
+testkit::both!(
     a_dependent_on_another_replica_deploys_once_its_dependency_is_healthy,
     a_replica_with_another_shard_count_waits_until_the_old_ones_are_gone,
     a_commit_reaches_every_application_after_the_leader_dies,
@@ -1088,15 +1086,15 @@ fn a_replica_whose_fence_closes_mid_rollout_sends_no_further_write(cluster: Clus
     }
     wt.commit_and_push("bulk");
     let dir = temp_dir("fence-mid-rollout");
-    let port = support::free_port();
-    let runtime = support::runtime();
+    let port = testkit::free_port();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let client = cluster.client().await;
         install_crds(&client).await;
         apply_as(&client, "test", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM}}))
             .await;
-        support::deployer_namespace(&client, ns).await;
-        let kubeconfig = support::service_account_kubeconfig(&cluster, &client, dir.path(), SYSTEM, "ksync-a").await;
+        testkit::deployer_namespace(&client, ns).await;
+        let kubeconfig = testkit::service_account_kubeconfig(&cluster, &client, dir.path(), SYSTEM, "ksync-a").await;
         let bind = format!("127.0.0.1:{port}");
         let _replica = start_with(
             "ksync-a",
@@ -1173,7 +1171,7 @@ fn a_replica_whose_fence_closes_mid_rollout_sends_no_further_write(cluster: Clus
 mod a_replica_whose_fence_closes_mid_rollout_sends_no_further_write {
     #[test]
     fn simcluster() {
-        super::a_replica_whose_fence_closes_mid_rollout_sends_no_further_write(super::support::Cluster::start());
+        super::a_replica_whose_fence_closes_mid_rollout_sends_no_further_write(testkit::Cluster::start());
     }
 }
 
@@ -1182,7 +1180,7 @@ mod a_replica_whose_fence_closes_mid_rollout_sends_no_further_write {
 mod replicas_split_the_shards_take_over_and_rebalance {
     #[test]
     fn simcluster() {
-        super::replicas_split_the_shards_take_over_and_rebalance(super::support::Cluster::start());
+        super::replicas_split_the_shards_take_over_and_rebalance(testkit::Cluster::start());
     }
 }
 
@@ -1220,14 +1218,14 @@ fn lease_renewals_keep_their_schedule_during_large_renders(cluster: Cluster) {
     );
     wt.commit_and_push("big charts");
     let dir = temp_dir("big-renders");
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let client = cluster.client().await;
         install_crds(&client).await;
         apply_as(&client, "test", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM}}))
             .await;
-        support::deployer_namespace(&client, FLEET).await;
-        let kubeconfig = support::service_account_kubeconfig(&cluster, &client, dir.path(), SYSTEM, "ksync-big").await;
+        testkit::deployer_namespace(&client, FLEET).await;
+        let kubeconfig = testkit::service_account_kubeconfig(&cluster, &client, dir.path(), SYSTEM, "ksync-big").await;
         let _replica = start_env("ksync-big", &kubeconfig, 2, &lease_flag, &[], &[("TOKIO_WORKER_THREADS", "2")]);
         let leases: Api<Lease> = Api::namespaced(client.clone(), SYSTEM);
         eventually("the replica to hold both shards", WAIT, || async {
@@ -1296,7 +1294,7 @@ fn lease_renewals_keep_their_schedule_during_large_renders(cluster: Cluster) {
     });
 }
 
-crate::both!(lease_renewals_keep_their_schedule_during_large_renders,);
+testkit::both!(lease_renewals_keep_their_schedule_during_large_renders,);
 
 /// A Lease this replica holds is renewed from the copy it last wrote: one conditional write,
 /// no read. A renewal therefore succeeds while reads of Leases fail; once someone else has
@@ -1304,7 +1302,7 @@ crate::both!(lease_renewals_keep_their_schedule_during_large_renders,);
 fn a_held_lease_is_renewed_without_reading_it(cluster: Cluster) {
     const NS: &str = "renewals";
     let sim = cluster.sim().expect("simcluster: the test injects faults");
-    support::runtime().block_on(async {
+    testkit::runtime().block_on(async {
         let client = cluster.client().await;
         apply_as(&client, "test", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})).await;
         let timing = sharding::lease::Timing::new(Duration::from_secs(30));
@@ -1348,7 +1346,7 @@ fn a_held_lease_is_renewed_without_reading_it(cluster: Cluster) {
 fn a_lease_request_without_an_answer_fails_in_time(cluster: Cluster) {
     const NS: &str = "hung";
     let sim = cluster.sim().expect("simcluster: the test pauses the server");
-    support::runtime().block_on(async {
+    testkit::runtime().block_on(async {
         let client = cluster.client().await;
         apply_as(&client, "test", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})).await;
         let timing = sharding::lease::Timing::new(Duration::from_secs(3));
@@ -1376,8 +1374,8 @@ fn a_lease_request_without_an_answer_fails_in_time(cluster: Cluster) {
 fn a_shard_stopped_before_its_first_list_drains_all_the_same(cluster: Cluster) {
     use sharding::coordinator::Workers as _;
     let sim = cluster.sim().expect("simcluster: the test injects faults");
-    support::runtime().block_on(async {
-        let (env, ctx) = support::apps::Env::start_driven(&cluster, "drain-limit").await;
+    testkit::runtime().block_on(async {
+        let (env, ctx) = testkit::apps::Env::start_driven(&cluster, "drain-limit").await;
         // Applications cannot be listed: the shard's store never becomes ready.
         sim.add_fault(simcluster::faults::FaultRule {
             verb: Some("list".into()),
@@ -1398,20 +1396,20 @@ fn a_shard_stopped_before_its_first_list_drains_all_the_same(cluster: Cluster) {
 mod a_shard_stopped_before_its_first_list_drains_all_the_same {
     #[test]
     fn simcluster() {
-        super::a_shard_stopped_before_its_first_list_drains_all_the_same(super::support::Cluster::start());
+        super::a_shard_stopped_before_its_first_list_drains_all_the_same(testkit::Cluster::start());
     }
 }
 
 mod a_held_lease_is_renewed_without_reading_it {
     #[test]
     fn simcluster() {
-        super::a_held_lease_is_renewed_without_reading_it(super::support::Cluster::start());
+        super::a_held_lease_is_renewed_without_reading_it(testkit::Cluster::start());
     }
 }
 
 mod a_lease_request_without_an_answer_fails_in_time {
     #[test]
     fn simcluster() {
-        super::a_lease_request_without_an_answer_fails_in_time(super::support::Cluster::start());
+        super::a_lease_request_without_an_answer_fails_in_time(testkit::Cluster::start());
     }
 }

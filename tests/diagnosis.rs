@@ -10,13 +10,12 @@ use kuvryn_sync::api::names;
 use kuvryn_sync::gather::{self, Budget};
 use serde_json::json;
 use testkit::apps::Env;
+use testkit::manifests::deployment;
 use testkit::{Cluster, eventually};
 
 /// A Deployment `name` (one replica) whose Pod spec is `pod` (YAML, indented for the template).
-fn deployment(name: &str, pod: &str) -> String {
-    format!(
-        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: {name}\nspec:\n  replicas: 1\n  selector:\n    matchLabels: {{app: {name}}}\n  template:\n    metadata:\n      labels: {{app: {name}}}\n    spec:\n{pod}"
-    )
+fn with_pod(name: &str, pod: &str) -> String {
+    deployment(name).pod_spec(pod).to_string()
 }
 
 /// `(reason, [edge kind])` with the last step's name and whether it is missing.
@@ -51,7 +50,7 @@ fn scenarios() -> Vec<Scenario> {
             "config",
             vec![(
                 "config/deploy.yaml".into(),
-                deployment(
+                with_pod(
                     "config",
                     "      containers:\n      - name: app\n        image: nginx:1.27\n        volumeMounts: [{name: flags, mountPath: /etc/flags}]\n      volumes:\n      - {name: flags, configMap: {name: flags}}\n",
                 ),
@@ -63,7 +62,7 @@ fn scenarios() -> Vec<Scenario> {
             "secret",
             vec![(
                 "secret/deploy.yaml".into(),
-                deployment(
+                with_pod(
                     "secret",
                     "      containers:\n      - name: app\n        image: nginx:1.27\n        envFrom: [{secretRef: {name: creds}}]\n",
                 ),
@@ -75,7 +74,7 @@ fn scenarios() -> Vec<Scenario> {
             "pull",
             vec![(
                 "pull/deploy.yaml".into(),
-                deployment("pull", "      containers:\n      - {name: app, image: registry.invalid/team/app:1.0}\n"),
+                with_pod("pull", "      containers:\n      - {name: app, image: registry.invalid/team/app:1.0}\n"),
             )],
             ("Deployment pull", &["ImagePullBackOff", "ErrImagePull"], owned(""), ""),
             "registry.invalid/team/app:1.0",
@@ -84,7 +83,7 @@ fn scenarios() -> Vec<Scenario> {
             "crash",
             vec![(
                 "crash/deploy.yaml".into(),
-                deployment(
+                with_pod(
                     "crash",
                     "      containers:\n      - name: app\n        image: nginx:1.27\n        env: [{name: SIMCLUSTER_EXIT_CODE, value: \"3\"}, {name: SIMCLUSTER_RUN_MS, value: \"100\"}]\n",
                 ),
@@ -96,7 +95,7 @@ fn scenarios() -> Vec<Scenario> {
             "gpu",
             vec![(
                 "gpu/deploy.yaml".into(),
-                deployment("gpu", "      nodeSelector: {pool: gpu}\n      containers:\n      - {name: app, image: nginx:1.27}\n"),
+                with_pod("gpu", "      nodeSelector: {pool: gpu}\n      containers:\n      - {name: app, image: nginx:1.27}\n"),
             )],
             ("Deployment gpu", &["Unschedulable"], owned(""), ""),
             "untolerated taint",
@@ -106,7 +105,7 @@ fn scenarios() -> Vec<Scenario> {
             vec![
                 (
                     "claim/deploy.yaml".into(),
-                    deployment(
+                    with_pod(
                         "claim",
                         "      containers:\n      - {name: app, image: nginx:1.27}\n      volumes:\n      - {name: data, persistentVolumeClaim: {claimName: data}}\n",
                     ),
@@ -124,7 +123,7 @@ fn scenarios() -> Vec<Scenario> {
             vec![
                 (
                     "idle/deploy.yaml".into(),
-                    deployment(
+                    with_pod(
                         "idle",
                         "      containers:\n      - name: app\n        image: nginx:1.27\n        env: [{name: SIMCLUSTER_READY, value: \"false\"}]\n",
                     ),
@@ -142,7 +141,7 @@ fn scenarios() -> Vec<Scenario> {
             vec![
                 (
                     "front/deploy.yaml".into(),
-                    deployment(
+                    with_pod(
                         "front",
                         "      containers:\n      - name: app\n        image: nginx:1.27\n        env: [{name: SIMCLUSTER_READY, value: \"false\"}]\n",
                     ),
@@ -168,7 +167,7 @@ fn scenarios() -> Vec<Scenario> {
             "late",
             vec![(
                 "late/deploy.yaml".into(),
-                deployment(
+                with_pod(
                     "late",
                     "      containers:\n      - name: app\n        image: nginx:1.27\n        env: [{name: SIMCLUSTER_EXIT_CODE, value: \"2\"}, {name: SIMCLUSTER_RUN_MS, value: \"4000\"}]\n",
                 ),

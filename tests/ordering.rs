@@ -10,6 +10,7 @@ use kuvryn_sync::api::revision::{AttemptResult, PlanAction, RevisionPhase};
 use serde_json::json;
 use testkit::Cluster;
 use testkit::apps::{Env, entries};
+use testkit::manifests::deployment;
 
 const SETTINGS: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\ndata:\n  color: blue\n";
 
@@ -20,11 +21,14 @@ fn job(wave: i32, run_ms: u32) -> String {
     )
 }
 
-/// A Deployment in wave `wave` whose Pods read the `settings` ConfigMap.
-fn deployment(wave: i32, image: &str) -> String {
-    format!(
-        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\n  annotations: {{sync.kuvryn.io/sync-wave: \"{wave}\"}}\nspec:\n  replicas: 1\n  selector:\n    matchLabels: {{app: web}}\n  template:\n    metadata:\n      labels: {{app: web}}\n      annotations: {{simcluster.kuvryn.io/ready-ms: \"1000\"}}\n    spec:\n      containers:\n      - name: web\n        image: {image}\n        env:\n        - name: COLOR\n          valueFrom: {{configMapKeyRef: {{name: settings, key: color}}}}\n"
-    )
+/// A Deployment `web` in wave `wave` whose Pods read the `settings` ConfigMap.
+fn web(wave: i32, image: &str) -> String {
+    deployment("web")
+        .wave(wave)
+        .ready_ms(1000)
+        .image(image)
+        .env_from_config_map("COLOR", "settings", "color")
+        .to_string()
 }
 
 /// A ConfigMap `name` in wave `wave`.
@@ -58,7 +62,7 @@ fn waves_are_applied_in_order_each_healthy_before_the_next(cluster: Cluster) {
         let files = [
             ("app/settings.yaml", SETTINGS.to_string()),
             ("app/job.yaml", job(0, 3000)),
-            ("app/deploy.yaml", deployment(1, "nginx:1.27")),
+            ("app/deploy.yaml", web(1, "nginx:1.27")),
             ("app/after.yaml", config("after", 2)),
         ];
         env.app_from("app", &borrowed(&files), spec(NS, "60s")).await;
@@ -138,7 +142,7 @@ fn a_wave_that_never_turns_healthy_stops_the_rollout(cluster: Cluster) {
         let env = Env::start(&cluster, NS).await;
         let files = [
             ("app/settings.yaml", SETTINGS.to_string()),
-            ("app/deploy.yaml", deployment(0, "registry.invalid/web:1")),
+            ("app/deploy.yaml", web(0, "registry.invalid/web:1")),
             ("app/never.yaml", config("never", 1)),
         ];
         env.app_from("app", &borrowed(&files), spec(NS, "5s")).await;

@@ -20,13 +20,25 @@ use kuvryn_sync::controller::application;
 use kuvryn_sync::plan::inventory;
 use serde_json::json;
 use testkit::apps::{Env, WAIT, action_of, entries};
+use testkit::manifests::deployment;
 use testkit::{Cluster, apply_as, eventually};
 
-fn deployment(image: &str) -> String {
-    format!(
-        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  replicas: 2\n  progressDeadlineSeconds: 600\n  selector:\n    matchLabels: {{app: web}}\n  template:\n    metadata:\n      labels: {{app: web}}\n      annotations: {{simcluster.kuvryn.io/ready-ms: \"2000\"}}\n    spec:\n      containers:\n      - name: web\n        image: {image}\n        ports: [{{containerPort: 80}}]\n"
-    )
+/// The Deployment `web`: two replicas, each ready 2 s after it starts, serving port 80.
+fn web_deployment(image: &str) -> String {
+    web_deployment_ready_after(image, 2000)
 }
+
+/// [`web_deployment`] with its Pods ready `ready_ms` after they start.
+fn web_deployment_ready_after(image: &str, ready_ms: u64) -> String {
+    deployment("web")
+        .replicas(2)
+        .progress_deadline_seconds(600)
+        .ready_ms(ready_ms)
+        .image(image)
+        .container_port(80)
+        .to_string()
+}
+
 const SERVICE: &str =
     "apiVersion: v1\nkind: Service\nmetadata:\n  name: web\nspec:\n  selector: {app: web}\n  ports: [{port: 80}]\n";
 const CONFIG: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\ndata:\n  color: blue\n";
@@ -98,7 +110,7 @@ fn a_rollout_applies_waits_for_health_and_prunes_safely(cluster: Cluster) {
         let env = Env::start(&cluster, "rollout").await;
         allow_crds(&env).await;
         let wt = env.repository("platform").await;
-        wt.write("web/deploy.yaml", &deployment("nginx:1.27"))
+        wt.write("web/deploy.yaml", &web_deployment("nginx:1.27"))
             .write("web/svc.yaml", SERVICE)
             .write("web/config.yaml", CONFIG)
             .write("web/keep.yaml", KEEP)
@@ -175,7 +187,7 @@ fn a_rollout_applies_waits_for_health_and_prunes_safely(cluster: Cluster) {
         }
 
         // A new image: a new Revision, Progressing, then Healthy; the first is its previous.
-        wt.write("web/deploy.yaml", &deployment("nginx:1.28"));
+        wt.write("web/deploy.yaml", &web_deployment("nginx:1.28"));
         let second = wt.commit_and_push("web: nginx 1.28");
         env.refresh("platform", &second).await;
         let mut seen = BTreeSet::new();
@@ -239,7 +251,7 @@ fn a_rollout_applies_waits_for_health_and_prunes_safely(cluster: Cluster) {
         // Deployment, and with one attempt allowed it pauses (Stalled).
         let patch = json!({"spec": {"health": {"timeout": "3s"}}});
         env.apps().patch("web", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
-        wt.write("web/deploy.yaml", &deployment("registry.invalid/nginx:1"));
+        wt.write("web/deploy.yaml", &web_deployment("registry.invalid/nginx:1"));
         let fourth = wt.commit_and_push("web: a broken image");
         env.refresh("platform", &fourth).await;
         let rev4 = until_phase(&env, "web", &fourth, RevisionPhase::Failed, &mut BTreeSet::new()).await;
@@ -288,7 +300,7 @@ fn a_rollout_applies_waits_for_health_and_prunes_safely(cluster: Cluster) {
         // again and updated like any other.
         let patch = json!({"spec": {"health": {"timeout": "60s"}}});
         env.apps().patch("web", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
-        wt.write("web/deploy.yaml", &deployment("nginx:1.29")).write("web/keep.yaml", &KEEP.replace("k: v", "k: v2"));
+        wt.write("web/deploy.yaml", &web_deployment("nginx:1.29")).write("web/keep.yaml", &KEEP.replace("k: v", "k: v2"));
         let fifth = wt.commit_and_push("web: fixed image, keep is back");
         env.refresh("platform", &fifth).await;
         let rev5 = until_phase(&env, "web", &fifth, RevisionPhase::Healthy, &mut BTreeSet::new()).await;
@@ -445,7 +457,7 @@ fn drift_is_reported_or_repaired_and_health_keeps_being_observed(cluster: Cluste
     runtime.block_on(async {
         let env = Env::start(&cluster, "drift").await;
         let wt = env.repository("platform").await;
-        wt.write("web/deploy.yaml", &deployment("nginx:1.27")).write("web/config.yaml", CONFIG);
+        wt.write("web/deploy.yaml", &web_deployment("nginx:1.27")).write("web/config.yaml", CONFIG);
         let commit = wt.commit_and_push("web");
         env.refresh("platform", &commit).await;
         env.create_app(
@@ -653,7 +665,7 @@ fn a_deployment_edited_by_hand_other_watched_kinds_and_zero_writes_at_rest(clust
     runtime.block_on(async {
         let env = Env::start(&cluster, "steady").await;
         let wt = env.repository("platform").await;
-        wt.write("web/deploy.yaml", &deployment("nginx:1.27"))
+        wt.write("web/deploy.yaml", &web_deployment("nginx:1.27"))
             .write("web/config.yaml", CONFIG)
             .write("web/sa.yaml", ROBOT);
         let commit = wt.commit_and_push("web");
@@ -1210,7 +1222,7 @@ fn an_attempt_waiting_for_health_does_not_read_its_unchanged_objects_again(clust
         let ns = "waiting";
         let (env, ctx) = Env::start_driven(&cluster, ns).await;
         // Its Pods become ready only after ten minutes: the attempt waits all test long.
-        let slow = deployment("nginx:1.27").replace("\"2000\"", "\"600000\"");
+        let slow = web_deployment_ready_after("nginx:1.27", 600000);
         env.app_from(
             "web",
             &[("web/config.yaml", CONFIG), ("web/deploy.yaml", &slow)],

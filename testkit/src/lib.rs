@@ -1,6 +1,7 @@
 //! Kuvryn Sync's test kit: the harness every integration test, the `ksync` tests and the load
 //! test run on. It locates the real tools, starts real Git servers on loopback, picks the cluster
-//! to run against, and runs the real binaries as their own processes.
+//! to run against, runs the real binaries as their own processes, and builds the manifests the
+//! tests commit.
 //!
 //! - [`Tools`]: the `helm` and `kubectl` that `scripts/install-tools` installed (real upstream
 //!   binaries, checksum-verified).
@@ -19,6 +20,7 @@
 //!   [`replica::Replica`] (a replica as a kubelet starts the chart's container, from the host or
 //!   from the image of [`image`]), [`ksync`] (the `ksync` binary as a user runs it). The binaries
 //!   are the ones the running test's build made ([`binaries`]).
+//! - [`manifests`]: builders of the manifests the tests commit, such as [`manifests::deployment`].
 //! - [`metrics`] scrapes a manager's `/metrics`; [`browser`] drives the dashboard in headless
 //!   Chromium.
 //!
@@ -34,6 +36,7 @@ pub mod browser;
 pub mod image;
 pub mod ksync;
 pub mod manager;
+pub mod manifests;
 pub mod metrics;
 pub mod replica;
 pub mod ssh;

@@ -18,8 +18,9 @@
 //!   to read plans off Revisions.
 //! - Processes: [`manager::Manager`] (`ksync-controller run` with its webhook),
 //!   [`replica::Replica`] (a replica as a kubelet starts the chart's container, from the host or
-//!   from the image of [`image`]), [`ksync`] (the `ksync` binary as a user runs it). The binaries
-//!   are the ones the running test's build made ([`binaries`]).
+//!   from the image of [`image`]), [`fleet`] (replicas sharding one namespace's Applications with
+//!   Leases), [`ksync`] (the `ksync` binary as a user runs it). The binaries are the ones the
+//!   running test's build made ([`binaries`]).
 //! - [`manifests`]: builders of the manifests the tests commit, such as [`manifests::deployment`].
 //! - [`metrics`] scrapes a manager's `/metrics`; [`browser`] drives the dashboard in headless
 //!   Chromium.
@@ -33,6 +34,7 @@
 pub mod apps;
 pub mod binaries;
 pub mod browser;
+pub mod fleet;
 pub mod image;
 pub mod ksync;
 pub mod manager;
@@ -188,6 +190,13 @@ impl GitServer {
             let _ = child.wait();
         }
         panic!("git daemon did not start");
+    }
+
+    /// Start a server with the empty repository `name`, and a work tree of it.
+    pub fn with_repo(name: &str) -> (GitServer, WorkTree) {
+        let server = GitServer::start();
+        let wt = WorkTree::clone(&server.create_repo(name));
+        (server, wt)
     }
 
     /// Create an empty bare repository `name` and return its `git://` URL.

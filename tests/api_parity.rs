@@ -2,11 +2,9 @@
 //! both (`NAME::simcluster`, `NAME::realkube`) against the same expectation, so the emulator
 //! cannot drift from its oracle again unnoticed.
 
-mod support;
-
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
 use serde_json::{Value, json};
-use support::{Cluster, apply_as};
+use testkit::{Cluster, apply_as};
 
 /// One kind: its API resource, whether it is namespaced, and a minimal valid object.
 struct Kind {
@@ -69,7 +67,7 @@ fn kinds() -> Vec<Kind> {
 /// for those whose strategy forbids it: Leases among them, which the shard fence relies on.
 fn an_update_without_resource_version_is_refused_where_the_server_refuses_it(cluster: Cluster) {
     const NS: &str = "parity";
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let client = cluster.client().await;
         apply_as(&client, "test", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})).await;
@@ -113,7 +111,7 @@ fn an_update_without_resource_version_is_refused_where_the_server_refuses_it(clu
     });
 }
 
-crate::both!(an_update_without_resource_version_is_refused_where_the_server_refuses_it);
+testkit::both!(an_update_without_resource_version_is_refused_where_the_server_refuses_it);
 
 /// One raw request as the admin: (status code, body as JSON, `Warning` headers).
 async fn call(
@@ -192,7 +190,7 @@ fn refused(message: &str) -> Result<Vec<String>, (u16, String)> {
 
 /// Wait until the namespace's `default` ServiceAccount exists (Pods need it).
 async fn default_service_account(client: &kube::Client, ns: &str) {
-    support::eventually("the default ServiceAccount", std::time::Duration::from_secs(30), || async {
+    testkit::eventually("the default ServiceAccount", std::time::Duration::from_secs(30), || async {
         let (code, _, _) = call(client, "GET", &format!("/api/v1/namespaces/{ns}/serviceaccounts/default"), None).await;
         (code == 200).then_some(())
     })
@@ -204,7 +202,7 @@ async fn default_service_account(client: &kube::Client, ns: &str) {
 /// selects that field, and each API version refuses the other's names.
 fn event_field_selectors_select_like_the_real_registry(cluster: Cluster) {
     const NS: &str = "parity";
-    support::runtime().block_on(async {
+    testkit::runtime().block_on(async {
         let client = cluster.client().await;
         apply_as(&client, "test", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})).await;
         let core = format!("/api/v1/namespaces/{NS}/events");
@@ -261,7 +259,7 @@ fn event_field_selectors_select_like_the_real_registry(cluster: Cluster) {
     });
 }
 
-crate::both!(event_field_selectors_select_like_the_real_registry);
+testkit::both!(event_field_selectors_select_like_the_real_registry);
 
 /// The field labels of other kinds: which each accepts (Namespaces, Nodes and
 /// CertificateSigningRequests not `metadata.namespace`; apps/v1 ReplicaSets only the metadata
@@ -270,7 +268,7 @@ crate::both!(event_field_selectors_select_like_the_real_registry);
 /// a Job's `status.successful`).
 fn field_labels_of_other_kinds_are_the_real_ones(cluster: Cluster) {
     const NS: &str = "parity";
-    support::runtime().block_on(async {
+    testkit::runtime().block_on(async {
         let client = cluster.client().await;
         apply_as(&client, "test", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})).await;
         let pods = format!("/api/v1/namespaces/{NS}/pods");
@@ -346,7 +344,7 @@ fn field_labels_of_other_kinds_are_the_real_ones(cluster: Cluster) {
     });
 }
 
-crate::both!(field_labels_of_other_kinds_are_the_real_ones);
+testkit::both!(field_labels_of_other_kinds_are_the_real_ones);
 
 /// A 422's message and its causes as (reason, field, message).
 fn invalid(body: &Value) -> (String, Vec<(String, String, String)>) {
@@ -372,7 +370,7 @@ fn invalid(body: &Value) -> (String, Vec<(String, String, String)>) {
 fn pod_updates_may_change_only_what_the_real_server_allows(cluster: Cluster) {
     const NS: &str = "parity";
     const ALLOWED: &str = "pod updates may not change fields other than `spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)";
-    support::runtime().block_on(async {
+    testkit::runtime().block_on(async {
         let client = cluster.client().await;
         apply_as(&client, "test", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})).await;
         default_service_account(&client, NS).await;
@@ -492,4 +490,4 @@ fn pod_updates_may_change_only_what_the_real_server_allows(cluster: Cluster) {
     });
 }
 
-crate::both!(pod_updates_may_change_only_what_the_real_server_allows);
+testkit::both!(pod_updates_may_change_only_what_the_real_server_allows);

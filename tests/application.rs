@@ -5,8 +5,6 @@
 //! nothing; the test plays the part of the rollout by server-side applying the desired objects
 //! itself. Rollouts are tested in `tests/rollout.rs`.
 
-mod support;
-
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
@@ -14,8 +12,8 @@ use kuvryn_sync::api::conditions;
 use kuvryn_sync::api::names;
 use kuvryn_sync::api::revision::{PlanAction, RevisionPhase};
 use serde_json::json;
-use support::apps::{Env, WAIT, action_of, apply_desired, entries, entry, planned};
-use support::{Cluster, eventually};
+use testkit::apps::{Env, WAIT, action_of, apply_desired, entries, entry, planned};
+use testkit::{Cluster, eventually};
 
 const CM_A: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\ndata:\n  color: blue\n  size: large\n";
 const CM_B: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: b\ndata:\n  k: v\n";
@@ -24,7 +22,7 @@ const SECRET: &str =
 const DEPLOY: &str = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  replicas: 2\n  selector:\n    matchLabels: {app: web}\n  template:\n    metadata:\n      labels: {app: web}\n    spec:\n      containers:\n      - name: web\n        image: nginx:1.27\n        resources:\n          requests: {cpu: \"1\"}\n";
 
 fn plans_follow_git_and_the_cluster(cluster: Cluster) {
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let env = Env::start(&cluster, "plan-test").await;
         let wt = env.repository("platform").await;
@@ -196,7 +194,7 @@ fn plans_follow_git_and_the_cluster(cluster: Cluster) {
 }
 
 fn failures_are_reported_and_nothing_is_touched(cluster: Cluster) {
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let env = Env::start(&cluster, "fail-test").await;
         let wt = env.repository("platform").await;
@@ -306,7 +304,7 @@ fn failures_are_reported_and_nothing_is_touched(cluster: Cluster) {
 #[ignore]
 fn plan_load() {
     let cluster = Cluster::start();
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let env = Env::start(&cluster, "plan-load").await;
         let wt = env.repository("platform").await;
@@ -363,7 +361,7 @@ fn plan_load() {
 /// controller kept of it is not used once the Revision watch shows it gone
 /// (`src/controller/application/revision_cache.rs`).
 fn a_desired_revision_deleted_by_hand_is_created_again(cluster: Cluster) {
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let ns = "revision-deleted";
         let env = Env::start(&cluster, ns).await;
@@ -406,7 +404,7 @@ fn a_desired_revision_deleted_by_hand_is_created_again(cluster: Cluster) {
 /// made to compact its watch history on demand.
 fn a_new_commit_is_not_held_back_by_failing_watches(cluster: Cluster) {
     let sim = cluster.sim().expect("simcluster");
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let ns = "watch-errors";
         let env = Env::start(&cluster, ns).await;
@@ -443,7 +441,7 @@ fn a_new_commit_is_not_held_back_by_failing_watches(cluster: Cluster) {
     });
 }
 
-crate::both!(
+testkit::both!(
     plans_follow_git_and_the_cluster,
     failures_are_reported_and_nothing_is_touched,
     a_desired_revision_deleted_by_hand_is_created_again,
@@ -452,6 +450,6 @@ crate::both!(
 mod a_new_commit_is_not_held_back_by_failing_watches {
     #[test]
     fn simcluster() {
-        super::a_new_commit_is_not_held_back_by_failing_watches(super::support::Cluster::start());
+        super::a_new_commit_is_not_held_back_by_failing_watches(testkit::Cluster::start());
     }
 }

@@ -6,8 +6,6 @@
 //! admin), split the shards, deploy an Application and notice its drift at once. A table of
 //! SubjectAccessReviews shows what that ServiceAccount may not do.
 
-mod support;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -22,8 +20,8 @@ use kube::discovery::ApiResource;
 use kuvryn_sync::api::revision::{Revision, RevisionPhase};
 use kuvryn_sync::api::{Application, Repository};
 use serde_json::{Value, json};
-use support::replica::{Replica, Runtime, shard_holders, token};
-use support::{Cluster, GitServer, Tools, WorkTree, eventually, install_crds, repo_root, temp_dir};
+use testkit::replica::{Replica, Runtime, shard_holders, token};
+use testkit::{Cluster, GitServer, Tools, WorkTree, eventually, install_crds, repo_root, temp_dir};
 
 const NS: &str = "kuvryn-system";
 const TENANT: &str = "team-a";
@@ -41,7 +39,7 @@ fn render_chart(tools: &Tools, chart: &Path, release: &str, values: &[&str]) -> 
     for v in values {
         cmd.args(["--set-json", v]);
     }
-    let out = support::run(&mut cmd);
+    let out = testkit::run(&mut cmd);
     kuvryn_sync::yaml::from_str_multiple::<Value>(&out)
         .expect("helm template prints YAML")
         .into_iter()
@@ -81,7 +79,7 @@ async fn apply_strict(client: &kube::Client, obj: &Value) {
 }
 
 async fn namespace(client: &kube::Client, name: &str) {
-    support::apply_as(client, "test", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}))
+    testkit::apply_as(client, "test", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}))
         .await;
 }
 
@@ -106,7 +104,7 @@ fn the_chart_is_lint_clean_and_its_schema_refuses_bad_values() {
     let tools = Tools::get();
     let home = temp_dir("helm-home");
     let chart = repo_root().join("deploy/chart");
-    support::run(tools.helm(home.path()).args(["lint", "--strict"]).arg(&chart));
+    testkit::run(tools.helm(home.path()).args(["lint", "--strict"]).arg(&chart));
     for (value, complaint) in [
         ("shards=0", "/shards"),
         ("replicas=\"two\"", "/replicas"),
@@ -153,7 +151,7 @@ fn the_chart_renders_objects_the_api_server_accepts(cluster: Cluster) {
             true,
         ),
     ];
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let client = cluster.client().await;
         namespace(&client, NS).await;
@@ -195,7 +193,7 @@ fn the_chart_renders_objects_the_api_server_accepts(cluster: Cluster) {
             let configs = of_kind(&objects, "MutatingWebhookConfiguration");
             if webhooks {
                 // The webhook configuration is the one the manager itself prints for this Service.
-                let printed = support::run(Command::new(support::manager::bin()).args([
+                let printed = testkit::run(Command::new(testkit::manager::bin()).args([
                     "webhook-configuration",
                     "--name",
                     &fullname,
@@ -283,7 +281,7 @@ async fn install(cluster: &Cluster, client: &kube::Client, objects: &[Value], ur
     for obj in objects.iter().filter(|o| o["kind"] != "Deployment") {
         apply_strict(client, obj).await;
     }
-    support::deployer_namespace(client, TENANT).await;
+    testkit::deployer_namespace(client, TENANT).await;
     let kubeconfig = dir.join("kubeconfig");
     cluster.write_kubeconfig(&kubeconfig, Some(&token(client, NS, "kuvryn-sync").await), None);
     let repos: Api<Repository> = Api::namespaced(client.clone(), TENANT);
@@ -328,7 +326,7 @@ fn replicas_with_the_charts_arguments_run_as_its_service_account(cluster: Cluste
     let server = GitServer::start();
     let url = tenant_repository(&server);
     let dir = temp_dir("chart-replicas");
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let client = cluster.client().await;
         let kubeconfig = install(&cluster, &client, &objects, &url, dir.path()).await;
@@ -369,16 +367,16 @@ fn replicas_with_the_charts_arguments_run_as_its_service_account(cluster: Cluste
 fn the_release_assets_hold_the_crds_and_the_chart() {
     let tools = Tools::get();
     let out = temp_dir("release");
-    let printed = support::run(
+    let printed = testkit::run(
         Command::new(repo_root().join("scripts/release-assets"))
             .arg("--binary")
-            .arg(support::manager::bin())
+            .arg(testkit::manager::bin())
             .arg(out.path()),
     );
     let chart = out.path().join("kuvryn-sync-0.1.0.tgz");
     let written: Vec<&str> = printed.lines().collect();
     assert_eq!(written.len(), 3, "crds.yaml, the chart and SHA256SUMS: {printed}");
-    support::run(Command::new("sha256sum").args(["--check", "--strict", "SHA256SUMS"]).current_dir(out.path()));
+    testkit::run(Command::new("sha256sum").args(["--check", "--strict", "SHA256SUMS"]).current_dir(out.path()));
 
     let asset = std::fs::read_to_string(out.path().join("crds.yaml")).unwrap();
     let docs = |text: &str| -> Vec<Value> {
@@ -399,7 +397,7 @@ fn the_release_assets_hold_the_crds_and_the_chart() {
     assert_eq!(from_asset, from_folder, "crds.yaml holds the CRDs of crds/");
     let cluster = Cluster::start();
     let home = temp_dir("release-kubectl");
-    let applied = support::run(
+    let applied = testkit::run(
         cluster.kubectl(&tools, home.path()).args(["apply", "--server-side", "-f"]).arg(out.path().join("crds.yaml")),
     );
     assert_eq!(applied.lines().filter(|l| l.contains("serverside-applied")).count(), 4, "{applied}");
@@ -427,7 +425,7 @@ fn a_rolling_update_leaves_no_shard_without_an_owner_for_a_lease_duration(cluste
     let server = GitServer::start();
     let url = tenant_repository(&server);
     let dir = temp_dir("chart-rolling");
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let client = cluster.client().await;
         let kubeconfig = install(&cluster, &client, &old, &url, dir.path()).await;
@@ -547,7 +545,7 @@ const ACCESS: &[(&str, &str, &str, &str, &str, &str, bool)] = &[
 fn the_charts_service_account_may_do_only_what_the_manager_needs(cluster: Cluster) {
     let tools = Tools::get();
     let objects = render(&tools, "kuvryn-sync", &["replicas=1"]);
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let client = cluster.client().await;
         namespace(&client, NS).await;
@@ -591,7 +589,7 @@ fn the_charts_service_account_may_do_only_what_the_manager_needs(cluster: Cluste
     });
 }
 
-crate::both!(
+testkit::both!(
     the_chart_renders_objects_the_api_server_accepts,
     replicas_with_the_charts_arguments_run_as_its_service_account,
     the_charts_service_account_may_do_only_what_the_manager_needs,

@@ -1,13 +1,11 @@
 //! The replica's Kubernetes client against an API server (simcluster and realkube): its default
 //! budget yields to API Priority and Fairness, and `429 Too Many Requests` is retried.
 
-mod support;
-
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams};
 use kuvryn_sync::client::{Budget, FLOW_SCHEMA_HEADER, Limiter};
 use simcluster::faults::{FaultAction, FaultRule};
-use support::{Cluster, temp_dir};
+use testkit::{Cluster, temp_dir};
 
 /// The configuration of `kubeconfig`.
 async fn config_of(kubeconfig: &std::path::Path) -> kube::Config {
@@ -26,12 +24,12 @@ async fn probe(client: &kube::Client, path: &str) -> (u16, bool) {
 /// first answer; an explicit budget is kept. The server classifies every authenticated request,
 /// and a request it does not authenticate is answered before Priority and Fairness.
 fn the_default_budget_yields_to_priority_and_fairness(cluster: Cluster) {
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let admin = cluster.client().await;
         let dir = temp_dir("client");
         let kubeconfig =
-            support::service_account_kubeconfig(&cluster, &admin, dir.path(), "default", "ksync-client").await;
+            testkit::service_account_kubeconfig(&cluster, &admin, dir.path(), "default", "ksync-client").await;
         let config = config_of(&kubeconfig).await;
         let default = Limiter::new(Budget { until_priority_and_fairness: true, ..Budget::default() });
         let explicit = Limiter::new(Budget::default());
@@ -53,7 +51,7 @@ fn the_default_budget_yields_to_priority_and_fairness(cluster: Cluster) {
     });
 }
 
-crate::both!(the_default_budget_yields_to_priority_and_fairness);
+testkit::both!(the_default_budget_yields_to_priority_and_fairness);
 
 /// A request the server answers 429 (as Priority and Fairness does when a priority level's
 /// queues are full) is sent again after `Retry-After`, a few times, then reported.
@@ -61,7 +59,7 @@ crate::both!(the_default_budget_yields_to_priority_and_fairness);
 fn too_many_requests_are_retried_a_few_times() {
     let cluster = Cluster::start();
     let sim = cluster.sim().expect("simcluster");
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let client = Limiter::unlimited().client(cluster.config().await).unwrap();
         let cms: Api<ConfigMap> = Api::namespaced(client, "default");

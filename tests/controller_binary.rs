@@ -2,8 +2,6 @@
 //! cache directory, serving Prometheus metrics, /healthz and /readyz; Applications appear from a Repository and are
 //! planned and rolled out; HealthChecks get their status; SIGTERM stops it within its drain limit.
 
-mod support;
-
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -15,7 +13,7 @@ use kuvryn_sync::api::revision::{Revision, RevisionPhase};
 use kuvryn_sync::api::{Application, Repository};
 use kuvryn_sync::api::{conditions, names};
 use serde_json::json;
-use support::{Cluster, GitServer, WorkTree, eventually, free_port, install_crds, temp_dir};
+use testkit::{Cluster, GitServer, WorkTree, eventually, free_port, install_crds, temp_dir};
 
 struct Kill(std::process::Child);
 
@@ -42,15 +40,15 @@ fn the_manager_process_discovers_applications_and_serves_metrics(cluster: Cluste
     runtime.block_on(async {
         let client = cluster.client().await;
         install_crds(&client).await;
-        support::apply_as(&client, "test", &json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "deployer", "namespace": "default"}})).await;
-        support::apply_as(&client, "test", &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        testkit::apply_as(&client, "test", &json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "deployer", "namespace": "default"}})).await;
+        testkit::apply_as(&client, "test", &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
             "metadata": {"name": "deployer", "namespace": "default"},
             "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]})).await;
-        support::apply_as(&client, "test", &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        testkit::apply_as(&client, "test", &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
             "metadata": {"name": "deployer", "namespace": "default"},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "deployer"},
             "subjects": [{"kind": "ServiceAccount", "name": "deployer", "namespace": "default"}]})).await;
-        let tools = support::Tools::get();
+        let tools = testkit::Tools::get();
         let _process = Kill(
             Command::new(env!("CARGO_BIN_EXE_ksync-controller"))
                 .args(["run", "--metrics-bind-address", &format!("127.0.0.1:{port}")])
@@ -110,7 +108,7 @@ fn the_manager_process_discovers_applications_and_serves_metrics(cluster: Cluste
             assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "200 ok", "/{path}: {}", String::from_utf8_lossy(&out.stderr));
         }
         // The process writes HealthCheck status (singleton work, here on the one replica).
-        support::apply_as(&client, "test", &json!({"apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "HealthCheck",
+        testkit::apply_as(&client, "test", &json!({"apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "HealthCheck",
             "metadata": {"name": "widgets", "namespace": "default"},
             "spec": {"target": {"apiVersion": "example.com/v1", "kind": "Widget"}, "current": "status.ready =="}})).await;
         let hcs: Api<HealthCheck> = Api::namespaced(client.clone(), "default");
@@ -123,7 +121,7 @@ fn the_manager_process_discovers_applications_and_serves_metrics(cluster: Cluste
     });
 }
 
-crate::both!(the_manager_process_discovers_applications_and_serves_metrics,);
+testkit::both!(the_manager_process_discovers_applications_and_serves_metrics,);
 
 /// A replica told to stop (SIGTERM) exits within its drain limit even when requests it has in
 /// flight never get an answer: here the API server accepts connections and never replies.
@@ -163,7 +161,7 @@ fn a_replica_stops_within_its_drain_limit_when_the_api_server_never_answers() {
     accepted.recv_timeout(Duration::from_secs(60)).expect("the replica to call the API server");
     let pid = rustix::process::Pid::from_child(&process.0);
     rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
-    let status = support::wait_for(
+    let status = testkit::wait_for(
         "the replica to exit after SIGTERM (its drain limit is 20s)",
         Duration::from_secs(60),
         || process.0.try_wait().unwrap(),

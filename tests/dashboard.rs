@@ -14,8 +14,6 @@
 //! - In headless Chromium: the sign-in form, pasting a token, the Applications page, a script
 //!   injected into it refused by the content security policy, signing out.
 
-mod support;
-
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
@@ -23,10 +21,10 @@ use std::time::Duration;
 use kube::api::{Api, Patch, PatchParams};
 use kuvryn_sync::api::application::Application;
 use serde_json::json;
-use support::browser::{LivePage, chromium};
-use support::manager::Manager;
-use support::replica::token;
-use support::{Cluster, apply_as, free_port, install_crds, wait_for};
+use testkit::browser::{LivePage, chromium};
+use testkit::manager::Manager;
+use testkit::replica::token;
+use testkit::{Cluster, apply_as, free_port, install_crds, wait_for};
 
 const A: &str = "dash-a";
 const B: &str = "dash-b";
@@ -130,7 +128,7 @@ async fn setup(client: &kube::Client) -> (String, String) {
 }
 
 fn the_manager_serves_the_dashboard_only_to_requests_with_a_token(cluster: Cluster) {
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     let client = runtime.block_on(cluster.client());
     let (viewer, reader) = runtime.block_on(setup(&client));
     let port = free_port();
@@ -236,7 +234,7 @@ fn the_manager_serves_the_dashboard_only_to_requests_with_a_token(cluster: Clust
     write!(events, "GET /events HTTP/1.1\r\nHost: dash.example\r\nAuthorization: Bearer {viewer}\r\n\r\n").unwrap();
     let apps: Api<Application> = Api::namespaced(client.clone(), B);
     let mut touched = 0;
-    let seen = support::browser::wait_for_event(&mut events, "applications", WAIT, || {
+    let seen = testkit::browser::wait_for_event(&mut events, "applications", WAIT, || {
         touched += 1;
         let patch = json!({"metadata": {"labels": {"touched": touched.to_string()}}});
         runtime.block_on(apps.patch("api", &PatchParams::default(), &Patch::Merge(&patch))).unwrap();
@@ -306,7 +304,7 @@ fn open_stream(port: u16, headers: &[(&str, &str)]) -> (TcpStream, u16) {
 /// token is refused (401) before any watch, twenty of them leave no retrying watch behind, and
 /// one token holds at most 8 streams at once.
 fn event_streams_need_a_token_the_api_server_accepts(cluster: Cluster) {
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     let client = runtime.block_on(cluster.client());
     let (viewer, _) = runtime.block_on(setup(&client));
     let port = free_port();
@@ -373,7 +371,7 @@ fn form_encode(s: &str) -> String {
     form_urlencoded::byte_serialize(s.as_bytes()).collect()
 }
 
-both!(
+testkit::both!(
     the_manager_serves_the_dashboard_only_to_requests_with_a_token,
     event_streams_need_a_token_the_api_server_accepts
 );

@@ -3,8 +3,6 @@
 //! waits again while the operator's next rollout is not Healthy; a cycle is reported on every
 //! member and nothing in it deploys until it is broken.
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -21,8 +19,8 @@ use kuvryn_sync::api::names;
 use kuvryn_sync::api::revision::RevisionPhase;
 use kuvryn_sync::decisions::dependencies::waiting_on;
 use serde_json::json;
-use support::apps::{Env, WAIT};
-use support::{Cluster, eventually};
+use testkit::apps::{Env, WAIT};
+use testkit::{Cluster, eventually};
 
 const CRD: &str = "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: widgets.dep.example.com\nspec:\n  group: dep.example.com\n  scope: Namespaced\n  names: {plural: widgets, singular: widget, kind: Widget}\n  versions:\n  - name: v1\n    served: true\n    storage: true\n    schema:\n      openAPIV3Schema:\n        type: object\n        x-kubernetes-preserve-unknown-fields: true\n";
 
@@ -66,7 +64,7 @@ fn spec_in(ns: &str, repository: &str, path: &str, deps: &[&str]) -> serde_json:
 /// dependent: the dependent waits again and keeps what it runs.
 fn a_dependent_waits_for_the_operator_that_serves_its_kind(cluster: Cluster) {
     const NS: &str = "deps-operator";
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let env = Env::start(&cluster, NS).await;
         env.allow_everything().await;
@@ -227,7 +225,7 @@ fn widgets(env: &Env) -> Api<DynamicObject> {
 /// nothing deployed; once `c` stops depending on `a`, they deploy in order.
 fn a_dependency_cycle_is_reported_on_every_member(cluster: Cluster) {
     const NS: &str = "deps-cycle";
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let env = Env::start(&cluster, NS).await;
         let wt = env.repository("platform").await;
@@ -287,7 +285,7 @@ fn a_dependency_cycle_is_reported_on_every_member(cluster: Cluster) {
 /// while wave 0 runs, wave 1 is not applied until it is resumed (and Healthy).
 fn a_rollout_under_way_waits_for_its_dependencies_before_its_next_wave(cluster: Cluster) {
     const NS: &str = "deps-waves";
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let env = Env::start(&cluster, NS).await;
         let wt = env.repository("platform").await;
@@ -334,7 +332,7 @@ fn a_rollout_under_way_waits_for_its_dependencies_before_its_next_wave(cluster: 
     });
 }
 
-crate::both!(
+testkit::both!(
     a_rollout_under_way_waits_for_its_dependencies_before_its_next_wave,
     a_dependent_waits_for_the_operator_that_serves_its_kind,
     a_dependency_cycle_is_reported_on_every_member
@@ -349,7 +347,7 @@ fn dependents_deploy_as_soon_as_their_dependencies_are_healthy() {
     const NS: &str = "deps-latency";
     const PAIRS: usize = 100;
     let cluster = Cluster::start();
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let env = Env::start(&cluster, NS).await;
         let wt = env.repository("platform").await;

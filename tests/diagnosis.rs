@@ -2,8 +2,6 @@
 //! produces (simcluster's scheduler and kubelet, on simcluster and as clients of a real
 //! kube-apiserver), each asserting the whole path from the unhealthy resource to the evidence.
 
-mod support;
-
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::discovery::ApiResource;
 use kuvryn_sync::api::Application;
@@ -11,14 +9,13 @@ use kuvryn_sync::api::application::Diagnosis;
 use kuvryn_sync::api::names;
 use kuvryn_sync::gather::{self, Budget};
 use serde_json::json;
-use support::apps::Env;
-use support::{Cluster, eventually};
+use testkit::apps::Env;
+use testkit::manifests::deployment;
+use testkit::{Cluster, eventually};
 
 /// A Deployment `name` (one replica) whose Pod spec is `pod` (YAML, indented for the template).
-fn deployment(name: &str, pod: &str) -> String {
-    format!(
-        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: {name}\nspec:\n  replicas: 1\n  selector:\n    matchLabels: {{app: {name}}}\n  template:\n    metadata:\n      labels: {{app: {name}}}\n    spec:\n{pod}"
-    )
+fn with_pod(name: &str, pod: &str) -> String {
+    deployment(name).pod_spec(pod).to_string()
 }
 
 /// `(reason, [edge kind])` with the last step's name and whether it is missing.
@@ -53,7 +50,7 @@ fn scenarios() -> Vec<Scenario> {
             "config",
             vec![(
                 "config/deploy.yaml".into(),
-                deployment(
+                with_pod(
                     "config",
                     "      containers:\n      - name: app\n        image: nginx:1.27\n        volumeMounts: [{name: flags, mountPath: /etc/flags}]\n      volumes:\n      - {name: flags, configMap: {name: flags}}\n",
                 ),
@@ -65,7 +62,7 @@ fn scenarios() -> Vec<Scenario> {
             "secret",
             vec![(
                 "secret/deploy.yaml".into(),
-                deployment(
+                with_pod(
                     "secret",
                     "      containers:\n      - name: app\n        image: nginx:1.27\n        envFrom: [{secretRef: {name: creds}}]\n",
                 ),
@@ -77,7 +74,7 @@ fn scenarios() -> Vec<Scenario> {
             "pull",
             vec![(
                 "pull/deploy.yaml".into(),
-                deployment("pull", "      containers:\n      - {name: app, image: registry.invalid/team/app:1.0}\n"),
+                with_pod("pull", "      containers:\n      - {name: app, image: registry.invalid/team/app:1.0}\n"),
             )],
             ("Deployment pull", &["ImagePullBackOff", "ErrImagePull"], owned(""), ""),
             "registry.invalid/team/app:1.0",
@@ -86,7 +83,7 @@ fn scenarios() -> Vec<Scenario> {
             "crash",
             vec![(
                 "crash/deploy.yaml".into(),
-                deployment(
+                with_pod(
                     "crash",
                     "      containers:\n      - name: app\n        image: nginx:1.27\n        env: [{name: SIMCLUSTER_EXIT_CODE, value: \"3\"}, {name: SIMCLUSTER_RUN_MS, value: \"100\"}]\n",
                 ),
@@ -98,7 +95,7 @@ fn scenarios() -> Vec<Scenario> {
             "gpu",
             vec![(
                 "gpu/deploy.yaml".into(),
-                deployment("gpu", "      nodeSelector: {pool: gpu}\n      containers:\n      - {name: app, image: nginx:1.27}\n"),
+                with_pod("gpu", "      nodeSelector: {pool: gpu}\n      containers:\n      - {name: app, image: nginx:1.27}\n"),
             )],
             ("Deployment gpu", &["Unschedulable"], owned(""), ""),
             "untolerated taint",
@@ -108,7 +105,7 @@ fn scenarios() -> Vec<Scenario> {
             vec![
                 (
                     "claim/deploy.yaml".into(),
-                    deployment(
+                    with_pod(
                         "claim",
                         "      containers:\n      - {name: app, image: nginx:1.27}\n      volumes:\n      - {name: data, persistentVolumeClaim: {claimName: data}}\n",
                     ),
@@ -126,7 +123,7 @@ fn scenarios() -> Vec<Scenario> {
             vec![
                 (
                     "idle/deploy.yaml".into(),
-                    deployment(
+                    with_pod(
                         "idle",
                         "      containers:\n      - name: app\n        image: nginx:1.27\n        env: [{name: SIMCLUSTER_READY, value: \"false\"}]\n",
                     ),
@@ -144,7 +141,7 @@ fn scenarios() -> Vec<Scenario> {
             vec![
                 (
                     "front/deploy.yaml".into(),
-                    deployment(
+                    with_pod(
                         "front",
                         "      containers:\n      - name: app\n        image: nginx:1.27\n        env: [{name: SIMCLUSTER_READY, value: \"false\"}]\n",
                     ),
@@ -170,7 +167,7 @@ fn scenarios() -> Vec<Scenario> {
             "late",
             vec![(
                 "late/deploy.yaml".into(),
-                deployment(
+                with_pod(
                     "late",
                     "      containers:\n      - name: app\n        image: nginx:1.27\n        env: [{name: SIMCLUSTER_EXIT_CODE, value: \"2\"}, {name: SIMCLUSTER_RUN_MS, value: \"4000\"}]\n",
                 ),
@@ -191,7 +188,7 @@ fn scenarios() -> Vec<Scenario> {
 }
 
 fn every_kind_of_evidence_is_diagnosed(cluster: Cluster) {
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let env = Env::start(&cluster, "diagnosis").await;
         // A Node only a taint keeps the `gpu` Pods from.
@@ -235,7 +232,7 @@ fn every_kind_of_evidence_is_diagnosed(cluster: Cluster) {
                     && (last.is_empty() || l == *last)
                     && d.message.contains(text)
             };
-            let deadline = std::time::Instant::now() + support::apps::WAIT * 2;
+            let deadline = std::time::Instant::now() + testkit::apps::WAIT * 2;
             loop {
                 let a: Application = env.apps().get(app).await.unwrap();
                 let d = a.status.as_ref().and_then(|s| s.diagnosis.clone());
@@ -259,7 +256,7 @@ fn every_kind_of_evidence_is_diagnosed(cluster: Cluster) {
              "subjects": [{"kind": "ServiceAccount", "name": "limited", "namespace": "diagnosis"}]},
         ]);
         for o in limited.as_array().unwrap() {
-            support::apply_as(&env.client, "test", o).await;
+            testkit::apply_as(&env.client, "test", o).await;
         }
         env.create_app(
             "limited",
@@ -267,7 +264,7 @@ fn every_kind_of_evidence_is_diagnosed(cluster: Cluster) {
                    "destination": {"namespace": "diagnosis"}, "health": {"timeout": "10s"}}),
         )
         .await;
-        let deadline = std::time::Instant::now() + support::apps::WAIT * 2;
+        let deadline = std::time::Instant::now() + testkit::apps::WAIT * 2;
         let d = loop {
             let a: Application = env.apps().get("limited").await.unwrap();
             if let Some(d) = a.status.as_ref().and_then(|s| s.diagnosis.clone()) {
@@ -288,7 +285,7 @@ fn every_kind_of_evidence_is_diagnosed(cluster: Cluster) {
         );
         // A Deployment Healthy at first whose Pod then crash-loops: Degraded while deployed, with
         // a HealthDegraded Event naming the root cause.
-        let ev = eventually("a HealthDegraded Event with the root cause", support::apps::WAIT * 2, || async {
+        let ev = eventually("a HealthDegraded Event with the root cause", testkit::apps::WAIT * 2, || async {
             let ev = env.events("late").await;
             ev.into_iter().find(|e| e.1 == names::events::HEALTH_DEGRADED && e.2.contains("root cause: CrashLoopBackOff"))
         })
@@ -301,7 +298,7 @@ fn every_kind_of_evidence_is_diagnosed(cluster: Cluster) {
 /// ConfigMaps, Secrets and ServiceAccounts, the Deployments' Pods running): the requests and the
 /// time, printed for `docs/diagnosis.md`; and a budget of requests is never exceeded.
 fn the_cost_of_a_diagnosis_is_bounded(cluster: Cluster) {
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let ns = "cost";
         let env = Env::without_controllers(&cluster, ns).await;
@@ -322,7 +319,7 @@ fn the_cost_of_a_diagnosis_is_bounded(cluster: Cluster) {
         }
         let mut managed = std::collections::BTreeMap::new();
         for o in &objects {
-            let live = support::apply_as(&env.client, "test", o).await;
+            let live = testkit::apply_as(&env.client, "test", o).await;
             let (group, _) = kuvryn_sync::graph::refs::split_api_version(o["apiVersion"].as_str().unwrap());
             let r = kuvryn_sync::api::application::ResourceRef {
                 group: group.into(),
@@ -333,7 +330,7 @@ fn the_cost_of_a_diagnosis_is_bounded(cluster: Cluster) {
             managed.insert(r, live);
         }
         let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(env.client.clone(), ns);
-        eventually("20 Pods", support::apps::WAIT, || async {
+        eventually("20 Pods", testkit::apps::WAIT, || async {
             let n = pods.list(&Default::default()).await.ok()?.items.len();
             (n == 20).then_some(())
         })
@@ -362,4 +359,4 @@ fn the_cost_of_a_diagnosis_is_bounded(cluster: Cluster) {
     });
 }
 
-crate::both!(every_kind_of_evidence_is_diagnosed, the_cost_of_a_diagnosis_is_bounded);
+testkit::both!(every_kind_of_evidence_is_diagnosed, the_cost_of_a_diagnosis_is_bounded);

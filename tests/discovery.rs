@@ -1,18 +1,16 @@
 //! API discovery against the cluster (simcluster, or the one in `KSYNC_E2E_KUBECONFIG`): the
 //! scopes validation relies on, including kinds a CRD adds.
 
-mod support;
-
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::Api;
 use kuvryn_sync::plan::validate::Scopes;
 use kuvryn_sync::watch::discovery::ClusterScopes;
 use serde_json::json;
-use support::apps::{Env, WAIT};
-use support::{Cluster, apply_as, eventually, install_crds};
+use testkit::apps::{Env, WAIT};
+use testkit::{Cluster, apply_as, eventually, install_crds};
 
 fn discovery_knows_built_in_and_custom_kinds_and_their_scope(cluster: Cluster) {
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let client = cluster.client().await;
         let before = ClusterScopes::discover(&client).await.unwrap();
@@ -31,14 +29,14 @@ fn discovery_knows_built_in_and_custom_kinds_and_their_scope(cluster: Cluster) {
     });
 }
 
-crate::both!(discovery_knows_built_in_and_custom_kinds_and_their_scope,);
+testkit::both!(discovery_knows_built_in_and_custom_kinds_and_their_scope,);
 
 // See: issue 18, item 8. An aggregated API whose backend is down (here `metrics.k8s.io` served by
 // a Service without endpoints, as with a broken metrics-server) answers 503 to discovery: the
 // other groups are still discovered and Applications still deploy.
 fn an_unavailable_api_group_does_not_stop_reconciles(cluster: Cluster) {
     const NS: &str = "broken-group";
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let env = Env::start(&cluster, NS).await;
         apply_as(&env.client, "test", &json!({"apiVersion": "v1", "kind": "Service",
@@ -97,6 +95,6 @@ fn an_unavailable_api_group_does_not_stop_reconciles(cluster: Cluster) {
 mod an_unavailable_api_group_does_not_stop_reconciles {
     #[test]
     fn realkube() {
-        super::an_unavailable_api_group_does_not_stop_reconciles(super::support::Cluster::real());
+        super::an_unavailable_api_group_does_not_stop_reconciles(testkit::Cluster::real());
     }
 }

@@ -2,8 +2,6 @@
 //! servers: it never deletes what is not its own to delete (issue 18, item 6), and it never wedges
 //! the namespace it lives in.
 
-mod support;
-
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, DynamicObject};
@@ -11,8 +9,8 @@ use kube::discovery::ApiResource;
 use kuvryn_sync::api::names;
 use kuvryn_sync::api::revision::RevisionPhase;
 use serde_json::{Value, json};
-use support::apps::{Env, WAIT};
-use support::{Cluster, apply_as, eventually};
+use testkit::apps::{Env, WAIT};
+use testkit::{Cluster, apply_as, eventually};
 
 /// How long a namespace may take to be emptied and removed by the namespace controller.
 const NAMESPACE_GONE: std::time::Duration = std::time::Duration::from_secs(120);
@@ -82,7 +80,7 @@ fn spec(env: &Env, path: &str, cluster_kinds: Value) -> Value {
 /// manage is kept, with that object, and a PruneSkipped Warning Event names it; a managed
 /// Namespace holding only the Application's objects is deleted, and so is everything else.
 fn a_namespace_holding_what_the_application_does_not_manage_is_kept(cluster: Cluster) {
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let env = Env::start(&cluster, "fin-ns").await;
         env.allow_everything().await;
@@ -127,11 +125,11 @@ fn a_namespace_holding_what_the_application_does_not_manage_is_kept(cluster: Clu
 /// Application does not manage (in any namespace) is kept, with that resource, and a PruneSkipped
 /// Warning Event names it; one whose resources are all the Application's is deleted.
 fn a_crd_with_custom_resources_the_application_does_not_manage_is_kept(cluster: Cluster) {
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let env = Env::start(&cluster, "fin-crd").await;
         env.allow_everything().await;
-        support::deployer_namespace(&env.client, "fin-crd-other").await;
+        testkit::deployer_namespace(&env.client, "fin-crd-other").await;
         let wt = env.repository("platform").await;
         wt.write("app/widgets.yaml", &crd("widgets", "Widget"))
             .write("app/gadgets.yaml", &crd("gadgets", "Gadget"))
@@ -189,7 +187,7 @@ fn a_crd_with_custom_resources_the_application_does_not_manage_is_kept(cluster: 
 /// that namespace would be refused; the finalizer tries none there, deletes what it manages
 /// elsewhere as far as it still may, and lets the Application go, and the namespace with it.
 fn an_application_does_not_wedge_its_own_namespace_being_deleted(cluster: Cluster) {
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let env = Env::start(&cluster, "fin-own").await;
         // The service account's rights: its Role in fin-own (Env), and ConfigMaps in
@@ -262,7 +260,7 @@ fn an_application_does_not_wedge_its_own_namespace_being_deleted(cluster: Cluste
     });
 }
 
-crate::both!(
+testkit::both!(
     a_namespace_holding_what_the_application_does_not_manage_is_kept,
     a_crd_with_custom_resources_the_application_does_not_manage_is_kept,
     an_application_does_not_wedge_its_own_namespace_being_deleted,

@@ -2,11 +2,9 @@
 
 use std::process::Command;
 
-mod support;
-
 #[test]
 fn crds_folder_is_current() {
-    let stale = kuvryn_sync::manager::stale_files(&support::repo_root().join("crds")).unwrap();
+    let stale = kuvryn_sync::manager::stale_files(&testkit::repo_root().join("crds")).unwrap();
     assert!(
         stale.is_empty(),
         "crds/ is stale: {stale:?}\nregenerate with: cargo run --bin ksync-controller -- crds --out crds"
@@ -15,10 +13,10 @@ fn crds_folder_is_current() {
 
 #[test]
 fn crds_check_fails_on_a_stale_folder_and_names_the_fix() {
-    let dir = support::temp_dir("crds");
+    let dir = testkit::temp_dir("crds");
     let bin = env!("CARGO_BIN_EXE_ksync-controller");
-    support::run(Command::new(bin).args(["crds", "--out"]).arg(dir.path()));
-    support::run(Command::new(bin).args(["crds", "--check", "--out"]).arg(dir.path()));
+    testkit::run(Command::new(bin).args(["crds", "--out"]).arg(dir.path()));
+    testkit::run(Command::new(bin).args(["crds", "--check", "--out"]).arg(dir.path()));
 
     std::fs::write(dir.path().join("applications.sync.kuvryn.io.yaml"), "edited by hand\n").unwrap();
     std::fs::write(dir.path().join("leftover.yaml"), "old\n").unwrap();
@@ -32,7 +30,7 @@ fn crds_check_fails_on_a_stale_folder_and_names_the_fix() {
 
 #[test]
 fn printed_crds_are_the_generated_files() {
-    let out = support::run(Command::new(env!("CARGO_BIN_EXE_ksync-controller")).arg("crds"));
+    let out = testkit::run(Command::new(env!("CARGO_BIN_EXE_ksync-controller")).arg("crds"));
     let docs: Vec<serde_json::Value> = kuvryn_sync::yaml::from_str_multiple(&out).unwrap();
     let names: Vec<_> = docs.iter().map(|d| d["metadata"]["name"].as_str().unwrap().to_string()).collect();
     assert_eq!(
@@ -49,7 +47,7 @@ fn printed_crds_are_the_generated_files() {
 
 #[test]
 fn the_manager_logs_json_on_request() {
-    let dir = support::temp_dir("crds");
+    let dir = testkit::temp_dir("crds");
     let out = Command::new(env!("CARGO_BIN_EXE_ksync-controller"))
         .args(["--log-format", "json", "crds", "--out"])
         .arg(dir.path())

@@ -1,9 +1,7 @@
 //! The shared harness itself works: a real git server on loopback, the real tools, and the
 //! end-to-end CRD check against a real cluster when one is named.
 
-mod support;
-
-use support::{Cluster, GitServer, Tools, WorkTree, git_cmd, run, temp_dir};
+use testkit::{Cluster, GitServer, Tools, WorkTree, git_cmd, run, temp_dir};
 
 #[test]
 fn git_server_serves_pushed_commits() {
@@ -49,10 +47,22 @@ fn api_server_accepts_the_crds(cluster: Cluster) {
     let out = run(cluster
         .kubectl(&tools, home.path())
         .args(["apply", "--server-side", "--dry-run=server", "--field-manager=kuvryn-sync-test", "-f"])
-        .arg(support::repo_root().join("crds")));
+        .arg(testkit::repo_root().join("crds")));
     for crd in ["repositories", "applications", "revisions", "healthchecks"] {
         assert!(out.contains(&format!("{crd}.sync.kuvryn.io")), "{out}");
     }
 }
 
-crate::both!(api_server_accepts_the_crds,);
+testkit::both!(api_server_accepts_the_crds,);
+
+/// The test kit finds the binaries at run time (a library gets no `CARGO_BIN_EXE_*`): the very
+/// files Cargo built for this package's tests.
+#[test]
+fn the_kit_runs_the_binaries_cargo_built_for_these_tests() {
+    let same =
+        |a: &std::path::Path, b: &str| a.canonicalize().unwrap() == std::path::Path::new(b).canonicalize().unwrap();
+    let controller = testkit::manager::bin();
+    assert!(same(&controller, env!("CARGO_BIN_EXE_ksync-controller")), "{}", controller.display());
+    // The root package's tests get `ksync` from beside `ksync-controller`.
+    assert_eq!(testkit::binaries::built("ksync"), controller.with_file_name("ksync"));
+}

@@ -3,8 +3,6 @@
 //! invalid HealthCheck is reported on its status (Stalled, InvalidExpression) while the objects
 //! of its kind are Unknown, until it is fixed.
 
-mod support;
-
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::discovery::ApiResource;
 use kuvryn_sync::api::application::Application;
@@ -12,8 +10,8 @@ use kuvryn_sync::api::conditions;
 use kuvryn_sync::api::healthcheck::HealthCheck;
 use kuvryn_sync::api::names;
 use serde_json::{Value, json};
-use support::apps::{Env, WAIT};
-use support::{Cluster, apply_as, eventually};
+use testkit::apps::{Env, WAIT};
+use testkit::{Cluster, apply_as, eventually};
 
 const GROUP: &str = "hc.example.com";
 
@@ -69,7 +67,7 @@ async fn set_phase(api: &Api<DynamicObject>, phase: &str) {
 }
 
 fn a_healthcheck_decides_the_health_of_its_kind(cluster: Cluster) {
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let ns = "healthcheck";
         let env = Env::start(&cluster, ns).await;
@@ -117,9 +115,9 @@ fn a_healthcheck_decides_the_health_of_its_kind(cluster: Cluster) {
         let (_, message) = until_health(&env, "the Application to be Degraded", |s, _| s == "Degraded").await;
         assert!(message.contains("Gadget healthcheck/g1: HealthCheck gadgets: failed is true"), "{message}");
         // `ksync app` and `ksync graph` judge the Gadget by the HealthCheck too.
-        let shown = support::ksync::ok(&cluster, ns, &["app", "gadgets"]).stdout;
+        let shown = testkit::ksync::ok(&cluster, ns, &["app", "gadgets"]).stdout;
         assert!(shown.contains("HealthCheck gadgets: failed is true"), "{shown}");
-        let graph = support::ksync::ok(&cluster, ns, &["graph", "gadgets"]).stdout;
+        let graph = testkit::ksync::ok(&cluster, ns, &["graph", "gadgets"]).stdout;
         assert!(graph.contains("Gadget.hc.example.com healthcheck/g1  Degraded"), "{graph}");
         set_phase(&gadgets, "Ready").await;
         env.poke("gadgets", "recovered").await;
@@ -152,4 +150,4 @@ fn a_healthcheck_decides_the_health_of_its_kind(cluster: Cluster) {
     });
 }
 
-crate::both!(a_healthcheck_decides_the_health_of_its_kind);
+testkit::both!(a_healthcheck_decides_the_health_of_its_kind);

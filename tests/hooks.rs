@@ -3,8 +3,6 @@
 //! scenario here runs on both): PreSync before any apply, PostSync after Healthy, SyncFail on
 //! a failed attempt, delete policies, and a Helm chart's own hooks.
 
-mod support;
-
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
@@ -13,8 +11,8 @@ use kube::api::Api;
 use kuvryn_sync::api::names;
 use kuvryn_sync::api::revision::{AttemptResult, HookPhase, PlanAction, RevisionPhase};
 use serde_json::json;
-use support::Cluster;
-use support::apps::{Env, entries, entry};
+use testkit::Cluster;
+use testkit::apps::{Env, entries, entry};
 
 /// A Job hook of `phase` whose one Pod runs for `run_ms` and exits with `exit`, with extra
 /// annotations `more` (YAML flow mappings' inside, e.g. `"a: b, "`).
@@ -58,7 +56,7 @@ fn spec(ns: &str, path: &str, extra: serde_json::Value) -> serde_json::Value {
 
 /// The Application's status after the Revision's: its Ready reason.
 async fn app_ready_reason(env: &Env, want: &str) {
-    support::eventually("the Application's Ready reason", support::apps::WAIT, || async {
+    testkit::eventually("the Application's Ready reason", testkit::apps::WAIT, || async {
         let app = env.apps().get("app").await.ok()?;
         let ready = app
             .status
@@ -76,7 +74,7 @@ async fn app_ready_reason(env: &Env, want: &str) {
 /// again, as a new object (`BeforeHookCreation`).
 fn presync_before_any_apply_and_postsync_after_healthy(cluster: Cluster) {
     const NS: &str = "hooks";
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let env = Env::start(&cluster, NS).await;
         let post = hook_job("smoke", "PostSync", "sync.kuvryn.io/hook-delete-policy: HookSucceeded, ", 500, 0);
@@ -96,7 +94,7 @@ fn presync_before_any_apply_and_postsync_after_healthy(cluster: Cluster) {
         let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), NS);
         let deployments: Api<Deployment> = Api::namespaced(env.client.clone(), NS);
         // The PostSync Job exists between its creation and its deletion: catch it.
-        let smoke = support::eventually("the PostSync Job", support::apps::WAIT, || async {
+        let smoke = testkit::eventually("the PostSync Job", testkit::apps::WAIT, || async {
             jobs.get_opt("smoke").await.ok().flatten()
         })
         .await;
@@ -156,7 +154,7 @@ fn presync_before_any_apply_and_postsync_after_healthy(cluster: Cluster) {
             );
         }
         // HookSucceeded: the PostSync Job is deleted; the PreSync Job (BeforeHookCreation) stays.
-        support::eventually("the PostSync Job deleted", support::apps::WAIT, || async {
+        testkit::eventually("the PostSync Job deleted", testkit::apps::WAIT, || async {
             jobs.get_opt("smoke").await.ok()?.is_none().then_some(())
         })
         .await;
@@ -184,7 +182,7 @@ fn presync_before_any_apply_and_postsync_after_healthy(cluster: Cluster) {
         let commit = wt.commit_and_push("settings 2");
         env.refresh("platform", &commit).await;
         let first_uid = migrate.metadata.uid.clone();
-        let rerun = support::eventually("the PreSync Job created again", support::apps::WAIT, || async {
+        let rerun = testkit::eventually("the PreSync Job created again", testkit::apps::WAIT, || async {
             let j = jobs.get_opt("migrate").await.ok()??;
             (j.metadata.uid != first_uid).then_some(j)
         })
@@ -204,7 +202,7 @@ fn presync_before_any_apply_and_postsync_after_healthy(cluster: Cluster) {
 /// runs after it, and the failure names the hook.
 fn a_failing_presync_hook_fails_the_attempt_and_runs_syncfail(cluster: Cluster) {
     const NS: &str = "hooks-fail";
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let env = Env::start(&cluster, NS).await;
         env.app_from(
@@ -259,7 +257,7 @@ fn a_failing_presync_hook_fails_the_attempt_and_runs_syncfail(cluster: Cluster) 
 /// never created; with `spec.strategy.hooks: false` no hook is created and the plan says why.
 fn a_helm_charts_hooks_map_to_sync_hooks(cluster: Cluster) {
     const NS: &str = "helm-hooks";
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let env = Env::start(&cluster, NS).await;
         let job = "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: {{ .Release.Name }}-migrate\n  annotations:\n    helm.sh/hook: pre-install,pre-upgrade\n    helm.sh/hook-weight: \"-1\"\n    helm.sh/hook-delete-policy: hook-succeeded\nspec:\n  backoffLimit: 0\n  template:\n    metadata:\n      annotations: {simcluster.kuvryn.io/run-ms: \"2000\"}\n    spec:\n      restartPolicy: Never\n      containers:\n      - name: migrate\n        image: busybox:1.36\n";
@@ -276,7 +274,7 @@ fn a_helm_charts_hooks_map_to_sync_hooks(cluster: Cluster) {
         )
         .await;
         let jobs: Api<Job> = Api::namespaced(env.client.clone(), NS);
-        let migrate = support::eventually("the pre-install Job", support::apps::WAIT, || async {
+        let migrate = testkit::eventually("the pre-install Job", testkit::apps::WAIT, || async {
             jobs.get_opt("app-migrate").await.ok().flatten()
         })
         .await;
@@ -297,7 +295,7 @@ fn a_helm_charts_hooks_map_to_sync_hooks(cluster: Cluster) {
         let created = time_of(migrate.metadata.creation_timestamp.as_ref(), "the Job");
         assert!(created <= applied);
         // hook-succeeded: deleted once it succeeded.
-        support::eventually("the Job deleted", support::apps::WAIT, || async {
+        testkit::eventually("the Job deleted", testkit::apps::WAIT, || async {
             jobs.get_opt("app-migrate").await.ok()?.is_none().then_some(())
         })
         .await;
@@ -335,12 +333,12 @@ fn a_helm_charts_hooks_map_to_sync_hooks(cluster: Cluster) {
 /// nothing of the plan is applied.
 fn a_hook_never_takes_an_object_it_did_not_make(cluster: Cluster) {
     const NS: &str = "hooks-theirs";
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let env = Env::start(&cluster, NS).await;
         let theirs = json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": "lock", "namespace": NS}, "data": {"owner": "a person"}});
-        let made = support::apply_as(&env.client, "kubectl", &theirs).await;
+        let made = testkit::apply_as(&env.client, "kubectl", &theirs).await;
         let lock = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: lock\n  annotations: {sync.kuvryn.io/hook: PreSync}\ndata:\n  owner: the hook\n";
         env.app_from(
             "app",
@@ -363,7 +361,7 @@ fn a_hook_never_takes_an_object_it_did_not_make(cluster: Cluster) {
     });
 }
 
-crate::both!(
+testkit::both!(
     a_hook_never_takes_an_object_it_did_not_make,
     presync_before_any_apply_and_postsync_after_healthy,
     a_failing_presync_hook_fails_the_attempt_and_runs_syncfail,

@@ -20,8 +20,6 @@ use std::process::Command;
 
 use regex::Regex;
 
-mod support;
-
 /// `git` in `dir`, its stdout (panics with stderr on failure).
 fn git(dir: &Path, args: &[&str]) -> Vec<u8> {
     let out = Command::new("git")
@@ -138,7 +136,7 @@ fn problems(root: &Path) -> Vec<String> {
 
 #[test]
 fn this_clone_is_self_contained() {
-    let root = support::repo_root();
+    let root = testkit::repo_root();
     let found = problems(&root);
     assert!(
         found.is_empty(),
@@ -149,7 +147,7 @@ fn this_clone_is_self_contained() {
 
 /// A scratch repository with one commit of `files` (path, contents) and `links` (path, target).
 fn scratch(files: &[(&str, &str)], links: &[(&str, &str)]) -> tempfile::TempDir {
-    let dir = support::temp_dir("hygiene");
+    let dir = testkit::temp_dir("hygiene");
     git(dir.path(), &["init", "-q"]);
     for (path, contents) in files {
         let p = dir.path().join(path);
@@ -226,7 +224,7 @@ fn normal_dependencies(package: &str) -> BTreeSet<String> {
         ])
         .arg(package)
         .arg("--manifest-path")
-        .arg(support::repo_root().join("Cargo.toml"))
+        .arg(testkit::repo_root().join("Cargo.toml"))
         .output()
         .expect("cargo tree");
     assert!(out.status.success(), "cargo tree: {}", String::from_utf8_lossy(&out.stderr));
@@ -269,7 +267,7 @@ fn controller_problems(path: &str, text: &str) -> Vec<String> {
 
 #[test]
 fn every_controller_backs_off_per_watch() {
-    let root = support::repo_root();
+    let root = testkit::repo_root();
     let mut problems = Vec::new();
     let mut controllers = 0;
     for (_, _, path) in tracked(&root) {
@@ -315,7 +313,7 @@ fn replica_state_problems(path: &str, text: &str) -> Vec<String> {
 
 #[test]
 fn replica_state_keeps_its_locks() {
-    let root = support::repo_root();
+    let root = testkit::repo_root();
     let mut problems = Vec::new();
     let mut files = 0;
     for (_, _, path) in tracked(&root) {

@@ -7,8 +7,6 @@
 //! Deployment whose status alone moved since (its controller's bookkeeping) is read but not
 //! dry-run again. simcluster only: its audit log shows every write and dry run.
 
-mod support;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
@@ -18,9 +16,9 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use kuvryn_sync::api::application::SyncState;
 use kuvryn_sync::api::{Application, Repository};
 use serde_json::json;
-use support::manager::Manager;
-use support::metrics::{Samples, metrics_until, value};
-use support::{Cluster, GitServer, WorkTree, eventually, free_port, install_crds};
+use testkit::manager::Manager;
+use testkit::metrics::{Samples, metrics_until, value};
+use testkit::{Cluster, GitServer, WorkTree, eventually, free_port, install_crds};
 
 const NS: &str = "idle";
 const DEPLOYER: &str = "system:serviceaccount:idle:deployer";
@@ -78,11 +76,11 @@ fn an_idle_application_is_not_read_again_until_something_changes() {
     );
     work.commit_and_push("web");
     let port = free_port();
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let client = cluster.client().await;
         install_crds(&client).await;
-        support::deployer_namespace(&client, NS).await;
+        testkit::deployer_namespace(&client, NS).await;
         let _manager = Manager::start_with_metrics(
             &cluster,
             &["--enable-webhooks", "false", "--drift-resync-interval", "1s"],

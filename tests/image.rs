@@ -3,13 +3,11 @@
 //! starts from it as the image's user; and, where buildah is installed, the image itself builds
 //! and runs. The chart's Pods run from this root filesystem in `tests/install.rs`.
 
-mod support;
-
 use std::path::Path;
 use std::process::Command;
 
-use support::image::{ImageRoot, isolation};
-use support::{repo_root, temp_dir};
+use testkit::image::{ImageRoot, isolation};
+use testkit::{repo_root, temp_dir};
 
 /// The image's root filesystem holds what the manager runs: each binary starts from it, chrooted,
 /// as the image's user, with only the files `scripts/build-image` put there (and the runtime's
@@ -23,7 +21,7 @@ fn the_images_binaries_run_from_its_root_filesystem() {
             return;
         }
     };
-    let image = ImageRoot::build(&support::manager::bin());
+    let image = ImageRoot::build(&testkit::manager::bin());
     assert_eq!(image.user, "65532:65532", "the image runs as nonroot");
     let dir = temp_dir("image-run");
     let root = image.container_root(dir.path(), "probe");
@@ -91,17 +89,17 @@ fn the_image_builds_with_buildah_and_runs_as_nonroot() {
     }
     let tag = "localhost/kuvryn-sync:test";
     // build-image tries buildah before podman and docker.
-    let printed = support::run(
+    let printed = testkit::run(
         Command::new(repo_root().join("scripts/build-image"))
             .arg("--binary")
-            .arg(support::manager::bin())
+            .arg(testkit::manager::bin())
             .args(["--tag", tag])
             .env("CONTAINERS_STORAGE_CONF", dir.path().join("storage.conf"))
             .env("BUILDAH_ISOLATION", "chroot"),
     );
     assert_eq!(printed.trim(), tag, "build-image prints the image it built");
 
-    let inspect = support::run(buildah(dir.path()).args(["inspect", "--type", "image", tag]));
+    let inspect = testkit::run(buildah(dir.path()).args(["inspect", "--type", "image", tag]));
     let config: serde_json::Value = serde_json::from_str(&inspect).expect("buildah inspect JSON");
     let oci = &config["OCIv1"]["config"];
     assert_eq!(oci["User"], "65532:65532", "{oci}");
@@ -112,7 +110,7 @@ fn the_image_builds_with_buildah_and_runs_as_nonroot() {
         assert!(env.contains(&want), "{want} in {env:?}");
     }
 
-    let container = support::run(buildah(dir.path()).args(["from", tag])).trim().to_string();
+    let container = testkit::run(buildah(dir.path()).args(["from", tag])).trim().to_string();
     for (argv, expect) in [
         (vec!["/usr/local/bin/ksync-controller", "--version"], "ksync-controller "),
         (vec!["/usr/local/bin/helm", "version", "--short"], "v4."),

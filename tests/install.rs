@@ -13,8 +13,6 @@
 //! server (a `git daemon` on loopback, its URL put in place of the guide's) and a Prometheus
 //! Operator's PrometheusRule CRD (a schemaless stand-in).
 
-mod support;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::path::Path;
@@ -29,9 +27,9 @@ use kube::discovery::ApiResource;
 use kuvryn_sync::api::Application;
 use kuvryn_sync::api::revision::{Revision, RevisionPhase};
 use serde_json::{Value, json};
-use support::image::{ImageRoot, isolation};
-use support::replica::{Replica, Runtime, shard_holders, token};
-use support::{Cluster, GitServer, Tools, WorkTree, apply_as, repo_root, temp_dir};
+use testkit::image::{ImageRoot, isolation};
+use testkit::replica::{Replica, Runtime, shard_holders, token};
+use testkit::{Cluster, GitServer, Tools, WorkTree, apply_as, repo_root, temp_dir};
 
 const GUIDE: &str = "docs/install.md";
 const NS: &str = "kuvryn-system";
@@ -262,7 +260,7 @@ async fn prometheus_rule_crd(client: &kube::Client) {
     )
     .await;
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    support::eventually("the PrometheusRule CRD to be Established", Duration::from_secs(60), || async {
+    testkit::eventually("the PrometheusRule CRD to be Established", Duration::from_secs(60), || async {
         let crd = crds.get("prometheusrules.monitoring.coreos.com").await.ok()?;
         crd.status?.conditions?.iter().any(|c| c.type_ == "Established" && c.status == "True").then_some(())
     })
@@ -293,7 +291,7 @@ fn the_install_guide_works_as_written(cluster: Cluster) {
     let ksync_yaml = &yaml.iter().find(|(s, _)| s == "Multi-tenant setup").expect("the guide's .ksync.yaml").1;
 
     let (image, why_not) = match isolation() {
-        Ok(how) => (Some((ImageRoot::build(&support::manager::bin()), how)), None),
+        Ok(how) => (Some((ImageRoot::build(&testkit::manager::bin()), how)), None),
         Err(why) => (None, Some(why)),
     };
     let runtime = match &image {
@@ -315,7 +313,7 @@ fn the_install_guide_works_as_written(cluster: Cluster) {
     let mut used = BTreeSet::new();
     let home = temp_dir("install-home");
     let dir = temp_dir("install");
-    let tokio = support::runtime();
+    let tokio = testkit::runtime();
     tokio.block_on(async {
         let client = cluster.client().await;
         // The reader's monitoring stack: its namespace and the PrometheusRule kind.
@@ -404,7 +402,7 @@ fn the_install_guide_works_as_written(cluster: Cluster) {
             .await;
         kubelet.wait("every manager Pod to be deleted", Duration::from_secs(120), || no_manager_pod(&client)).await;
         let stopping = &mut kubelet.stopping;
-        support::eventually("every manager to exit after SIGTERM", Duration::from_secs(60), || {
+        testkit::eventually("every manager to exit after SIGTERM", Duration::from_secs(60), || {
             let all = stopping.iter_mut().all(Replica::exited);
             async move { all.then_some(()) }
         })
@@ -430,4 +428,4 @@ async fn no_manager_pod(client: &kube::Client) -> Option<()> {
     list.items.is_empty().then_some(())
 }
 
-crate::both!(the_install_guide_works_as_written);
+testkit::both!(the_install_guide_works_as_written);

@@ -2,11 +2,9 @@
 //! real one): server-side apply of our CRDs and an Application, `get app` with our printer
 //! columns, `wait --for=condition=Ready`, delete, and `auth can-i` through impersonation.
 
-mod support;
-
 use std::time::Duration;
 
-use support::{Cluster, Tools, run, temp_dir, wait_for};
+use testkit::{Cluster, Tools, run, temp_dir, wait_for};
 
 fn kubectl_works_against_the_cluster(cluster: Cluster) {
     let tools = Tools::get();
@@ -16,7 +14,7 @@ fn kubectl_works_against_the_cluster(cluster: Cluster) {
 
     run(kubectl()
         .args(["apply", "--server-side", "--field-manager=kuvryn-sync-test", "-f"])
-        .arg(support::repo_root().join("crds")));
+        .arg(testkit::repo_root().join("crds")));
     run(kubectl().args(["wait", "--for=condition=Established", "--timeout=60s", "crd/applications.sync.kuvryn.io"]));
     // `kubectl create namespace` would send protobuf, which simcluster does not speak (see
     // docs/simcluster.md); apply sends JSON.
@@ -24,7 +22,7 @@ fn kubectl_works_against_the_cluster(cluster: Cluster) {
     std::fs::write(&ns_manifest, format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {ns}\n")).unwrap();
     run(kubectl().args(["apply", "-f"]).arg(&ns_manifest));
 
-    let app = std::fs::read_to_string(support::repo_root().join("testdata/api/application-minimal.yaml"))
+    let app = std::fs::read_to_string(testkit::repo_root().join("testdata/api/application-minimal.yaml"))
         .unwrap()
         .replace("namespace: team-a", &format!("namespace: {ns}"));
     let manifest = home.path().join("app.yaml");
@@ -81,4 +79,4 @@ fn kubectl_works_against_the_cluster(cluster: Cluster) {
     });
 }
 
-crate::both!(kubectl_works_against_the_cluster,);
+testkit::both!(kubectl_works_against_the_cluster,);

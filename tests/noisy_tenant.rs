@@ -5,8 +5,6 @@
 //! be deployed within a Lease duration plus 5 s, and A's health must say its HealthCheck went
 //! over the per-reconcile budget.
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -19,7 +17,7 @@ use kube::api::{Api, ListParams, PostParams};
 use kuvryn_sync::api::names;
 use kuvryn_sync::api::{Application, Repository};
 use serde_json::json;
-use support::{Cluster, GitServer, WorkTree, apply_as, eventually, install_crds, temp_dir};
+use testkit::{Cluster, GitServer, WorkTree, apply_as, eventually, install_crds, temp_dir};
 
 const SYSTEM: &str = "kuvryn-system";
 const A: &str = "tenant-a";
@@ -48,7 +46,7 @@ impl Drop for Replica {
 }
 
 fn start(name: &str, kubeconfig: &std::path::Path, cache: &std::path::Path) -> Replica {
-    let tools = support::Tools::get();
+    let tools = testkit::Tools::get();
     // `KSYNC_CONTROLLER_BIN` runs another build (to see this test fail on one without the fix).
     let bin = std::env::var_os("KSYNC_CONTROLLER_BIN")
         .map_or_else(|| std::path::PathBuf::from(env!("CARGO_BIN_EXE_ksync-controller")), std::path::PathBuf::from);
@@ -136,13 +134,13 @@ fn a_costly_healthcheck_stalls_no_lease_and_no_other_tenant(cluster: Cluster) {
     b_wt.write("small/cm.yaml", &small_cm("v1"));
     b_wt.commit_and_push("v1");
     let dir = temp_dir("noisy-tenant");
-    support::runtime().block_on(async {
+    testkit::runtime().block_on(async {
         let client = cluster.client().await;
         install_crds(&client).await;
         apply_as(&client, "test", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM}}))
             .await;
-        support::deployer_namespace(&client, A).await;
-        support::deployer_namespace(&client, B).await;
+        testkit::deployer_namespace(&client, A).await;
+        testkit::deployer_namespace(&client, B).await;
         apply_as(
             &client,
             "test",
@@ -153,7 +151,7 @@ fn a_costly_healthcheck_stalls_no_lease_and_no_other_tenant(cluster: Cluster) {
         .await;
         let mut replicas = Vec::new();
         for name in ["ksync-a", "ksync-b"] {
-            let kubeconfig = support::service_account_kubeconfig(&cluster, &client, dir.path(), SYSTEM, name).await;
+            let kubeconfig = testkit::service_account_kubeconfig(&cluster, &client, dir.path(), SYSTEM, name).await;
             replicas.push(start(name, &kubeconfig, dir.path()));
         }
         let leases: Api<Lease> = Api::namespaced(client.clone(), SYSTEM);
@@ -265,4 +263,4 @@ fn a_costly_healthcheck_stalls_no_lease_and_no_other_tenant(cluster: Cluster) {
     });
 }
 
-crate::both!(a_costly_healthcheck_stalls_no_lease_and_no_other_tenant);
+testkit::both!(a_costly_healthcheck_stalls_no_lease_and_no_other_tenant);

@@ -17,8 +17,6 @@
 //!   self-healed one as detected and repaired, a reported one (no selfHeal) as detected while
 //!   further reconciles still see it, and not as repaired when someone else undoes it.
 
-mod support;
-
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -30,8 +28,8 @@ use kuvryn_sync::api::application::SyncState;
 use kuvryn_sync::api::{Application, Repository};
 use regex::Regex;
 use serde_json::{Value, json};
-use support::metrics::{Samples, metrics_until, scrape, value};
-use support::{Cluster, GitServer, Tools, WorkTree, eventually, free_port, install_crds, repo_root, temp_dir};
+use testkit::metrics::{Samples, metrics_until, scrape, value};
+use testkit::{Cluster, GitServer, Tools, WorkTree, eventually, free_port, install_crds, repo_root, temp_dir};
 
 const RULES: &str = "deploy/prometheus/rules.yaml";
 const RULES_TEST: &str = "deploy/prometheus/rules_test.yaml";
@@ -54,7 +52,7 @@ fn read(rel: &str) -> String {
 /// `promtool` with `args`, run in the repository root; panics with its output when it fails.
 fn promtool(args: &[&str]) -> String {
     let tool = Tools::get().promtool();
-    support::run(Command::new(tool).current_dir(repo_root()).args(args))
+    testkit::run(Command::new(tool).current_dir(repo_root()).args(args))
 }
 
 #[test]
@@ -303,11 +301,11 @@ fn the_manager_publishes_application_states_shards_and_drift_counts() {
     runtime.block_on(async {
         let client = cluster.client().await;
         install_crds(&client).await;
-        support::apply_as(&client, "test", &json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "deployer", "namespace": "default"}})).await;
-        support::apply_as(&client, "test", &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        testkit::apply_as(&client, "test", &json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "deployer", "namespace": "default"}})).await;
+        testkit::apply_as(&client, "test", &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
             "metadata": {"name": "deployer", "namespace": "default"},
             "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]})).await;
-        support::apply_as(&client, "test", &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        testkit::apply_as(&client, "test", &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
             "metadata": {"name": "deployer", "namespace": "default"},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "deployer"},
             "subjects": [{"kind": "ServiceAccount", "name": "deployer", "namespace": "default"}]})).await;

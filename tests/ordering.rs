@@ -1,8 +1,6 @@
 //! Rollout order within an Application, end to end on both servers (simcluster, and realkube with
 //! simulated Nodes): sync waves, each Healthy before the next is applied.
 
-mod support;
-
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -10,8 +8,9 @@ use kube::api::Api;
 use kuvryn_sync::api::names;
 use kuvryn_sync::api::revision::{AttemptResult, PlanAction, RevisionPhase};
 use serde_json::json;
-use support::Cluster;
-use support::apps::{Env, entries};
+use testkit::Cluster;
+use testkit::apps::{Env, entries};
+use testkit::manifests::deployment;
 
 const SETTINGS: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\ndata:\n  color: blue\n";
 
@@ -22,11 +21,14 @@ fn job(wave: i32, run_ms: u32) -> String {
     )
 }
 
-/// A Deployment in wave `wave` whose Pods read the `settings` ConfigMap.
-fn deployment(wave: i32, image: &str) -> String {
-    format!(
-        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\n  annotations: {{sync.kuvryn.io/sync-wave: \"{wave}\"}}\nspec:\n  replicas: 1\n  selector:\n    matchLabels: {{app: web}}\n  template:\n    metadata:\n      labels: {{app: web}}\n      annotations: {{simcluster.kuvryn.io/ready-ms: \"1000\"}}\n    spec:\n      containers:\n      - name: web\n        image: {image}\n        env:\n        - name: COLOR\n          valueFrom: {{configMapKeyRef: {{name: settings, key: color}}}}\n"
-    )
+/// A Deployment `web` in wave `wave` whose Pods read the `settings` ConfigMap.
+fn web(wave: i32, image: &str) -> String {
+    deployment("web")
+        .wave(wave)
+        .ready_ms(1000)
+        .image(image)
+        .env_from_config_map("COLOR", "settings", "color")
+        .to_string()
 }
 
 /// A ConfigMap `name` in wave `wave`.
@@ -54,13 +56,13 @@ fn time_of(t: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>, wha
 /// wave 2 (a ConfigMap): each wave is created only once the waves before it are Healthy.
 fn waves_are_applied_in_order_each_healthy_before_the_next(cluster: Cluster) {
     const NS: &str = "waves";
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let env = Env::start(&cluster, NS).await;
         let files = [
             ("app/settings.yaml", SETTINGS.to_string()),
             ("app/job.yaml", job(0, 3000)),
-            ("app/deploy.yaml", deployment(1, "nginx:1.27")),
+            ("app/deploy.yaml", web(1, "nginx:1.27")),
             ("app/after.yaml", config("after", 2)),
         ];
         env.app_from("app", &borrowed(&files), spec(NS, "60s")).await;
@@ -135,12 +137,12 @@ fn waves_are_applied_in_order_each_healthy_before_the_next(cluster: Cluster) {
 /// are never applied.
 fn a_wave_that_never_turns_healthy_stops_the_rollout(cluster: Cluster) {
     const NS: &str = "stuck-wave";
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let env = Env::start(&cluster, NS).await;
         let files = [
             ("app/settings.yaml", SETTINGS.to_string()),
-            ("app/deploy.yaml", deployment(0, "registry.invalid/web:1")),
+            ("app/deploy.yaml", web(0, "registry.invalid/web:1")),
             ("app/never.yaml", config("never", 1)),
         ];
         env.app_from("app", &borrowed(&files), spec(NS, "5s")).await;
@@ -165,7 +167,7 @@ fn a_wave_that_never_turns_healthy_stops_the_rollout(cluster: Cluster) {
             assert!(touched.iter().all(|e| e.dry_run), "only dry runs of wave 1: {touched:#?}");
         }
         // The Application's status is written after the Revision's.
-        let ready = support::eventually("the Application to report the failure", support::apps::WAIT, || async {
+        let ready = testkit::eventually("the Application to report the failure", testkit::apps::WAIT, || async {
             let app = env.apps().get("app").await.ok()?;
             let ready = app
                 .status
@@ -182,7 +184,7 @@ fn a_wave_that_never_turns_healthy_stops_the_rollout(cluster: Cluster) {
         let patch = json!({"spec": {"strategy": {"waves": false}},
                            "metadata": {"annotations": {names::annotations::RECONCILE_REQUESTED_AT: "one group"}}});
         env.apps().patch("app", &Default::default(), &kube::api::Patch::Merge(&patch)).await.unwrap();
-        support::eventually("wave 1 written with wave 0", support::apps::WAIT, || async {
+        testkit::eventually("wave 1 written with wave 0", testkit::apps::WAIT, || async {
             cms.get_opt("never").await.ok()?.map(|_| ())
         })
         .await;
@@ -202,7 +204,7 @@ fn a_wave_that_never_turns_healthy_stops_the_rollout(cluster: Cluster) {
 /// group, and the attempt completes.
 fn waves_turned_off_mid_rollout_apply_the_rest_at_once(cluster: Cluster) {
     const NS: &str = "waves-off";
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let env = Env::start(&cluster, NS).await;
         let files = [("app/job.yaml", job(0, 15_000)), ("app/after.yaml", config("after", 1))];
@@ -234,7 +236,7 @@ fn waves_turned_off_mid_rollout_apply_the_rest_at_once(cluster: Cluster) {
     });
 }
 
-crate::both!(
+testkit::both!(
     waves_are_applied_in_order_each_healthy_before_the_next,
     a_wave_that_never_turns_healthy_stops_the_rollout,
     waves_turned_off_mid_rollout_apply_the_rest_at_once,

@@ -8,8 +8,6 @@
 //! order that happened to favour the newest trigger) 15 to 24, so the bound asserted here is
 //! about being served in turn at all, not about that difference.
 
-mod support;
-
 use std::time::Duration;
 
 use kube::ResourceExt;
@@ -18,8 +16,8 @@ use kuvryn_sync::api::Application;
 use kuvryn_sync::api::names;
 use kuvryn_sync::api::revision::Revision;
 use serde_json::json;
-use support::manager::{Manager, SYSTEM};
-use support::{
+use testkit::manager::{Manager, SYSTEM};
+use testkit::{
     Cluster, GitServer, WorkTree, apply_as, create_repository, deployer_namespace, eventually, install_crds,
 };
 
@@ -58,7 +56,7 @@ fn a_small_tenant_is_served_in_turn_with_a_busy_one(cluster: Cluster) {
     }
     work.write("small/cm.yaml", &cm("web"));
     work.commit_and_push("two tenants");
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let client = cluster.client().await;
         install_crds(&client).await;
@@ -120,4 +118,4 @@ fn a_small_tenant_is_served_in_turn_with_a_busy_one(cluster: Cluster) {
     });
 }
 
-crate::both!(a_small_tenant_is_served_in_turn_with_a_busy_one);
+testkit::both!(a_small_tenant_is_served_in_turn_with_a_busy_one);

@@ -1,8 +1,6 @@
 //! The renderers with the real `helm` and `kubectl kustomize` binaries on charts and overlays
 //! under `testdata/render/`.
 
-mod support;
-
 use std::time::Duration;
 
 use kuvryn_sync::api::application::{HelmRender, Render, RenderType};
@@ -10,7 +8,7 @@ use kuvryn_sync::render::{Error, Limits, Renderer, Request, Tools};
 use serde_json::{Value, json};
 
 fn renderer(limits: Limits) -> Renderer {
-    let t = support::Tools::get();
+    let t = testkit::Tools::get();
     Renderer::new(
         Tools { helm: t.bin.join("helm"), kubectl: t.bin.join("kubectl") },
         limits,
@@ -19,7 +17,7 @@ fn renderer(limits: Limits) -> Renderer {
 }
 
 fn dir(name: &str) -> std::path::PathBuf {
-    support::repo_root().join("testdata/render").join(name)
+    testkit::repo_root().join("testdata/render").join(name)
 }
 
 fn render_of(type_: RenderType, helm: Option<HelmRender>) -> Render {
@@ -116,7 +114,7 @@ async fn helm_failures_are_bounded_and_redacted() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_renderer_that_hangs_is_killed_at_the_timeout() {
-    let scratch = support::temp_dir("hang");
+    let scratch = testkit::temp_dir("hang");
     let fake = scratch.path().join("helm");
     std::fs::write(&fake, "#!/bin/sh\nexec sleep 600\n").unwrap();
     use std::os::unix::fs::PermissionsExt;
@@ -135,7 +133,7 @@ async fn a_renderer_that_hangs_is_killed_at_the_timeout() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn output_is_cached_by_tree_settings_and_values() {
-    let scratch = support::temp_dir("cache-src");
+    let scratch = testkit::temp_dir("cache-src");
     std::fs::write(scratch.path().join("cm.yaml"), "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: one}\n").unwrap();
     let r = renderer(Limits::default());
     let render = render_of(RenderType::Yaml, None);
@@ -165,7 +163,7 @@ fn recording_tool(dir: &std::path::Path, name: &str) -> (std::path::PathBuf, std
 // See: issue 18. `releaseName: --set-file=x=/proc/1/environ` became a flag of helm.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn helm_release_names_are_checked_before_helm_runs() {
-    let scratch = support::temp_dir("release-name");
+    let scratch = testkit::temp_dir("release-name");
     let (helm, log) = recording_tool(scratch.path(), "helm");
     let r = Renderer::new(
         Tools { helm, kubectl: "kubectl".into() },
@@ -202,7 +200,7 @@ async fn helm_release_names_are_checked_before_helm_runs() {
 // `--`, so it is never parsed as an option of the tool.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tools_get_their_positional_arguments_after_a_double_dash() {
-    let scratch = support::temp_dir("double-dash");
+    let scratch = testkit::temp_dir("double-dash");
     let (helm, helm_log) = recording_tool(scratch.path(), "helm");
     let (kubectl, kubectl_log) = recording_tool(scratch.path(), "kubectl");
     let r = Renderer::new(Tools { helm, kubectl }, Limits::default(), kuvryn_sync::render::DEFAULT_CACHE_BYTES);
@@ -230,11 +228,11 @@ async fn tools_get_their_positional_arguments_after_a_double_dash() {
 // refused as a name. Without it, helm would read the file into the chart's values.
 #[test]
 fn after_the_double_dash_helm_reads_no_flag() {
-    let scratch = support::temp_dir("helm-dash");
+    let scratch = testkit::temp_dir("helm-dash");
     let secret = scratch.path().join("secret.txt");
     std::fs::write(&secret, "controller-secret-value").unwrap();
     let release = format!("--set-file=greeting={}", secret.display());
-    let out = support::Tools::get()
+    let out = testkit::Tools::get()
         .helm(scratch.path())
         .args(kuvryn_sync::render::helm::template_args(&release, "team-a", &[]))
         .current_dir(dir("chart"))
@@ -262,7 +260,7 @@ async fn the_render_cache_is_bounded_in_bytes() {
         size as u64
     };
     // Room for two results: the third evicts one, and the total never passes the bound.
-    let t = support::Tools::get();
+    let t = testkit::Tools::get();
     let tools = || Tools { helm: t.bin.join("helm"), kubectl: t.bin.join("kubectl") };
     let r = Renderer::new(tools(), Limits::default(), 2 * one + one / 2);
     for tree in ["t1", "t2", "t3", "t4"] {

@@ -3,8 +3,6 @@
 //! (simcluster, or the one in `KSYNC_E2E_KUBECONFIG`), Applications appearing, changing and
 //! disappearing as Git changes, and bad commits changing nothing.
 
-mod support;
-
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,7 +15,7 @@ use kuvryn_sync::api::{Application, Repository};
 use kuvryn_sync::controller::repository::{self, Context};
 use kuvryn_sync::source::{CacheConfig, GitCache};
 use serde_json::{Value, json};
-use support::{Cluster, GitHttpServer, GitServer, HttpOptions, WorkTree, eventually, install_crds, temp_dir};
+use testkit::{Cluster, GitHttpServer, GitServer, HttpOptions, WorkTree, eventually, install_crds, temp_dir};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -91,7 +89,7 @@ impl Env {
     }
 
     async fn events(&self, regarding: &str) -> Vec<(String, String, String)> {
-        support::events_about(&self.client, &self.ns, regarding).await
+        testkit::events_about(&self.client, &self.ns, regarding).await
     }
 }
 
@@ -398,8 +396,8 @@ fn tenants_cannot_read_each_others_private_source(cluster: Cluster) {
     let head = work.commit_and_push("tenant a's private commit");
     let url = server.url("private");
     runtime().block_on(async {
-        let env = support::apps::Env::start(&cluster, a_ns).await;
-        support::deployer_namespace(&env.client, b_ns).await;
+        let env = testkit::apps::Env::start(&cluster, a_ns).await;
+        testkit::deployer_namespace(&env.client, b_ns).await;
         let secret = |ns: &str, name: &str, data: Value| {
             let secrets: Api<Secret> = Api::namespaced(env.client.clone(), ns);
             let s: Secret = serde_json::from_value(
@@ -432,7 +430,7 @@ fn tenants_cannot_read_each_others_private_source(cluster: Cluster) {
             (commit_of(&r).as_deref() == Some(head.as_str())).then_some(())
         })
         .await;
-        let rev = env.revision_where("web", "tenant A's plan", support::apps::planned).await;
+        let rev = env.revision_where("web", "tenant A's plan", testkit::apps::planned).await;
         assert_eq!(rev.spec.source.commit, head);
 
         // Tenant B: the same URL and commit, without credentials or with a wrong password.
@@ -478,7 +476,7 @@ fn tenants_cannot_read_each_others_private_source(cluster: Cluster) {
             assert_eq!(source.status, "False", "{name}: {source:?}");
             assert!(commit_of(&r).is_none(), "{name}: {:?}", r.status);
             let events = eventually(&format!("a Warning Event on {name}"), WAIT, || async {
-                let ev = support::events_about(&env.client, b_ns, name).await;
+                let ev = testkit::events_about(&env.client, b_ns, name).await;
                 ev.iter().any(|e| e.0 == "Warning" && e.1 == names::reasons::SOURCE_FAILURE).then_some(ev)
             })
             .await;
@@ -502,7 +500,7 @@ fn tenants_cannot_read_each_others_private_source(cluster: Cluster) {
         assert!(b_apps.list(&ListParams::default()).await.unwrap().items.iter().all(|a| a.name_any() == "thief"));
         let cms: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(env.client.clone(), b_ns);
         assert!(cms.get_opt("tenant-a-private").await.unwrap().is_none());
-        for (_, _, note) in support::events_about(&env.client, b_ns, "guessed").await {
+        for (_, _, note) in testkit::events_about(&env.client, b_ns, "guessed").await {
             assert!(!note.contains("0815"), "{note}");
         }
     });
@@ -742,7 +740,7 @@ fn an_application_created_again_is_not_deleted_by_a_stale_listing(cluster: Clust
     });
 }
 
-crate::both!(
+testkit::both!(
     git_never_declares_a_persons_decision,
     a_secret_is_sent_only_to_the_urls_it_lists,
     a_closed_leader_fence_lets_no_write_through,

@@ -5,9 +5,7 @@
 //! trusting a hand-written request; and a target that renders differently since it deployed.
 //!
 //! These live in the root package, whose tests Cargo gives the `ksync-controller` it just built;
-//! `ksync` is taken from beside it (see `support::ksync::bin`).
-
-mod support;
+//! `ksync` is taken from beside it (see `testkit::ksync::bin`).
 
 use std::time::Duration;
 
@@ -24,9 +22,9 @@ use kuvryn_sync::api::names::annotations as a;
 use kuvryn_sync::api::revision::{Approval, AttemptResult, Revision, RevisionPhase};
 use kuvryn_sync::plan::target_hash::rollback_target_hash;
 use serde_json::{Value, json};
-use support::apps::{Env, WAIT};
-use support::manager::{Manager, SYSTEM, install_configuration};
-use support::{Cluster, Tools, apply_as, eventually, ksync, temp_dir};
+use testkit::apps::{Env, WAIT};
+use testkit::manager::{Manager, SYSTEM, install_configuration};
+use testkit::{Cluster, Tools, apply_as, eventually, ksync, temp_dir};
 
 /// Starting a manager and its first reconciles take longer than one controller step.
 const START: Duration = Duration::from_secs(120);
@@ -148,7 +146,7 @@ fn kubectl_annotate(cluster: &Cluster, ns: &str, annotations: &[(&str, &str)]) -
 }
 
 fn the_webhook_records_checks_and_restores_a_manual_sync_rollback(cluster: Cluster) {
-    support::runtime().block_on(async {
+    testkit::runtime().block_on(async {
         let ns = "rb-webhook";
         let env = Env::without_controllers(&cluster, ns).await;
         let _manager = start_manager(&cluster, &env.client, ns, &[]).await;
@@ -288,7 +286,7 @@ fn deployed_color(d: &Deployment) -> Option<String> {
 }
 
 fn a_manager_restart_mid_rollback_keeps_its_approval(cluster: Cluster) {
-    support::runtime().block_on(async {
+    testkit::runtime().block_on(async {
         let ns = "rb-restart";
         let env = Env::without_controllers(&cluster, ns).await;
         let manager = start_manager(&cluster, &env.client, ns, &[]).await;
@@ -358,7 +356,7 @@ fn a_manager_restart_mid_rollback_keeps_its_approval(cluster: Cluster) {
 }
 
 fn with_webhooks_disabled_a_hand_written_request_is_trusted(cluster: Cluster) {
-    support::runtime().block_on(async {
+    testkit::runtime().block_on(async {
         let ns = "rb-no-webhook";
         let env = Env::without_controllers(&cluster, ns).await;
         let manager = start_manager(&cluster, &env.client, ns, &[("ENABLE_WEBHOOKS", "false")]).await;
@@ -410,7 +408,7 @@ async fn size(cms: &Api<ConfigMap>) -> Option<String> {
 /// In-process controllers: what is tested is the controller's decision, which the manager
 /// binary runs unchanged (and `ksync rollback` without a webhook writes the same request).
 fn a_target_rendering_differently_since_it_deployed_waits_for_ksync_sync(cluster: Cluster) {
-    support::runtime().block_on(async {
+    testkit::runtime().block_on(async {
         let ns = "rb-values";
         let env = Env::start(&cluster, ns).await;
         let values = |size: &str| {
@@ -473,7 +471,7 @@ fn a_target_rendering_differently_since_it_deployed_waits_for_ksync_sync(cluster
     });
 }
 
-crate::both!(
+testkit::both!(
     with_webhooks_disabled_a_hand_written_request_is_trusted,
     a_target_rendering_differently_since_it_deployed_waits_for_ksync_sync,
     the_webhook_records_checks_and_restores_a_manual_sync_rollback,

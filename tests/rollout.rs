@@ -3,8 +3,6 @@
 //! Application controllers in-process: apply as the service account, health, prune, conflicts,
 //! failures, drift and deletion policies.
 
-mod support;
-
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,14 +19,26 @@ use kuvryn_sync::api::revision::{AttemptResult, PlanAction, Revision, RevisionPh
 use kuvryn_sync::controller::application;
 use kuvryn_sync::plan::inventory;
 use serde_json::json;
-use support::apps::{Env, WAIT, action_of, entries};
-use support::{Cluster, apply_as, eventually};
+use testkit::apps::{Env, WAIT, action_of, entries};
+use testkit::manifests::deployment;
+use testkit::{Cluster, apply_as, eventually};
 
-fn deployment(image: &str) -> String {
-    format!(
-        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  replicas: 2\n  progressDeadlineSeconds: 600\n  selector:\n    matchLabels: {{app: web}}\n  template:\n    metadata:\n      labels: {{app: web}}\n      annotations: {{simcluster.kuvryn.io/ready-ms: \"2000\"}}\n    spec:\n      containers:\n      - name: web\n        image: {image}\n        ports: [{{containerPort: 80}}]\n"
-    )
+/// The Deployment `web`: two replicas, each ready 2 s after it starts, serving port 80.
+fn web_deployment(image: &str) -> String {
+    web_deployment_ready_after(image, 2000)
 }
+
+/// [`web_deployment`] with its Pods ready `ready_ms` after they start.
+fn web_deployment_ready_after(image: &str, ready_ms: u64) -> String {
+    deployment("web")
+        .replicas(2)
+        .progress_deadline_seconds(600)
+        .ready_ms(ready_ms)
+        .image(image)
+        .container_port(80)
+        .to_string()
+}
+
 const SERVICE: &str =
     "apiVersion: v1\nkind: Service\nmetadata:\n  name: web\nspec:\n  selector: {app: web}\n  ports: [{port: 80}]\n";
 const CONFIG: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\ndata:\n  color: blue\n";
@@ -95,12 +105,12 @@ fn ready(app: &Application) -> (String, String, String) {
 }
 
 fn a_rollout_applies_waits_for_health_and_prunes_safely(cluster: Cluster) {
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let env = Env::start(&cluster, "rollout").await;
         allow_crds(&env).await;
         let wt = env.repository("platform").await;
-        wt.write("web/deploy.yaml", &deployment("nginx:1.27"))
+        wt.write("web/deploy.yaml", &web_deployment("nginx:1.27"))
             .write("web/svc.yaml", SERVICE)
             .write("web/config.yaml", CONFIG)
             .write("web/keep.yaml", KEEP)
@@ -125,10 +135,10 @@ fn a_rollout_applies_waits_for_health_and_prunes_safely(cluster: Cluster) {
         // Healthy is Ready, and kubectl's own wait sees it so.
         assert_eq!(condition(&rev1, names::conditions::READY), ("True".into(), "Succeeded".into()));
         assert_eq!(condition(&rev1, names::conditions::RECONCILING), Default::default());
-        let home = support::temp_dir("rollout-kubectl");
+        let home = testkit::temp_dir("rollout-kubectl");
         let revision = format!("revision/{}", rev1.name_any());
         let wait = ["wait", "--for=condition=Ready", "--timeout=30s", "-n", "rollout", revision.as_str()];
-        support::run(cluster.kubectl(&support::Tools::get(), home.path()).args(wait));
+        testkit::run(cluster.kubectl(&testkit::Tools::get(), home.path()).args(wait));
         let st = rev1.status.clone().unwrap();
         assert_eq!(st.attempts.len(), 1);
         assert_eq!(st.attempts[0].result, AttemptResult::Succeeded);
@@ -177,7 +187,7 @@ fn a_rollout_applies_waits_for_health_and_prunes_safely(cluster: Cluster) {
         }
 
         // A new image: a new Revision, Progressing, then Healthy; the first is its previous.
-        wt.write("web/deploy.yaml", &deployment("nginx:1.28"));
+        wt.write("web/deploy.yaml", &web_deployment("nginx:1.28"));
         let second = wt.commit_and_push("web: nginx 1.28");
         env.refresh("platform", &second).await;
         let mut seen = BTreeSet::new();
@@ -241,7 +251,7 @@ fn a_rollout_applies_waits_for_health_and_prunes_safely(cluster: Cluster) {
         // Deployment, and with one attempt allowed it pauses (Stalled).
         let patch = json!({"spec": {"health": {"timeout": "3s"}}});
         env.apps().patch("web", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
-        wt.write("web/deploy.yaml", &deployment("registry.invalid/nginx:1"));
+        wt.write("web/deploy.yaml", &web_deployment("registry.invalid/nginx:1"));
         let fourth = wt.commit_and_push("web: a broken image");
         env.refresh("platform", &fourth).await;
         let rev4 = until_phase(&env, "web", &fourth, RevisionPhase::Failed, &mut BTreeSet::new()).await;
@@ -290,7 +300,7 @@ fn a_rollout_applies_waits_for_health_and_prunes_safely(cluster: Cluster) {
         // again and updated like any other.
         let patch = json!({"spec": {"health": {"timeout": "60s"}}});
         env.apps().patch("web", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
-        wt.write("web/deploy.yaml", &deployment("nginx:1.29")).write("web/keep.yaml", &KEEP.replace("k: v", "k: v2"));
+        wt.write("web/deploy.yaml", &web_deployment("nginx:1.29")).write("web/keep.yaml", &KEEP.replace("k: v", "k: v2"));
         let fifth = wt.commit_and_push("web: fixed image, keep is back");
         env.refresh("platform", &fifth).await;
         let rev5 = until_phase(&env, "web", &fifth, RevisionPhase::Healthy, &mut BTreeSet::new()).await;
@@ -307,7 +317,7 @@ fn a_rollout_applies_waits_for_health_and_prunes_safely(cluster: Cluster) {
 }
 
 fn conflicts_permissions_and_deletion_policies(cluster: Cluster) {
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let env = Env::start(&cluster, "owners").await;
         let wt = env.repository("platform").await;
@@ -443,11 +453,11 @@ fn conflicts_permissions_and_deletion_policies(cluster: Cluster) {
 }
 
 fn drift_is_reported_or_repaired_and_health_keeps_being_observed(cluster: Cluster) {
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let env = Env::start(&cluster, "drift").await;
         let wt = env.repository("platform").await;
-        wt.write("web/deploy.yaml", &deployment("nginx:1.27")).write("web/config.yaml", CONFIG);
+        wt.write("web/deploy.yaml", &web_deployment("nginx:1.27")).write("web/config.yaml", CONFIG);
         let commit = wt.commit_and_push("web");
         env.refresh("platform", &commit).await;
         env.create_app(
@@ -651,11 +661,11 @@ fn controller_writes(sim: &simcluster::SimCluster, from: usize) -> Vec<simcluste
 }
 
 fn a_deployment_edited_by_hand_other_watched_kinds_and_zero_writes_at_rest(cluster: Cluster) {
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let env = Env::start(&cluster, "steady").await;
         let wt = env.repository("platform").await;
-        wt.write("web/deploy.yaml", &deployment("nginx:1.27"))
+        wt.write("web/deploy.yaml", &web_deployment("nginx:1.27"))
             .write("web/config.yaml", CONFIG)
             .write("web/sa.yaml", ROBOT);
         let commit = wt.commit_and_push("web");
@@ -786,7 +796,7 @@ fn a_deployment_edited_by_hand_other_watched_kinds_and_zero_writes_at_rest(clust
 // through chained symlinks (`s/l -> ..`, `x.yaml -> s/l/s/l/../..`), hidden from helm's walk
 // by `.helmignore`, and the Application reported Healthy.
 fn symlinks_out_of_the_checkout_fail_the_source_and_nothing_is_pruned(cluster: Cluster) {
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let env = Env::start(&cluster, "links").await;
         let wt = env.repository("platform").await;
@@ -873,11 +883,11 @@ fn a_prune_deletes_only_the_object_it_listed(cluster: Cluster) {
     use kuvryn_sync::apply::{self, Writer};
     use kuvryn_sync::plan::{self, Plan};
     use kuvryn_sync::watch::discovery::ClusterScopes;
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let client = cluster.client().await;
         let ns = "prune-listed";
-        support::deployer_namespace(&client, ns).await;
+        testkit::deployer_namespace(&client, ns).await;
         let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
         let cm = |name: &str, labels: serde_json::Value, annotations: serde_json::Value| {
             json!({"apiVersion": "v1", "kind": "ConfigMap",
@@ -946,7 +956,7 @@ fn a_prune_deletes_only_the_object_it_listed(cluster: Cluster) {
 /// Its service account may not read that namespace, so both are refused with the same message:
 /// the answer tells nothing of which Application exists there.
 fn claims_on_another_namespaces_applications_tell_nothing(cluster: Cluster) {
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let env = Env::start(&cluster, "oracle-a").await;
         apply_as(
@@ -1007,7 +1017,7 @@ fn claims_on_another_namespaces_applications_tell_nothing(cluster: Cluster) {
 /// Application manages is refused with a ValidationFailure naming that Application, and applies
 /// nothing; once that Application is deleted (its objects orphaned), it takes the object over.
 fn an_object_belongs_to_one_application(cluster: Cluster) {
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let env = Env::start(&cluster, "shared").await;
         let wt = env.repository("platform").await;
@@ -1067,7 +1077,7 @@ fn an_object_belongs_to_one_application(cluster: Cluster) {
 /// counting nothing more; a render that works again (its `valuesFrom` ConfigMap fixed) is a new
 /// desired state and rolls out at once.
 fn render_failures_are_attempts_that_back_off_and_pause(cluster: Cluster) {
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let ns = "render-attempts";
         let env = Env::start(&cluster, ns).await;
@@ -1157,7 +1167,7 @@ fn render_failures_are_attempts_that_back_off_and_pause(cluster: Cluster) {
 /// trigger came before that write's watch event) runs on what the write returned: the Revision
 /// is not created again, and the status write is not refused as computed from a stale copy.
 fn a_reconcile_of_the_copy_before_its_own_status_write_runs_on_the_written_one(cluster: Cluster) {
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let ns = "stale-copy";
         let (env, ctx) = Env::start_driven(&cluster, ns).await;
@@ -1207,12 +1217,12 @@ fn a_reconcile_of_the_copy_before_its_own_status_write_runs_on_the_written_one(c
 /// no shard watches running, from the service account's lists, which carry resourceVersions
 /// too): an object a plan found unchanged is not read again until its resourceVersion moves.
 fn an_attempt_waiting_for_health_does_not_read_its_unchanged_objects_again(cluster: Cluster) {
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let ns = "waiting";
         let (env, ctx) = Env::start_driven(&cluster, ns).await;
         // Its Pods become ready only after ten minutes: the attempt waits all test long.
-        let slow = deployment("nginx:1.27").replace("\"2000\"", "\"600000\"");
+        let slow = web_deployment_ready_after("nginx:1.27", 600000);
         env.app_from(
             "web",
             &[("web/config.yaml", CONFIG), ("web/deploy.yaml", &slow)],
@@ -1277,7 +1287,7 @@ async fn a_ready_config_map(cluster: &Cluster, ns: &str) -> (Env, Arc<applicatio
 }
 
 fn the_steps_one_reconcile_takes_on_a_revision_are_told_in_one_event(cluster: Cluster) {
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let (env, _ctx, app, reconciles) = a_ready_config_map(&cluster, "told-once").await;
         let rev = app.status.and_then(|s| s.desired_revision).expect("a desired Revision");
@@ -1298,7 +1308,7 @@ fn the_steps_one_reconcile_takes_on_a_revision_are_told_in_one_event(cluster: Cl
 }
 
 fn a_replica_taking_over_an_application_nothing_changed_writes_nothing(cluster: Cluster) {
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let (env, _ctx, before, _) = a_ready_config_map(&cluster, "taken-over").await;
         // Its shard moves: another replica, which kept nothing of the reconciles above, checks it.
@@ -1315,7 +1325,7 @@ fn a_replica_taking_over_an_application_nothing_changed_writes_nothing(cluster: 
     });
 }
 
-crate::both!(
+testkit::both!(
     render_failures_are_attempts_that_back_off_and_pause,
     a_replica_taking_over_an_application_nothing_changed_writes_nothing,
     the_steps_one_reconcile_takes_on_a_revision_are_told_in_one_event,
@@ -1328,7 +1338,7 @@ crate::both!(
     an_attempt_waiting_for_health_does_not_read_its_unchanged_objects_again,
 );
 
-crate::both!(
+testkit::both!(
     a_rollout_applies_waits_for_health_and_prunes_safely,
     a_deployment_edited_by_hand_other_watched_kinds_and_zero_writes_at_rest,
     drift_is_reported_or_repaired_and_health_keeps_being_observed,

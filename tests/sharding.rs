@@ -4,21 +4,20 @@
 //! a replica that joins takes only its share. Each replica runs as its own ServiceAccount, so
 //! the audit log says who wrote what and when.
 
-mod support;
-
 use std::collections::{BTreeMap, BTreeSet};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, PostParams};
+use kuvryn_sync::api::Application;
 use kuvryn_sync::api::conditions;
 use kuvryn_sync::api::names;
-use kuvryn_sync::api::{Application, Repository};
 use serde_json::json;
-use support::{Cluster, GitServer, WorkTree, apply_as, eventually, install_crds, temp_dir};
+use testkit::fleet::{Fleet, Options, shares};
+use testkit::{Cluster, GitServer, WorkTree, apply_as, eventually};
 
 const APPS: usize = 200;
 const SHARDS: u32 = 12;
@@ -27,61 +26,21 @@ const FLEET: &str = "fleet";
 // Generous: a loaded 2-core machine runs the replicas and simcluster as debug builds.
 const WAIT: Duration = Duration::from_secs(600);
 
-struct Replica {
-    name: String,
-    child: Child,
-    _cache: tempfile::TempDir,
+/// This file's replicas unless a test says otherwise. No request budget: this test is about
+/// ownership, and 100 Applications rolled out three times at the default 50 requests per second
+/// per replica would mostly measure waiting.
+const REPLICA: Options = Options { shards: SHARDS, lease_duration: "5s", extra: &["--kube-api-qps", "0"], env: &[] };
+
+/// A replica with `--shards shards`, `--lease-duration lease` and `extra` arguments.
+fn replica<'a>(shards: u32, lease: &'a str, extra: &'a [&'a str]) -> Options<'a> {
+    Options { shards, lease_duration: lease, extra, env: &[] }
 }
 
-impl Drop for Replica {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start(name: &str, kubeconfig: &std::path::Path) -> Replica {
-    start_with(name, kubeconfig, SHARDS, "5s", &["--kube-api-qps", "0"])
-}
-
-fn start_with(name: &str, kubeconfig: &std::path::Path, shards: u32, lease: &str, extra: &[&str]) -> Replica {
-    start_env(name, kubeconfig, shards, lease, extra, &[])
-}
-
-fn start_env(
-    name: &str,
-    kubeconfig: &std::path::Path,
-    shards: u32,
-    lease: &str,
-    extra: &[&str],
-    env: &[(&str, &str)],
-) -> Replica {
-    let tools = support::Tools::get();
-    let cache = temp_dir("replica-cache");
-    // `KSYNC_CONTROLLER_BIN` runs another build (a release, or one of another checkout).
-    let bin = std::env::var_os("KSYNC_CONTROLLER_BIN")
-        .map_or_else(|| std::path::PathBuf::from(env!("CARGO_BIN_EXE_ksync-controller")), std::path::PathBuf::from);
-    let metrics: &[&str] =
-        if extra.contains(&"--metrics-bind-address") { &[] } else { &["--metrics-bind-address", ""] };
-    let child = Command::new(bin)
-        .arg("run")
-        .args(metrics)
-        .args(["--replica-id", name, "--lease-namespace", SYSTEM])
-        // No request budget: this test is about ownership, and 100 Applications rolled out three
-        // times at the default 50 requests per second per replica would mostly measure waiting.
-        .args(["--shards", &shards.to_string(), "--lease-duration", lease])
-        .args(extra)
-        .arg("--git-cache-dir")
-        .arg(cache.path())
-        .env("KUBECONFIG", kubeconfig)
-        .env("KSYNC_HELM", tools.bin.join("helm"))
-        .env("KSYNC_KUBECTL", tools.bin.join("kubectl"))
-        .env("RUST_LOG", std::env::var("KSYNC_TEST_REPLICA_LOG").unwrap_or_else(|_| "warn".into()))
-        .envs(env.iter().copied())
-        .stdin(Stdio::null())
-        .spawn()
-        .expect("ksync-controller");
-    Replica { name: name.into(), child, _cache: cache }
+/// The cluster prepared for a fleet ([`Fleet::prepare`]) deploying into `FLEET`.
+async fn fleet(cluster: &Cluster, prefix: &str) -> Fleet {
+    let fleet = Fleet::prepare(cluster, SYSTEM, prefix).await;
+    testkit::deployer_namespace(&fleet.client, FLEET).await;
+    fleet
 }
 
 fn ksync_yaml() -> String {
@@ -111,19 +70,6 @@ fn write_apps_of(wt: &WorkTree, apps: usize, version: &str) {
     }
 }
 
-/// The holders of the shard Leases.
-async fn holders(client: &kube::Client) -> BTreeMap<String, String> {
-    let leases: Api<Lease> = Api::namespaced(client.clone(), SYSTEM);
-    leases
-        .list(&ListParams::default().labels("sync.kuvryn.io/lease-role=shard"))
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter_map(|l| Some((l.name_any(), l.spec?.holder_identity.filter(|h| !h.is_empty())?)))
-        .collect()
-}
-
 async fn converged(client: &kube::Client, version: &str) -> bool {
     converged_of(client, APPS, version).await
 }
@@ -141,53 +87,37 @@ async fn converged_of(client: &kube::Client, apps: usize, version: &str) -> bool
 }
 
 fn replicas_split_the_shards_take_over_and_rebalance(cluster: Cluster) {
-    let server = GitServer::start();
-    let url = server.create_repo("platform");
-    let wt = WorkTree::clone(&url);
+    let (server, wt) = GitServer::with_repo("platform");
     wt.write(".ksync.yaml", &ksync_yaml());
     write_apps(&wt, "v1");
     wt.commit_and_push("the apps");
-    let dir = temp_dir("replicas");
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     let started = std::time::Instant::now();
     let phase = |what: &str| eprintln!("{:>6.1}s {what}", started.elapsed().as_secs_f64());
     runtime.block_on(async {
-        let client = cluster.client().await;
-        install_crds(&client).await;
-        apply_as(&client, "test", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM}}))
-            .await;
-        support::deployer_namespace(&client, FLEET).await;
+        let fleet = fleet(&cluster, "replicas").await;
+        let client = fleet.client.clone();
         let mut configs = BTreeMap::new();
         for name in ["ksync-a", "ksync-b", "ksync-c", "ksync-d"] {
-            configs
-                .insert(name, support::service_account_kubeconfig(&cluster, &client, dir.path(), SYSTEM, name).await);
+            configs.insert(name, fleet.kubeconfig(&cluster, name).await);
         }
         // One replica first (it takes every shard), then two more (they split 4/4/4); the
         // Repository (and so every Application) comes once the split has settled.
-        let a = start("ksync-a", &configs["ksync-a"]);
-        eventually("the first replica to hold every shard", WAIT, || async {
-            let h = holders(&client).await;
-            (h.len() == SHARDS as usize && h.values().all(|x| x == "ksync-a")).then_some(())
-        })
-        .await;
-        let b = start("ksync-b", &configs["ksync-b"]);
-        let c = start("ksync-c", &configs["ksync-c"]);
-        eventually("three replicas to split the shards", WAIT, || async {
-            let h = holders(&client).await;
-            let per = h.values().fold(BTreeMap::<&String, usize>::new(), |mut m, x| {
-                *m.entry(x).or_default() += 1;
-                m
-            });
-            (h.len() == SHARDS as usize && per.len() == 3 && per.values().all(|n| *n == 4)).then_some(())
-        })
-        .await;
-        let repos: Api<Repository> = Api::namespaced(client.clone(), FLEET);
-        let repo: Repository = serde_json::from_value(json!({
-            "apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "Repository",
-            "metadata": {"name": "platform"}, "spec": {"url": url, "ref": {"branch": "main"}, "interval": "2s"},
-        }))
-        .unwrap();
-        repos.create(&PostParams::default(), &repo).await.unwrap();
+        let a = fleet.start_as("ksync-a", &configs["ksync-a"], REPLICA);
+        fleet
+            .wait_for_holders("the first replica to hold every shard", WAIT, |h| {
+                h.len() == SHARDS as usize && h.values().all(|x| x == "ksync-a")
+            })
+            .await;
+        let b = fleet.start_as("ksync-b", &configs["ksync-b"], REPLICA);
+        let c = fleet.start_as("ksync-c", &configs["ksync-c"], REPLICA);
+        fleet
+            .wait_for_holders("three replicas to split the shards", WAIT, |h| {
+                let per = shares(h);
+                h.len() == SHARDS as usize && per.len() == 3 && per.values().all(|n| *n == 4)
+            })
+            .await;
+        fleet.create_repository(FLEET, "platform", &server.url("platform"), "2s").await;
 
         // Three replicas: every Application converges.
         eventually("every Application converged on three replicas", WAIT, || async {
@@ -205,13 +135,9 @@ fn replicas_split_the_shards_take_over_and_rebalance(cluster: Cluster) {
             .then_some(())
         })
         .await;
-        let split = holders(&client).await;
+        let split = fleet.holders().await;
         assert_eq!(split.len(), SHARDS as usize, "{split:?}");
-        let per: BTreeMap<&String, usize> = split.values().fold(BTreeMap::new(), |mut m, h| {
-            *m.entry(h).or_default() += 1;
-            m
-        });
-        assert_eq!(per.values().copied().collect::<Vec<_>>(), vec![4, 4, 4], "{split:?}");
+        assert_eq!(shares(&split).values().copied().collect::<Vec<_>>(), vec![4, 4, 4], "{split:?}");
         // Every Application and every object it manages carries its shard.
         for app in apps.list(&ListParams::default()).await.unwrap().items {
             let want =
@@ -229,25 +155,24 @@ fn replicas_split_the_shards_take_over_and_rebalance(cluster: Cluster) {
         write_apps(&wt, "v2");
         let v2 = wt.commit_and_push("v2");
         let _ = v2;
-        eventually("the survivors to hold every shard", WAIT, || async {
-            let h = holders(&client).await;
-            (h.len() == SHARDS as usize && h.values().all(|x| *x == b.name || *x == c.name)).then_some(())
-        })
-        .await;
+        fleet
+            .wait_for_holders("the survivors to hold every shard", WAIT, |h| {
+                h.len() == SHARDS as usize && h.values().all(|x| *x == b.name || *x == c.name)
+            })
+            .await;
         eventually("v2 everywhere after the takeover", WAIT, || async { converged(&client, "v2").await.then_some(()) })
             .await;
         phase("converged: v2 everywhere after the takeover");
 
         // A fourth replica joins: it takes only its share.
-        let before = holders(&client).await;
-        let d = start("ksync-d", &configs["ksync-d"]);
+        let before = fleet.holders().await;
+        let d = fleet.start_as("ksync-d", &configs["ksync-d"], REPLICA);
         phase("started the fourth replica");
-        let after = eventually("the new replica to take its share", WAIT, || async {
-            let h = holders(&client).await;
-            let mine = h.values().filter(|x| **x == d.name).count();
-            (h.len() == SHARDS as usize && mine == 4).then_some(h)
-        })
-        .await;
+        let after = fleet
+            .wait_for_holders("the new replica to take its share", WAIT, |h| {
+                h.len() == SHARDS as usize && h.values().filter(|x| **x == d.name).count() == 4
+            })
+            .await;
         let moved: BTreeSet<&String> =
             after.iter().filter(|(k, v)| before.get(*k) != Some(*v)).map(|(k, _)| k).collect();
         assert_eq!(moved.len(), 4, "only the new replica's share moves: {before:?} → {after:?}");
@@ -302,7 +227,7 @@ fn replicas_split_the_shards_take_over_and_rebalance(cluster: Cluster) {
             writes.entry(app).or_default().push((e.time.clone(), replica));
         }
         assert_eq!(writes.len(), APPS, "{:?}", writes.keys());
-        let now_owner = holders(&client).await;
+        let now_owner = fleet.holders().await;
         for (app, mut w) in writes {
             w.sort();
             let mut runs: Vec<&str> = Vec::new();
@@ -323,14 +248,11 @@ fn replicas_split_the_shards_take_over_and_rebalance(cluster: Cluster) {
 }
 
 fn an_orphaned_shard_is_reported_on_its_applications(cluster: Cluster) {
-    let dir = temp_dir("orphans");
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
-        let client = cluster.client().await;
-        install_crds(&client).await;
-        for ns in [SYSTEM, FLEET] {
-            apply_as(&client, "test", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})).await;
-        }
+        let fleet = Fleet::prepare(&cluster, SYSTEM, "orphans").await;
+        let client = fleet.client.clone();
+        apply_as(&client, "test", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": FLEET}})).await;
         // Shard 1's Lease is held by a replica that stopped renewing long ago, yet keeps
         // changing (so no live replica may take it over): nobody reconciles shard 1.
         let stale = jiff::Timestamp::now().checked_sub(jiff::SignedDuration::from_secs(3600)).unwrap();
@@ -349,25 +271,9 @@ fn an_orphaned_shard_is_reported_on_its_applications(cluster: Cluster) {
                 }
             })
         };
-        let config = support::service_account_kubeconfig(&cluster, &client, dir.path(), SYSTEM, "ksync-solo").await;
-        let tools = support::Tools::get();
-        let cache = temp_dir("solo-cache");
-        let port = support::free_port();
-        let _solo = Replica {
-            name: "ksync-solo".into(),
-            child: Command::new(env!("CARGO_BIN_EXE_ksync-controller"))
-                .args(["run", "--metrics-bind-address", &format!("127.0.0.1:{port}"), "--replica-id", "ksync-solo"])
-                .args(["--lease-namespace", SYSTEM, "--shards", "2", "--lease-duration", "3s"])
-                .arg("--git-cache-dir")
-                .arg(cache.path())
-                .env("KUBECONFIG", &config)
-                .env("KSYNC_HELM", tools.bin.join("helm"))
-                .env("KSYNC_KUBECTL", tools.bin.join("kubectl"))
-                .stdin(Stdio::null())
-                .spawn()
-                .expect("ksync-controller"),
-            _cache: cache,
-        };
+        let port = testkit::free_port();
+        let bind = format!("127.0.0.1:{port}");
+        let _solo = fleet.start(&cluster, "ksync-solo", replica(2, "3s", &["--metrics-bind-address", &bind])).await;
         // One Application in each shard (their Repository does not exist: an owned one says so).
         let name_in = |shard: u32| {
             (0..).map(|i| format!("app-{i}")).find(|n| sharding::ring::shard_of(&sharding::ring::application_key(FLEET, n), 2) == shard).unwrap()
@@ -467,7 +373,7 @@ impl sharding::coordinator::Workers for Recorded {
 fn a_shard_still_draining_is_not_started_again(cluster: Cluster) {
     const NS: &str = "redraw";
     const SHARDS: u32 = 4;
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let client = cluster.client().await;
         apply_as(&client, "test", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})).await;
@@ -534,7 +440,7 @@ fn a_shard_still_draining_is_not_started_again(cluster: Cluster) {
 fn a_hand_over_that_does_not_drain_holds_up_no_renewal(cluster: Cluster) {
     const NS: &str = "coordination";
     const SHARDS: u32 = 4;
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let client = cluster.client().await;
         apply_as(&client, "test", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})).await;
@@ -610,39 +516,24 @@ fn a_commit_reaches_every_application_after_a_follower_dies(cluster: Cluster) {
 fn a_commit_reaches_every_application_after_a_replica_dies(cluster: Cluster, kill_leader: bool) {
     const N: usize = 40;
     const SHARDS_HERE: u32 = 8;
-    let server = GitServer::start();
-    let url = server.create_repo("platform");
-    let wt = WorkTree::clone(&url);
+    let (server, wt) = GitServer::with_repo("platform");
     wt.write(".ksync.yaml", &ksync_yaml_of(N));
     write_apps_of(&wt, N, "v1");
     wt.commit_and_push("the apps");
-    let dir = temp_dir("leader-death");
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
-        let client = cluster.client().await;
-        install_crds(&client).await;
-        apply_as(&client, "test", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM}}))
-            .await;
-        support::deployer_namespace(&client, FLEET).await;
+        let fleet = fleet(&cluster, "leader-death").await;
+        let client = fleet.client.clone();
         let mut replicas = BTreeMap::new();
         let mut ports = BTreeMap::new();
         for name in ["ksync-a", "ksync-b"] {
-            let kubeconfig = support::service_account_kubeconfig(&cluster, &client, dir.path(), SYSTEM, name).await;
-            let port = support::free_port();
+            let port = testkit::free_port();
             let bind = format!("127.0.0.1:{port}");
-            replicas.insert(
-                name.to_string(),
-                start_with(name, &kubeconfig, SHARDS_HERE, "10s", &["--metrics-bind-address", &bind]),
-            );
+            let metrics = ["--metrics-bind-address", &bind];
+            replicas.insert(name.to_string(), fleet.start(&cluster, name, replica(SHARDS_HERE, "10s", &metrics)).await);
             ports.insert(name.to_string(), port);
         }
-        let repos: Api<Repository> = Api::namespaced(client.clone(), FLEET);
-        let repo: Repository = serde_json::from_value(json!({
-            "apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "Repository",
-            "metadata": {"name": "platform"}, "spec": {"url": url, "ref": {"branch": "main"}, "interval": "1h"},
-        }))
-        .unwrap();
-        repos.create(&PostParams::default(), &repo).await.unwrap();
+        let repos = fleet.create_repository(FLEET, "platform", &server.url("platform"), "1h").await;
         let apps: Api<Application> = Api::namespaced(client.clone(), FLEET);
         eventually("every Application Ready on v1", WAIT, || async {
             let list = apps.list(&ListParams::default()).await.ok()?;
@@ -655,7 +546,7 @@ fn a_commit_reaches_every_application_after_a_replica_dies(cluster: Cluster, kil
         .await;
 
         // A hand edit of one managed ConfigMap on each replica: Drifted; undone: Synced.
-        let owners = holders(&client).await;
+        let owners = fleet.holders().await;
         let owner_of = |app: &str| {
             let shard = sharding::ring::shard_of(&sharding::ring::application_key(FLEET, app), SHARDS_HERE);
             owners.get(&sharding::coordinator::Coordinator::shard_lease("kuvryn-sync", shard)).cloned()
@@ -707,11 +598,11 @@ fn a_commit_reaches_every_application_after_a_replica_dies(cluster: Cluster, kil
         let v2 = wt.commit_and_push("v2");
         let request = json!({"metadata": {"annotations": {names::annotations::RECONCILE_REQUESTED_AT: jiff::Timestamp::now().to_string()}}});
         repos.patch("platform", &Default::default(), &kube::api::Patch::Merge(&request)).await.unwrap();
-        eventually("the survivor to hold every shard", WAIT, || async {
-            let h = holders(&client).await;
-            (h.len() == SHARDS_HERE as usize && h.values().all(|x| *x == survivor)).then_some(())
-        })
-        .await;
+        fleet
+            .wait_for_holders("the survivor to hold every shard", WAIT, |h| {
+                h.len() == SHARDS_HERE as usize && h.values().all(|x| *x == survivor)
+            })
+            .await;
         let took_over = killed_at.elapsed();
         eventually("the Repository to resolve v2", WAIT, || async {
             let r = repos.get("platform").await.ok()?;
@@ -824,34 +715,22 @@ fn readyz(port: u16) -> Option<(u16, String)> {
 fn a_replica_with_another_shard_count_waits_until_the_old_ones_are_gone(cluster: Cluster) {
     const N: usize = 6;
     let (old_shards, new_shards) = (4u32, 6u32);
-    let server = GitServer::start();
-    let url = server.create_repo("platform");
-    let wt = WorkTree::clone(&url);
+    let (server, wt) = GitServer::with_repo("platform");
     wt.write(".ksync.yaml", &ksync_yaml_of(N));
     write_apps_of(&wt, N, "v1");
     wt.commit_and_push("the apps");
-    let dir = temp_dir("shard-count");
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
-        let client = cluster.client().await;
-        install_crds(&client).await;
-        apply_as(&client, "test", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM}}))
-            .await;
-        support::deployer_namespace(&client, FLEET).await;
-        let old_config = support::service_account_kubeconfig(&cluster, &client, dir.path(), SYSTEM, "ksync-old").await;
-        let new_config = support::service_account_kubeconfig(&cluster, &client, dir.path(), SYSTEM, "ksync-new").await;
-        let (old_port, new_port) = (support::free_port(), support::free_port());
+        let fleet = fleet(&cluster, "shard-count").await;
+        let client = fleet.client.clone();
+        let old_config = fleet.kubeconfig(&cluster, "ksync-old").await;
+        let new_config = fleet.kubeconfig(&cluster, "ksync-new").await;
+        let (old_port, new_port) = (testkit::free_port(), testkit::free_port());
         let old_bind = format!("127.0.0.1:{old_port}");
-        let old = start_with("ksync-old", &old_config, old_shards, "5s", &["--metrics-bind-address", &old_bind]);
-        let repos: Api<Repository> = Api::namespaced(client.clone(), FLEET);
-        let repo: Repository = serde_json::from_value(json!({
-            "apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "Repository",
-            "metadata": {"name": "platform"}, "spec": {"url": url, "ref": {"branch": "main"}, "interval": "1h"},
-        }))
-        .unwrap();
-        repos.create(&PostParams::default(), &repo).await.unwrap();
+        let old = fleet.start_as("ksync-old", &old_config, replica(old_shards, "5s", &["--metrics-bind-address", &old_bind]));
+        let repos = fleet.create_repository(FLEET, "platform", &server.url("platform"), "1h").await;
         eventually("the old replica to roll out v1 on every shard", WAIT, || async {
-            let h = holders(&client).await;
+            let h = fleet.holders().await;
             let all_old = h.len() == old_shards as usize && h.values().all(|x| *x == old.name);
             (all_old && converged_of(&client, N, "v1").await).then_some(())
         })
@@ -859,7 +738,7 @@ fn a_replica_with_another_shard_count_waits_until_the_old_ones_are_gone(cluster:
         assert_eq!(readyz(old_port).map(|r| r.0), Some(200));
 
         let new_bind = format!("127.0.0.1:{new_port}");
-        let new = start_with("ksync-new", &new_config, new_shards, "5s", &["--metrics-bind-address", &new_bind]);
+        let new = fleet.start_as("ksync-new", &new_config, replica(new_shards, "5s", &["--metrics-bind-address", &new_bind]));
         let refusal = eventually("the new replica to refuse to take part", WAIT, || async {
             match readyz(new_port)? {
                 (503, body) if body.contains("--shards") => Some(body),
@@ -913,7 +792,7 @@ fn a_replica_with_another_shard_count_waits_until_the_old_ones_are_gone(cluster:
         // every shard under its count, and the Applications follow it.
         drop(old);
         eventually("the new replica to hold every shard under its count", WAIT, || async {
-            let h = holders(&client).await;
+            let h = fleet.holders().await;
             let mine = h.len() == new_shards as usize && h.values().all(|x| *x == new.name);
             (mine && readyz(new_port)?.0 == 200).then_some(())
         })
@@ -940,45 +819,31 @@ fn a_replica_with_another_shard_count_waits_until_the_old_ones_are_gone(cluster:
 /// re-queued by its own replica's watch of every Application, and deploys once the dependency is
 /// Healthy, after it.
 fn a_dependent_on_another_replica_deploys_once_its_dependency_is_healthy(cluster: Cluster) {
-    let server = GitServer::start();
-    let url = server.create_repo("platform");
-    let wt = WorkTree::clone(&url);
+    let (server, wt) = GitServer::with_repo("platform");
     wt.write(".ksync.yaml", "applications: []\n")
         .write("db/deploy.yaml", "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: db}\nspec:\n  replicas: 1\n  selector: {matchLabels: {app: db}}\n  template:\n    metadata:\n      labels: {app: db}\n      annotations: {simcluster.kuvryn.io/ready-ms: \"15000\"}\n    spec:\n      containers: [{name: db, image: postgres:17}]\n")
         .write("web/cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: web}\ndata: {k: v}\n");
     wt.commit_and_push("a database and its dependent");
-    let dir = temp_dir("dependencies");
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
-        let client = cluster.client().await;
-        install_crds(&client).await;
-        apply_as(&client, "test", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM}}))
-            .await;
-        support::deployer_namespace(&client, FLEET).await;
+        let fleet = fleet(&cluster, "dependencies").await;
+        let client = fleet.client.clone();
         let mut replicas = Vec::new();
         for name in ["ksync-a", "ksync-b"] {
-            let config = support::service_account_kubeconfig(&cluster, &client, dir.path(), SYSTEM, name).await;
-            replicas.push(start(name, &config));
+            replicas.push(fleet.start(&cluster, name, REPLICA).await);
         }
-        let split = eventually("two replicas to split the shards", WAIT, || async {
-            let h = holders(&client).await;
-            let owners: BTreeSet<&String> = h.values().collect();
-            (h.len() == SHARDS as usize && owners.len() == 2).then_some(h.clone())
-        })
-        .await;
+        let split = fleet
+            .wait_for_holders("two replicas to split the shards", WAIT, |h| {
+                h.len() == SHARDS as usize && shares(h).len() == 2
+            })
+            .await;
         let holder = |app: &str| {
             let shard = sharding::ring::shard_of(&sharding::ring::application_key(FLEET, app), SHARDS);
             split[&format!("kuvryn-sync-shard-{shard}")].clone()
         };
         let db = "db".to_string();
         let web = (0..).map(|i| format!("web-{i}")).find(|w| holder(w) != holder(&db)).unwrap();
-        let repos: Api<Repository> = Api::namespaced(client.clone(), FLEET);
-        let repo: Repository = serde_json::from_value(json!({
-            "apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "Repository",
-            "metadata": {"name": "platform"}, "spec": {"url": url, "ref": {"branch": "main"}, "interval": "1h"},
-        }))
-        .unwrap();
-        repos.create(&PostParams::default(), &repo).await.unwrap();
+        fleet.create_repository(FLEET, "platform", &server.url("platform"), "1h").await;
         let apps: Api<Application> = Api::namespaced(client.clone(), FLEET);
         for (name, path, deps) in [(&web, "web", json!([{"name": db}])), (&db, "db", json!([]))] {
             let app: Application =
@@ -1038,7 +903,7 @@ fn a_dependent_on_another_replica_deploys_once_its_dependency_is_healthy(cluster
     });
 }
 
-crate::both!(
+testkit::both!(
     a_dependent_on_another_replica_deploys_once_its_dependency_is_healthy,
     a_replica_with_another_shard_count_waits_until_the_old_ones_are_gone,
     a_commit_reaches_every_application_after_the_leader_dies,
@@ -1074,9 +939,7 @@ fn a_replica_whose_fence_closes_mid_rollout_sends_no_further_write(cluster: Clus
     const N: usize = 30;
     let ns = "fenced";
     let sa_user = format!("system:serviceaccount:{ns}:deployer");
-    let server = GitServer::start();
-    let url = server.create_repo("platform");
-    let wt = WorkTree::clone(&url);
+    let (server, wt) = GitServer::with_repo("platform");
     wt.write(".ksync.yaml", &format!(
         "applications:\n- metadata: {{name: bulk}}\n  spec: {{source: {{repository: platform, path: bulk}}, serviceAccountName: deployer, destination: {{namespace: {ns}}}}}\n"
     ));
@@ -1087,31 +950,16 @@ fn a_replica_whose_fence_closes_mid_rollout_sends_no_further_write(cluster: Clus
         );
     }
     wt.commit_and_push("bulk");
-    let dir = temp_dir("fence-mid-rollout");
-    let port = support::free_port();
-    let runtime = support::runtime();
+    let port = testkit::free_port();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
-        let client = cluster.client().await;
-        install_crds(&client).await;
-        apply_as(&client, "test", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM}}))
-            .await;
-        support::deployer_namespace(&client, ns).await;
-        let kubeconfig = support::service_account_kubeconfig(&cluster, &client, dir.path(), SYSTEM, "ksync-a").await;
+        let fleet = Fleet::prepare(&cluster, SYSTEM, "fence-mid-rollout").await;
+        let client = fleet.client.clone();
+        testkit::deployer_namespace(&client, ns).await;
         let bind = format!("127.0.0.1:{port}");
-        let _replica = start_with(
-            "ksync-a",
-            &kubeconfig,
-            1,
-            "6s",
-            &["--kube-api-qps", "2", "--kube-api-burst", "1", "--metrics-bind-address", &bind],
-        );
-        let repos: Api<Repository> = Api::namespaced(client.clone(), ns);
-        let repo: Repository = serde_json::from_value(json!({
-            "apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "Repository",
-            "metadata": {"name": "platform"}, "spec": {"url": url, "ref": {"branch": "main"}, "interval": "1h"},
-        }))
-        .unwrap();
-        repos.create(&PostParams::default(), &repo).await.unwrap();
+        let budget = ["--kube-api-qps", "2", "--kube-api-burst", "1", "--metrics-bind-address", &bind];
+        let _replica = fleet.start(&cluster, "ksync-a", replica(1, "6s", &budget)).await;
+        fleet.create_repository(ns, "platform", &server.url("platform"), "1h").await;
 
         let sim = cluster.sim().expect("simcluster");
         let writes = |from: usize| -> Vec<simcluster::faults::AuditEvent> {
@@ -1173,7 +1021,7 @@ fn a_replica_whose_fence_closes_mid_rollout_sends_no_further_write(cluster: Clus
 mod a_replica_whose_fence_closes_mid_rollout_sends_no_further_write {
     #[test]
     fn simcluster() {
-        super::a_replica_whose_fence_closes_mid_rollout_sends_no_further_write(super::support::Cluster::start());
+        super::a_replica_whose_fence_closes_mid_rollout_sends_no_further_write(testkit::Cluster::start());
     }
 }
 
@@ -1182,7 +1030,7 @@ mod a_replica_whose_fence_closes_mid_rollout_sends_no_further_write {
 mod replicas_split_the_shards_take_over_and_rebalance {
     #[test]
     fn simcluster() {
-        super::replicas_split_the_shards_take_over_and_rebalance(super::support::Cluster::start());
+        super::replicas_split_the_shards_take_over_and_rebalance(testkit::Cluster::start());
     }
 }
 
@@ -1201,9 +1049,7 @@ fn lease_renewals_keep_their_schedule_during_large_renders(cluster: Cluster) {
     let lease_secs = if cluster.sim().is_some() { 3 } else { 9 };
     let lease_flag = format!("{lease_secs}s");
     let lease_duration = Duration::from_secs(lease_secs);
-    let server = GitServer::start();
-    let url = server.create_repo("charts");
-    let wt = WorkTree::clone(&url);
+    let (server, wt) = GitServer::with_repo("charts");
     let mut config = String::from("applications:\n");
     for i in 0..APPS_HERE {
         // Objects in a namespace the Application may not write: each render is parsed and
@@ -1219,21 +1065,14 @@ fn lease_renewals_keep_their_schedule_during_large_renders(cluster: Cluster) {
         "{{- range $i := until 300 }}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: big-{{ $i }}\n  namespace: elsewhere\ndata:\n  blob: {{ repeat 60000 \"x\" | quote }}\n{{- end }}\n",
     );
     wt.commit_and_push("big charts");
-    let dir = temp_dir("big-renders");
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
-        let client = cluster.client().await;
-        install_crds(&client).await;
-        apply_as(&client, "test", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM}}))
-            .await;
-        support::deployer_namespace(&client, FLEET).await;
-        let kubeconfig = support::service_account_kubeconfig(&cluster, &client, dir.path(), SYSTEM, "ksync-big").await;
-        let _replica = start_env("ksync-big", &kubeconfig, 2, &lease_flag, &[], &[("TOKIO_WORKER_THREADS", "2")]);
+        let fleet = fleet(&cluster, "big-renders").await;
+        let client = fleet.client.clone();
+        let options = Options { env: &[("TOKIO_WORKER_THREADS", "2")], ..replica(2, &lease_flag, &[]) };
+        let _replica = fleet.start(&cluster, "ksync-big", options).await;
         let leases: Api<Lease> = Api::namespaced(client.clone(), SYSTEM);
-        eventually("the replica to hold both shards", WAIT, || async {
-            (holders(&client).await.len() == 2).then_some(())
-        })
-        .await;
+        fleet.wait_for_holders("the replica to hold both shards", WAIT, |h| h.len() == 2).await;
         // Every renewal of the shard Leases, as the watch delivers them.
         let renewals: std::sync::Arc<std::sync::Mutex<BTreeMap<String, Vec<jiff::Timestamp>>>> = Default::default();
         let watching = {
@@ -1255,13 +1094,7 @@ fn lease_renewals_keep_their_schedule_during_large_renders(cluster: Cluster) {
                 }
             })
         };
-        let repos: Api<Repository> = Api::namespaced(client.clone(), FLEET);
-        let repo: Repository = serde_json::from_value(json!({
-            "apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "Repository",
-            "metadata": {"name": "charts"}, "spec": {"url": url, "ref": {"branch": "main"}, "interval": "1h"},
-        }))
-        .unwrap();
-        repos.create(&PostParams::default(), &repo).await.unwrap();
+        fleet.create_repository(FLEET, "charts", &server.url("charts"), "1h").await;
         let apps: Api<Application> = Api::namespaced(client.clone(), FLEET);
         eventually("every Application to have rendered and been refused", WAIT, || async {
             let list = apps.list(&ListParams::default()).await.ok()?;
@@ -1296,7 +1129,7 @@ fn lease_renewals_keep_their_schedule_during_large_renders(cluster: Cluster) {
     });
 }
 
-crate::both!(lease_renewals_keep_their_schedule_during_large_renders,);
+testkit::both!(lease_renewals_keep_their_schedule_during_large_renders,);
 
 /// A Lease this replica holds is renewed from the copy it last wrote: one conditional write,
 /// no read. A renewal therefore succeeds while reads of Leases fail; once someone else has
@@ -1304,7 +1137,7 @@ crate::both!(lease_renewals_keep_their_schedule_during_large_renders,);
 fn a_held_lease_is_renewed_without_reading_it(cluster: Cluster) {
     const NS: &str = "renewals";
     let sim = cluster.sim().expect("simcluster: the test injects faults");
-    support::runtime().block_on(async {
+    testkit::runtime().block_on(async {
         let client = cluster.client().await;
         apply_as(&client, "test", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})).await;
         let timing = sharding::lease::Timing::new(Duration::from_secs(30));
@@ -1348,7 +1181,7 @@ fn a_held_lease_is_renewed_without_reading_it(cluster: Cluster) {
 fn a_lease_request_without_an_answer_fails_in_time(cluster: Cluster) {
     const NS: &str = "hung";
     let sim = cluster.sim().expect("simcluster: the test pauses the server");
-    support::runtime().block_on(async {
+    testkit::runtime().block_on(async {
         let client = cluster.client().await;
         apply_as(&client, "test", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})).await;
         let timing = sharding::lease::Timing::new(Duration::from_secs(3));
@@ -1376,8 +1209,8 @@ fn a_lease_request_without_an_answer_fails_in_time(cluster: Cluster) {
 fn a_shard_stopped_before_its_first_list_drains_all_the_same(cluster: Cluster) {
     use sharding::coordinator::Workers as _;
     let sim = cluster.sim().expect("simcluster: the test injects faults");
-    support::runtime().block_on(async {
-        let (env, ctx) = support::apps::Env::start_driven(&cluster, "drain-limit").await;
+    testkit::runtime().block_on(async {
+        let (env, ctx) = testkit::apps::Env::start_driven(&cluster, "drain-limit").await;
         // Applications cannot be listed: the shard's store never becomes ready.
         sim.add_fault(simcluster::faults::FaultRule {
             verb: Some("list".into()),
@@ -1398,20 +1231,20 @@ fn a_shard_stopped_before_its_first_list_drains_all_the_same(cluster: Cluster) {
 mod a_shard_stopped_before_its_first_list_drains_all_the_same {
     #[test]
     fn simcluster() {
-        super::a_shard_stopped_before_its_first_list_drains_all_the_same(super::support::Cluster::start());
+        super::a_shard_stopped_before_its_first_list_drains_all_the_same(testkit::Cluster::start());
     }
 }
 
 mod a_held_lease_is_renewed_without_reading_it {
     #[test]
     fn simcluster() {
-        super::a_held_lease_is_renewed_without_reading_it(super::support::Cluster::start());
+        super::a_held_lease_is_renewed_without_reading_it(testkit::Cluster::start());
     }
 }
 
 mod a_lease_request_without_an_answer_fails_in_time {
     #[test]
     fn simcluster() {
-        super::a_lease_request_without_an_answer_fails_in_time(super::support::Cluster::start());
+        super::a_lease_request_without_an_answer_fails_in_time(testkit::Cluster::start());
     }
 }

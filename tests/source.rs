@@ -1,15 +1,13 @@
 //! The shared Git object cache against real Git servers on loopback: `git daemon` and the real
 //! `git http-backend` (smart HTTP with basic auth), as users meet them.
 
-mod support;
-
 use std::sync::Arc;
 use std::time::Duration;
 
 use kuvryn_sync::api::application::{Render, RenderType};
 use kuvryn_sync::render::{Renderer, Request, Tools};
 use kuvryn_sync::source::{CacheConfig, Credentials, Error, GitCache, Limits, Reference};
-use support::{GitHttpServer, GitServer, HttpOptions, WorkTree, temp_dir};
+use testkit::{GitHttpServer, GitServer, HttpOptions, WorkTree, temp_dir};
 
 const T: Duration = Duration::from_secs(30);
 
@@ -201,7 +199,7 @@ async fn dumb_http_is_refused_clearly() {
     let work = WorkTree::clone(bare.to_str().unwrap());
     work.write("x.yaml", "a: 1\n");
     work.commit_and_push("first");
-    support::run(std::process::Command::new("git").arg("-C").arg(&bare).arg("update-server-info"));
+    testkit::run(std::process::Command::new("git").arg("-C").arg(&bare).arg("update-server-info"));
     let dir = temp_dir("cache");
     let e = cache(dir.path()).resolve(&server.url("dumb"), &branch("main"), &none(), T).await.unwrap_err();
     assert!(matches!(e, Error::Unsupported(_)), "{e:?}");
@@ -339,7 +337,7 @@ fn symlink(work: &WorkTree, target: &str, at: &str) {
 /// What the real renderer makes of `dir` (for the failure message when a checkout that
 /// should have been refused was not).
 async fn render_anyway(dir: &std::path::Path, type_: RenderType) -> String {
-    let t = support::Tools::get();
+    let t = testkit::Tools::get();
     let renderer = Renderer::new(
         Tools { helm: t.bin.join("helm"), kubectl: t.bin.join("kubectl") },
         kuvryn_sync::render::Limits::default(),
@@ -456,20 +454,20 @@ async fn evicted_checkouts_are_deleted_once_no_reader_holds_them() {
     // on the blocking pool (off the runtime), so each removal is waited for.
     cache.run_pending_tasks();
     let count = || std::fs::read_dir(&checkouts).unwrap().count();
-    support::eventually("an evicted checkout's directory removed", Duration::from_secs(30), || async {
+    testkit::eventually("an evicted checkout's directory removed", Duration::from_secs(30), || async {
         (count() <= 3).then_some(())
     })
     .await;
     cache.clear_checkouts();
     // Every checkout nobody holds is gone; the held one is intact until dropped.
-    support::eventually("every checkout nobody holds removed", Duration::from_secs(30), || async {
+    testkit::eventually("every checkout nobody holds removed", Duration::from_secs(30), || async {
         (count() == 1).then_some(())
     })
     .await;
     assert!(held.path().join("big.txt").exists());
     let path = held.path().to_path_buf();
     drop(held);
-    support::eventually("the held checkout removed once dropped", Duration::from_secs(30), || async {
+    testkit::eventually("the held checkout removed once dropped", Duration::from_secs(30), || async {
         (!path.exists()).then_some(())
     })
     .await;

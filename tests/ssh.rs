@@ -4,13 +4,11 @@
 //!
 //! Needs `/usr/sbin/sshd`: `scripts/install-tools` installs it.
 
-mod support;
-
 use std::time::Duration;
 
 use kuvryn_sync::source::{CacheConfig, Credentials, Error, GitCache, Reference};
-use support::ssh::{KeyPair, SshServer};
-use support::{WorkTree, temp_dir};
+use testkit::ssh::{KeyPair, SshServer};
+use testkit::{WorkTree, temp_dir};
 
 const T: Duration = Duration::from_secs(30);
 

@@ -3,16 +3,14 @@
 //! health to an OTLP/HTTP receiver run by the test, and its JSON logs carry the reconcile's
 //! trace id. Which variables turn traces on is a table test in `src/telemetry/traces.rs`.
 
-mod support;
-
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kube::api::Api;
 use kuvryn_sync::api::application::Application;
 use serde_json::Value;
-use support::manager::Manager;
-use support::{Cluster, GitServer, WorkTree, eventually, install_crds};
+use testkit::manager::Manager;
+use testkit::{Cluster, GitServer, WorkTree, eventually, install_crds};
 
 /// The child spans of the reconcile that starts a rollout.
 const ROLLOUT: [&str; 5] = ["fetch", "render", "plan", "apply", "prune"];
@@ -120,7 +118,7 @@ async fn web(client: &kube::Client, git: &GitServer, ns: &str) -> String {
     );
     wt.write("web/cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: web}\ndata: {color: blue}\n");
     let commit = wt.commit_and_push("web");
-    support::create_repository(client, ns, &url).await;
+    testkit::create_repository(client, ns, &url).await;
     commit
 }
 
@@ -136,15 +134,15 @@ async fn desired_revision(client: &kube::Client, ns: &str) -> String {
 }
 
 fn a_reconcile_is_traced_with_its_steps_and_its_trace_id_is_logged(cluster: Cluster) {
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let ns = "traced";
         let client = cluster.client().await;
         install_crds(&client).await;
-        support::deployer_namespace(&client, ns).await;
+        testkit::deployer_namespace(&client, ns).await;
         let receiver = Receiver::start().await;
         let git = GitServer::start();
-        let tools = support::Tools::get();
+        let tools = testkit::Tools::get();
         let (helm, kubectl) = (tools.bin.join("helm"), tools.bin.join("kubectl"));
         let manager = Manager::start(
             &cluster,
@@ -208,7 +206,7 @@ fn a_reconcile_is_traced_with_its_steps_and_its_trace_id_is_logged(cluster: Clus
 /// An unsupported protocol is refused at startup, saying which variable and why.
 #[test]
 fn grpc_is_refused_at_startup() {
-    let out = std::process::Command::new(support::manager::bin())
+    let out = std::process::Command::new(testkit::manager::bin())
         .args(["run", "--enable-webhooks", "false"])
         .env("KUBECONFIG", "/nonexistent")
         .env("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4317")
@@ -220,4 +218,4 @@ fn grpc_is_refused_at_startup() {
     assert!(stderr.contains("OTEL_EXPORTER_OTLP_PROTOCOL=grpc"), "{stderr}");
 }
 
-crate::both!(a_reconcile_is_traced_with_its_steps_and_its_trace_id_is_logged);
+testkit::both!(a_reconcile_is_traced_with_its_steps_and_its_trace_id_is_logged);

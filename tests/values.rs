@@ -1,28 +1,26 @@
 //! Helm `valuesFrom` read as the Application's service account: what its RBAC allows, nothing
 //! more; Secret values are returned for redaction.
 
-mod support;
-
 use std::time::Duration;
 
 use kuvryn_sync::api::application::{ValuesKind, ValuesReference};
 use kuvryn_sync::render::values;
 use serde_json::json;
-use support::Cluster;
+use testkit::Cluster;
 
 fn r(kind: ValuesKind, name: &str, optional: bool) -> ValuesReference {
     ValuesReference { kind, name: name.into(), key: "values.yaml".into(), optional }
 }
 
 fn values_are_read_as_the_service_account(cluster: Cluster) {
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let admin = cluster.client().await;
         let ns = "values-test";
         let apply = |obj: serde_json::Value| {
             let admin = admin.clone();
             async move {
-                support::apply_as(&admin, "test", &obj).await;
+                testkit::apply_as(&admin, "test", &obj).await;
             }
         };
         apply(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})).await;
@@ -45,7 +43,7 @@ fn values_are_read_as_the_service_account(cluster: Cluster) {
             [r(ValuesKind::Secret, "helm-values", false), r(ValuesKind::ConfigMap, "public", false), r(ValuesKind::ConfigMap, "absent", true)];
         // A real API server authorizes from an informer's copy of RBAC: the RoleBinding takes
         // effect a moment after it is written.
-        let (docs, secrets) = support::eventually("the RoleBinding to take effect", Duration::from_secs(30), || async {
+        let (docs, secrets) = testkit::eventually("the RoleBinding to take effect", Duration::from_secs(30), || async {
             match values::read(&sa, ns, &wanted).await {
                 Ok(read) => Some(read),
                 Err(e) if e.to_string().contains("may not read it") => None,
@@ -64,4 +62,4 @@ fn values_are_read_as_the_service_account(cluster: Cluster) {
     });
 }
 
-crate::both!(values_are_read_as_the_service_account,);
+testkit::both!(values_are_read_as_the_service_account,);

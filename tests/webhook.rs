@@ -7,8 +7,6 @@
 //! (`SimCluster::set_webhook_service`); on realkube through `clientConfig.url` (realkube cannot
 //! route to a Service).
 
-mod support;
-
 use std::time::Duration;
 
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
@@ -19,8 +17,8 @@ use kuvryn_sync::api::names::annotations as a;
 use kuvryn_sync::api::revision::Revision;
 use kuvryn_sync::webhook::certs;
 use serde_json::{Value, json};
-use support::manager::{Manager, SERVICE, SYSTEM, install_configuration};
-use support::{Cluster, apply_as, eventually, free_port, install_crds, temp_dir};
+use testkit::manager::{Manager, SERVICE, SYSTEM, install_configuration};
+use testkit::{Cluster, apply_as, eventually, free_port, install_crds, temp_dir};
 
 const NS: &str = "team";
 const CONFIG: &str = "kuvryn-sync";
@@ -144,7 +142,7 @@ const C1: &str = "1111111111111111111111111111111111111111";
 const C2: &str = "2222222222222222222222222222222222222222";
 
 fn rollback_requests_are_checked_and_recorded_from_the_request(cluster: Cluster) {
-    support::runtime().block_on(async {
+    testkit::runtime().block_on(async {
         let admin = setup(&cluster).await;
         let manager = Manager::start(&cluster, &[], &[]);
         install_configuration(&cluster, &admin, manager.port).await;
@@ -279,7 +277,7 @@ fn rollback_requests_are_checked_and_recorded_from_the_request(cluster: Cluster)
 /// manager, while a person's, and the manager's own failure-policy rollback, go through.
 fn the_managers_own_identity_never_decides(cluster: Cluster) {
     const MANAGER_SA: &str = "system:serviceaccount:kuvryn-system:kuvryn-sync";
-    support::runtime().block_on(async {
+    testkit::runtime().block_on(async {
         let admin = setup(&cluster).await;
         apply_as(
             &admin,
@@ -356,7 +354,7 @@ async fn ca_bundle(client: &kube::Client) -> Option<String> {
 #[test]
 fn two_replicas_create_one_certificate_and_publish_its_ca() {
     let cluster = Cluster::start();
-    support::runtime().block_on(async {
+    testkit::runtime().block_on(async {
         let admin = setup(&cluster).await;
         let a = Manager::start(&cluster, &[], &[]);
         let b = Manager::start(&cluster, &[], &[]);
@@ -396,7 +394,7 @@ fn two_replicas_create_one_certificate_and_publish_its_ca() {
 #[test]
 fn the_presented_certificates_expiry_is_exported() {
     let cluster = Cluster::start();
-    support::runtime().block_on(async {
+    testkit::runtime().block_on(async {
         let admin = setup(&cluster).await;
         let metrics = free_port();
         let m = Manager::start_with_metrics(&cluster, &[], &[], Some(metrics));
@@ -422,7 +420,7 @@ fn the_presented_certificates_expiry_is_exported() {
 /// rotation: one creates (then one rotates), the others read its result, all end with the same
 /// certificate.
 fn replicas_racing_for_the_secret_agree_on_one_certificate(cluster: Cluster) {
-    support::runtime().block_on(async {
+    testkit::runtime().block_on(async {
         let admin = setup(&cluster).await;
         let secrets: Api<Secret> = Api::namespaced(admin.clone(), SYSTEM);
         let hosts = vec![format!("{SERVICE}.{SYSTEM}.svc")];
@@ -465,7 +463,7 @@ fn replicas_racing_for_the_secret_agree_on_one_certificate(cluster: Cluster) {
 #[test]
 fn certificates_rotate_before_expiry_keeping_the_old_ca_trusted() {
     let cluster = Cluster::start();
-    support::runtime().block_on(async {
+    testkit::runtime().block_on(async {
         let admin = setup(&cluster).await;
         let manager = Manager::start(&cluster, &["--webhook-cert-validity", "9s"], &[]);
         install_configuration(&cluster, &admin, manager.port).await;
@@ -508,7 +506,7 @@ async fn set_ca_bundle(client: &kube::Client, bundle: &str) {
 #[test]
 fn a_certificate_directory_is_served_and_reloaded_and_ca_bundle_left_alone() {
     let cluster = Cluster::start();
-    support::runtime().block_on(async {
+    testkit::runtime().block_on(async {
         let admin = setup(&cluster).await;
         let hosts = vec![format!("{SERVICE}.{SYSTEM}.svc")];
         let write = |dir: &std::path::Path, m: &certs::Material| {
@@ -540,7 +538,7 @@ fn a_certificate_directory_is_served_and_reloaded_and_ca_bundle_left_alone() {
 #[test]
 fn enable_webhooks_false_serves_nothing() {
     let cluster = Cluster::start();
-    support::runtime().block_on(async {
+    testkit::runtime().block_on(async {
         let admin = setup(&cluster).await;
         let manager = Manager::start(&cluster, &[], &[("ENABLE_WEBHOOKS", "false")]);
         install_configuration(&cluster, &admin, manager.port).await;
@@ -564,7 +562,7 @@ fn enable_webhooks_false_serves_nothing() {
 #[test]
 fn startup_logs_pending_rollback_requests_with_a_requester() {
     let cluster = Cluster::start();
-    support::runtime().block_on(async {
+    testkit::runtime().block_on(async {
         let admin = setup(&cluster).await;
         // Written while no webhook ran: trusted as written, and reported at start-up.
         create_app(
@@ -591,7 +589,7 @@ fn startup_logs_pending_rollback_requests_with_a_requester() {
     });
 }
 
-crate::both!(
+testkit::both!(
     the_managers_own_identity_never_decides,
     rollback_requests_are_checked_and_recorded_from_the_request,
     replicas_racing_for_the_secret_agree_on_one_certificate

@@ -1,9 +1,6 @@
-//! Manual approval end to end: the controllers in-process (`support::apps::Env`), a real Git
+//! Manual approval end to end: the controllers in-process (`testkit::apps::Env`), a real Git
 //! server, and the real `ksync` binary approving plans with `ksync sync`, on simcluster and on
 //! a real kube-apiserver.
-
-#[path = "../../tests/support/mod.rs"]
-mod support;
 
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -13,8 +10,8 @@ use kuvryn_sync::api::application::Application;
 use kuvryn_sync::api::names;
 use kuvryn_sync::api::revision::{Revision, RevisionPhase};
 use serde_json::json;
-use support::apps::{Env, WAIT};
-use support::{Cluster, eventually};
+use testkit::apps::{Env, WAIT};
+use testkit::{Cluster, eventually};
 
 const NS: &str = "approve";
 
@@ -24,7 +21,7 @@ fn config(color: &str) -> String {
 
 /// `ksync ARGS -n approve`; (exit code, stdout, stderr).
 fn ksync(cluster: &Cluster, args: &[&str]) -> (i32, String, String) {
-    let out = support::ksync::run(cluster, NS, args);
+    let out = testkit::ksync::run(cluster, NS, args);
     (out.code, out.stdout, out.stderr)
 }
 
@@ -45,7 +42,7 @@ fn sync_state(a: &Application) -> String {
 }
 
 fn a_manual_sync_application_deploys_only_what_ksync_sync_approved(cluster: Cluster) {
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let env = Env::start(&cluster, NS).await;
         let wt = env
@@ -187,4 +184,4 @@ fn a_manual_sync_application_deploys_only_what_ksync_sync_approved(cluster: Clus
     });
 }
 
-crate::both!(a_manual_sync_application_deploys_only_what_ksync_sync_approved);
+testkit::both!(a_manual_sync_application_deploys_only_what_ksync_sync_approved);

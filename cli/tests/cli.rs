@@ -9,9 +9,6 @@
 //! one, or a copy when several checkouts share a target directory and overwrite each other's
 //! `target/debug/ksync`).
 
-#[path = "../../tests/support/mod.rs"]
-mod support;
-
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -25,7 +22,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use kuvryn_sync::api::names;
 use kuvryn_sync::api::{Application, Repository, Revision};
 use serde_json::{Value, json};
-use support::{Cluster, apply_as, install_crds, temp_dir};
+use testkit::{Cluster, apply_as, install_crds, temp_dir};
 
 const C0: &str = "2c26b46b68ffc68ff99b453c1d30413413422d70";
 const C1: &str = "3e23e8160039594a33894f6564e1b1348bbd7a00";
@@ -281,6 +278,14 @@ fn ksync_bin() -> PathBuf {
     std::env::var_os("KSYNC_BIN").map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_ksync")), PathBuf::from)
 }
 
+/// The test kit runs the `ksync` Cargo built for these tests (it finds it at run time: a
+/// library gets no `CARGO_BIN_EXE_*`).
+#[test]
+fn the_kit_runs_the_ksync_cargo_built_for_these_tests() {
+    let kit = testkit::ksync::bin().canonicalize().unwrap();
+    assert_eq!(kit, ksync_bin().canonicalize().unwrap());
+}
+
 /// The `ksync` binary with a clean environment: no ambient kubeconfig, an empty HOME, no colour
 /// settings, and `KSYNC_NOW` fixed.
 struct Ksync {
@@ -342,7 +347,7 @@ fn assert_objects_snapshot(name: &str, output: &str) {
 }
 
 fn read_commands_print_tables_and_objects(cluster: Cluster) {
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     let clock = runtime.block_on(async { fixtures(&cluster.client().await, "team-a", "team-b").await });
     let k = Ksync::new(&cluster.kubeconfig(), clock.now());
 
@@ -409,7 +414,7 @@ fn read_commands_print_tables_and_objects(cluster: Cluster) {
 }
 
 fn apps_watch_redraws_when_a_status_changes(cluster: Cluster) {
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     let client = runtime.block_on(cluster.client());
     let clock = runtime.block_on(fixtures(&client, "watch-a", "watch-b"));
     let k = Ksync::new(&cluster.kubeconfig(), clock.now());
@@ -459,7 +464,7 @@ fn apps_watch_redraws_when_a_status_changes(cluster: Cluster) {
 }
 
 fn errors_are_one_line_with_a_non_zero_exit_status(cluster: Cluster) {
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     let client = runtime.block_on(cluster.client());
     let k = Ksync::new(&cluster.kubeconfig(), "2026-01-01T00:00:00Z".into());
 
@@ -540,7 +545,7 @@ fn errors_are_one_line_with_a_non_zero_exit_status(cluster: Cluster) {
     // Unreachable: a kubeconfig pointing at a closed port.
     let dir = temp_dir("closed");
     let closed = dir.path().join("kubeconfig");
-    let port = support::free_port();
+    let port = testkit::free_port();
     cluster.write_kubeconfig(&closed, None, Some(&format!("http://127.0.0.1:{port}")));
     let err = fails(Ksync::new(&closed, "2026-01-01T00:00:00Z".into()).cmd(&["apps"]));
     assert!(
@@ -613,7 +618,7 @@ fn logs_json_on_request_and_refuses_an_unknown_format() {
     assert!(!bad.status.success());
 }
 
-crate::both!(
+testkit::both!(
     read_commands_print_tables_and_objects,
     apps_watch_redraws_when_a_status_changes,
     errors_are_one_line_with_a_non_zero_exit_status,

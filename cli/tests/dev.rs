@@ -10,9 +10,6 @@
 //! `tests/cli.rs`: several checkouts may share a target directory). Both the quickstart's
 //! replicas and its `bin/ksync` are that binary.
 
-#[path = "../../tests/support/mod.rs"]
-mod support;
-
 use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
@@ -24,7 +21,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::Api;
 use kuvryn_sync::api::Application;
 use kuvryn_sync::api::application::SyncState;
-use support::{Tools, eventually, git_cmd, run, temp_dir};
+use testkit::{Tools, eventually, git_cmd, run, temp_dir};
 
 /// How long the quickstart may take to reach all-Healthy in a debug build on a busy machine.
 const READY: Duration = Duration::from_secs(180);
@@ -211,7 +208,7 @@ fn the_quickstart_deploys_rolls_out_a_commit_heals_and_reports_drift_and_stops_c
     }
     assert!(got.matches("Healthy").count() >= 6, "{got}");
 
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     let client = runtime.block_on(async {
         let kubeconfig = kube::config::Kubeconfig::read_from(state.path().join("kubeconfig")).unwrap();
         let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await.unwrap();

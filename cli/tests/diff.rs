@@ -4,9 +4,6 @@
 //! checkout and every Application, on simcluster and on a real kube-apiserver. It must write
 //! nothing: simcluster's audit log shows only dry runs from it.
 
-#[path = "../../tests/support/mod.rs"]
-mod support;
-
 use std::path::Path;
 use std::process::{Command, Stdio};
 
@@ -16,8 +13,8 @@ use kube::ResourceExt;
 use kube::api::{Api, ListParams, PostParams};
 use kuvryn_sync::api::revision::RevisionPhase;
 use serde_json::{Value, json};
-use support::apps::Env;
-use support::{Cluster, apply_as};
+use testkit::apps::Env;
+use testkit::{Cluster, apply_as};
 
 const NS: &str = "diff";
 const REVIEWER: &str = "reviewer";
@@ -69,8 +66,8 @@ async fn reviewer_kubeconfig(cluster: &Cluster, client: &kube::Client, dir: &Pat
 
 /// `ksync --kubeconfig KUBECONFIG -n diff ARGS`: (exit code, stdout, stderr).
 fn ksync(kubeconfig: &Path, args: &[&str]) -> (i32, String, String) {
-    let home = support::temp_dir("ksync-home");
-    let out = Command::new(support::ksync::bin())
+    let home = testkit::temp_dir("ksync-home");
+    let out = Command::new(testkit::ksync::bin())
         .env_clear()
         .env("HOME", home.path())
         .arg("--kubeconfig")
@@ -96,7 +93,7 @@ fn no_secret_in(text: &str) {
 }
 
 fn previews_a_branch_a_local_checkout_and_every_application_without_writing(cluster: Cluster) {
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let env = Env::start(&cluster, NS).await;
         let wt = env
@@ -115,7 +112,7 @@ fn previews_a_branch_a_local_checkout_and_every_application_without_writing(clus
             r.status.as_ref().is_some_and(|s| s.phase == RevisionPhase::Healthy)
         })
         .await;
-        let dir = support::temp_dir("diff");
+        let dir = testkit::temp_dir("diff");
         let kubeconfig = reviewer_kubeconfig(&cluster, &env.client, dir.path()).await;
         let revisions = |env: &Env| {
             let api = env.revisions();
@@ -183,7 +180,7 @@ fn previews_a_branch_a_local_checkout_and_every_application_without_writing(clus
         assert!(out.contains("+  color: purple"), "{out}");
         // A symlink out of the checkout is refused, as in a Git checkout: what it points to is
         // never rendered.
-        let outside = support::temp_dir("outside");
+        let outside = testkit::temp_dir("outside");
         let stolen = outside.path().join("stolen.yaml");
         std::fs::write(&stolen, "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: stolen\n").unwrap();
         std::os::unix::fs::symlink(&stolen, wt.path().join("web/stolen.yaml")).unwrap();
@@ -226,4 +223,4 @@ fn previews_a_branch_a_local_checkout_and_every_application_without_writing(clus
     });
 }
 
-crate::both!(previews_a_branch_a_local_checkout_and_every_application_without_writing);
+testkit::both!(previews_a_branch_a_local_checkout_and_every_application_without_writing);

@@ -1,18 +1,15 @@
 //! `ksync graph` end to end, on what the controller really produced: an Application whose
 //! Deployment mounts a ConfigMap that does not exist, rolled out by the controllers in-process
-//! (`support::apps::Env`) with the workload simulation, on simcluster and on a real
+//! (`testkit::apps::Env`) with the workload simulation, on simcluster and on a real
 //! kube-apiserver. The tree, `dot` and JSON outputs are compared with the snapshots in
 //! `cli/tests/snapshots/` (generated names filtered). The Pod mounts no service account token:
 //! simcluster's admission does not inject the token volume a real API server adds (its
 //! `kube-root-ca.crt` would be one more Uses edge, on the real server only).
 
-#[path = "../../tests/support/mod.rs"]
-mod support;
-
 use kuvryn_sync::api::application::Application;
 use serde_json::json;
-use support::apps::{Env, WAIT};
-use support::{Cluster, eventually, ksync};
+use testkit::apps::{Env, WAIT};
+use testkit::{Cluster, eventually, ksync};
 
 const DEPLOY: &str = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  replicas: 1\n  selector:\n    matchLabels: {app: web}\n  template:\n    metadata:\n      labels: {app: web}\n    spec:\n      automountServiceAccountToken: false\n      containers:\n      - name: app\n        image: nginx:1.27\n        env:\n        - name: COLOR\n          valueFrom: {configMapKeyRef: {name: settings, key: color}}\n        volumeMounts: [{name: flags, mountPath: /etc/flags}]\n      volumes:\n      - {name: flags, configMap: {name: flags}}\n";
 const SERVICE: &str =
@@ -27,7 +24,7 @@ fn snapshot(name: &str, output: &str) {
 }
 
 fn the_graph_of_a_deployment_missing_its_config_map(cluster: Cluster) {
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let ns = "graph";
         let env = Env::start(&cluster, ns).await;
@@ -62,4 +59,4 @@ fn the_graph_of_a_deployment_missing_its_config_map(cluster: Cluster) {
     });
 }
 
-crate::both!(the_graph_of_a_deployment_missing_its_config_map);
+testkit::both!(the_graph_of_a_deployment_missing_its_config_map);

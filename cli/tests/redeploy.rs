@@ -5,9 +5,6 @@
 //!
 //! `KSYNC_BIN` runs another `ksync` binary than the one Cargo built for this test.
 
-#[path = "../../tests/support/mod.rs"]
-mod support;
-
 use std::collections::BTreeSet;
 
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
@@ -18,8 +15,8 @@ use kuvryn_sync::api::conditions;
 use kuvryn_sync::api::names;
 use kuvryn_sync::api::revision::{AttemptResult, PlanAction, Revision, RevisionPhase};
 use serde_json::json;
-use support::apps::{Env, WAIT, entries};
-use support::{Cluster, eventually, ksync};
+use testkit::apps::{Env, WAIT, entries};
+use testkit::{Cluster, eventually, ksync};
 
 const NS: &str = "redeploy";
 
@@ -61,7 +58,7 @@ async fn ready_pods(env: &Env) -> BTreeSet<String> {
 }
 
 fn redeploy_restarts_the_workloads_once_and_refuses_a_bad_request(cluster: Cluster) {
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let env = Env::start(&cluster, NS).await;
         env.app_from(
@@ -194,7 +191,7 @@ fn redeploy_restarts_the_workloads_once_and_refuses_a_bad_request(cluster: Clust
 /// taken up at once, the running attempt would complete without applying it and record the new
 /// desired state as deployed (the restart lost, shown as drift).
 fn a_redeploy_during_an_attempt_waits_for_it_and_then_restarts(cluster: Cluster) {
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let env = Env::start(&cluster, NS).await;
         let slow = DEPLOYMENT.replace("ready-ms: \"500\"", "ready-ms: \"5000\"");
@@ -231,7 +228,7 @@ fn a_redeploy_during_an_attempt_waits_for_it_and_then_restarts(cluster: Cluster)
     });
 }
 
-crate::both!(
+testkit::both!(
     redeploy_restarts_the_workloads_once_and_refuses_a_bad_request,
     a_redeploy_during_an_attempt_waits_for_it_and_then_restarts
 );

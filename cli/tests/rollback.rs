@@ -1,10 +1,7 @@
-//! Rollback end to end: the controllers in-process (`support::apps::Env`), a real Git server,
+//! Rollback end to end: the controllers in-process (`testkit::apps::Env`), a real Git server,
 //! and the real `ksync rollback`, on simcluster and on a real kube-apiserver: roll back, the
 //! hold, a new commit ending it, a rollback failure policy, and a manual-sync rollback approved
 //! by its own request.
-
-#[path = "../../tests/support/mod.rs"]
-mod support;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::ResourceExt;
@@ -14,9 +11,9 @@ use kuvryn_sync::api::conditions;
 use kuvryn_sync::api::names;
 use kuvryn_sync::api::revision::{Revision, RevisionPhase};
 use serde_json::json;
-use support::apps::{Env, WAIT};
-use support::ksync;
-use support::{Cluster, eventually};
+use testkit::apps::{Env, WAIT};
+use testkit::ksync;
+use testkit::{Cluster, eventually};
 
 fn config(color: &str) -> String {
     format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\ndata:\n  color: {color}\n")
@@ -48,7 +45,7 @@ async fn healthy_at(env: &Env, commit: &str) -> Revision {
 }
 
 fn a_rollback_deploys_the_target_and_holds_until_a_new_commit(cluster: Cluster) {
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let ns = "rollback";
         let env = Env::start(&cluster, ns).await;
@@ -146,7 +143,7 @@ fn a_rollback_deploys_the_target_and_holds_until_a_new_commit(cluster: Cluster) 
 }
 
 fn a_first_rollout_failing_under_rollback_is_handled_as_pause(cluster: Cluster) {
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let ns = "rollback-first";
         let env = Env::start(&cluster, ns).await;
@@ -175,7 +172,7 @@ fn a_first_rollout_failing_under_rollback_is_handled_as_pause(cluster: Cluster) 
 }
 
 fn a_rollback_that_cannot_reach_its_target_is_abandoned(cluster: Cluster) {
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let ns = "rollback-abandon";
         let env = Env::start(&cluster, ns).await;
@@ -224,7 +221,7 @@ fn a_rollback_that_cannot_reach_its_target_is_abandoned(cluster: Cluster) {
 }
 
 fn a_manual_sync_rollback_is_approved_by_its_own_request(cluster: Cluster) {
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let ns = "rollback-manual";
         let env = Env::start(&cluster, ns).await;
@@ -313,7 +310,7 @@ fn a_manual_sync_rollback_is_approved_by_its_own_request(cluster: Cluster) {
 /// the Deployment available, and the attempt succeed, before the crash; a crash after a
 /// rollout makes the Application Degraded, it fails no attempt.
 fn a_crash_looping_commit_is_rolled_back_by_the_failure_policy(cluster: Cluster) {
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let ns = "rollback-crash";
         let env = Env::start(&cluster, ns).await;
@@ -374,7 +371,7 @@ fn a_crash_looping_commit_is_rolled_back_by_the_failure_policy(cluster: Cluster)
 /// given for it: it waits in `AwaitingApproval` (the earlier `ksync sync` of that Revision does
 /// not count), and `ksync sync` completes it, holding the commit rolled back from.
 fn a_manual_sync_rollback_to_a_live_target_waits_for_approval(cluster: Cluster) {
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     runtime.block_on(async {
         let ns = "rollback-live";
         let env = Env::start(&cluster, ns).await;
@@ -439,7 +436,7 @@ fn a_manual_sync_rollback_to_a_live_target_waits_for_approval(cluster: Cluster) 
     });
 }
 
-crate::both!(
+testkit::both!(
     a_rollback_that_cannot_reach_its_target_is_abandoned,
     a_rollback_deploys_the_target_and_holds_until_a_new_commit,
     a_first_rollout_failing_under_rollback_is_handled_as_pause,

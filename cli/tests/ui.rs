@@ -1,5 +1,5 @@
 //! `ksync ui` in a real browser: the quickstart's `web` and `api` Applications on simcluster and on
-//! a real kube-apiserver, deployed by the controllers in-process (`support::apps::Env`), `web`
+//! a real kube-apiserver, deployed by the controllers in-process (`testkit::apps::Env`), `web`
 //! without its ConfigMap so that it turns Degraded with a root cause (as in `cli/tests/graph.rs`). The real `ksync`
 //! binary serves the dashboard on a free loopback port; headless Chromium (Debian's package,
 //! installed by `scripts/install-tools`) loads each page, and the test checks what a person sees
@@ -10,9 +10,6 @@
 //!
 //! `KSYNC_UI_SCREENSHOTS=DIR` keeps the screenshots in DIR (how docs/images/ was made).
 
-#[path = "../../tests/support/mod.rs"]
-mod support;
-
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -21,16 +18,16 @@ use std::time::{Duration, Instant};
 
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
-use support::apps::{Env, WAIT};
-use support::browser::{BROWSER, LivePage, chromium};
-use support::{Cluster, eventually, free_port, temp_dir, wait_for};
+use testkit::apps::{Env, WAIT};
+use testkit::browser::{BROWSER, LivePage, chromium};
+use testkit::{Cluster, eventually, free_port, temp_dir, wait_for};
 
 const NS: &str = "quickstart";
 const WIDTH: u32 = 1280;
 const HEIGHT: u32 = 900;
 
 fn quickstart(path: &str) -> String {
-    std::fs::read_to_string(support::repo_root().join("examples/quickstart").join(path)).expect(path)
+    std::fs::read_to_string(testkit::repo_root().join("examples/quickstart").join(path)).expect(path)
 }
 
 /// `ksync ui` running as a child process, killed on drop.
@@ -44,7 +41,7 @@ impl Ui {
     fn start(kubeconfig: &Path) -> Ui {
         let home = temp_dir("ui-home");
         let port = free_port();
-        let child = Command::new(support::ksync::bin())
+        let child = Command::new(testkit::ksync::bin())
             .env_clear()
             .env("HOME", home.path())
             .arg("--kubeconfig")
@@ -193,7 +190,7 @@ async fn deployer_kubeconfig(cluster: &Cluster, client: &kube::Client, dir: &Pat
 fn the_dashboard_shows_the_degraded_application_and_its_root_cause_in_a_browser(cluster: Cluster) {
     let browser = chromium();
     eprintln!("using {}", browser.display());
-    let runtime = support::runtime();
+    let runtime = testkit::runtime();
     let env = runtime.block_on(async {
         let env = Env::start(&cluster, NS).await;
         // The quickstart's web without its ConfigMap, and its api (Kustomize).
@@ -312,7 +309,7 @@ fn the_dashboard_shows_the_degraded_application_and_its_root_cause_in_a_browser(
     events.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     write!(events, "GET /events HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
     let mut touched = 0;
-    support::browser::wait_for_event(&mut events, "applications", WAIT, || {
+    testkit::browser::wait_for_event(&mut events, "applications", WAIT, || {
         touched += 1;
         let patch = json!({"metadata": {"labels": {"touched": touched.to_string()}}});
         runtime.block_on(env.apps().patch("api", &PatchParams::default(), &Patch::Merge(&patch))).unwrap();
@@ -359,4 +356,4 @@ fn the_dashboard_shows_the_degraded_application_and_its_root_cause_in_a_browser(
     runtime.block_on(async move { drop(env) });
 }
 
-crate::both!(the_dashboard_shows_the_degraded_application_and_its_root_cause_in_a_browser);
+testkit::both!(the_dashboard_shows_the_degraded_application_and_its_root_cause_in_a_browser);

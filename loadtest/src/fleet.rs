@@ -15,7 +15,7 @@ use crate::procfs::{self, Usage};
 
 /// The Repository every namespace has, and the bare repository it points to.
 pub const REPOSITORY: &str = "platform";
-/// The ServiceAccount each Application deploys as (`support::deployer_namespace`).
+/// The ServiceAccount each Application deploys as (`testkit::deployer_namespace`).
 pub const DEPLOYER: &str = "deployer";
 /// The namespace of the replicas' ServiceAccounts and Leases.
 pub const SYSTEM: &str = "kuvryn-system";
@@ -301,7 +301,7 @@ pub fn start_replica(
 ) -> Result<Process, Error> {
     let cache = dir.join(format!("{name}-git-cache"));
     std::fs::create_dir_all(&cache)?;
-    let port = crate::support::free_port();
+    let port = testkit::free_port();
     let mut cmd = Command::new(options.bin);
     cmd.args(["run", "--replica-id", name, "--lease-namespace", SYSTEM])
         .arg("--metrics-bind-address")

@@ -26,11 +26,6 @@ pub mod run;
 pub mod scenario;
 pub mod stats;
 
-/// The integration tests' harness (git server, work trees, CRDs, namespaces, ServiceAccount
-/// kubeconfigs), shared rather than copied.
-#[path = "../../tests/support/mod.rs"]
-mod support;
-
 /// Load-test failures (the harness's own set-up steps panic with their context instead).
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

@@ -41,8 +41,8 @@ use crate::observe::{self, AppSeen, Journal, key};
 use crate::procfs;
 use crate::report::{Convergence, Drift, EditSample, Machine, PhaseUsage, Report, Settings, Takeover};
 use crate::stats::Summary;
-use crate::support::{self, Cluster, GitServer, WorkTree};
 use crate::{Args, Error, Result};
+use testkit::{Cluster, GitServer, WorkTree};
 
 /// Progress, on stderr.
 macro_rules! say {
@@ -95,7 +95,7 @@ pub fn run(args: &Args) -> Result<Report> {
         "simcluster",
         "cargo build --release -p simcluster --bin simcluster",
     )?;
-    let temp = support::temp_dir("loadtest");
+    let temp = testkit::temp_dir("loadtest");
     let dir: PathBuf = match &args.logs {
         Some(d) => {
             std::fs::create_dir_all(d)?;
@@ -333,15 +333,15 @@ impl Fleet {
         bin: &std::path::Path,
     ) -> Result<()> {
         self.phase("set-up");
-        support::install_crds(&self.client).await;
-        support::apply_as(
+        testkit::install_crds(&self.client).await;
+        testkit::apply_as(
             &self.client,
             "loadtest",
             &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM}}),
         )
         .await;
         for ns in fleet::namespaces(self.args.namespaces) {
-            support::deployer_namespace(&self.client, &ns).await;
+            testkit::deployer_namespace(&self.client, &ns).await;
             let repo: Repository =
                 serde_json::from_value(json!({"apiVersion": names::API_VERSION, "kind": "Repository",
                 "metadata": {"name": REPOSITORY, "namespace": ns},
@@ -363,7 +363,7 @@ impl Fleet {
 
         self.phase("replicas");
         for name in self.replica_names() {
-            let config = support::service_account_kubeconfig(cluster, &self.client, dir, SYSTEM, &name).await;
+            let config = testkit::service_account_kubeconfig(cluster, &self.client, dir, SYSTEM, &name).await;
             self.kubeconfigs.push(config);
         }
         self.dir = dir.to_path_buf();
@@ -408,7 +408,7 @@ impl Fleet {
 
     /// Start the `i`-th replica as its ServiceAccount.
     fn spawn_replica(&self, i: usize) -> Result<Process> {
-        let tools = support::repo_root().join("tools/bin");
+        let tools = testkit::repo_root().join("tools/bin");
         let tools = tools.join("helm").is_file().then_some(tools);
         let mut extra = self.args.controller_arg.clone();
         if let Some(d) = self.args.drift_resync_interval {

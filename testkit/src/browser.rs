@@ -43,6 +43,7 @@ pub struct LivePage {
 }
 
 impl LivePage {
+    /// Start `browser` headless and open `url` in a new page.
     pub fn open(browser: &Path, url: &str) -> LivePage {
         let dir = temp_dir("chromium-live");
         let (to_path, from_path) = (dir.path().join("in"), dir.path().join("out"));

@@ -22,12 +22,17 @@ pub const SYSTEM: &str = "kuvryn-system";
 /// The Service the configuration names on simcluster.
 pub const SERVICE: &str = "kuvryn-sync-webhook";
 
-/// `ksync-controller`, which Cargo builds only for the root package's tests.
+/// `ksync-controller` of the running test's build, which Cargo builds for the root package's
+/// tests (the path `CARGO_BIN_EXE_ksync-controller` names there).
 pub fn bin() -> PathBuf {
-    match option_env!("CARGO_BIN_EXE_ksync-controller") {
-        Some(path) => PathBuf::from(path),
-        None => panic!("ksync-controller is built only for the tests of the root package (tests/)"),
-    }
+    let path = crate::binaries::built("ksync-controller");
+    assert!(
+        path.is_file(),
+        "{} is missing: Cargo builds ksync-controller for the tests of the root package (tests/); for other tests \
+         build it with `cargo build --bin ksync-controller`",
+        path.display()
+    );
+    path
 }
 
 /// A manager process, killed (SIGKILL) on drop; its stderr goes to a file.

@@ -6,24 +6,21 @@ use std::process::{Command, Stdio};
 
 use super::{Cluster, temp_dir};
 
-/// The binary under test: `KSYNC_BIN`; else the one Cargo built for this test (the `ksync`
-/// package's tests); else the `ksync` next to `ksync-controller` (the root package's tests,
-/// which Cargo gives only its own binaries: a build of the workspace, or of its default
-/// members from the root, puts both in one folder).
+/// The binary under test: `KSYNC_BIN`; else the `ksync` of the running test's build: the one
+/// Cargo built for the `ksync` package's tests, or, for the root package's tests (which Cargo
+/// gives only their own binaries), the one next to `ksync-controller` (a build of the
+/// workspace, or of its default members from the root, puts both in one folder).
 pub fn bin() -> PathBuf {
     if let Some(path) = std::env::var_os("KSYNC_BIN") {
         return PathBuf::from(path);
     }
-    if let Some(path) = option_env!("CARGO_BIN_EXE_ksync") {
-        return PathBuf::from(path);
-    }
-    let beside = super::manager::bin().with_file_name("ksync");
+    let built = crate::binaries::built("ksync");
     assert!(
-        beside.is_file(),
+        built.is_file(),
         "{} is missing: build it with `cargo build --bin ksync` (or run the tests from the workspace root), or set KSYNC_BIN",
-        beside.display()
+        built.display()
     );
-    beside
+    built
 }
 
 /// What `ksync` printed and how it exited.
@@ -31,7 +28,9 @@ pub fn bin() -> PathBuf {
 pub struct Output {
     /// The exit code (-1 when killed by a signal).
     pub code: i32,
+    /// What it printed on stdout.
     pub stdout: String,
+    /// What it printed on stderr.
     pub stderr: String,
 }
 

@@ -1,26 +1,44 @@
-//! The one harness every integration test uses: it locates the real tools, starts a real git
-//! server on loopback, and picks the cluster to run against.
+//! Kuvryn Sync's test kit: the harness every integration test, the `ksync` tests and the load
+//! test run on. It locates the real tools, starts real Git servers on loopback, picks the cluster
+//! to run against, runs the real binaries as their own processes, and builds the manifests the
+//! tests commit.
 //!
 //! - [`Tools`]: the `helm` and `kubectl` that `scripts/install-tools` installed (real upstream
 //!   binaries, checksum-verified).
 //! - [`GitServer`]: a real `git daemon` on 127.0.0.1 serving bare repositories from a temporary
-//!   folder, with push enabled; [`WorkTree`] commits and pushes to it.
+//!   folder, with push enabled; [`WorkTree`] commits and pushes to it. [`GitHttpServer`] serves
+//!   them over smart (or dumb) HTTP, [`ssh::SshServer`] over SSH.
 //! - [`Cluster`]: [`Cluster::start`] is the embedded emulator (`simcluster`); [`Cluster::real`] a
 //!   real control plane: the cluster named by `KSYNC_E2E_KUBECONFIG`, else a fresh realkube
 //!   (kube-apiserver, kube-controller-manager and etcd from `../shared/realkube`, one per test,
-//!   stopped on drop). [`both!`](crate::both) makes one test function two tests, `NAME::simcluster`
-//!   and `NAME::realkube`. Tests that need what only simcluster has call
+//!   stopped on drop). [`both!`] makes one test function two tests, `NAME::simcluster` and
+//!   `NAME::realkube`. Tests that need what only simcluster has call
 //!   [`Cluster::require_simcluster`], which skips that part, saying why, on a real cluster.
+//! - [`apps`]: the Repository and Application controllers in-process ([`apps::Env`]) and helpers
+//!   to read plans off Revisions.
+//! - Processes: [`manager::Manager`] (`ksync-controller run` with its webhook),
+//!   [`replica::Replica`] (a replica as a kubelet starts the chart's container, from the host or
+//!   from the image of [`image`]), [`fleet`] (replicas sharding one namespace's Applications with
+//!   Leases), [`ksync`] (the `ksync` binary as a user runs it). The binaries are the ones the
+//!   running test's build made ([`binaries`]).
+//! - [`manifests`]: builders of the manifests the tests commit, such as [`manifests::deployment`].
+//! - [`metrics`] scrapes a manager's `/metrics`; [`browser`] drives the dashboard in headless
+//!   Chromium.
 //!
 //! Everything started here is stopped and deleted on drop. Waits use deadlines, never sleeps
-//! that hope.
-#![allow(dead_code)] // each test binary uses a different part of the harness
+//! that hope. Files the kit reads at run time are found from the workspace root
+//! ([`repo_root`]) or from this crate's folder (`git_http.py`).
+
+#![warn(missing_docs)]
 
 pub mod apps;
+pub mod binaries;
 pub mod browser;
+pub mod fleet;
 pub mod image;
 pub mod ksync;
 pub mod manager;
+pub mod manifests;
 pub mod metrics;
 pub mod replica;
 pub mod ssh;
@@ -33,9 +51,8 @@ use std::time::{Duration, Instant};
 /// Environment variable naming a real cluster's kubeconfig for the end-to-end run.
 pub const E2E_KUBECONFIG: &str = "KSYNC_E2E_KUBECONFIG";
 
-/// The repository root: the nearest folder at or above the compiling crate's manifest that
-/// holds `Cargo.lock` (the workspace root, also when a member crate such as `loadtest`
-/// includes this harness).
+/// The repository root: the nearest folder at or above this crate's manifest that holds
+/// `Cargo.lock` (the workspace root).
 pub fn repo_root() -> PathBuf {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     manifest.ancestors().find(|d| d.join("Cargo.lock").is_file()).unwrap_or(manifest).to_path_buf()
@@ -175,6 +192,13 @@ impl GitServer {
         panic!("git daemon did not start");
     }
 
+    /// Start a server with the empty repository `name`, and a work tree of it.
+    pub fn with_repo(name: &str) -> (GitServer, WorkTree) {
+        let server = GitServer::start();
+        let wt = WorkTree::clone(&server.create_repo(name));
+        (server, wt)
+    }
+
     /// Create an empty bare repository `name` and return its `git://` URL.
     pub fn create_repo(&self, name: &str) -> String {
         let path = self.base.path().join(format!("{name}.git"));
@@ -267,7 +291,7 @@ impl GitHttpServer {
         let (auth, dumb) = (options.auth, options.dumb);
         let base = temp_dir("git-http");
         let tls = options.tls.then(private_ca);
-        let script = repo_root().join("tests/support/git_http.py");
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("git_http.py");
         for _ in 0..5 {
             let port = free_port();
             let mut cmd = Command::new("python3");
@@ -433,11 +457,11 @@ macro_rules! both {
         mod $name {
             #[test]
             fn simcluster() {
-                super::$name($crate::support::Cluster::start());
+                super::$name($crate::Cluster::start());
             }
             #[test]
             fn realkube() {
-                super::$name($crate::support::Cluster::real());
+                super::$name($crate::Cluster::real());
             }
         }
     )+};

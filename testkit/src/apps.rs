@@ -23,8 +23,11 @@ pub const WAIT: Duration = Duration::from_secs(60);
 
 /// A namespace with a `deployer` service account, a Git server and both controllers.
 pub struct Env {
+    /// The cluster admin's client.
     pub client: Client,
+    /// The namespace of the Repositories, Applications and the `deployer` service account.
     pub ns: String,
+    /// The Git server the Repositories follow.
     pub git: GitServer,
     _cache_dir: tempfile::TempDir,
     stop: Option<tokio::sync::watch::Sender<bool>>,
@@ -98,10 +101,12 @@ impl Env {
         Env { client, ns: ns.into(), git: GitServer::start(), _cache_dir: temp_dir("git-cache"), stop: None }
     }
 
+    /// The Applications of the namespace.
     pub fn apps(&self) -> Api<Application> {
         Api::namespaced(self.client.clone(), &self.ns)
     }
 
+    /// The Revisions of the namespace.
     pub fn revisions(&self) -> Api<Revision> {
         Api::namespaced(self.client.clone(), &self.ns)
     }
@@ -137,6 +142,7 @@ impl Env {
         .await;
     }
 
+    /// Create the Application `name` with `spec`.
     pub async fn create_app(&self, name: &str, spec: Value) {
         let app: Application = serde_json::from_value(json!({
             "apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "Application",
@@ -241,6 +247,7 @@ impl Env {
         .await;
     }
 
+    /// The Events about the object `regarding` in the namespace: (type, reason, note).
     pub async fn events(&self, regarding: &str) -> Vec<(String, String, String)> {
         super::events_about(&self.client, &self.ns, regarding).await
     }
@@ -254,10 +261,12 @@ impl Drop for Env {
     }
 }
 
+/// The entries of `r`'s stored plan (none before it is planned).
 pub fn entries(r: &Revision) -> Vec<PlanEntry> {
     r.status.as_ref().and_then(|s| s.plan.as_ref()).map(|p| p.entries.clone()).unwrap_or_default()
 }
 
+/// The entry for `kind` `name` among `entries`; panics, showing them, when there is none.
 pub fn entry<'a>(entries: &'a [PlanEntry], kind: &str, name: &str) -> &'a PlanEntry {
     entries
         .iter()
@@ -265,10 +274,12 @@ pub fn entry<'a>(entries: &'a [PlanEntry], kind: &str, name: &str) -> &'a PlanEn
         .unwrap_or_else(|| panic!("no plan entry for {kind} {name} in {entries:#?}"))
 }
 
+/// Whether `r` has a plan and no failure.
 pub fn planned(r: &Revision) -> bool {
     r.status.as_ref().is_some_and(|s| s.plan.is_some() && s.failure.is_none())
 }
 
+/// What `r`'s plan does to `kind` `name`, if it names it.
 pub fn action_of(r: &Revision, kind: &str, name: &str) -> Option<PlanAction> {
     entries(r).iter().find(|e| e.resource.kind == kind && e.resource.name == name).map(|e| e.action)
 }

@@ -21,7 +21,7 @@ fn dir(name: &str) -> std::path::PathBuf {
 }
 
 fn render_of(type_: RenderType, helm: Option<HelmRender>) -> Render {
-    Render { type_, helm }
+    Render { type_: Some(type_), helm }
 }
 
 fn names(objects: &[Value]) -> Vec<String> {
@@ -33,10 +33,12 @@ fn request<'a>(d: &'a std::path::Path, render: &'a Render) -> Request<'a> {
         dir: d,
         tree: None,
         render,
+        renderer: kuvryn_sync::render::renderer_of(render, d),
         application: "web",
         namespace: "team-a",
         values_from: Vec::new(),
         secrets: Vec::new(),
+        capabilities: None,
     }
 }
 

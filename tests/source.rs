@@ -343,15 +343,17 @@ async fn render_anyway(dir: &std::path::Path, type_: RenderType) -> String {
         kuvryn_sync::render::Limits::default(),
         kuvryn_sync::render::DEFAULT_CACHE_BYTES,
     );
-    let render = Render { type_, helm: None };
+    let render = Render { type_: Some(type_), helm: None };
     let req = Request {
         dir,
         tree: None,
         render: &render,
+        renderer: type_,
         application: "tenant",
         namespace: "tenant",
         values_from: Vec::new(),
         secrets: Vec::new(),
+        capabilities: None,
     };
     match renderer.render(&req).await {
         Ok(objects) => format!("objects {}", serde_json::to_string(&*objects).unwrap()),

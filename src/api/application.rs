@@ -113,17 +113,22 @@ fn default_path() -> String {
 /// Renderer settings.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
-#[x_kube(validation = Rule::new("self.type == 'Helm' || !has(self.helm)").message("helm settings need render type Helm"))]
+#[x_kube(validation = Rule::new("!has(self.helm) || !has(self.type) || self.type == 'Helm'").message("helm settings need render type Helm"))]
 pub struct Render {
-    /// `Yaml` (every .yaml/.yml/.json under the path), `Kustomize` or `Helm`.
-    #[serde(rename = "type", default)]
-    pub type_: RenderType,
+    /// `Yaml` (every .yaml/.yml/.json under the path), `Kustomize` or `Helm`. Unset: chosen
+    /// from the path's content at each commit, as Argo CD does: `Helm` when it holds
+    /// `Chart.yaml` (or `helm` settings are given), `Kustomize` when it holds
+    /// `kustomization.yaml`, `kustomization.yml` or `Kustomization`, `Yaml` otherwise.
+    #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
+    pub type_: Option<RenderType>,
     /// Helm settings (type `Helm` only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub helm: Option<HelmRender>,
 }
 
-/// Renderer type.
+/// `Yaml` (every .yaml/.yml/.json under the path), `Kustomize` or `Helm`. Unset: chosen from
+/// the path at each commit: `Helm` when it holds `Chart.yaml` (or `helm` settings are given),
+/// `Kustomize` when it holds a kustomization, `Yaml` otherwise.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
 pub enum RenderType {
     /// Plain YAML/JSON manifests.

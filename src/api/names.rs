@@ -51,6 +51,9 @@ pub mod annotations {
     pub const LEASE_SHARDS: &str = sharding::lease::SHARDS_ANNOTATION;
     /// On a managed object: `namespace/name` of the Application that manages it.
     pub const APPLICATION: &str = "sync.kuvryn.io/application";
+    /// On an object of a Helm chart's `crds/` folder (value `"true"`): applied in the first wave,
+    /// before every other object of the chart, listed as such in the plan, never pruned.
+    pub const CHART_CRD: &str = "sync.kuvryn.io/chart-crd";
     /// Per-resource prune opt-out; the only value with meaning is [`PRUNE_DISABLED`].
     pub const PRUNE: &str = "sync.kuvryn.io/prune";
     /// Value of [`PRUNE`] that keeps a resource from ever being pruned.

@@ -269,6 +269,10 @@ pub struct PlanEntry {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 32))]
     pub adopted: Vec<FieldOwner>,
+    /// A CustomResourceDefinition from a Helm chart's `crds/` folder: applied in the first wave,
+    /// before every other object of the chart, and never pruned (omitted when false).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub chart_crd: bool,
 }
 
 fn is_zero(v: &i32) -> bool {

@@ -429,6 +429,7 @@ mod tests {
             conflicts: Vec::new(),
             wave,
             hook,
+            chart_crd: false,
         }
     }
 

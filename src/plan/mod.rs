@@ -99,6 +99,15 @@ pub struct Entry {
     /// are never run (action [`Action::Skip`]). Left out of the canonical JSON when `None`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hook: Option<HookPhase>,
+    /// An object of a Helm chart's `crds/` folder ([`names::annotations::CHART_CRD`]): in the
+    /// first wave, whatever its own. Left out of the canonical JSON when false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub chart_crd: bool,
+}
+
+/// Whether `obj` came from a Helm chart's `crds/` folder.
+pub fn is_chart_crd(obj: &Value) -> bool {
+    obj["metadata"]["annotations"][names::annotations::CHART_CRD] == "true"
 }
 
 impl Entry {
@@ -261,6 +270,9 @@ fn sort_key(e: &Entry) -> (u8, i32, u8, String, String, String, String) {
 pub fn build(desired: &[Value], inputs: &Inputs) -> Plan {
     // Validation refused bad wave annotations; a pruned object's may be anything.
     let wave = |o: &Value| if inputs.one_wave { 0 } else { wave_of(o).unwrap_or(0) };
+    // A chart's CRDs go before every other object of the chart, as `helm install` creates them.
+    let first = desired.iter().chain(&inputs.hooks).filter(|o| !is_chart_crd(o)).map(wave).min().unwrap_or(0);
+    let wave = |o: &Value| if is_chart_crd(o) { first.min(wave(o)) } else { wave(o) };
     let mut applies = Vec::new();
     let mut wanted = std::collections::BTreeSet::new();
     for d in desired {
@@ -292,6 +304,7 @@ pub fn build(desired: &[Value], inputs: &Inputs) -> Plan {
             conflicts,
             wave: wave(d),
             hook: None,
+            chart_crd: is_chart_crd(d),
         });
     }
     for h in &inputs.hooks {
@@ -318,6 +331,7 @@ pub fn build(desired: &[Value], inputs: &Inputs) -> Plan {
             conflicts: Vec::new(),
             wave: wave(h),
             hook,
+            chart_crd: false,
         });
     }
     applies.sort_by_key(sort_key);
@@ -347,6 +361,7 @@ pub fn build(desired: &[Value], inputs: &Inputs) -> Plan {
             conflicts: Vec::new(),
             wave: wave(m),
             hook: None,
+            chart_crd: is_chart_crd(m),
         };
         if !inputs.prune {
             continue;

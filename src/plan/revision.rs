@@ -131,6 +131,7 @@ pub fn stored_entry(e: &super::Entry, adopt: bool) -> PlanEntry {
         },
         wave: e.wave,
         hook: e.hook,
+        chart_crd: e.chart_crd,
         fields,
         warning: (!e.warnings.is_empty()).then(|| bounded(&e.warnings.join("; "), 1024)),
         conflicts: if adopt { Vec::new() } else { owners.clone() },
@@ -155,7 +156,7 @@ mod tests {
         assert_ne!(n, name(&Identity { commit: "abd", ..id.clone() }));
         assert_ne!(n, name(&Identity { path: "apps/web2", ..id.clone() }));
         assert_ne!(n, name(&Identity { service_account: "other", ..id.clone() }));
-        let helm = Render { type_: crate::api::application::RenderType::Helm, helm: None };
+        let helm = Render { type_: Some(crate::api::application::RenderType::Helm), helm: None };
         assert_ne!(n, name(&Identity { render: &helm, ..id }));
     }
 

@@ -10,7 +10,8 @@
 
 use serde_json::Value;
 
-use super::{Error, Limits, Request, Tools, process};
+use super::{Capabilities, Error, Limits, Request, Tools, process};
+use crate::api::names::annotations;
 
 /// Render the chart of `req`.
 pub async fn render(tools: &Tools, req: &Request<'_>, limits: &Limits) -> Result<Vec<Value>, Error> {
@@ -52,7 +53,34 @@ pub async fn render(tools: &Tools, req: &Request<'_>, limits: &Limits) -> Result
         let _ = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600));
         files.push(path.to_string_lossy().to_string());
     }
-    let args = template_args(&release, req.namespace, &files);
+    let mut capabilities = req.capabilities.as_deref().cloned().unwrap_or_default();
+    let (mut crds, mut objects) = template(tools, req, limits, &release, &files, &capabilities).await?;
+    // `helm install` creates a chart's CRDs before it renders the templates, so a template
+    // guarded by `.Capabilities.APIVersions.Has` on a kind the chart defines renders it. The
+    // same here: the kinds the chart's CRDs define count as served, in a second render.
+    let defined = defined_api_versions(&crds);
+    if !defined.is_subset(&capabilities.api_versions) {
+        capabilities.api_versions.extend(defined);
+        (crds, objects) = template(tools, req, limits, &release, &files, &capabilities).await?;
+    }
+    for crd in &mut crds {
+        mark_chart_crd(crd);
+    }
+    crds.extend(objects);
+    Ok(crds)
+}
+
+/// One `helm template` run: the objects of the chart's `crds/` folders (its dependencies'
+/// included) and the templates', apart.
+async fn template(
+    tools: &Tools,
+    req: &Request<'_>,
+    limits: &Limits,
+    release: &str,
+    values_files: &[String],
+    capabilities: &Capabilities,
+) -> Result<(Vec<Value>, Vec<Value>), Error> {
+    let args = template_args(release, req.namespace, values_files, capabilities);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let env = [
         ("HELM_CACHE_HOME", std::path::Path::new("helm-cache")),
@@ -60,7 +88,74 @@ pub async fn render(tools: &Tools, req: &Request<'_>, limits: &Limits) -> Result
         ("HELM_DATA_HOME", std::path::Path::new("helm-data")),
     ];
     let out = process::run(&tools.helm, &args, req.dir, &env, limits, "helm template").await?;
-    super::parse_output(out.stdout, "helm", "helm template output").await
+    let text = String::from_utf8(out.stdout).map_err(|_| Error::Internal("helm printed non-UTF-8 output".into()))?;
+    let (crds, templates) = split_crds(&text);
+    let (crds, templates) = (crds.to_string(), templates.to_string());
+    let crds = super::parse_output(crds.into_bytes(), "helm", "helm template output (crds/)").await?;
+    let templates = super::parse_output(templates.into_bytes(), "helm", "helm template output").await?;
+    let mut decoded = super::Decoded::default();
+    decoded.add(&crds)?;
+    decoded.add(&templates)?;
+    Ok((crds, templates))
+}
+
+/// `helm template --include-crds` output split into the chart's `crds/` files (printed first,
+/// each after `# Source: <chart>/crds/...` or `<chart>/charts/<dependency>/crds/...`) and the
+/// rendered templates. Pure.
+pub fn split_crds(text: &str) -> (&str, &str) {
+    let mut offset = 0;
+    for line in text.split_inclusive('\n') {
+        if let Some(source) = line.trim_end().strip_prefix("# Source: ")
+            && !is_crd_source(source)
+        {
+            // The template's document starts at the `---` before its `# Source:` line.
+            let start = text[..offset].rfind("---").unwrap_or(offset);
+            return text.split_at(start);
+        }
+        offset += line.len();
+    }
+    (text, "")
+}
+
+/// Whether a `# Source:` path names a file of a chart's `crds/` folder:
+/// `<chart>(/charts/<dependency>)*/crds/...`.
+fn is_crd_source(path: &str) -> bool {
+    let parts: Vec<&str> = path.split('/').collect();
+    let mut i = 1;
+    while i + 1 < parts.len() && parts[i] == "charts" {
+        i += 2;
+    }
+    parts.len() > i + 1 && parts[i] == "crds"
+}
+
+/// The `group/version` and `group/version/Kind` the CustomResourceDefinitions among `crds`
+/// serve.
+fn defined_api_versions(crds: &[Value]) -> std::collections::BTreeSet<String> {
+    let mut out = std::collections::BTreeSet::new();
+    for crd in crds.iter().filter(|o| o["kind"] == "CustomResourceDefinition") {
+        let (Some(group), Some(kind)) = (crd["spec"]["group"].as_str(), crd["spec"]["names"]["kind"].as_str()) else {
+            continue;
+        };
+        for v in crd["spec"]["versions"].as_array().into_iter().flatten() {
+            if let Some(version) = v["name"].as_str().filter(|_| v["served"] != false) {
+                out.insert(format!("{group}/{version}"));
+                out.insert(format!("{group}/{version}/{kind}"));
+            }
+        }
+    }
+    out
+}
+
+/// Annotate an object of a chart's `crds/` folder ([`annotations::CHART_CRD`]): the plan lists
+/// it as such and applies it before every other object of the chart.
+fn mark_chart_crd(obj: &mut Value) {
+    if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+        let a = meta.entry("annotations").or_insert_with(|| Value::Object(Default::default()));
+        if !a.is_object() {
+            *a = Value::Object(Default::default());
+        }
+        a.as_object_mut().expect("annotations object").insert(annotations::CHART_CRD.into(), "true".into());
+    }
 }
 
 /// Most characters in a Helm release name (Helm's `maxReleaseNameLen`).
@@ -88,9 +183,19 @@ pub fn check_release_name(name: &str) -> Result<(), String> {
 }
 
 /// The arguments of `helm template`: options (with their values attached by `=`), then
-/// `--`, then the release name and the chart (`.`), so neither can be taken for a flag.
-pub fn template_args(release: &str, namespace: &str, values_files: &[String]) -> Vec<String> {
-    let mut args = vec!["template".to_string(), format!("--namespace={namespace}")];
+/// `--`, then the release name and the chart (`.`), so neither can be taken for a flag. The
+/// chart's CRDs are included, and `.Capabilities` answer from `capabilities`.
+pub fn template_args(
+    release: &str,
+    namespace: &str,
+    values_files: &[String],
+    capabilities: &Capabilities,
+) -> Vec<String> {
+    let mut args = vec!["template".to_string(), format!("--namespace={namespace}"), "--include-crds".to_string()];
+    if let Some(v) = &capabilities.kube_version {
+        args.push(format!("--kube-version={v}"));
+    }
+    args.extend(capabilities.api_versions.iter().map(|v| format!("--api-versions={v}")));
     args.extend(values_files.iter().map(|f| format!("--values={f}")));
     args.extend(["--".to_string(), release.to_string(), ".".to_string()]);
     args
@@ -138,10 +243,57 @@ mod tests {
 
     #[test]
     fn positional_arguments_of_helm_come_after_a_double_dash() {
-        let args = template_args("web", "team-a", &["/tmp/v-0.json".into(), "/tmp/v-1.json".into()]);
+        let caps = Capabilities {
+            kube_version: Some("v1.36.2".into()),
+            api_versions: ["v1".to_string(), "apps/v1/Deployment".to_string()].into(),
+        };
+        let args = template_args("web", "team-a", &["/tmp/v-0.json".into(), "/tmp/v-1.json".into()], &caps);
         assert_eq!(
             args,
-            ["template", "--namespace=team-a", "--values=/tmp/v-0.json", "--values=/tmp/v-1.json", "--", "web", "."]
+            [
+                "template",
+                "--namespace=team-a",
+                "--include-crds",
+                "--kube-version=v1.36.2",
+                "--api-versions=apps/v1/Deployment",
+                "--api-versions=v1",
+                "--values=/tmp/v-0.json",
+                "--values=/tmp/v-1.json",
+                "--",
+                "web",
+                "."
+            ]
         );
+    }
+
+    #[test]
+    fn the_crds_section_ends_at_the_first_template() {
+        let text = "---\n# Source: web/crds/a.yaml\nkind: CustomResourceDefinition\n---\nkind: CustomResourceDefinition\n\n---\n# Source: web/charts/db/crds/b.yaml\nkind: CustomResourceDefinition\n\n---\n# Source: web/templates/crds/cm.yaml\nkind: ConfigMap\n---\n# Source: web/charts/db/templates/x.yaml\nkind: Secret\n";
+        let (crds, templates) = split_crds(text);
+        assert_eq!(crds.matches("CustomResourceDefinition").count(), 3, "{crds}");
+        assert!(templates.starts_with("---\n# Source: web/templates/crds/cm.yaml"), "{templates}");
+        assert!(!templates.contains("CustomResourceDefinition"), "{templates}");
+        assert_eq!(split_crds("---\n# Source: web/templates/a.yaml\nkind: A\n"), ("", "---\n# Source: web/templates/a.yaml\nkind: A\n"));
+        assert_eq!(split_crds("---\n# Source: web/crds/a.yaml\nkind: A\n").1, "");
+        for (path, crd) in [
+            ("web/crds/a.yaml", true),
+            ("web/crds/sub/a.yaml", true),
+            ("web/charts/db/crds/a.yaml", true),
+            ("web/charts/db/charts/x/crds/a.yaml", true),
+            ("web/templates/crds/a.yaml", false),
+            ("web/charts/crds/templates/a.yaml", false),
+            ("web/crds", false),
+            ("crds/a.yaml", false),
+        ] {
+            assert_eq!(is_crd_source(path), crd, "{path}");
+        }
+    }
+
+    #[test]
+    fn a_charts_crds_define_api_versions() {
+        let crd = serde_json::json!({"kind": "CustomResourceDefinition", "spec": {"group": "example.com",
+            "names": {"kind": "Widget"}, "versions": [{"name": "v1", "served": true}, {"name": "v0", "served": false}]}});
+        let got: Vec<String> = defined_api_versions(&[crd]).into_iter().collect();
+        assert_eq!(got, ["example.com/v1", "example.com/v1/Widget"]);
     }
 }

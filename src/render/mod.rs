@@ -82,6 +82,8 @@ pub struct Request<'a> {
     pub tree: Option<String>,
     /// Render settings from the Application.
     pub render: &'a Render,
+    /// The renderer: the settings' type, or the one [`renderer_of`] chose.
+    pub renderer: RenderType,
     /// The Application's name (the default Helm release name).
     pub application: &'a str,
     /// The destination namespace.
@@ -91,6 +93,20 @@ pub struct Request<'a> {
     pub values_from: Vec<Value>,
     /// Strings to remove from error messages (values read from Secrets).
     pub secrets: Vec<String>,
+    /// The target cluster's version and APIs, for Helm's `.Capabilities` (`None`: Helm's
+    /// defaults).
+    pub capabilities: Option<Arc<Capabilities>>,
+}
+
+/// What Helm's `.Capabilities` answer: `.Capabilities.KubeVersion` and
+/// `.Capabilities.APIVersions.Has`. Part of the render cache key, so a cluster that starts
+/// serving an API a chart asks about renders again.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Capabilities {
+    /// The server's version (`v1.36.2`).
+    pub kube_version: Option<String>,
+    /// Served `group/version` and `group/version/Kind` (`v1`, `v1/Pod`, `apps/v1/Deployment`).
+    pub api_versions: std::collections::BTreeSet<String>,
 }
 
 /// Renders, with a cache of results.
@@ -140,15 +156,16 @@ impl Renderer {
         }
         metrics::counter!(crate::metric_names::RENDER_CACHE_REQUESTS_TOTAL, crate::metric_names::label::RESULT => "miss").increment(1);
         let started = std::time::Instant::now();
-        let result = match req.render.type_ {
+        let result = match req.renderer {
             RenderType::Yaml => {
                 let (dir, limits) = (req.dir.to_path_buf(), self.limits.clone());
-                crate::offload::offload(move || plain::render(&dir, &limits)).await
+                let plain = crate::offload::offload(move || plain::render(&dir, &limits)).await;
+                plain.map_err(|e| chart_hint(e, req.dir))
             }
             RenderType::Kustomize => kustomize::render(&self.tools, req.dir, &self.limits).await,
             RenderType::Helm => helm::render(&self.tools, req, &self.limits).await,
         };
-        let label = match req.render.type_ {
+        let label = match req.renderer {
             RenderType::Yaml => "yaml",
             RenderType::Kustomize => "kustomize",
             RenderType::Helm => "helm",
@@ -164,6 +181,41 @@ impl Renderer {
             }
         }
         Ok(objects)
+    }
+}
+
+/// The renderer for `render` at the materialized path `dir`: the settings' type when set;
+/// otherwise chosen from what the path holds ([`choose`]).
+pub fn renderer_of(render: &Render, dir: &Path) -> RenderType {
+    let holds = |names: &[&str]| names.iter().any(|n| dir.join(n).is_file());
+    choose(render, holds(&["Chart.yaml"]), holds(&KUSTOMIZATION_FILES))
+}
+
+/// The file names that make a directory a kustomization (what `kustomize build` looks for).
+pub const KUSTOMIZATION_FILES: [&str; 3] = ["kustomization.yaml", "kustomization.yml", "Kustomization"];
+
+/// The renderer, as Argo CD chooses it: an explicit type wins; without one, Helm settings or a
+/// `Chart.yaml` mean Helm, a kustomization means Kustomize, anything else plain YAML. Pure.
+pub fn choose(render: &Render, has_chart: bool, has_kustomization: bool) -> RenderType {
+    match render.type_ {
+        Some(t) => t,
+        None if render.helm.is_some() || has_chart => RenderType::Helm,
+        None if has_kustomization => RenderType::Kustomize,
+        None => RenderType::Yaml,
+    }
+}
+
+/// A plain-YAML failure over a chart says which renderer to set: a chart's templates are not
+/// YAML until Helm renders them.
+fn chart_hint(e: Error, dir: &Path) -> Error {
+    match e {
+        Error::Failed { message, retryable } if dir.join("Chart.yaml").is_file() => Error::Failed {
+            message: format!(
+                "{message} (the source path holds a Chart.yaml: set spec.source.render.type: Helm, or leave the type unset to choose it from the path)"
+            ),
+            retryable,
+        },
+        other => other,
     }
 }
 
@@ -196,12 +248,23 @@ fn cache_key(tree: &str, req: &Request<'_>) -> String {
     h.update(b"\0");
     h.update(serde_json::to_vec(req.render).unwrap_or_default());
     h.update(b"\0");
+    h.update(format!("{:?}", req.renderer).as_bytes());
+    h.update(b"\0");
     h.update(req.application.as_bytes());
     h.update(b"\0");
     h.update(req.namespace.as_bytes());
     for v in &req.values_from {
         h.update(b"\0");
         h.update(serde_json::to_vec(v).unwrap_or_default());
+    }
+    // Only Helm asks: other renders keep their key when the cluster's APIs change.
+    if let (RenderType::Helm, Some(c)) = (req.renderer, &req.capabilities) {
+        h.update(b"\0capabilities\0");
+        h.update(c.kube_version.as_deref().unwrap_or_default().as_bytes());
+        for v in &c.api_versions {
+            h.update(b"\0");
+            h.update(v.as_bytes());
+        }
     }
     h.finalize().iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -292,5 +355,42 @@ fn type_name(v: &Value) -> &'static str {
         Value::String(_) => "a string",
         Value::Array(_) => "a list",
         Value::Object(_) => "an object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::application::HelmRender;
+
+    #[test]
+    fn an_explicit_type_wins_and_an_unset_one_follows_the_path() {
+        let typed = |t| Render { type_: Some(t), helm: None };
+        let unset = Render { type_: None, helm: None };
+        let helm_settings = Render { type_: None, helm: Some(HelmRender::default()) };
+        // (settings, Chart.yaml, kustomization, chosen)
+        let table = [
+            (typed(RenderType::Yaml), true, true, RenderType::Yaml),
+            (typed(RenderType::Kustomize), true, false, RenderType::Kustomize),
+            (typed(RenderType::Helm), false, true, RenderType::Helm),
+            (unset.clone(), true, false, RenderType::Helm),
+            (unset.clone(), true, true, RenderType::Helm),
+            (unset.clone(), false, true, RenderType::Kustomize),
+            (unset.clone(), false, false, RenderType::Yaml),
+            (helm_settings, false, true, RenderType::Helm),
+        ];
+        for (render, chart, kustomization, want) in table {
+            assert_eq!(choose(&render, chart, kustomization), want, "{render:?} chart={chart} kustomization={kustomization}");
+        }
+    }
+
+    #[test]
+    fn a_yaml_failure_over_a_chart_says_to_set_helm() {
+        let dir = tempfile::tempdir().unwrap();
+        let failed = || Error::Failed { message: "x.yaml: bad".into(), retryable: false };
+        assert_eq!(chart_hint(failed(), dir.path()), failed(), "no chart, no hint");
+        std::fs::write(dir.path().join("Chart.yaml"), "name: c\n").unwrap();
+        let Error::Failed { message, .. } = chart_hint(failed(), dir.path()) else { panic!() };
+        assert!(message.starts_with("x.yaml: bad (the source path holds a Chart.yaml: set spec.source.render.type: Helm"), "{message}");
     }
 }

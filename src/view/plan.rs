@@ -39,11 +39,13 @@ pub fn entry(e: &PlanEntry, palette: Palette) -> String {
     let sub = " ".repeat(2 + 1 + 1 + width + 2);
     let mut out = String::new();
     let (symbol, word, tone) = action_style(e.action);
-    let wave = match (e.wave, e.hook) {
-        (0, None) => String::new(),
-        (w, None) => format!(" (wave {w})"),
-        (0, Some(h)) => format!(" ({h} hook)"),
-        (w, Some(h)) => format!(" ({h} hook, wave {w})"),
+    let wave = match (e.wave, e.hook, e.chart_crd) {
+        (0, None, true) => " (chart CRD)".to_string(),
+        (w, None, true) => format!(" (chart CRD, wave {w})"),
+        (0, None, false) => String::new(),
+        (w, None, false) => format!(" (wave {w})"),
+        (0, Some(h), _) => format!(" ({h} hook)"),
+        (w, Some(h), _) => format!(" ({h} hook, wave {w})"),
     };
     let head = format!("{symbol} {word:<width$}");
     out.push_str(&format!("  {}  {}{wave}\n", palette.paint(tone, &head), display::resource(&e.resource)));
@@ -137,6 +139,8 @@ mod tests {
             "digest": "sha256:00",
             "summary": {"create": 1, "update": 1, "unchanged": 1, "delete": 1},
             "entries": [
+                {"group": "apiextensions.k8s.io", "kind": "CustomResourceDefinition", "name": "widgets.example.com",
+                 "version": "v1", "action": "Create", "wave": -1, "chartCrd": true},
                 {"kind": "ConfigMap", "namespace": "a", "name": "new", "version": "v1", "action": "Create"},
                 {"group": "apps", "kind": "Deployment", "namespace": "a", "name": "web", "version": "v1",
                  "action": "Update", "wave": 2, "fields": ["spec.replicas"],
@@ -150,7 +154,8 @@ mod tests {
         .unwrap();
         assert_eq!(
             entries(&plan, Palette::PLAIN),
-            "  + create     ConfigMap a/new\n\
+            "  + create     CustomResourceDefinition.apiextensions.k8s.io widgets.example.com (chart CRD, wave -1)\n\
+             \x20 + create     ConfigMap a/new\n\
              \x20 ~ update     Deployment.apps a/web (wave 2)\n\
              \x20              spec.replicas\n\
              \x20              conflict: spec.replicas (owned by kubectl-edit)\n\

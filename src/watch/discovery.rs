@@ -89,6 +89,8 @@ pub struct ClusterScopes {
     /// Groups whose discovery failed this time, with the error: their answer is the previous
     /// snapshot's, if there was one.
     failed: BTreeMap<String, String>,
+    /// The server's `gitVersion` (`/version`), when it answered.
+    server_version: Option<String>,
 }
 
 impl PartialEq for ClusterScopes {
@@ -145,7 +147,14 @@ impl ClusterScopes {
                 .collect()
                 .await;
         found.extend(answers);
-        let scopes = Self::merge(previous, found);
+        let mut scopes = Self::merge(previous, found);
+        scopes.server_version = match client.apiserver_version().await {
+            Ok(v) => Some(v.git_version),
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the API server's version failed");
+                previous.and_then(|p| p.server_version.clone())
+            }
+        };
         for (group, error) in &scopes.failed {
             let kept = previous.is_some_and(|p| p.groups.contains_key(group));
             tracing::warn!(group = %group, error = %error, kept_last_answer = kept, "discovery of an API group failed");
@@ -183,7 +192,23 @@ impl ClusterScopes {
                 }
             }
         }
-        ClusterScopes { kinds, resources, groups, failed }
+        ClusterScopes { kinds, resources, groups, failed, server_version: None }
+    }
+
+    /// What Helm's `.Capabilities` answer for this cluster: its version and every served
+    /// `group/version` and `group/version/Kind` (`v1` and `v1/Pod` for the core group), as
+    /// `helm install` would find them.
+    pub fn capabilities(&self) -> crate::render::Capabilities {
+        let mut api_versions = std::collections::BTreeSet::new();
+        for g in self.groups.values() {
+            for (_, rs) in &g.versions {
+                for Served { resource: r, .. } in rs {
+                    api_versions.insert(r.api_version.clone());
+                    api_versions.insert(format!("{}/{}", r.api_version, r.kind));
+                }
+            }
+        }
+        crate::render::Capabilities { kube_version: self.server_version.clone(), api_versions }
     }
 
     /// How many kinds are known.

@@ -105,9 +105,10 @@ pub fn render(d: Detail<'_>, now: Timestamp, palette: Palette) -> String {
     }
     rows.push(("Path", spec.source.path.clone()));
     let render = match spec.source.render.type_ {
-        RenderType::Yaml => "Yaml".to_string(),
-        RenderType::Kustomize => "Kustomize".to_string(),
-        RenderType::Helm => {
+        None if spec.source.render.helm.is_none() => "chosen from the path (Helm, Kustomize or Yaml)".to_string(),
+        Some(RenderType::Yaml) => "Yaml".to_string(),
+        Some(RenderType::Kustomize) => "Kustomize".to_string(),
+        None | Some(RenderType::Helm) => {
             let release = spec.source.render.helm.as_ref().and_then(|h| h.release_name.clone());
             format!("Helm (release {})", release.unwrap_or_else(|| app.name_any()))
         }

@@ -50,7 +50,8 @@ pub(super) async fn desired(r: &Reconcile<'_>, source: &Source) -> Result<Result
         render::Error::Invalid(m) => Failure::new(names::reasons::VALIDATION_FAILURE, m, false),
         render::Error::Internal(m) => Failure::new(names::reasons::RENDER_FAILURE, m, true),
     };
-    let (values_from, mut secrets) = match (&spec.source.render.type_, &spec.source.render.helm) {
+    let renderer = render::renderer_of(&spec.source.render, checkout.path());
+    let (values_from, mut secrets) = match (renderer, &spec.source.render.helm) {
         (RenderType::Helm, Some(h)) if !h.values_from.is_empty() => {
             match render::values::read(&sa_client, ns, &h.values_from).await {
                 Ok(v) => v,
@@ -59,38 +60,52 @@ pub(super) async fn desired(r: &Reconcile<'_>, source: &Source) -> Result<Result
         }
         _ => (Vec::new(), Vec::new()),
     };
-    let request = render::Request {
+    // Helm's `.Capabilities` answer from the cluster's discovery, as under `helm install`.
+    let mut scopes = ctx.scopes(false).await?;
+    let capabilities_of =
+        |scopes: &ClusterScopes| (renderer == RenderType::Helm).then(|| Arc::new(scopes.capabilities()));
+    let mut request = render::Request {
         dir: checkout.path(),
         tree: Some(checkout.tree.to_string()),
         render: &spec.source.render,
+        renderer,
         application: name,
         namespace: &spec.destination.namespace,
         values_from,
         secrets: secrets.clone(),
+        capabilities: capabilities_of(&scopes),
     };
-    let objects = match ctx.renderer.render(&request).await {
+    let mut objects = match ctx.renderer.render(&request).await {
         Ok(o) => o,
         Err(e) => return Ok(Err(render_failure(e))),
     };
-    let found = objects.clone();
-    secrets.extend(crate::offload::offload(move || crate::redact::secret_strings(&found)).await);
-    let fail = |reason: &'static str, message: String, retryable: bool| {
-        Ok(Err(Failure::new(reason, redact(&message, &secrets), retryable)))
-    };
     // Validating thousands of objects takes a while: off the runtime.
-    let check = |scopes: Arc<ClusterScopes>| {
-        let (objects, destination, limits) = (objects.clone(), spec.destination.clone(), ctx.settings.validate);
+    let check = |scopes: Arc<ClusterScopes>, objects: Arc<Vec<serde_json::Value>>| {
+        let (destination, limits) = (spec.destination.clone(), ctx.settings.validate);
         crate::offload::offload(move || validate::validate(&objects, &destination, &*scopes, limits))
     };
-    let mut scopes = ctx.scopes(false).await?;
-    let mut validated = check(scopes.clone()).await;
+    let mut validated = check(scopes.clone(), objects.clone()).await;
     if validated.is_err() {
         // A kind served since the last discovery (a CRD installed a moment ago). With
         // dependencies, discovery runs again whatever its age: a dependency that just turned
         // Healthy may have installed the CRD within the last two seconds.
         scopes = if app.spec.depends_on.is_empty() { ctx.scopes(true).await? } else { ctx.rediscover().await? };
-        validated = check(scopes.clone()).await;
+        // A chart asking about the kind renders differently now.
+        let capabilities = capabilities_of(&scopes);
+        if capabilities != request.capabilities {
+            request.capabilities = capabilities;
+            objects = match ctx.renderer.render(&request).await {
+                Ok(o) => o,
+                Err(e) => return Ok(Err(render_failure(e))),
+            };
+        }
+        validated = check(scopes.clone(), objects.clone()).await;
     }
+    let found = objects.clone();
+    secrets.extend(crate::offload::offload(move || crate::redact::secret_strings(&found)).await);
+    let fail = |reason: &'static str, message: String, retryable: bool| {
+        Ok(Err(Failure::new(reason, redact(&message, &secrets), retryable)))
+    };
     let mut desired = match validated {
         Ok(v) => v,
         Err(problems) => {

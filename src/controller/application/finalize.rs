@@ -295,6 +295,7 @@ async fn delete_managed(
                 conflicts: Vec::new(),
                 wave: plan::wave_of(o).unwrap_or(0),
                 hook: None,
+                chart_crd: plan::is_chart_crd(o),
             }
         })
         .collect();

@@ -98,8 +98,8 @@ mod tests {
                 serde_json::from_value(a).unwrap()
             })
             .collect();
-        let types: Vec<RenderType> = apps.iter().map(|a| a.spec.source.render.type_).collect();
-        assert_eq!(types, [RenderType::Yaml, RenderType::Kustomize, RenderType::Helm]);
+        let types: Vec<Option<RenderType>> = apps.iter().map(|a| a.spec.source.render.type_).collect();
+        assert_eq!(types, [Some(RenderType::Yaml), Some(RenderType::Kustomize), Some(RenderType::Helm)]);
         assert!(apps.iter().any(|a| a.spec.sync.self_heal));
         assert!(apps.iter().any(|a| !a.spec.sync.self_heal));
         for a in &apps {

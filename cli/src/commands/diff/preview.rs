@@ -159,7 +159,8 @@ pub async fn preview(cluster: &Cluster, shared: &Shared, app: &Application, ask:
     };
     let sa = Client::try_from(render::values::impersonation(&cluster.config, &ns, &spec.service_account_name))
         .map_err(|e| format!("a client acting as the service account: {e}"))?;
-    let (values_from, mut secrets) = match (&spec.source.render.type_, &spec.source.render.helm) {
+    let renderer = render::renderer_of(&spec.source.render, rendered.dir());
+    let (values_from, mut secrets) = match (renderer, &spec.source.render.helm) {
         (RenderType::Helm, Some(h)) if !h.values_from.is_empty() => {
             render::values::read(&sa, &ns, &h.values_from).await.map_err(|e| format!("valuesFrom: {e}"))?
         }
@@ -174,10 +175,12 @@ pub async fn preview(cluster: &Cluster, shared: &Shared, app: &Application, ask:
         dir: rendered.dir(),
         tree,
         render: &spec.source.render,
+        renderer,
         application: &name,
         namespace: &spec.destination.namespace,
         values_from,
         secrets: secrets.clone(),
+        capabilities: (renderer == RenderType::Helm).then(|| std::sync::Arc::new(shared.scopes.capabilities())),
     };
     let objects =
         shared.renderer.render(&request).await.map_err(|e| redact(format!("render failed: {e}"), &secrets))?;

@@ -5,7 +5,9 @@
 //! - One field manager for objects ([`names::FIELD_MANAGER`]); conflicts are forced only under
 //!   conflict policy `adopt` (the plan lists what was taken and from whom).
 //! - CustomResourceDefinitions are applied first and waited for until `Established`; kinds
-//!   they define are resolved again through discovery before their objects are applied.
+//!   they define are resolved again through discovery before their objects are applied. A kind
+//!   the snapshot does not have (defined by a CRD an earlier wave applied) is looked up in a
+//!   fresh discovery before the apply gives up on it.
 //! - The first refusal stops the apply and is returned with the API server's own message; the
 //!   controller never retries a write with its own permissions.
 //! - Every write goes through a [`Writer`]: it is sent only while the shard's fence is open.
@@ -146,8 +148,13 @@ where
             }
             current = Some(rediscover().await?);
         }
-        let s = current.as_deref().unwrap_or(scopes);
-        let Some((resource, ns)) = resource_of(s, obj) else {
+        let mut found = resource_of(current.as_deref().unwrap_or(scopes), obj);
+        if found.is_none() && current.is_none() {
+            // A kind defined by a CRD an earlier wave applied, after the snapshot was taken.
+            current = Some(rediscover().await?);
+            found = resource_of(current.as_deref().unwrap_or(scopes), obj);
+        }
+        let Some((resource, ns)) = found else {
             return Err(Error::Unserved(format!(
                 "{}: the cluster does not serve {} {}",
                 what(obj),

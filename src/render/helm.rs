@@ -273,7 +273,10 @@ mod tests {
         assert_eq!(crds.matches("CustomResourceDefinition").count(), 3, "{crds}");
         assert!(templates.starts_with("---\n# Source: web/templates/crds/cm.yaml"), "{templates}");
         assert!(!templates.contains("CustomResourceDefinition"), "{templates}");
-        assert_eq!(split_crds("---\n# Source: web/templates/a.yaml\nkind: A\n"), ("", "---\n# Source: web/templates/a.yaml\nkind: A\n"));
+        assert_eq!(
+            split_crds("---\n# Source: web/templates/a.yaml\nkind: A\n"),
+            ("", "---\n# Source: web/templates/a.yaml\nkind: A\n")
+        );
         assert_eq!(split_crds("---\n# Source: web/crds/a.yaml\nkind: A\n").1, "");
         for (path, crd) in [
             ("web/crds/a.yaml", true),

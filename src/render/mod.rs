@@ -380,7 +380,11 @@ mod tests {
             (helm_settings, false, true, RenderType::Helm),
         ];
         for (render, chart, kustomization, want) in table {
-            assert_eq!(choose(&render, chart, kustomization), want, "{render:?} chart={chart} kustomization={kustomization}");
+            assert_eq!(
+                choose(&render, chart, kustomization),
+                want,
+                "{render:?} chart={chart} kustomization={kustomization}"
+            );
         }
     }
 
@@ -391,6 +395,9 @@ mod tests {
         assert_eq!(chart_hint(failed(), dir.path()), failed(), "no chart, no hint");
         std::fs::write(dir.path().join("Chart.yaml"), "name: c\n").unwrap();
         let Error::Failed { message, .. } = chart_hint(failed(), dir.path()) else { panic!() };
-        assert!(message.starts_with("x.yaml: bad (the source path holds a Chart.yaml: set spec.source.render.type: Helm"), "{message}");
+        assert!(
+            message.starts_with("x.yaml: bad (the source path holds a Chart.yaml: set spec.source.render.type: Helm"),
+            "{message}"
+        );
     }
 }

@@ -61,7 +61,7 @@ pub(super) async fn desired(r: &Reconcile<'_>, source: &Source) -> Result<Result
         _ => (Vec::new(), Vec::new()),
     };
     // Helm's `.Capabilities` answer from the cluster's discovery, as under `helm install`.
-    let mut scopes = ctx.scopes(false).await?;
+    let mut scopes = if renderer == RenderType::Helm { ctx.fresh_scopes().await? } else { ctx.scopes(false).await? };
     let capabilities_of =
         |scopes: &ClusterScopes| (renderer == RenderType::Helm).then(|| Arc::new(scopes.capabilities()));
     let mut request = render::Request {

@@ -290,7 +290,18 @@ impl Context {
     pub(super) async fn scopes(&self, refresh: bool) -> Result<Arc<ClusterScopes>, kube::Error> {
         self.scopes.get(&self.client, refresh, Duration::from_secs(2)).await
     }
+
+    /// A discovery snapshot at most [`CAPABILITIES_MAX_AGE`] old: what a Helm render's
+    /// `.Capabilities` answer from. One discovery per that period at most, whatever the number
+    /// of charts rendered.
+    pub(super) async fn fresh_scopes(&self) -> Result<Arc<ClusterScopes>, kube::Error> {
+        self.scopes.get(&self.client, true, CAPABILITIES_MAX_AGE).await
+    }
 }
+
+/// How old the discovery a Helm render's `.Capabilities` answer from may be: an API the
+/// cluster starts serving is seen by the next render after this long.
+pub const CAPABILITIES_MAX_AGE: Duration = Duration::from_secs(15);
 
 /// `Err(NotOwner)` unless this replica may write for `app` now (checked before every write
 /// batch).

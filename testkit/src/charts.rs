@@ -26,7 +26,9 @@
 //! `$HELM_CONFIG_HOME/repositories.yaml`), `HELM_REPOSITORY_CACHE` (default
 //! `$HELM_CACHE_HOME/repository`) and `HELM_REGISTRY_CONFIG` (default
 //! `$HELM_CONFIG_HOME/registry/config.json`) move single files (flags `--repository-config`,
-//! `--repository-cache`, `--registry-config`). CA paths must be absolute: `helm repo add` stores
+//! `--repository-cache`, `--registry-config`; the tests use only the `HELM_*_HOME` defaults,
+//! though `--registry-config FILE` and `HELM_REGISTRY_CONFIG=FILE` were each seen to work for an
+//! OCI `helm dependency build` by hand). CA paths must be absolute: `helm repo add` stores
 //! `--ca-file` in repositories.yaml exactly as given.
 //!
 //! ## HTTPS repository ([`HelmRepo`])

@@ -21,6 +21,10 @@
 //!   from the image of [`image`]), [`fleet`] (replicas sharding one namespace's Applications with
 //!   Leases), [`ksync`] (the `ksync` binary as a user runs it). The binaries are the ones the
 //!   running test's build made ([`binaries`]).
+//! - [`charts`]: Helm chart servers on loopback, a Helm repository over HTTPS
+//!   ([`charts::HelmRepo`]) and an OCI registry ([`charts::OciRegistry`]), both with basic auth
+//!   and a private CA, and builders of small test charts ([`charts::chart`]); its rustdoc says
+//!   exactly how the real `helm` pulls from each.
 //! - [`manifests`]: builders of the manifests the tests commit, such as [`manifests::deployment`].
 //! - [`metrics`] scrapes a manager's `/metrics`; [`browser`] drives the dashboard in headless
 //!   Chromium.
@@ -34,6 +38,7 @@
 pub mod apps;
 pub mod binaries;
 pub mod browser;
+pub mod charts;
 pub mod fleet;
 pub mod image;
 pub mod ksync;

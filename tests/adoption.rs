@@ -112,11 +112,11 @@ fn adopting_a_workload_or_renaming_its_application_restarts_nothing(cluster: Clu
                           "destination": {"namespace": NS}, "sync": {"conflictPolicy": "adopt"}});
         env.app_from("web", &[("web/deploy.yaml", &web().to_string())], spec.clone()).await;
         synced_and_healthy(&env, "web", "web", |_| true).await;
+        assert_eq!(running(&env.client, "web").await, before, "adopting restarted nothing");
         let d = deployments.get("web").await.unwrap();
         assert!(d.labels().contains_key(names::labels::APPLICATION_ID), "adopted: {:?}", d.labels());
         let template_labels = d.spec.template.metadata.clone().unwrap_or_default().labels.unwrap_or_default();
         assert!(!template_labels.contains_key(names::labels::POD_OF), "never stamped: {template_labels:?}");
-        assert_eq!(running(&env.client, "web").await, before, "adopting restarted nothing");
 
         // Renamed: the Application deleted (its resources orphaned) and created again as web-v2.
         env.apps().delete("web", &DeleteParams::default()).await.unwrap();

@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 
 use crate::api::common::GroupVersionKind;
 use crate::api::names;
-use crate::plan::{Conflict, validate};
+use crate::plan::{Conflict, inventory, validate};
 use crate::watch::discovery::ClusterScopes;
 
 /// Requests in flight at once per Application.
@@ -42,6 +42,23 @@ pub struct Live {
     /// Desired objects read whose dry run was spared: only their status moved since a plan
     /// found them unchanged ([`same_but_status`]).
     pub rechecked: BTreeSet<String>,
+    /// Desired workloads as they were dry-run, by identity, where their live Pod template
+    /// carries the stamp of an earlier version, kept ([`inventory::with_kept_pod_stamp`]): they
+    /// must be applied as such ([`with_kept_stamps`]), or the apply would roll them.
+    pub kept_stamps: BTreeMap<String, Value>,
+}
+
+/// `desired` as it is applied: each object that was dry-run with a kept Pod-template stamp
+/// ([`Live::kept_stamps`]) replaced by that object.
+///
+/// Only the apply needs them: a plan compares the fields `desired` declares, which do not
+/// include a kept stamp, with its dry run, so plans, their digests and the desired-state hash
+/// are the same with and without.
+pub fn with_kept_stamps<'a>(desired: &'a [Value], kept: &BTreeMap<String, Value>) -> std::borrow::Cow<'a, [Value]> {
+    if kept.is_empty() {
+        return std::borrow::Cow::Borrowed(desired);
+    }
+    desired.iter().map(|d| kept.get(&validate::identity(d)).unwrap_or(d).clone()).collect()
 }
 
 /// Why the live state could not be read.
@@ -123,6 +140,8 @@ enum One {
         dry_run: Option<Value>,
         conflicts: Vec<Conflict>,
         spared: bool,
+        /// `desired` with the Pod-template stamp of an earlier version kept, as dry-run.
+        kept: Option<Value>,
     },
 }
 
@@ -146,9 +165,11 @@ async fn one(
         Err(kube::Error::Api(s)) if s.code == 404 => return Ok(One::Absent),
         Err(e) => return Err(e.into()),
     };
+    let kept = inventory::with_kept_pod_stamp(desired, &live);
+    let desired = kept.as_ref().unwrap_or(desired);
     if prior.is_some_and(|p| same_but_status(desired, p, &live)) {
         let dry_run = Some(live.clone());
-        return Ok(One::Present { live, dry_run, conflicts: Vec::new(), spared: true });
+        return Ok(One::Present { live, dry_run, conflicts: Vec::new(), spared: true, kept });
     }
     let params = PatchParams::apply(names::FIELD_MANAGER).dry_run();
     let (dry_run, conflicts) = match api.patch(name, &params, &Patch::Apply(desired)).await {
@@ -167,7 +188,7 @@ async fn one(
         }
         Err(e) => return Err(refused(desired, e)),
     };
-    Ok(One::Present { live, dry_run, conflicts, spared: false })
+    Ok(One::Present { live, dry_run, conflicts, spared: false, kept })
 }
 
 fn refused(desired: &Value, e: kube::Error) -> Error {
@@ -201,6 +222,9 @@ pub async fn read_desired(
         let id = validate::identity(d);
         match known.get(&id) {
             Some(live) => {
+                if let Some(k) = inventory::with_kept_pod_stamp(d, live) {
+                    out.kept_stamps.insert(id.clone(), k);
+                }
                 out.live.insert(id.clone(), Value::clone(live));
                 out.dry_run.insert(id, Value::clone(live));
             }
@@ -233,9 +257,12 @@ pub async fn read_desired(
     for (id, r) in results {
         match r {
             Ok(One::Absent) => {}
-            Ok(One::Present { live, dry_run, conflicts, spared }) => {
+            Ok(One::Present { live, dry_run, conflicts, spared, kept }) => {
                 if spared {
                     out.rechecked.insert(id.clone());
+                }
+                if let Some(k) = kept {
+                    out.kept_stamps.insert(id.clone(), k);
                 }
                 out.live.insert(id.clone(), live);
                 if let Some(d) = dry_run {

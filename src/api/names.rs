@@ -35,10 +35,12 @@ pub mod labels {
     /// [`APPLICATION_ID`]. Hooks carry this instead of the id label, so they are never in the
     /// managed inventory (never pruned, never checked for drift).
     pub const HOOK_OF: &str = "sync.kuvryn.io/hook-of";
-    /// On the Pod templates of managed Deployments, StatefulSets and DaemonSets, so on their
-    /// Pods: the Application id, as in [`APPLICATION_ID`]. Pods are watched by it (a crash loop
-    /// is noticed as it happens); it is not the id label, so Pods are never in the managed
-    /// inventory.
+    /// Written by earlier versions into the Pod templates of managed Deployments, StatefulSets
+    /// and DaemonSets (so on their Pods): the Application id. No longer written (a stamped
+    /// template restarts every Pod of a workload taken over) nor read: Pods are linked to their
+    /// Application through their owners ([`crate::watch::pods`]). Kept where a live template
+    /// still carries it, so upgrading rolls nothing
+    /// ([`crate::plan::inventory::with_kept_pod_stamp`]).
     pub const POD_OF: &str = "sync.kuvryn.io/pod-of";
 }
 

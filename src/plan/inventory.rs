@@ -44,32 +44,55 @@ pub fn stamp(obj: &mut Value, namespace: &str, name: &str, shard: &str) {
         .as_object_mut()
         .expect("annotations object")
         .insert(annotations::APPLICATION.into(), json!(format!("{namespace}/{name}")));
-    stamp_pod_template(obj, namespace, name);
 }
 
-/// Mark the Pod template of a Deployment, StatefulSet or DaemonSet (`apps`) with
-/// [`labels::POD_OF`] and the `sync.kuvryn.io/application` annotation, so its Pods carry them.
-/// Job templates are immutable and left alone.
-fn stamp_pod_template(obj: &mut Value, namespace: &str, name: &str) {
-    let workload = obj["apiVersion"].as_str().is_some_and(|v| v.starts_with("apps/"))
-        && matches!(obj["kind"].as_str(), Some("Deployment" | "StatefulSet" | "DaemonSet"));
-    let Some(template) = obj.pointer_mut("/spec/template").and_then(Value::as_object_mut).filter(|_| workload) else {
-        return;
+/// `desired` with the Pod-template stamp of earlier versions kept where `live` carries it, or
+/// `None` when there is nothing to keep.
+///
+/// # Contract
+/// Managed objects are stamped in their own metadata only ([`stamp`]): a Pod template is never
+/// stamped, so adopting a workload, or an Application rename, changes nothing Pods are made
+/// from and restarts none. Earlier versions put [`labels::POD_OF`] and the
+/// `sync.kuvryn.io/application` annotation into the Pod template of every Deployment,
+/// StatefulSet and DaemonSet (`apps`) they applied; this field manager owns them there, so an
+/// apply without them would remove them, change the template and roll every such workload once.
+/// So when the live template of such a workload carries either one and `desired` does not
+/// declare it, the live value is copied, verbatim, into `desired` (it is planned, dry-run and
+/// applied with it, and never seen as drift); nothing reads it. Workloads never stamped are
+/// never given it. Table test: `the_stamp_of_earlier_versions_is_kept_and_never_added`.
+pub fn with_kept_pod_stamp(desired: &Value, live: &Value) -> Option<Value> {
+    let workload = |o: &Value| {
+        o["apiVersion"].as_str().is_some_and(|v| v.starts_with("apps/"))
+            && matches!(o["kind"].as_str(), Some("Deployment" | "StatefulSet" | "DaemonSet"))
     };
+    if !workload(desired) || !workload(live) {
+        return None;
+    }
+    let live_meta = live.pointer("/spec/template/metadata")?;
+    let kept: Vec<(&str, &str, &Value)> = [("labels", labels::POD_OF), ("annotations", annotations::APPLICATION)]
+        .into_iter()
+        .filter_map(|(field, key)| Some((field, key, live_meta[field].get(key).filter(|v| v.is_string())?)))
+        .filter(|(field, key, _)| {
+            desired.pointer("/spec/template/metadata").is_none_or(|m| m[*field].get(*key).is_none())
+        })
+        .collect();
+    if kept.is_empty() {
+        return None;
+    }
+    let mut out = desired.clone();
+    let template = out.pointer_mut("/spec/template").and_then(Value::as_object_mut)?;
     let meta = template.entry("metadata").or_insert_with(|| json!({}));
     if !meta.is_object() {
         *meta = json!({});
     }
-    for (field, key, value) in [
-        ("labels", labels::POD_OF, application_id(namespace, name)),
-        ("annotations", annotations::APPLICATION, format!("{namespace}/{name}")),
-    ] {
+    for (field, key, value) in kept {
         let map = meta.as_object_mut().expect("metadata object").entry(field).or_insert_with(|| json!({}));
         if !map.is_object() {
             *map = json!({});
         }
-        map.as_object_mut().expect("object").insert(key.into(), json!(value));
+        map.as_object_mut().expect("object").insert(key.into(), value.clone());
     }
+    Some(out)
 }
 
 /// Mark a sync hook as created by the Application `namespace/name`:
@@ -313,23 +336,105 @@ mod tests {
     }
 
     #[test]
-    fn workload_pod_templates_carry_the_pod_label_and_jobs_do_not() {
-        let id = application_id("ns", "app");
-        for (kind, api_version, template, stamped) in [
-            ("Deployment", "apps/v1", json!({"metadata": {"labels": {"app": "w"}}}), true),
-            ("StatefulSet", "apps/v1", json!({"spec": {}}), true),
-            ("DaemonSet", "apps/v1", json!({"metadata": {"labels": null, "annotations": "x"}}), true),
-            ("Job", "batch/v1", json!({"metadata": {}}), false),
-            ("Deployment", "example.com/v1", json!({"metadata": {}}), false),
+    fn workload_pod_templates_are_never_stamped() {
+        for (kind, api_version, template) in [
+            ("Deployment", "apps/v1", json!({"metadata": {"labels": {"app": "w"}}})),
+            ("StatefulSet", "apps/v1", json!({"spec": {}})),
+            ("DaemonSet", "apps/v1", json!({"metadata": {"labels": null, "annotations": "x"}})),
+            ("Job", "batch/v1", json!({"metadata": {}})),
+            ("Deployment", "example.com/v1", json!({"metadata": {}})),
         ] {
             let mut o = json!({"apiVersion": api_version, "kind": kind, "metadata": {"name": "w"}, "spec": {"template": template}});
             stamp(&mut o, "ns", "app", "1");
-            let t = &o["spec"]["template"]["metadata"];
-            assert_eq!(t["labels"][labels::POD_OF].as_str() == Some(id.as_str()), stamped, "{kind} {api_version}: {o}");
-            assert_eq!(t["annotations"][annotations::APPLICATION].as_str() == Some("ns/app"), stamped, "{kind}");
-            assert!(t["labels"][labels::APPLICATION_ID].is_null(), "Pods are never in the inventory");
-            if kind == "Deployment" && stamped {
-                assert_eq!(t["labels"]["app"], "w");
+            assert_eq!(o["spec"]["template"], template, "{kind} {api_version}: the template is as desired");
+            assert_eq!(o["metadata"]["labels"][labels::APPLICATION_ID], application_id("ns", "app"), "{kind}");
+        }
+    }
+
+    #[test]
+    fn the_stamp_of_earlier_versions_is_kept_and_never_added() {
+        let old = application_id("ns", "old");
+        let workload = |kind: &str, api_version: &str, template_meta: Value| {
+            json!({"apiVersion": api_version, "kind": kind, "metadata": {"name": "w", "namespace": "ns"},
+                   "spec": {"template": {"metadata": template_meta, "spec": {"containers": []}}}})
+        };
+        let desired_meta = json!({"labels": {"app": "w"}});
+        let stamped = json!({"labels": {"app": "w", labels::POD_OF: old}, "annotations": {annotations::APPLICATION: "ns/old", "note": "n"}});
+        let with_both =
+            json!({"labels": {"app": "w", labels::POD_OF: old}, "annotations": {annotations::APPLICATION: "ns/old"}});
+        // (what, desired, live, the desired template metadata to apply; None: desired as it is)
+        let cases = [
+            (
+                "stamped by an earlier version: kept verbatim",
+                workload("Deployment", "apps/v1", desired_meta.clone()),
+                workload("Deployment", "apps/v1", stamped.clone()),
+                Some(with_both.clone()),
+            ),
+            (
+                "StatefulSet",
+                workload("StatefulSet", "apps/v1", desired_meta.clone()),
+                workload("StatefulSet", "apps/v1", stamped.clone()),
+                Some(with_both.clone()),
+            ),
+            (
+                "only the label",
+                workload("DaemonSet", "apps/v1", desired_meta.clone()),
+                workload("DaemonSet", "apps/v1", json!({"labels": {labels::POD_OF: old}})),
+                Some(json!({"labels": {"app": "w", labels::POD_OF: old}})),
+            ),
+            (
+                "desired without template metadata",
+                workload("Deployment", "apps/v1", Value::Null),
+                workload("Deployment", "apps/v1", json!({"annotations": {annotations::APPLICATION: "ns/old"}})),
+                Some(json!({"annotations": {annotations::APPLICATION: "ns/old"}})),
+            ),
+            (
+                "never stamped (adopted from another tool)",
+                workload("Deployment", "apps/v1", desired_meta.clone()),
+                workload(
+                    "Deployment",
+                    "apps/v1",
+                    json!({"labels": {"app": "w", "argocd.argoproj.io/instance": "web"}}),
+                ),
+                None,
+            ),
+            (
+                "desired declares its own value",
+                workload(
+                    "Deployment",
+                    "apps/v1",
+                    json!({"labels": {labels::POD_OF: "mine"}, "annotations": {annotations::APPLICATION: "a/b"}}),
+                ),
+                workload("Deployment", "apps/v1", stamped.clone()),
+                None,
+            ),
+            (
+                "a Job",
+                workload("Job", "batch/v1", desired_meta.clone()),
+                workload("Job", "batch/v1", stamped.clone()),
+                None,
+            ),
+            (
+                "another group",
+                workload("Deployment", "example.com/v1", desired_meta.clone()),
+                workload("Deployment", "example.com/v1", stamped.clone()),
+                None,
+            ),
+            (
+                "not a string",
+                workload("Deployment", "apps/v1", desired_meta.clone()),
+                workload("Deployment", "apps/v1", json!({"labels": {labels::POD_OF: 3}})),
+                None,
+            ),
+        ];
+        for (what, desired, live, want) in cases {
+            let got = with_kept_pod_stamp(&desired, &live);
+            assert_eq!(got.as_ref().map(|o| o["spec"]["template"]["metadata"].clone()), want, "{what}");
+            if let Some(o) = got {
+                let (mut a, mut b) = (o.clone(), desired.clone());
+                a["spec"]["template"]["metadata"] = Value::Null;
+                b["spec"]["template"]["metadata"] = Value::Null;
+                assert_eq!(a, b, "{what}: nothing else changes");
             }
         }
     }

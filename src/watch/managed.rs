@@ -63,7 +63,7 @@ where
     K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
 {
     let (store, writer) = reflector::store::<PartialObjectMeta<K>>();
-    let alive = inventory.insert(shard, &K::group(&()), &K::kind(&()), store);
+    let alive = inventory.insert(shard, &K::group(&()), &K::kind(&()), store, ());
     // `Api<PartialObjectMeta<K>>` makes metadata-only requests.
     watcher(Api::<PartialObjectMeta<K>>::all(client.clone()), watcher::Config::default().labels(selector))
         .default_backoff()
@@ -73,14 +73,6 @@ where
         .inspect(move |_| {
             let _ = &alive;
         })
-}
-
-/// Metadata-only watch events of the Pods of managed workloads (labelled [`names::labels::POD_OF`]
-/// through their templates), every shard's: a Pod's Application is in its annotation, and the
-/// shard controller keeps the events of its own Applications. Pods are many and short-lived, so
-/// no store is kept.
-pub fn pods() -> watcher::Config {
-    watcher::Config::default().labels(names::labels::POD_OF)
 }
 
 /// The label pairs of an equality-only selector (`k=v,k2=v2`), or `None` for anything else.
@@ -95,7 +87,13 @@ fn equalities(selector: &str) -> Option<Vec<(&str, &str)>> {
         .collect()
 }
 
-type Lookup = Box<dyn Fn(&[(&str, &str)]) -> Option<Vec<ObjectMeta>> + Send + Sync>;
+/// What a store is asked: the objects carrying every label pair, or one object by name.
+enum Query<'a> {
+    Labels(&'a [(&'a str, &'a str)]),
+    Named { namespace: &'a str, name: &'a str },
+}
+
+type Lookup = Box<dyn Fn(Query<'_>) -> Option<Vec<ObjectMeta>> + Send + Sync>;
 /// Shard (`None`: not sharded), group and kind.
 type StoreKey = (Option<u32>, String, String);
 
@@ -108,19 +106,26 @@ pub struct Inventory {
 }
 
 impl Inventory {
-    /// Register `store` as `shard`'s store of `group`/`kind`; it answers while the returned
-    /// token lives (the watch holds it).
-    pub fn insert<K>(&self, shard: Option<u32>, group: &str, kind: &str, store: Store<K>) -> Arc<()>
+    /// Register `store` (of objects of type `dyntype`) as `shard`'s store of `group`/`kind`;
+    /// it answers while the returned token lives (the watch holds it).
+    pub fn insert<K>(
+        &self,
+        shard: Option<u32>,
+        group: &str,
+        kind: &str,
+        store: Store<K>,
+        dyntype: K::DynamicType,
+    ) -> Arc<()>
     where
         K: Resource + Clone + Send + Sync + 'static,
         K::DynamicType: std::hash::Hash + Eq + Clone + Send + Sync,
     {
         let alive = Arc::new(());
-        let lookup: Lookup = Box::new(move |want| {
+        let lookup: Lookup = Box::new(move |query| {
             // Ready once the first list is in; an error means the watch is gone.
             store.wait_until_ready().now_or_never()?.ok()?;
-            Some(
-                store
+            Some(match query {
+                Query::Labels(want) => store
                     .state()
                     .iter()
                     .filter(|o| {
@@ -129,7 +134,11 @@ impl Inventory {
                     })
                     .map(|o| o.meta().clone())
                     .collect(),
-            )
+                Query::Named { namespace, name } => {
+                    let r = ObjectRef::new_with(name, dyntype.clone()).within(namespace);
+                    store.get(&r).map(|o| o.meta().clone()).into_iter().collect()
+                }
+            })
         });
         self.stores
             .lock()
@@ -145,7 +154,16 @@ impl Inventory {
         let stores = self.stores.lock().expect("inventory lock");
         let (alive, lookup) = stores.get(&(shard, group.to_string(), kind.to_string()))?;
         alive.upgrade()?;
-        lookup(&want)
+        lookup(Query::Labels(&want))
+    }
+
+    /// The object `namespace/name` of `group`/`kind` in `shard`'s store: `None` when the store
+    /// does not have it, or no running, synced watch can say. One hash lookup.
+    pub fn get(&self, shard: Option<u32>, group: &str, kind: &str, namespace: &str, name: &str) -> Option<ObjectMeta> {
+        let stores = self.stores.lock().expect("inventory lock");
+        let (alive, lookup) = stores.get(&(shard, group.to_string(), kind.to_string()))?;
+        alive.upgrade()?;
+        lookup(Query::Named { namespace, name })?.pop()
     }
 
     /// Forget the stores whose watches stopped (a later watch of the same shard and kind
@@ -167,7 +185,12 @@ impl Inventory {
 
 /// The Application a managed object belongs to (`sync.kuvryn.io/application: namespace/name`).
 pub fn owner_app(obj: &impl ResourceExt) -> Option<ObjectRef<Application>> {
-    let (ns, name) = obj.annotations().get(names::annotations::APPLICATION)?.split_once('/')?;
+    application_in(obj.annotations())
+}
+
+/// The Application the `sync.kuvryn.io/application` annotation among `annotations` names.
+pub fn application_in(annotations: &BTreeMap<String, String>) -> Option<ObjectRef<Application>> {
+    let (ns, name) = annotations.get(names::annotations::APPLICATION)?.split_once('/')?;
     Some(ObjectRef::new(name).within(ns))
 }
 
@@ -270,7 +293,8 @@ pub fn extra_triggers(
             for (key, resource) in current {
                 if started.insert(key) {
                     let writer = reflector::store::Writer::<PartialObjectMeta<DynamicObject>>::new(resource.clone());
-                    let alive = inventory.insert(shard, &resource.group, &resource.kind, writer.as_reader());
+                    let alive =
+                        inventory.insert(shard, &resource.group, &resource.kind, writer.as_reader(), resource.clone());
                     watches.spawn(watch_kind(client.clone(), resource, selector.clone(), tx.clone(), writer, alive));
                 }
             }
@@ -342,7 +366,7 @@ mod tests {
         use kube::runtime::watcher::Event;
         let inventory = Inventory::default();
         let (store, mut writer) = reflector::store::<PartialObjectMeta<ConfigMap>>();
-        let alive = inventory.insert(Some(3), "", "ConfigMap", store);
+        let alive = inventory.insert(Some(3), "", "ConfigMap", store, ());
         let lookup = || inventory.lookup(Some(3), "", "ConfigMap", "app=web");
         assert_eq!(lookup(), None, "not listed yet");
         let object = |name: &str, app: &str| {
@@ -358,11 +382,15 @@ mod tests {
         writer.apply_watcher_event(&Event::InitDone);
         let found = lookup().expect("listed");
         assert_eq!(found.iter().map(|m| m.name.clone().unwrap()).collect::<Vec<_>>(), vec!["a"]);
+        let named = |ns: &str, name: &str| inventory.get(Some(3), "", "ConfigMap", ns, name).and_then(|m| m.name);
+        assert_eq!(named("team-a", "b").as_deref(), Some("b"));
+        assert_eq!(named("team-a", "c"), None, "not in the store");
+        assert_eq!(named("team-b", "b"), None, "another namespace");
         assert_eq!(inventory.lookup(Some(4), "", "ConfigMap", "app=web"), None, "another shard");
         assert_eq!(inventory.lookup(Some(3), "", "Secret", "app=web"), None, "another kind");
         assert_eq!(inventory.lookup(Some(3), "", "ConfigMap", "app!=web"), None, "not an equality");
         let (store, _writer) = reflector::store::<PartialObjectMeta<ConfigMap>>();
-        let later = inventory.insert(Some(4), "", "ConfigMap", store);
+        let later = inventory.insert(Some(4), "", "ConfigMap", store, ());
         inventory.forget_stopped();
         assert_eq!(inventory.len(), 2, "both watches run");
         drop(alive);

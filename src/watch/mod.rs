@@ -3,3 +3,4 @@
 
 pub mod discovery;
 pub mod managed;
+pub mod pods;

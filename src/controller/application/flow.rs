@@ -57,6 +57,9 @@ pub(super) struct Planned {
     pub(super) sa: Client,
     /// Live objects of the desired ones, by identity.
     pub(super) live: std::collections::BTreeMap<String, Value>,
+    /// Desired workloads whose live Pod template keeps the stamp of an earlier version, as they
+    /// are applied ([`crate::live::with_kept_stamps`]).
+    pub(super) kept_stamps: std::collections::BTreeMap<String, Value>,
     /// Objects labelled as managed (metadata only).
     pub(super) managed: Vec<Value>,
     pub(super) adopt: bool,

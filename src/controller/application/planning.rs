@@ -130,6 +130,7 @@ pub(super) async fn plan(
         );
         return fail(names::reasons::VALIDATION_FAILURE, message, false);
     }
+    let kept_stamps = live.kept_stamps;
     let inputs = plan::Inputs {
         live: live.live,
         dry_run: live.dry_run,
@@ -162,6 +163,7 @@ pub(super) async fn plan(
         scopes,
         sa: sa_client,
         live: inputs.live,
+        kept_stamps,
         managed: inputs.managed,
         adopt,
         secrets,

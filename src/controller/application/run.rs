@@ -139,12 +139,14 @@ pub async fn run_shard(
         };
         futures_util::stream::iter(apps)
     });
-    // A Pod of a managed workload: its Application, when this shard has it.
-    let pods = watcher(Api::<PartialObjectMeta<Pod>>::all(ctx.client.clone()), watched::pods())
-        .default_backoff()
-        .touched_objects();
+    // A Pod of a managed workload: its Application, when this shard has it. The workload is
+    // found through the Pod's owner chain in this shard's store of managed workloads.
+    let pods = crate::watch::pods::events(&ctx.client);
+    let pod_inventory = ctx.inventory.clone();
     let pod_owner = move |p: PartialObjectMeta<Pod>| {
-        let r = watched::owner_app(&p)?;
+        let w = crate::watch::pods::workload_of(&p.metadata)?;
+        let workload = pod_inventory.get(shard, "apps", w.kind, &w.namespace, &w.name)?;
+        let r = watched::application_in(workload.annotations.as_ref()?)?;
         pods_store.get(&r)?;
         Some(noted(r, &c5))
     };

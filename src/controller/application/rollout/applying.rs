@@ -54,8 +54,10 @@ impl Rollout<'_> {
         let writer = self.ctx.writer(&planned.sa, self.ns, self.name);
         let rediscover = || self.ctx.rediscover();
         let span = tracing::info_span!("apply", wave = ?wave, objects = plan.entries.len());
+        // Workloads stamped by an earlier version keep the stamp (nothing restarts).
+        let desired = crate::live::with_kept_stamps(&planned.desired, &planned.kept_stamps);
         let result =
-            apply::apply(&writer, &self.ctx.client, &planned.scopes, rediscover, plan, &planned.desired, planned.adopt)
+            apply::apply(&writer, &self.ctx.client, &planned.scopes, rediscover, plan, &desired, planned.adopt)
                 .instrument(span)
                 .await;
         let mut applied = match result {

@@ -76,6 +76,12 @@ pub const RENDER_CACHE_REQUESTS_TOTAL: &str = "ksync_render_cache_requests_total
 /// Histogram: One render. Labels: `renderer`.
 pub const RENDER_DURATION_SECONDS: &str = "ksync_render_duration_seconds";
 
+/// Counter: Chart dependency pulls. Labels: `result` (`cached`, `pulled`, `failed`).
+pub const CHART_PULLS_TOTAL: &str = "ksync_chart_pulls_total";
+
+/// Histogram: One chart pull that was not served from the cache.
+pub const CHART_PULL_DURATION_SECONDS: &str = "ksync_chart_pull_duration_seconds";
+
 /// Counter: Git cache lookups (objects and checkouts). Labels: `cache`, `result`.
 pub const GIT_CACHE_REQUESTS_TOTAL: &str = "ksync_git_cache_requests_total";
 
@@ -120,6 +126,8 @@ pub const ALL: &[&str] = &[
     GRAPH_API_CALLS,
     RENDER_CACHE_REQUESTS_TOTAL,
     RENDER_DURATION_SECONDS,
+    CHART_PULLS_TOTAL,
+    CHART_PULL_DURATION_SECONDS,
     GIT_CACHE_REQUESTS_TOTAL,
     GIT_FETCHES_TOTAL,
     GIT_FETCH_DURATION_SECONDS,

@@ -39,6 +39,7 @@ fn request<'a>(d: &'a std::path::Path, render: &'a Render) -> Request<'a> {
         values_from: Vec::new(),
         secrets: Vec::new(),
         capabilities: None,
+        dependencies: Vec::new(),
     }
 }
 

@@ -354,6 +354,7 @@ async fn render_anyway(dir: &std::path::Path, type_: RenderType) -> String {
         values_from: Vec::new(),
         secrets: Vec::new(),
         capabilities: None,
+        dependencies: Vec::new(),
     };
     match renderer.render(&req).await {
         Ok(objects) => format!("objects {}", serde_json::to_string(&*objects).unwrap()),

@@ -160,6 +160,25 @@ pub struct HelmRender {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 16))]
     pub values_from: Vec<ValuesReference>,
+    /// Credentials of the Helm repositories and OCI registries the chart's dependencies are
+    /// pulled from, by URL prefix (the longest matching prefix wins).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub credentials: Vec<ChartCredentials>,
+}
+
+/// Credentials for the chart repositories under one URL prefix.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ChartCredentials {
+    /// A repository URL prefix: `https://charts.example.com`, `oci://registry.example.com/team`.
+    /// A dependency whose repository starts with it uses this Secret.
+    #[schemars(length(min = 1, max = 512))]
+    #[x_kube(validation = Rule::new("self.startsWith('https://') || self.startsWith('http://') || self.startsWith('oci://')").message("url must start with https://, http:// or oci://"))]
+    pub url: String,
+    /// A Secret in the Application's namespace, read as its service account: `username`,
+    /// `password` and, for a private CA, `ca.crt`.
+    pub secret_ref: LocalObjectReference,
 }
 
 /// A values file in a Secret or ConfigMap.

@@ -52,6 +52,12 @@ pub struct RevisionSpec {
     /// The service account the rollout acts as.
     #[schemars(length(min = 1, max = 253))]
     pub service_account_name: String,
+    /// The chart dependencies pulled for the render (from Helm repositories and OCI
+    /// registries): part of the Revision's identity, so a new release within a version range is
+    /// a Revision of its own.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub charts: Vec<ChartVersion>,
     /// Digest of the latest rendered desired state (`sha256:<hex>`); follows every render,
     /// including drift checks that deploy nothing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -277,6 +283,24 @@ pub struct PlanEntry {
 
 fn is_zero(v: &i32) -> bool {
     *v == 0
+}
+
+/// A pulled chart dependency.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ChartVersion {
+    /// The chart's name.
+    #[schemars(length(max = 253))]
+    pub name: String,
+    /// The Helm repository or OCI registry.
+    #[schemars(length(max = 512))]
+    pub repository: String,
+    /// The exact version pulled.
+    #[schemars(length(max = 128))]
+    pub version: String,
+    /// `sha256:<hex>` of the chart archive.
+    #[schemars(length(max = 80))]
+    pub digest: String,
 }
 
 /// A field and the manager that owns (or owned) it.

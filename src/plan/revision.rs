@@ -26,6 +26,24 @@ pub struct Identity<'a> {
     pub render: &'a Render,
     /// The service account.
     pub service_account: &'a str,
+    /// A digest of the pulled chart dependencies ([`charts_digest`]); empty when none, which
+    /// leaves the name as it was before charts were pulled.
+    pub charts: &'a str,
+}
+
+/// A digest of pulled charts (name, version, archive digest), in order; empty for none.
+pub fn charts_digest(charts: &[crate::api::revision::ChartVersion]) -> String {
+    if charts.is_empty() {
+        return String::new();
+    }
+    let mut h = Sha256::new();
+    for c in charts {
+        for part in [&c.name, &c.repository, &c.version, &c.digest] {
+            h.update(part.as_bytes());
+            h.update(b"\0");
+        }
+    }
+    hex(&h.finalize())
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -40,6 +58,10 @@ pub fn name(id: &Identity<'_>) -> String {
         h.update(b"\0");
     }
     h.update(serde_json::to_vec(id.render).unwrap_or_default());
+    if !id.charts.is_empty() {
+        h.update(b"\0charts\0");
+        h.update(id.charts.as_bytes());
+    }
     let digest = hex(&h.finalize());
     format!("{}-{}", id.application, &digest[..10])
 }
@@ -148,14 +170,30 @@ mod tests {
     #[test]
     fn names_follow_the_identity() {
         let render = Render::default();
-        let id =
-            Identity { application: "web", commit: "abc", path: "apps/web", render: &render, service_account: "sa" };
+        let id = Identity {
+            application: "web",
+            commit: "abc",
+            path: "apps/web",
+            render: &render,
+            service_account: "sa",
+            charts: "",
+        };
         let n = name(&id);
         assert!(n.starts_with("web-") && n.len() == 14, "{n}");
         assert_eq!(n, name(&id.clone()));
         assert_ne!(n, name(&Identity { commit: "abd", ..id.clone() }));
         assert_ne!(n, name(&Identity { path: "apps/web2", ..id.clone() }));
         assert_ne!(n, name(&Identity { service_account: "other", ..id.clone() }));
+        let pulled = |version: &str| crate::api::revision::ChartVersion {
+            name: "redis".into(),
+            repository: "https://charts.example.com".into(),
+            version: version.into(),
+            digest: "sha256:00".into(),
+        };
+        assert_eq!(charts_digest(&[]), "", "no pulled charts: the name as before");
+        let (a, b) = (charts_digest(&[pulled("1.2.3")]), charts_digest(&[pulled("1.2.4")]));
+        assert_ne!(name(&Identity { charts: &a, ..id.clone() }), name(&Identity { charts: &b, ..id.clone() }));
+        assert_ne!(n, name(&Identity { charts: &a, ..id.clone() }));
         let helm = Render { type_: Some(crate::api::application::RenderType::Helm), helm: None };
         assert_ne!(n, name(&Identity { render: &helm, ..id }));
     }

@@ -10,7 +10,9 @@
 
 use serde_json::Value;
 
-use super::{Capabilities, Error, Limits, Request, Tools, process};
+use std::path::Path;
+
+use super::{Capabilities, Dependency, Error, Limits, Request, Tools, process};
 use crate::api::names::annotations;
 
 /// Render the chart of `req`.
@@ -53,6 +55,24 @@ pub async fn render(tools: &Tools, req: &Request<'_>, limits: &Limits) -> Result
         let _ = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600));
         files.push(path.to_string_lossy().to_string());
     }
+    // With dependencies to add, the chart is rendered from a scratch copy whose `charts/`
+    // holds them: the checkout is shared and never written.
+    let scratch;
+    let chart_dir = if req.dependencies.is_empty() {
+        req.dir.to_path_buf()
+    } else {
+        scratch = tempfile::Builder::new()
+            .prefix("ksync-chart-")
+            .tempdir()
+            .map_err(|e| Error::Internal(format!("chart directory: {e}")))?;
+        let dir = scratch.path().join("chart");
+        let (from, to, deps) = (req.dir.to_path_buf(), dir.clone(), req.dependencies.clone());
+        crate::offload::offload(move || with_dependencies(&from, &to, &deps))
+            .await
+            .map_err(|e| Error::Internal(format!("preparing the chart's dependencies: {e}")))?;
+        dir
+    };
+    let req = &Request { dir: &chart_dir, ..req.clone() };
     let mut capabilities = req.capabilities.as_deref().cloned().unwrap_or_default();
     let (mut crds, mut objects) = template(tools, req, limits, &release, &files, &capabilities).await?;
     // `helm install` creates a chart's CRDs before it renders the templates, so a template
@@ -68,6 +88,39 @@ pub async fn render(tools: &Tools, req: &Request<'_>, limits: &Limits) -> Result
     }
     crds.extend(objects);
     Ok(crds)
+}
+
+/// Copy the chart at `from` to `to` and put `deps` under its `charts/`: a pulled archive as
+/// `<name>-<version>.tgz`, a local chart as the directory `<name>`. Symbolic links are copied as
+/// links (the checkout holds only links that stay inside it).
+fn with_dependencies(from: &Path, to: &Path, deps: &[Dependency]) -> std::io::Result<()> {
+    copy_tree(from, to)?;
+    let charts = to.join("charts");
+    std::fs::create_dir_all(&charts)?;
+    for d in deps {
+        match d {
+            Dependency::Pulled(p) => std::fs::write(charts.join(format!("{}-{}.tgz", p.name, p.version)), &p.archive)?,
+            Dependency::Local { name, dir, .. } => copy_tree(dir, &charts.join(name))?,
+        }
+    }
+    Ok(())
+}
+
+fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let (src, dst) = (entry.path(), to.join(entry.file_name()));
+        let kind = entry.file_type()?;
+        if kind.is_dir() {
+            copy_tree(&src, &dst)?;
+        } else if kind.is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(&src)?, &dst)?;
+        } else {
+            std::fs::copy(&src, &dst)?;
+        }
+    }
+    Ok(())
 }
 
 /// One `helm template` run: the objects of the chart's `crds/` folders (its dependencies'

@@ -8,10 +8,12 @@
 //! digest) in [`Renderer`], so an Application whose path did not change in a new commit is not
 //! rendered again.
 
+pub mod chart;
 pub mod helm;
 pub mod kustomize;
 pub mod plain;
 pub mod process;
+pub mod pull;
 pub mod values;
 
 use std::path::{Path, PathBuf};
@@ -96,6 +98,24 @@ pub struct Request<'a> {
     /// The target cluster's version and APIs, for Helm's `.Capabilities` (`None`: Helm's
     /// defaults).
     pub capabilities: Option<Arc<Capabilities>>,
+    /// Chart dependencies to put under the chart's `charts/` (Helm only).
+    pub dependencies: Vec<Dependency>,
+}
+
+/// A chart dependency made present for a render.
+#[derive(Clone, Debug)]
+pub enum Dependency {
+    /// Pulled from a Helm repository or an OCI registry.
+    Pulled(Arc<pull::Pulled>),
+    /// A chart of the same repository (`file://`), materialized.
+    Local {
+        /// The dependency's name.
+        name: String,
+        /// The materialized chart.
+        dir: PathBuf,
+        /// Its Git tree id.
+        tree: String,
+    },
 }
 
 /// What Helm's `.Capabilities` answer: `.Capabilities.KubeVersion` and
@@ -114,6 +134,8 @@ pub struct Capabilities {
 pub struct Renderer {
     tools: Tools,
     limits: Limits,
+    /// Pulled chart dependencies, shared by every Application.
+    charts: pull::Charts,
     /// Results as compact JSON text: a hit is parsed again (a fraction of a millisecond for an
     /// Application's objects), and a result takes about a quarter of the memory it would as
     /// parsed `Value`s, every key and string of which is its own allocation.
@@ -131,7 +153,13 @@ impl Renderer {
             .weigher(|_: &String, objects: &Arc<str>| u32::try_from(objects.len()).unwrap_or(u32::MAX))
             .max_capacity(cache_bytes)
             .build();
-        Renderer { tools, limits, cache }
+        let charts = pull::Charts::new(tools.helm.clone(), pull::Limits::default(), pull::DEFAULT_CACHE_BYTES);
+        Renderer { tools, limits, cache, charts }
+    }
+
+    /// The pulled-chart cache.
+    pub fn charts(&self) -> &pull::Charts {
+        &self.charts
     }
 
     /// The bytes the cached results take now as compact JSON (pending evictions are applied
@@ -256,6 +284,13 @@ fn cache_key(tree: &str, req: &Request<'_>) -> String {
     for v in &req.values_from {
         h.update(b"\0");
         h.update(serde_json::to_vec(v).unwrap_or_default());
+    }
+    for d in &req.dependencies {
+        h.update(b"\0dependency\0");
+        match d {
+            Dependency::Pulled(p) => h.update(p.digest.as_bytes()),
+            Dependency::Local { name, tree, .. } => h.update(format!("{name}\0{tree}").as_bytes()),
+        }
     }
     // Only Helm asks: other renders keep their key when the cluster's APIs change.
     if let (RenderType::Helm, Some(c)) = (req.renderer, &req.capabilities) {

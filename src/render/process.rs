@@ -16,12 +16,27 @@ pub struct Output {
 }
 
 /// Run `program args` in `cwd` with `env` (plus `PATH`, `HOME`), under `limits`. A non-zero
-/// exit is an error carrying a bounded excerpt of stderr.
+/// exit is an error carrying a bounded excerpt of stderr. A relative path in `env` is inside
+/// the run's scratch directory.
 pub async fn run(
     program: &Path,
     args: &[&str],
     cwd: &Path,
     env: &[(&str, &Path)],
+    limits: &Limits,
+    what: &str,
+) -> Result<Output, Error> {
+    run_with_input(program, args, cwd, env, None, limits, what).await
+}
+
+/// [`run`], writing `input` to the program's standard input (a password for
+/// `--password-stdin`: never an argument, which any process of the host can read).
+pub async fn run_with_input(
+    program: &Path,
+    args: &[&str],
+    cwd: &Path,
+    env: &[(&str, &Path)],
+    input: Option<&[u8]>,
     limits: &Limits,
     what: &str,
 ) -> Result<Output, Error> {
@@ -38,7 +53,7 @@ pub async fn run(
         .env("XDG_CACHE_HOME", scratch.path().join("cache"))
         .env("XDG_CONFIG_HOME", scratch.path().join("config"))
         .env("XDG_DATA_HOME", scratch.path().join("data"))
-        .stdin(Stdio::null())
+        .stdin(if input.is_some() { Stdio::piped() } else { Stdio::null() })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
@@ -49,6 +64,12 @@ pub async fn run(
         message: format!("{what}: cannot run {}: {e}", program.display()),
         retryable: false,
     })?;
+    if let (Some(input), Some(mut stdin)) = (input, child.stdin.take()) {
+        use tokio::io::AsyncWriteExt;
+        // Small (a password): the pipe's buffer takes it before the program reads.
+        let _ = stdin.write_all(input).await;
+        drop(stdin);
+    }
     let mut stdout = child.stdout.take().expect("piped");
     let mut stderr = child.stderr.take().expect("piped");
     let max = limits.max_output_bytes;

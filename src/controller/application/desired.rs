@@ -36,6 +36,7 @@ pub(super) async fn desired(r: &Reconcile<'_>, source: &Source) -> Result<Result
         path: &spec.source.path,
         render: &spec.source.render,
         service_account: &spec.service_account_name,
+        charts: &revision::charts_digest(&source.charts.versions()),
     });
     let redeploy = take_up(ctx, app, ns, &rev_name, redeploy).await?;
     let checkout = match ctx.cache.checkout(&source.url, &source.credentials, &source.commit, &spec.source.path).await {
@@ -61,6 +62,7 @@ pub(super) async fn desired(r: &Reconcile<'_>, source: &Source) -> Result<Result
         _ => (Vec::new(), Vec::new()),
     };
     // Helm's `.Capabilities` answer from the cluster's discovery, as under `helm install`.
+    secrets.extend(source.charts.secrets.iter().cloned());
     let mut scopes = if renderer == RenderType::Helm { ctx.fresh_scopes().await? } else { ctx.scopes(false).await? };
     let capabilities_of =
         |scopes: &ClusterScopes| (renderer == RenderType::Helm).then(|| Arc::new(scopes.capabilities()));
@@ -74,6 +76,7 @@ pub(super) async fn desired(r: &Reconcile<'_>, source: &Source) -> Result<Result
         values_from,
         secrets: secrets.clone(),
         capabilities: capabilities_of(&scopes),
+        dependencies: source.charts.dependencies(),
     };
     let mut objects = match ctx.renderer.render(&request).await {
         Ok(o) => o,

@@ -24,6 +24,45 @@ pub(super) struct Source {
     pub(super) credentials: crate::source::Credentials,
     pub(super) reference: Option<String>,
     pub(super) commit: String,
+    /// The chart dependencies made present for a Helm render.
+    pub(super) charts: Charts,
+}
+
+/// A Helm chart's dependencies, made present: pulled archives (recorded on the Revision, part
+/// of its identity) and `file://` charts of the same repository, materialized.
+#[derive(Clone, Default)]
+pub(super) struct Charts {
+    pub(super) pulled: Vec<Arc<crate::render::pull::Pulled>>,
+    /// `file://` dependencies: name and materialized chart.
+    pub(super) local: Vec<(String, Arc<crate::source::checkout::Checkout>)>,
+    /// Secret values read for the pulls (never in a message).
+    pub(super) secrets: Vec<String>,
+}
+
+impl Charts {
+    /// As the renderer takes them.
+    pub(super) fn dependencies(&self) -> Vec<crate::render::Dependency> {
+        let pulled = self.pulled.iter().map(|p| crate::render::Dependency::Pulled(p.clone()));
+        let local = self.local.iter().map(|(name, c)| crate::render::Dependency::Local {
+            name: name.clone(),
+            dir: c.path().to_path_buf(),
+            tree: c.tree.to_string(),
+        });
+        pulled.chain(local).collect()
+    }
+
+    /// As the Revision records them.
+    pub(super) fn versions(&self) -> Vec<rev::ChartVersion> {
+        self.pulled
+            .iter()
+            .map(|p| rev::ChartVersion {
+                name: p.name.clone(),
+                repository: p.repository.clone(),
+                version: p.version.clone(),
+                digest: p.digest.clone(),
+            })
+            .collect()
+    }
 }
 
 /// The desired state of an Application at a commit.

@@ -223,13 +223,14 @@ struct Target {
 }
 
 /// The name of `app`'s Revision at `commit` ([`identity::name`]).
-fn revision_name(app: &Application, commit: &str) -> String {
+fn revision_name(app: &Application, source: &flow::Source) -> String {
     identity::name(&identity::Identity {
         application: &app.name_any(),
-        commit,
+        commit: &source.commit,
         path: &app.spec.source.path,
         render: &app.spec.source.render,
         service_account: &app.spec.service_account_name,
+        charts: &identity::charts_digest(&source.charts.versions()),
     })
 }
 
@@ -245,7 +246,7 @@ async fn target(r: &Reconcile<'_>, status: &mut ApplicationStatus) -> Result<Res
         }
     };
     // A pending rollback deploys its target; a held Revision leaves the last healthy one running.
-    let choice = rolling_back::choose(r, &source.commit, revision_name(app, &source.commit)).await?;
+    let choice = rolling_back::choose(r, &source.commit, revision_name(app, &source)).await?;
     let source = match choice.pinned() {
         None => source,
         Some(commit) => match source::resolve_source(app, ctx, ns, Some(commit))
@@ -260,7 +261,7 @@ async fn target(r: &Reconcile<'_>, status: &mut ApplicationStatus) -> Result<Res
             }
         },
     };
-    let revision = revision_name(app, &source.commit);
+    let revision = revision_name(app, &source);
     Ok(Ok(Target { source, choice, revision }))
 }
 

@@ -74,6 +74,7 @@ async fn ensure_revision(
             },
             render: app.spec.source.render.clone(),
             service_account_name: app.spec.service_account_name.clone(),
+            charts: source.charts.versions(),
             desired_state_hash: hash.map(str::to_string),
         },
         status: None,

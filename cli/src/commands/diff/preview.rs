@@ -181,6 +181,7 @@ pub async fn preview(cluster: &Cluster, shared: &Shared, app: &Application, ask:
         values_from,
         secrets: secrets.clone(),
         capabilities: (renderer == RenderType::Helm).then(|| std::sync::Arc::new(shared.scopes.capabilities())),
+        dependencies: Vec::new(),
     };
     let objects =
         shared.renderer.render(&request).await.map_err(|e| redact(format!("render failed: {e}"), &secrets))?;

@@ -129,3 +129,148 @@ fn a_chart_deploys_as_helm_install_would(cluster: Cluster) {
 }
 
 testkit::both!(a_chart_deploys_as_helm_install_would,);
+
+/// A Secret `name` with the credentials (and CA) of a chart server.
+async fn credentials(env: &Env, name: &str, user: &str, password: &str, ca: &std::path::Path) {
+    let ca = std::fs::read_to_string(ca).unwrap();
+    testkit::apply_as(
+        &env.client,
+        "test",
+        &json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": "pulls"},
+                "stringData": {"username": user, "password": password, "ca.crt": ca}}),
+    )
+    .await;
+}
+
+/// The `data.version` of ConfigMap `name`, once it exists.
+async fn version_of(cms: &Api<ConfigMap>, name: &str, want: &str) {
+    testkit::eventually(&format!("ConfigMap {name} at version {want}"), testkit::apps::WAIT, || async {
+        let data = cms.get_opt(name).await.ok()??.data?;
+        (data.get("version").map(String::as_str) == Some(want)).then_some(())
+    })
+    .await;
+}
+
+/// An umbrella chart in Git with one dependency from an HTTPS Helm repository (basic auth,
+/// private CA, a version range), one from an OCI registry (htpasswd, private CA) and one
+/// `file://` chart of the same repository: all pulled with the real helm and rendered; the
+/// versions and digests are on the Revision. A second Application of the same chart pulls
+/// nothing again. A release within the range, once the range is due to be resolved again, is a
+/// new Revision that deploys. A wrong password is a retryable failed chart pull that says which
+/// chart and never shows the password, and the Application recovers once the Secret is fixed.
+/// A `file://` dependency leaving the repository is refused.
+fn an_umbrella_chart_pulls_its_dependencies(cluster: Cluster) {
+    const NS: &str = "pulls";
+    let runtime = testkit::runtime();
+    runtime.block_on(async {
+        let repo = testkit::charts::HelmRepo::start("repo-user", "repo-pass-7f3a");
+        let registry = testkit::charts::OciRegistry::start("oci-user", "oci-pass-91c2");
+        let work = testkit::temp_dir("charts");
+        repo.publish(&testkit::charts::chart(work.path(), "redis", "1.2.3").write());
+        repo.publish(&testkit::charts::chart(work.path(), "redis", "1.3.0").write());
+        registry.push(&testkit::charts::chart(work.path(), "db", "2.0.1").write());
+        let env = Env::start(&cluster, NS).await;
+        env.allow_everything().await;
+        credentials(&env, "repo-creds", repo.user(), repo.password(), &repo.ca_file()).await;
+        credentials(&env, "oci-creds", registry.user(), registry.password(), &registry.ca_file()).await;
+        let umbrella = format!(
+            "apiVersion: v2\nname: umbrella\nversion: 0.1.0\ndependencies:\n- {{name: redis, version: \"~1.2\", repository: \"{}\"}}\n- {{name: db, version: 2.0.1, repository: \"{}\"}}\n- {{name: common, version: 0.1.0, repository: \"file://../common\"}}\n",
+            repo.url(),
+            registry.url()
+        );
+        let common = "apiVersion: v2\nname: common\nversion: 0.1.0\n";
+        let common_cm = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}-common\ndata:\n  version: {{ .Chart.Version | quote }}\n";
+        let bad = "apiVersion: v2\nname: bad\nversion: 0.1.0\ndependencies:\n- {name: root, version: 0.1.0, repository: \"file://../../\"}\n";
+        let helm = json!({"helm": {"credentials": [
+            {"url": repo.url(), "secretRef": {"name": "repo-creds"}},
+            {"url": format!("oci://{}", registry.host()), "secretRef": {"name": "oci-creds"}}]}});
+        let spec = |path: &str| {
+            json!({"source": {"repository": "platform", "path": path, "render": helm.clone()}, "serviceAccountName": "deployer",
+                   "destination": {"namespace": NS}, "health": {"timeout": "60s"}, "failurePolicy": {"maxAttempts": 1}})
+        };
+        let wt = env
+            .app_from(
+                "app",
+                &[
+                    ("umbrella/Chart.yaml", &umbrella),
+                    ("common/Chart.yaml", common),
+                    ("common/templates/cm.yaml", common_cm),
+                    ("bad/Chart.yaml", bad),
+                ],
+                spec("umbrella"),
+            )
+            .await;
+        let rev = healthy(&env, "app").await;
+        let charts: Vec<(String, String)> =
+            rev.spec.charts.iter().map(|c| (c.name.clone(), c.version.clone())).collect();
+        assert_eq!(charts, [("redis".to_string(), "1.2.3".to_string()), ("db".to_string(), "2.0.1".to_string())]);
+        assert!(rev.spec.charts.iter().all(|c| c.digest.starts_with("sha256:") && c.digest.len() == 71), "{:?}", rev.spec.charts);
+        let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), NS);
+        version_of(&cms, "app-redis", "1.2.3").await;
+        version_of(&cms, "app-db", "2.0.1").await;
+        version_of(&cms, "app-common", "0.1.0").await;
+
+        // The same chart for another Application: served from the pull cache.
+        let (repo_requests, registry_requests) = (repo.requests().len(), registry.requests().len());
+        env.create_app("again", spec("umbrella")).await;
+        healthy(&env, "again").await;
+        version_of(&cms, "again-redis", "1.2.3").await;
+        assert_eq!(repo.requests().len(), repo_requests, "the Helm repository was asked again: {:?}", repo.requests());
+        assert_eq!(registry.requests().len(), registry_requests, "the registry was asked again");
+
+        // A release within the range: resolved again once the Repository's interval has passed.
+        repo.publish(&testkit::charts::chart(work.path(), "redis", "1.2.4").write());
+        let repos: Api<kuvryn_sync::api::repository::Repository> = Api::namespaced(env.client.clone(), NS);
+        repos
+            .patch("platform", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(json!({"spec": {"interval": "2s"}})))
+            .await
+            .unwrap();
+        testkit::eventually("redis 1.2.4 deployed", testkit::apps::WAIT, || async {
+            env.poke("app", &format!("{:?}", std::time::Instant::now())).await;
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            let data = cms.get_opt("app-redis").await.ok()??.data?;
+            (data.get("version").map(String::as_str) == Some("1.2.4")).then_some(())
+        })
+        .await;
+        let newer = healthy(&env, "app").await;
+        assert_ne!(newer.metadata.name, rev.metadata.name, "a new release is a Revision of its own");
+        assert!(newer.spec.charts.iter().any(|c| c.name == "redis" && c.version == "1.2.4"), "{:?}", newer.spec.charts);
+
+        // A wrong password: a failed chart pull, retried, fixed with the Secret.
+        credentials(&env, "repo-creds", repo.user(), "wrong-pass-55d1", &repo.ca_file()).await;
+        let message = testkit::eventually("a failed chart pull on Ready", testkit::apps::WAIT, || async {
+            env.poke("app", &format!("{:?}", std::time::Instant::now())).await;
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            let app = env.apps().get("app").await.ok()?;
+            let ready = kuvryn_sync::api::conditions::get(&app.status?.conditions, names::conditions::READY).cloned()?;
+            (ready.reason == names::reasons::RENDER_FAILURE).then_some(ready.message)
+        })
+        .await;
+        assert!(message.contains("failed chart pull of redis ~1.2 from https://127.0.0.1"), "{message}");
+        assert!(message.contains("401"), "{message}");
+        assert!(!message.contains("wrong-pass-55d1"), "the password is in Ready: {message}");
+        assert_eq!(cms.get("app-redis").await.unwrap().data.unwrap()["version"], "1.2.4", "a failed pull touched the live state");
+        credentials(&env, "repo-creds", repo.user(), repo.password(), &repo.ca_file()).await;
+        testkit::eventually("Ready again", testkit::apps::WAIT, || async {
+            env.poke("app", &format!("{:?}", std::time::Instant::now())).await;
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            let app = env.apps().get("app").await.ok()?;
+            let ready = kuvryn_sync::api::conditions::get(&app.status?.conditions, names::conditions::READY).cloned()?;
+            (ready.status == "True").then_some(())
+        })
+        .await;
+
+        // file:// out of the repository.
+        env.create_app("bad", spec("bad")).await;
+        let message = testkit::eventually("the file:// dependency refused", testkit::apps::WAIT, || async {
+            let app = env.apps().get("bad").await.ok()?;
+            let ready = kuvryn_sync::api::conditions::get(&app.status?.conditions, names::conditions::READY).cloned()?;
+            (ready.reason == names::reasons::RENDER_FAILURE).then_some(ready.message)
+        })
+        .await;
+        assert!(message.contains("file://../../") && message.contains("leaves the repository"), "{message}");
+        drop(wt);
+    });
+}
+
+testkit::both!(an_umbrella_chart_pulls_its_dependencies,);

@@ -77,6 +77,7 @@ async fn helm_template_with_values_in_order_and_hooks_as_objects() {
         release_name: Some("demo".into()),
         values: Some(json!({"replicas": 3}).as_object().unwrap().clone()),
         values_from: Vec::new(),
+        credentials: Vec::new(),
     };
     let render = render_of(RenderType::Helm, Some(helm));
     let mut req = request(&d, &render);
@@ -237,7 +238,7 @@ fn after_the_double_dash_helm_reads_no_flag() {
     let release = format!("--set-file=greeting={}", secret.display());
     let out = testkit::Tools::get()
         .helm(scratch.path())
-        .args(kuvryn_sync::render::helm::template_args(&release, "team-a", &[]))
+        .args(kuvryn_sync::render::helm::template_args(&release, "team-a", &[], &Default::default()))
         .current_dir(dir("chart"))
         .output()
         .unwrap();

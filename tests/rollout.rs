@@ -926,6 +926,7 @@ fn a_prune_deletes_only_the_object_it_listed(cluster: Cluster) {
                 conflicts: Vec::new(),
                 wave: 0,
                 hook: None,
+                chart_crd: false,
             })
             .collect();
         let doomed = Plan { entries, digest: String::new() };

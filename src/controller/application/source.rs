@@ -131,8 +131,7 @@ async fn charts(
     }
     let read = |file: &str| -> Option<String> {
         let path = dir.join(file);
-        let meta = std::fs::symlink_metadata(&path).ok().filter(|m| m.is_file() && m.len() <= 1024 * 1024)?;
-        drop(meta);
+        std::fs::symlink_metadata(&path).ok().filter(|m| m.is_file() && m.len() <= 1024 * 1024)?;
         std::fs::read_to_string(path).ok()
     };
     let Some(chart_yaml) = read("Chart.yaml") else { return Ok(Ok(Charts::default())) };

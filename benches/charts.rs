@@ -33,9 +33,8 @@ fn main() {
     let repo = testkit::charts::HelmRepo::start("bench", "bench-password");
     let work = testkit::temp_dir("chart-bench");
     repo.publish(&testkit::charts::chart(work.path(), "redis", "1.2.3").write());
-    let umbrella = testkit::charts::chart(work.path(), "umbrella", "0.1.0")
-        .dependency("redis", "~1.2", &repo.url())
-        .write();
+    let umbrella =
+        testkit::charts::chart(work.path(), "umbrella", "0.1.0").dependency("redis", "~1.2", &repo.url()).write();
     let auth = Auth {
         username: Some(repo.user().into()),
         password: Some(repo.password().into()),
@@ -52,8 +51,11 @@ fn main() {
     let once = |renderer: &Renderer| {
         runtime.block_on(async {
             let started = Instant::now();
-            let pulled =
-                renderer.charts().pull(&repo.url(), "redis", "~1.2", false, &auth, Duration::from_secs(3600)).await.unwrap();
+            let pulled = renderer
+                .charts()
+                .pull(&repo.url(), "redis", "~1.2", false, &auth, Duration::from_secs(3600))
+                .await
+                .unwrap();
             let req = Request {
                 dir: &umbrella,
                 tree: None,
@@ -65,6 +67,7 @@ fn main() {
                 secrets: Vec::new(),
                 capabilities: None,
                 dependencies: vec![Dependency::Pulled(Arc::clone(&pulled))],
+                packaged: None,
             };
             let objects = renderer.render(&req).await.unwrap();
             assert_eq!(objects.len(), 2, "the umbrella's and redis's ConfigMaps");

@@ -386,11 +386,11 @@ fn run_controllers(args: RunArgs) -> Result<()> {
             crate::render::Limits { timeout: args.render_timeout, max_output_bytes: args.render_max_output_bytes },
             args.render_cache_bytes,
         );
-        let repositories = std::sync::Arc::new(crate::controller::repository::Context::new(
-            client.clone(),
-            cache.clone(),
-            args.instance.clone(),
-        ));
+        let charts = renderer.charts().clone();
+        let repositories = std::sync::Arc::new(
+            crate::controller::repository::Context::new(client.clone(), cache.clone(), args.instance.clone())
+                .with_charts(charts.clone()),
+        );
         let (settings_limiter, leader_config) = (limiter.clone(), kube_config.clone());
         let settings = crate::controller::application::Settings {
             resync: args.drift_resync_interval,
@@ -526,11 +526,14 @@ fn run_controllers(args: RunArgs) -> Result<()> {
         // leader's reconciles held some back for minutes. One patch per new Application.
         let leader_unbudgeted =
             crate::client::Limiter::unlimited().fenced_client(leader_config, fenced).map_err(connect)?;
-        let repositories = std::sync::Arc::new(crate::controller::repository::Context::new(
-            leader_client.clone(),
-            repositories.cache.clone(),
-            args.instance.clone(),
-        ));
+        let repositories = std::sync::Arc::new(
+            crate::controller::repository::Context::new(
+                leader_client.clone(),
+                repositories.cache.clone(),
+                args.instance.clone(),
+            )
+            .with_charts(charts.clone()),
+        );
         let singleton = |rx: tokio::sync::watch::Receiver<bool>| {
             let (repositories, client) = (repositories.clone(), leader_client.clone());
             let (lease_ns, prefix) = (lease_ns.clone(), prefix.clone());

@@ -232,7 +232,12 @@ fn an_umbrella_chart_pulls_its_dependencies(cluster: Cluster) {
             (data.get("version").map(String::as_str) == Some("1.2.4")).then_some(())
         })
         .await;
-        let newer = healthy(&env, "app").await;
+        let newer = env
+            .revision_where("app", "the Revision with redis 1.2.4 Healthy", |r| {
+                r.spec.charts.iter().any(|c| c.name == "redis" && c.version == "1.2.4")
+                    && r.status.as_ref().is_some_and(|s| s.phase == RevisionPhase::Healthy)
+            })
+            .await;
         assert_ne!(newer.metadata.name, rev.metadata.name, "a new release is a Revision of its own");
         assert!(newer.spec.charts.iter().any(|c| c.name == "redis" && c.version == "1.2.4"), "{:?}", newer.spec.charts);
 
@@ -274,3 +279,85 @@ fn an_umbrella_chart_pulls_its_dependencies(cluster: Cluster) {
 }
 
 testkit::both!(an_umbrella_chart_pulls_its_dependencies,);
+
+/// A Repository of `type: Helm` and one of `type: OCI`, each following a chart within `~1.2`:
+/// their Applications render the chart with their own values (the chart's CRDs first), and a
+/// release within the range, once pushed, is found at the Repository's interval and deployed
+/// as a Revision of its own, its version recorded.
+fn chart_repositories_follow_a_version_range(cluster: Cluster) {
+    const NS: &str = "pulls";
+    let runtime = testkit::runtime();
+    runtime.block_on(async {
+        let repo = testkit::charts::HelmRepo::start("repo-user", "repo-pass-7f3a");
+        let registry = testkit::charts::OciRegistry::start("oci-user", "oci-pass-91c2");
+        let work = testkit::temp_dir("charts");
+        let greeting = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}-greeting\ndata:\n  greeting: {{ .Values.greeting | default \"none\" | quote }}\n";
+        let web = |version: &str| {
+            let dir = testkit::charts::chart(work.path(), "web", version).with_crd().write();
+            std::fs::write(dir.join("templates/greeting.yaml"), greeting).unwrap();
+            dir
+        };
+        let api = |version: &str| testkit::charts::chart(work.path(), "api", version).write();
+        repo.publish(&web("1.2.3"));
+        repo.publish(&web("2.0.0"));
+        registry.push(&api("1.2.3"));
+        let env = Env::start(&cluster, NS).await;
+        env.allow_everything().await;
+        credentials(&env, "repo-creds", repo.user(), repo.password(), &repo.ca_file()).await;
+        credentials(&env, "oci-creds", registry.user(), registry.password(), &registry.ca_file()).await;
+        let repos: Api<kuvryn_sync::api::repository::Repository> = Api::namespaced(env.client.clone(), NS);
+        for (name, type_, url, chart, secret) in [
+            ("helm-charts", "Helm", repo.url(), "web", "repo-creds"),
+            ("oci-charts", "OCI", registry.url(), "api", "oci-creds"),
+        ] {
+            let r: kuvryn_sync::api::repository::Repository = serde_json::from_value(json!({
+                "apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "Repository", "metadata": {"name": name, "namespace": NS},
+                "spec": {"type": type_, "url": url, "chart": {"name": chart, "version": "~1.2"},
+                         "secretRef": {"name": secret}, "interval": "2s"}}))
+            .unwrap();
+            repos.create(&Default::default(), &r).await.unwrap();
+        }
+        let spec = |repository: &str, render: serde_json::Value| {
+            json!({"source": {"repository": repository, "render": render}, "serviceAccountName": "deployer",
+                   "destination": {"namespace": NS, "clusterResources": [{"group": "apiextensions.k8s.io", "kind": "CustomResourceDefinition"}]},
+                   "health": {"timeout": "60s"}, "failurePolicy": {"maxAttempts": 1}})
+        };
+        env.create_app("from-helm", spec("helm-charts", json!({"helm": {"values": {"greeting": "hello"}}}))).await;
+        env.create_app("from-oci", spec("oci-charts", json!({}))).await;
+        let first = healthy(&env, "from-helm").await;
+        healthy(&env, "from-oci").await;
+        assert_eq!(first.spec.source.commit, "1.2.3");
+        assert_eq!(first.spec.charts.iter().map(|c| (c.name.as_str(), c.version.as_str())).collect::<Vec<_>>(), [("web", "1.2.3")]);
+        let crd = entry(&entries(&first), "CustomResourceDefinition", "widgets.web.kuvryn.test").clone();
+        assert!(crd.chart_crd, "{crd:?}");
+        let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), NS);
+        version_of(&cms, "from-helm-web", "1.2.3").await;
+        version_of(&cms, "from-oci-api", "1.2.3").await;
+        let said = cms.get("from-helm-greeting").await.unwrap().data.unwrap_or_default();
+        assert_eq!(said.get("greeting").map(String::as_str), Some("hello"), "inline values");
+        let widgets: Api<DynamicObject> = Api::namespaced_with(
+            env.client.clone(),
+            NS,
+            &ApiResource::from_gvk(&GroupVersionKind::gvk("web.kuvryn.test", "v1", "Widget")),
+        );
+        assert!(widgets.get_opt("from-helm-web").await.unwrap().is_some(), "the chart's guarded Widget");
+
+        // New releases within the range (and one outside it) are pushed: followed at the interval.
+        repo.publish(&web("1.2.4"));
+        repo.publish(&web("1.3.0"));
+        registry.push(&api("1.2.4"));
+        version_of(&cms, "from-helm-web", "1.2.4").await;
+        version_of(&cms, "from-oci-api", "1.2.4").await;
+        let newer = env
+            .revision_where("from-helm", "the Revision of 1.2.4 Healthy", |r| {
+                r.spec.source.commit == "1.2.4" && r.status.as_ref().is_some_and(|s| s.phase == RevisionPhase::Healthy)
+            })
+            .await;
+        assert_ne!(newer.metadata.name, first.metadata.name);
+        assert_eq!(newer.spec.charts.iter().map(|c| c.version.as_str()).collect::<Vec<_>>(), ["1.2.4"]);
+        let r = repos.get("helm-charts").await.unwrap();
+        assert_eq!(r.status.and_then(|s| s.revision).map(|r| r.commit).as_deref(), Some("1.2.4"));
+    });
+}
+
+testkit::both!(chart_repositories_follow_a_version_range,);

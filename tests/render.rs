@@ -40,6 +40,7 @@ fn request<'a>(d: &'a std::path::Path, render: &'a Render) -> Request<'a> {
         secrets: Vec::new(),
         capabilities: None,
         dependencies: Vec::new(),
+        packaged: None,
     }
 }
 
@@ -238,7 +239,7 @@ fn after_the_double_dash_helm_reads_no_flag() {
     let release = format!("--set-file=greeting={}", secret.display());
     let out = testkit::Tools::get()
         .helm(scratch.path())
-        .args(kuvryn_sync::render::helm::template_args(&release, "team-a", &[], &Default::default()))
+        .args(kuvryn_sync::render::helm::template_args(&release, ".", "team-a", &[], &Default::default()))
         .current_dir(dir("chart"))
         .output()
         .unwrap();

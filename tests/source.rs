@@ -355,6 +355,7 @@ async fn render_anyway(dir: &std::path::Path, type_: RenderType) -> String {
         secrets: Vec::new(),
         capabilities: None,
         dependencies: Vec::new(),
+        packaged: None,
     };
     match renderer.render(&req).await {
         Ok(objects) => format!("objects {}", serde_json::to_string(&*objects).unwrap()),

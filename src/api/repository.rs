@@ -35,18 +35,32 @@ pub const DEFAULT_CONFIG_PATH: &str = ".ksync.yaml";
     selectable = ".spec.url"
 )]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self.type == 'Git' ? has(self.ref) && !has(self.chart) : has(self.chart) && !has(self.ref)").message("a Git Repository sets ref (and no chart); a Helm or OCI Repository sets chart (and no ref)"))]
+#[x_kube(validation = Rule::new("self.type != 'Helm' || self.url.matches('^https?://')").message("a Helm Repository's url is the https:// (or http://) URL of a chart repository index"))]
+#[x_kube(validation = Rule::new("self.type != 'OCI' || self.url.startsWith('oci://')").message("an OCI Repository's url is an oci:// registry path"))]
 pub struct RepositorySpec {
+    /// What the Repository holds: `Git` (a Git repository, the default), `Helm` (a Helm chart
+    /// repository, by its index URL) or `OCI` (charts in an OCI registry).
+    #[serde(rename = "type", default)]
+    pub type_: RepositoryType,
+
     /// Git URL: `https://`, `http://`, `ssh://`, scp-like `user@host:path`, `git://` or `file://`
     /// (a path on the controller's disk: refused unless the manager runs with
-    /// `--allow-local-repositories`). Credentials never go in the URL: use `secretRef`.
+    /// `--allow-local-repositories`). For `type: Helm`, the chart repository's `https://` URL
+    /// (where its `index.yaml` is); for `type: OCI`, the registry path holding the chart
+    /// (`oci://registry.example.com/charts`). Credentials never go in the URL: use `secretRef`.
     #[schemars(length(min = 1, max = 2048))]
-    #[x_kube(validation = Rule::new("self.matches('^(https?|ssh|git|file)://') || self.matches('^[A-Za-z0-9._-]+@[^/:]+:')").message("url must be an https, http, ssh, git or file URL, or scp-like user@host:path"))]
+    #[x_kube(validation = Rule::new("self.matches('^(https?|ssh|git|file|oci)://') || self.matches('^[A-Za-z0-9._-]+@[^/:]+:')").message("url must be an https, http, ssh, git, file or oci URL, or scp-like user@host:path"))]
     #[x_kube(validation = Rule::new("!self.matches('^https?://[^/]*@')").message("url must not carry credentials: reference a Secret in spec.secretRef"))]
     pub url: String,
 
-    /// The ref to follow: exactly one of `branch`, `tag` or `commit`.
-    #[serde(rename = "ref")]
-    pub reference: GitRef,
+    /// The Git ref to follow (type `Git` only): exactly one of `branch`, `tag` or `commit`.
+    #[serde(rename = "ref", default, skip_serializing_if = "Option::is_none")]
+    pub reference: Option<GitRef>,
+
+    /// The chart to follow (types `Helm` and `OCI` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chart: Option<ChartRef>,
 
     /// A Secret in the Repository's namespace with the credentials: `username` and `password` (a
     /// token goes in `password`) for HTTPS; `identity` (private key) and `known_hosts` for SSH;
@@ -77,6 +91,38 @@ pub struct RepositorySpec {
     pub suspend: bool,
 }
 
+/// What a Repository holds.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
+pub enum RepositoryType {
+    /// A Git repository.
+    #[default]
+    Git,
+    /// A Helm chart repository (`index.yaml` over HTTPS).
+    Helm,
+    /// Helm charts in an OCI registry.
+    #[serde(rename = "OCI")]
+    Oci,
+}
+
+/// A chart of a Helm or OCI Repository, and the versions to follow.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ChartRef {
+    /// The chart's name.
+    #[schemars(length(min = 1, max = 253), regex(pattern = r"^[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$"))]
+    pub name: String,
+    /// A version (`1.2.3`) or a semver range (`~1.2`, `>=1.0.0 <2.0.0`); the newest release in
+    /// it is followed, found again at every interval.
+    #[serde(default = "any_version")]
+    #[schemars(length(min = 1, max = 128))]
+    #[x_kube(validation = Rule::new("!self.startsWith('-')").message("version must be a version or a semver range"))]
+    pub version: String,
+}
+
+fn any_version() -> String {
+    "*".into()
+}
+
 /// The Git ref to follow. Exactly one field is set.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[x_kube(validation = Rule::new("(has(self.branch) ? 1 : 0) + (has(self.tag) ? 1 : 0) + (has(self.commit) ? 1 : 0) == 1").message("exactly one of branch, tag or commit must be set"))]
@@ -104,6 +150,23 @@ impl GitRef {
             (_, _, Some(c)) => c.clone(),
             _ => String::new(),
         }
+    }
+}
+
+impl RepositorySpec {
+    /// What the Repository follows as users read it: `branch/main`, `tag/v1.2.0`, a commit, or
+    /// `chart web ~1.2`.
+    pub fn following(&self) -> String {
+        match (&self.reference, &self.chart) {
+            (Some(r), _) => r.display(),
+            (None, Some(c)) => format!("chart {} {}", c.name, c.version),
+            (None, None) => String::new(),
+        }
+    }
+
+    /// Whether it holds charts (type `Helm` or `OCI`) rather than Git.
+    pub fn is_chart(&self) -> bool {
+        self.type_ != RepositoryType::Git
     }
 }
 
@@ -148,8 +211,8 @@ pub struct ObservedRevision {
     #[schemars(length(max = 300))]
     #[serde(rename = "ref")]
     pub reference: String,
-    /// The full commit id.
-    #[schemars(length(max = 64))]
+    /// The full commit id; for a Helm or OCI Repository, the chart version followed.
+    #[schemars(length(max = 128))]
     pub commit: String,
     /// When this commit was fetched (a later fetch that finds the same commit changes nothing).
     #[serde(default, skip_serializing_if = "Option::is_none")]

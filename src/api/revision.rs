@@ -79,8 +79,8 @@ pub struct RevisionSource {
     #[serde(rename = "ref", default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 300))]
     pub reference: Option<String>,
-    /// The full commit id.
-    #[schemars(length(min = 7, max = 64))]
+    /// The full commit id; for a Helm or OCI Repository's chart, its exact version.
+    #[schemars(length(min = 1, max = 128))]
     pub commit: String,
     /// The source path.
     #[schemars(length(max = 512))]

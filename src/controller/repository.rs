@@ -77,6 +77,9 @@ pub struct Context {
     /// What was last applied for each discovered Application (namespace, name): an
     /// Application neither Git nor anyone else changed since is not applied again.
     applied: std::sync::Mutex<std::collections::HashMap<(String, String), Applied>>,
+    /// Pulls charts for Helm and OCI Repositories (shared with the Application controller's
+    /// renderer, so a version found here is in the cache when an Application renders it).
+    charts: Option<crate::render::pull::Charts>,
 }
 
 /// What a Repository last resolved to, and under which spec.
@@ -92,7 +95,14 @@ impl Context {
     /// A context reporting Events as `kuvryn-sync` from `instance`.
     pub fn new(client: Client, cache: GitCache, instance: Option<String>) -> Context {
         let reporter = Reporter { controller: names::FIELD_MANAGER.to_string(), instance };
-        Context { reporter, client, cache, resolved: Default::default(), applied: Default::default() }
+        Context { reporter, client, cache, resolved: Default::default(), applied: Default::default(), charts: None }
+    }
+
+    /// Follow Helm and OCI Repositories with `charts`; without it they are reported as not
+    /// followed.
+    pub fn with_charts(mut self, charts: crate::render::pull::Charts) -> Context {
+        self.charts = Some(charts);
+        self
     }
 }
 
@@ -232,7 +242,10 @@ async fn sync(
         retryable: e.retryable(),
         message: e.to_string(),
     };
-    let Some(reference) = Reference::from_git_ref(&repo.spec.reference) else {
+    if repo.spec.is_chart() {
+        return chart_sync(repo, ctx, ns, status).await;
+    }
+    let Some(reference) = repo.spec.reference.as_ref().and_then(Reference::from_git_ref) else {
         return Ok(Err(Failure {
             reason: names::reasons::SOURCE_FAILURE,
             message: "spec.ref must set exactly one of branch, tag or commit".into(),
@@ -455,6 +468,88 @@ async fn sync(
         if declared.len() == 1 { "" } else { "s" },
         paths.join(", ")
     )))
+}
+
+/// A Helm or OCI Repository: the newest release of its chart within its version range,
+/// pulled (so it is in the shared cache) and recorded as `status.revision` (`commit` is the
+/// version). Charts declare no Applications.
+async fn chart_sync(
+    repo: &Repository,
+    ctx: &Context,
+    ns: &str,
+    status: &mut RepositoryStatus,
+) -> Result<Result<String, Failure>, Error> {
+    let generation = repo.metadata.generation;
+    let fail = |message: String, retryable: bool| {
+        Ok(Err(Failure { reason: names::reasons::SOURCE_FAILURE, message, retryable }))
+    };
+    let (Some(chart), Some(charts)) = (&repo.spec.chart, &ctx.charts) else {
+        return fail("a Helm or OCI Repository needs spec.chart, and a manager that pulls charts".into(), false);
+    };
+    let auth = match chart_auth(&ctx.client, ns, repo.spec.secret_ref.as_ref()).await? {
+        Ok(a) => a,
+        Err(message) => return fail(message, true),
+    };
+    let interval = crate::api::duration::parse(&repo.spec.interval).unwrap_or(Duration::from_secs(60));
+    let exact = crate::render::chart::is_exact(&chart.version);
+    let pulled =
+        match charts.pull(&repo.spec.url, &chart.name, &chart.version, exact, &auth, interval.mul_f64(0.9)).await {
+            Ok(p) => p,
+            Err(message) => {
+                conditions::set(
+                    &mut status.conditions,
+                    names::conditions::SOURCE_READY,
+                    Status::False,
+                    names::reasons::SOURCE_FAILURE,
+                    &message,
+                    generation,
+                    Timestamp::now(),
+                );
+                return fail(message, true);
+            }
+        };
+    let following = repo.spec.following();
+    conditions::set(
+        &mut status.conditions,
+        names::conditions::SOURCE_READY,
+        Status::True,
+        names::reasons::SUCCEEDED,
+        &format!("{following} resolved to {}", pulled.version),
+        generation,
+        Timestamp::now(),
+    );
+    if status.revision.as_ref().map(|r| r.commit.as_str()) != Some(pulled.version.as_str()) {
+        let note = format!("{following} is at {} ({})", pulled.version, pulled.digest);
+        event(ctx, repo, EventType::Normal, names::events::NEW_REVISION, &note).await;
+        status.revision = Some(ObservedRevision {
+            reference: following.clone(),
+            commit: pulled.version.clone(),
+            fetched_at: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::now())),
+        });
+    }
+    status.applications = None;
+    Ok(Ok(format!("{following} at {}", pulled.version)))
+}
+
+/// The credentials of a chart Repository: its Secret's `username`, `password` and `ca.crt`
+/// (read with the controller's identity, as a Git Repository's are).
+pub async fn chart_auth(
+    client: &Client,
+    ns: &str,
+    secret: Option<&crate::api::common::LocalObjectReference>,
+) -> Result<Result<crate::render::pull::Auth, String>, kube::Error> {
+    let Some(secret) = secret else { return Ok(Ok(Default::default())) };
+    let api: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), ns);
+    let Some(s) = api.get_opt(&secret.name).await? else {
+        return Ok(Err(format!("Secret {} (spec.secretRef) does not exist", secret.name)));
+    };
+    let data = s.data.unwrap_or_default();
+    let text = |k: &str| data.get(k).map(|v| String::from_utf8_lossy(&v.0).trim_end_matches('\n').to_string());
+    Ok(Ok(crate::render::pull::Auth {
+        username: text("username"),
+        password: text("password"),
+        ca: data.get("ca.crt").map(|v| v.0.clone()),
+    }))
 }
 
 /// Delete the Applications `names` that Git no longer declares, each only as the object

@@ -17,7 +17,7 @@ use crate::api::names::annotations;
 
 /// Render the chart of `req`.
 pub async fn render(tools: &Tools, req: &Request<'_>, limits: &Limits) -> Result<Vec<Value>, Error> {
-    if !req.dir.join("Chart.yaml").is_file() {
+    if req.packaged.is_none() && !req.dir.join("Chart.yaml").is_file() {
         return Err(Error::Failed {
             message: "no Chart.yaml at the source path (render type Helm)".into(),
             retryable: false,
@@ -58,7 +58,17 @@ pub async fn render(tools: &Tools, req: &Request<'_>, limits: &Limits) -> Result
     // With dependencies to add, the chart is rendered from a scratch copy whose `charts/`
     // holds them: the checkout is shared and never written.
     let scratch;
-    let chart_dir = if req.dependencies.is_empty() {
+    let mut chart = ".".to_string();
+    let chart_dir = if let Some(p) = &req.packaged {
+        scratch = tempfile::Builder::new()
+            .prefix("ksync-chart-")
+            .tempdir()
+            .map_err(|e| Error::Internal(format!("chart directory: {e}")))?;
+        chart = format!("{}-{}.tgz", p.name, p.version);
+        std::fs::write(scratch.path().join(&chart), &p.archive)
+            .map_err(|e| Error::Internal(format!("writing the chart archive: {e}")))?;
+        scratch.path().to_path_buf()
+    } else if req.dependencies.is_empty() {
         req.dir.to_path_buf()
     } else {
         scratch = tempfile::Builder::new()
@@ -74,14 +84,14 @@ pub async fn render(tools: &Tools, req: &Request<'_>, limits: &Limits) -> Result
     };
     let req = &Request { dir: &chart_dir, ..req.clone() };
     let mut capabilities = req.capabilities.as_deref().cloned().unwrap_or_default();
-    let (mut crds, mut objects) = template(tools, req, limits, &release, &files, &capabilities).await?;
+    let (mut crds, mut objects) = template(tools, req, limits, &release, &chart, &files, &capabilities).await?;
     // `helm install` creates a chart's CRDs before it renders the templates, so a template
     // guarded by `.Capabilities.APIVersions.Has` on a kind the chart defines renders it. The
     // same here: the kinds the chart's CRDs define count as served, in a second render.
     let defined = defined_api_versions(&crds);
     if !defined.is_subset(&capabilities.api_versions) {
         capabilities.api_versions.extend(defined);
-        (crds, objects) = template(tools, req, limits, &release, &files, &capabilities).await?;
+        (crds, objects) = template(tools, req, limits, &release, &chart, &files, &capabilities).await?;
     }
     for crd in &mut crds {
         mark_chart_crd(crd);
@@ -130,10 +140,11 @@ async fn template(
     req: &Request<'_>,
     limits: &Limits,
     release: &str,
+    chart: &str,
     values_files: &[String],
     capabilities: &Capabilities,
 ) -> Result<(Vec<Value>, Vec<Value>), Error> {
-    let args = template_args(release, req.namespace, values_files, capabilities);
+    let args = template_args(release, chart, req.namespace, values_files, capabilities);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let env = [
         ("HELM_CACHE_HOME", std::path::Path::new("helm-cache")),
@@ -236,10 +247,12 @@ pub fn check_release_name(name: &str) -> Result<(), String> {
 }
 
 /// The arguments of `helm template`: options (with their values attached by `=`), then
-/// `--`, then the release name and the chart (`.`), so neither can be taken for a flag. The
+/// `--`, then the release name and the chart (`.`, or a packaged chart's archive), so neither
+/// can be taken for a flag. The
 /// chart's CRDs are included, and `.Capabilities` answer from `capabilities`.
 pub fn template_args(
     release: &str,
+    chart: &str,
     namespace: &str,
     values_files: &[String],
     capabilities: &Capabilities,
@@ -250,7 +263,7 @@ pub fn template_args(
     }
     args.extend(capabilities.api_versions.iter().map(|v| format!("--api-versions={v}")));
     args.extend(values_files.iter().map(|f| format!("--values={f}")));
-    args.extend(["--".to_string(), release.to_string(), ".".to_string()]);
+    args.extend(["--".to_string(), release.to_string(), chart.to_string()]);
     args
 }
 
@@ -300,7 +313,7 @@ mod tests {
             kube_version: Some("v1.36.2".into()),
             api_versions: ["v1".to_string(), "apps/v1/Deployment".to_string()].into(),
         };
-        let args = template_args("web", "team-a", &["/tmp/v-0.json".into(), "/tmp/v-1.json".into()], &caps);
+        let args = template_args("web", ".", "team-a", &["/tmp/v-0.json".into(), "/tmp/v-1.json".into()], &caps);
         assert_eq!(
             args,
             [

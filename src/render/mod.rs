@@ -100,6 +100,8 @@ pub struct Request<'a> {
     pub capabilities: Option<Arc<Capabilities>>,
     /// Chart dependencies to put under the chart's `charts/` (Helm only).
     pub dependencies: Vec<Dependency>,
+    /// A packaged chart (from a Helm or OCI Repository) rendered instead of the chart at `dir`.
+    pub packaged: Option<Arc<pull::Pulled>>,
 }
 
 /// A chart dependency made present for a render.
@@ -284,6 +286,10 @@ fn cache_key(tree: &str, req: &Request<'_>) -> String {
     for v in &req.values_from {
         h.update(b"\0");
         h.update(serde_json::to_vec(v).unwrap_or_default());
+    }
+    if let Some(p) = &req.packaged {
+        h.update(b"\0packaged\0");
+        h.update(p.digest.as_bytes());
     }
     for d in &req.dependencies {
         h.update(b"\0dependency\0");

@@ -63,8 +63,11 @@ impl Env {
         let mut env = Env::without_controllers(cluster, ns).await;
         let client = env.client.clone();
         let cache = GitCache::new(CacheConfig::new(env._cache_dir.path())).unwrap();
-        let repos = Arc::new(repository::Context::new(client.clone(), cache.clone(), Some("test".into())));
-        let apps = Env::context(cluster, cache).await;
+        let apps = Env::context(cluster, cache.clone()).await;
+        let repos = Arc::new(
+            repository::Context::new(client.clone(), cache, Some("test".into()))
+                .with_charts(apps.renderer.charts().clone()),
+        );
         let (tx, mut rx) = tokio::sync::watch::channel(false);
         tokio::spawn(repository::run(repos, async move {
             let _ = rx.wait_for(|s| *s).await;

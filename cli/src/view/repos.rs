@@ -44,13 +44,14 @@ pub fn table(repos: &[Repository], columns: Columns, now: Timestamp, palette: Pa
         row.extend([
             Cell::plain(repo.name_any()),
             Cell::plain(repo.spec.url.clone()),
-            Cell::plain(match &repo.spec.reference.commit {
-                Some(c) if repo.spec.reference.branch.is_none() && repo.spec.reference.tag.is_none() => {
-                    short_commit(c).to_string()
+            Cell::plain(match repo.spec.reference.as_ref() {
+                Some(r) if r.branch.is_none() && r.tag.is_none() => {
+                    r.commit.as_deref().map(short_commit).unwrap_or_default().to_string()
                 }
-                _ => repo.spec.reference.display(),
+                _ => repo.spec.following(),
             }),
-            Cell::plain(short_commit(&commit)),
+            // A chart Repository's revision is the chart version followed (never shortened).
+            Cell::plain(if repo.spec.is_chart() { commit.clone() } else { short_commit(&commit).to_string() }),
             ready_cell(&status.conditions),
             Cell::plain(age_of(repo.metadata.creation_timestamp.as_ref(), now)),
         ]);

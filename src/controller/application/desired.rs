@@ -39,9 +39,29 @@ pub(super) async fn desired(r: &Reconcile<'_>, source: &Source) -> Result<Result
         charts: &revision::charts_digest(&source.charts.versions()),
     });
     let redeploy = take_up(ctx, app, ns, &rev_name, redeploy).await?;
-    let checkout = match ctx.cache.checkout(&source.url, &source.credentials, &source.commit, &spec.source.path).await {
-        Ok(c) => c,
-        Err(e) => return Ok(Err(Failure::new(names::reasons::SOURCE_FAILURE, e.to_string(), e.retryable()))),
+    // A Helm or OCI Repository's chart is rendered from its archive: no Git checkout.
+    let packaged = source.charts.source_chart.clone();
+    let (checkout, _empty) = match &packaged {
+        Some(_) => match tempfile::tempdir() {
+            Ok(d) => (None, Some(d)),
+            Err(e) => {
+                return Ok(Err(Failure::new(names::reasons::RENDER_FAILURE, format!("scratch directory: {e}"), true)));
+            }
+        },
+        None => match ctx.cache.checkout(&source.url, &source.credentials, &source.commit, &spec.source.path).await {
+            Ok(c) => (Some(c), None),
+            Err(e) => return Ok(Err(Failure::new(names::reasons::SOURCE_FAILURE, e.to_string(), e.retryable()))),
+        },
+    };
+    let dir = match (&checkout, &_empty) {
+        (Some(c), _) => c.path(),
+        (None, Some(e)) => e.path(),
+        (None, None) => unreachable!("a checkout or a scratch directory"),
+    };
+    let tree = match (&checkout, &packaged) {
+        (Some(c), _) => c.tree.to_string(),
+        (None, Some(p)) => p.digest.clone(),
+        (None, None) => String::new(),
     };
     let sa_client = ctx.client_for(ns, &spec.service_account_name)?;
     let render_failure = |e: render::Error| match e {
@@ -51,7 +71,7 @@ pub(super) async fn desired(r: &Reconcile<'_>, source: &Source) -> Result<Result
         render::Error::Invalid(m) => Failure::new(names::reasons::VALIDATION_FAILURE, m, false),
         render::Error::Internal(m) => Failure::new(names::reasons::RENDER_FAILURE, m, true),
     };
-    let renderer = render::renderer_of(&spec.source.render, checkout.path());
+    let renderer = if packaged.is_some() { RenderType::Helm } else { render::renderer_of(&spec.source.render, dir) };
     let (values_from, mut secrets) = match (renderer, &spec.source.render.helm) {
         (RenderType::Helm, Some(h)) if !h.values_from.is_empty() => {
             match render::values::read(&sa_client, ns, &h.values_from).await {
@@ -67,8 +87,8 @@ pub(super) async fn desired(r: &Reconcile<'_>, source: &Source) -> Result<Result
     let capabilities_of =
         |scopes: &ClusterScopes| (renderer == RenderType::Helm).then(|| Arc::new(scopes.capabilities()));
     let mut request = render::Request {
-        dir: checkout.path(),
-        tree: Some(checkout.tree.to_string()),
+        dir,
+        tree: Some(tree),
         render: &spec.source.render,
         renderer,
         application: name,
@@ -77,6 +97,7 @@ pub(super) async fn desired(r: &Reconcile<'_>, source: &Source) -> Result<Result
         secrets: secrets.clone(),
         capabilities: capabilities_of(&scopes),
         dependencies: source.charts.dependencies(),
+        packaged,
     };
     let mut objects = match ctx.renderer.render(&request).await {
         Ok(o) => o,

@@ -32,6 +32,8 @@ pub(super) struct Source {
 /// of its identity) and `file://` charts of the same repository, materialized.
 #[derive(Clone, Default)]
 pub(super) struct Charts {
+    /// The chart itself, from a Helm or OCI Repository (no Git checkout then).
+    pub(super) source_chart: Option<Arc<crate::render::pull::Pulled>>,
     pub(super) pulled: Vec<Arc<crate::render::pull::Pulled>>,
     /// `file://` dependencies: name and materialized chart.
     pub(super) local: Vec<(String, Arc<crate::source::checkout::Checkout>)>,
@@ -51,10 +53,11 @@ impl Charts {
         pulled.chain(local).collect()
     }
 
-    /// As the Revision records them.
+    /// As the Revision records them: the source chart first.
     pub(super) fn versions(&self) -> Vec<rev::ChartVersion> {
-        self.pulled
+        self.source_chart
             .iter()
+            .chain(&self.pulled)
             .map(|p| rev::ChartVersion {
                 name: p.name.clone(),
                 repository: p.repository.clone(),

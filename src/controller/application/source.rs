@@ -38,6 +38,9 @@ pub(super) async fn resolve_source(
     let Some(repo) = repo else {
         return fail(format!("Repository {repo_name:?} does not exist in namespace {ns}"), true);
     };
+    if repo.spec.is_chart() {
+        return chart_source(app, ctx, ns, &repo, pinned).await;
+    }
     let credentials =
         match crate::source::secret::of_repository(&ctx.client, ns, repo.spec.secret_ref.as_ref(), &repo.spec.url)
             .await?
@@ -52,10 +55,7 @@ pub(super) async fn resolve_source(
         None => match repo.status.as_ref().and_then(|s| s.revision.as_ref()) {
             Some(r) => (Some(r.reference.clone()), r.commit.clone()),
             None => {
-                return fail(
-                    format!("Repository {repo_name} has not resolved {} yet", repo.spec.reference.display()),
-                    true,
-                );
+                return fail(format!("Repository {repo_name} has not resolved {} yet", repo.spec.following()), true);
             }
         },
         Some(revision) => {
@@ -100,6 +100,54 @@ pub(super) async fn resolve_source(
         Err(failure) => return Ok(Err(failure)),
     };
     Ok(Ok(Source { repository: repo_name.clone(), url, credentials, reference, commit, charts }))
+}
+
+/// The chart of a Helm or OCI Repository: the version its status follows (or
+/// `spec.source.revision`, a version or range, or `pinned`, an exact version), pulled with the
+/// Repository's credentials (from the shared cache when present).
+async fn chart_source(
+    app: &Application,
+    ctx: &Context,
+    ns: &str,
+    repo: &Repository,
+    pinned: Option<&str>,
+) -> Result<Result<Source, Failure>, Error> {
+    let fail =
+        |message: String, retryable: bool| Ok(Err(Failure::new(names::reasons::SOURCE_FAILURE, message, retryable)));
+    let repo_name = &app.spec.source.repository;
+    let Some(chart) = &repo.spec.chart else { return fail(format!("Repository {repo_name} names no chart"), false) };
+    let version = match pinned.map(str::to_string).or_else(|| app.spec.source.revision.clone()) {
+        Some(v) => v,
+        None => match repo.status.as_ref().and_then(|s| s.revision.as_ref()) {
+            Some(r) => r.commit.clone(),
+            None => {
+                return fail(format!("Repository {repo_name} has not resolved {} yet", repo.spec.following()), true);
+            }
+        },
+    };
+    let auth = match crate::controller::repository::chart_auth(&ctx.client, ns, repo.spec.secret_ref.as_ref()).await? {
+        Ok(a) => a,
+        Err(message) => return fail(format!("Repository {repo_name}: {message}"), true),
+    };
+    let interval = crate::api::duration::parse(&repo.spec.interval).unwrap_or(Duration::from_secs(60));
+    let exact = chart::is_exact(&version);
+    let pulled = match ctx
+        .renderer
+        .charts()
+        .pull(&repo.spec.url, &chart.name, &version, exact, &auth, interval.mul_f64(0.9))
+        .await
+    {
+        Ok(p) => p,
+        Err(message) => return Ok(Err(Failure::new(names::reasons::RENDER_FAILURE, message, true))),
+    };
+    Ok(Ok(Source {
+        repository: repo_name.clone(),
+        url: repo.spec.url.clone(),
+        credentials: Default::default(),
+        reference: Some(repo.spec.following()),
+        commit: pulled.version.clone(),
+        charts: Charts { source_chart: Some(pulled), ..Default::default() },
+    }))
 }
 
 /// The dependencies of a chart rendered with Helm, made present: pulled from their Helm

@@ -32,7 +32,7 @@ pub fn render(repos: &[Repository], note: &str, now: Timestamp) -> String {
             ns = escape(&repo.namespace().unwrap_or_default()),
             name = escape(&repo.name_any()),
             url = escape(&repo.spec.url),
-            reference = text_or_dash(&repo.spec.reference.display()),
+            reference = text_or_dash(&repo.spec.following()),
             commit = text_or_dash(short_commit(&commit)),
             ready_e = escape(ready),
             rb = badge(ready),

@@ -69,6 +69,8 @@ pub struct Ask<'a> {
 enum Rendered {
     Checkout(Arc<checkout::Checkout>),
     Local(PathBuf),
+    /// A Helm or OCI Repository's chart, pulled (the directory is an empty scratch one).
+    Packaged(Arc<render::pull::Pulled>, tempfile::TempDir),
 }
 
 impl Rendered {
@@ -76,6 +78,7 @@ impl Rendered {
         match self {
             Rendered::Checkout(c) => c.path(),
             Rendered::Local(d) => d,
+            Rendered::Packaged(_, d) => d.path(),
         }
     }
 }
@@ -117,6 +120,37 @@ pub async fn preview(cluster: &Cluster, shared: &Shared, app: &Application, ask:
             source.local = Some(root.display().to_string());
             Rendered::Local(dir)
         }
+        None if repo.spec.is_chart() => {
+            // A chart Repository: --revision is a chart version (or range).
+            let chart = repo.spec.chart.as_ref().ok_or("the Repository names no chart")?;
+            let version = match ask.revision.or(spec.source.revision.as_deref()) {
+                Some(v) => v.to_string(),
+                None => repo.status.as_ref().and_then(|s| s.revision.as_ref()).map(|r| r.commit.clone()).ok_or_else(
+                    || {
+                        format!(
+                            "Repository {} has not resolved {} yet: pass --revision",
+                            spec.source.repository,
+                            repo.spec.following()
+                        )
+                    },
+                )?,
+            };
+            let auth =
+                kuvryn_sync::controller::repository::chart_auth(&cluster.client, &ns, repo.spec.secret_ref.as_ref())
+                    .await
+                    .map_err(|e| api_error(e, "the Repository's credentials Secret"))?
+                    .map_err(|m| format!("Repository {}: {m}", spec.source.repository))?;
+            let exact = render::chart::is_exact(&version);
+            let pulled = shared
+                .renderer
+                .charts()
+                .pull(&repo.spec.url, &chart.name, &version, exact, &auth, Duration::ZERO)
+                .await?;
+            source.reference = Some(repo.spec.following());
+            source.commit = Some(pulled.version.clone());
+            let scratch = tempfile::tempdir().map_err(|e| format!("scratch directory: {e}"))?;
+            Rendered::Packaged(pulled, scratch)
+        }
         None => {
             let timeout = kuvryn_sync::api::duration::parse(&repo.spec.timeout).unwrap_or(Duration::from_secs(60));
             let (reference, candidates) = match ask.revision.or(spec.source.revision.as_deref()) {
@@ -127,7 +161,7 @@ pub async fn preview(cluster: &Cluster, shared: &Shared, app: &Application, ask:
                         return Err(format!(
                             "Repository {} has not resolved {} yet: pass --revision",
                             spec.source.repository,
-                            repo.spec.reference.display()
+                            repo.spec.following()
                         ));
                     }
                 },
@@ -159,7 +193,12 @@ pub async fn preview(cluster: &Cluster, shared: &Shared, app: &Application, ask:
     };
     let sa = Client::try_from(render::values::impersonation(&cluster.config, &ns, &spec.service_account_name))
         .map_err(|e| format!("a client acting as the service account: {e}"))?;
-    let renderer = render::renderer_of(&spec.source.render, rendered.dir());
+    let packaged = match &rendered {
+        Rendered::Packaged(p, _) => Some(p.clone()),
+        _ => None,
+    };
+    let renderer =
+        if packaged.is_some() { RenderType::Helm } else { render::renderer_of(&spec.source.render, rendered.dir()) };
     let (values_from, mut secrets) = match (renderer, &spec.source.render.helm) {
         (RenderType::Helm, Some(h)) if !h.values_from.is_empty() => {
             render::values::read(&sa, &ns, &h.values_from).await.map_err(|e| format!("valuesFrom: {e}"))?
@@ -170,6 +209,7 @@ pub async fn preview(cluster: &Cluster, shared: &Shared, app: &Application, ask:
     let tree = match &rendered {
         Rendered::Checkout(c) => Some(c.tree.to_string()),
         Rendered::Local(_) => None,
+        Rendered::Packaged(p, _) => Some(p.digest.clone()),
     };
     let request = render::Request {
         dir: rendered.dir(),
@@ -182,6 +222,7 @@ pub async fn preview(cluster: &Cluster, shared: &Shared, app: &Application, ask:
         secrets: secrets.clone(),
         capabilities: (renderer == RenderType::Helm).then(|| std::sync::Arc::new(shared.scopes.capabilities())),
         dependencies: Vec::new(),
+        packaged,
     };
     let objects =
         shared.renderer.render(&request).await.map_err(|e| redact(format!("render failed: {e}"), &secrets))?;

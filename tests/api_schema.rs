@@ -196,7 +196,8 @@ fn unconditional_defaults_are_materialized_by_the_schema() {
     assert_eq!(spec["deletionPolicy"], json!("Orphan"));
     assert_eq!(spec["suspend"], json!(false));
     assert_eq!(spec["source"]["path"], json!("."));
-    assert_eq!(spec["source"]["render"], json!({"type": "Yaml"}));
+    // No render type: chosen from the path by the controller (a conditional default).
+    assert_eq!(spec["source"]["render"], json!({}));
 
     let (openapi, _) = schemas("Repository");
     let mut repo = testdata("repository-minimal.yaml");
@@ -205,6 +206,7 @@ fn unconditional_defaults_are_materialized_by_the_schema() {
     assert_eq!(repo["spec"]["timeout"], json!("60s"));
     assert_eq!(repo["spec"]["applicationConfigPaths"], json!([".ksync.yaml"]));
     assert_eq!(repo["spec"]["suspend"], json!(false));
+    assert_eq!(repo["spec"]["type"], json!("Git"));
 }
 
 #[derive(serde::Deserialize)]

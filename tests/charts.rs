@@ -130,13 +130,16 @@ fn a_chart_deploys_as_helm_install_would(cluster: Cluster) {
 
 testkit::both!(a_chart_deploys_as_helm_install_would,);
 
-/// A Secret `name` with the credentials (and CA) of a chart server.
-async fn credentials(env: &Env, name: &str, user: &str, password: &str, ca: &std::path::Path) {
+/// A Secret `name` with the credentials (and CA) of a chart server, marked for the chart
+/// repositories `urls` (`sync.kuvryn.io/chart-urls`; read as the controller, a chart
+/// Repository's Secret is used only for what it lists).
+async fn credentials(env: &Env, name: &str, user: &str, password: &str, ca: &std::path::Path, urls: &str) {
     let ca = std::fs::read_to_string(ca).unwrap();
     testkit::apply_as(
         &env.client,
         "test",
-        &json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": "pulls"},
+        &json!({"apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": name, "namespace": "pulls", "annotations": {names::annotations::CHART_URLS: urls}},
                 "stringData": {"username": user, "password": password, "ca.crt": ca}}),
     )
     .await;
@@ -171,8 +174,8 @@ fn an_umbrella_chart_pulls_its_dependencies(cluster: Cluster) {
         registry.push(&testkit::charts::chart(work.path(), "db", "2.0.1").write());
         let env = Env::start(&cluster, NS).await;
         env.allow_everything().await;
-        credentials(&env, "repo-creds", repo.user(), repo.password(), &repo.ca_file()).await;
-        credentials(&env, "oci-creds", registry.user(), registry.password(), &registry.ca_file()).await;
+        credentials(&env, "repo-creds", repo.user(), repo.password(), &repo.ca_file(), &repo.url()).await;
+        credentials(&env, "oci-creds", registry.user(), registry.password(), &registry.ca_file(), &registry.url()).await;
         let umbrella = format!(
             "apiVersion: v2\nname: umbrella\nversion: 0.1.0\ndependencies:\n- {{name: redis, version: \"~1.2\", repository: \"{}\"}}\n- {{name: db, version: 2.0.1, repository: \"{}\"}}\n- {{name: common, version: 0.1.0, repository: \"file://../common\"}}\n",
             repo.url(),
@@ -242,7 +245,7 @@ fn an_umbrella_chart_pulls_its_dependencies(cluster: Cluster) {
         assert!(newer.spec.charts.iter().any(|c| c.name == "redis" && c.version == "1.2.4"), "{:?}", newer.spec.charts);
 
         // A wrong password: a failed chart pull, retried, fixed with the Secret.
-        credentials(&env, "repo-creds", repo.user(), "wrong-pass-55d1", &repo.ca_file()).await;
+        credentials(&env, "repo-creds", repo.user(), "wrong-pass-55d1", &repo.ca_file(), "").await;
         let message = testkit::eventually("a failed chart pull on Ready", testkit::apps::WAIT, || async {
             env.poke("app", &format!("{:?}", std::time::Instant::now())).await;
             tokio::time::sleep(std::time::Duration::from_secs(1)).await;
@@ -255,7 +258,7 @@ fn an_umbrella_chart_pulls_its_dependencies(cluster: Cluster) {
         assert!(message.contains("401"), "{message}");
         assert!(!message.contains("wrong-pass-55d1"), "the password is in Ready: {message}");
         assert_eq!(cms.get("app-redis").await.unwrap().data.unwrap()["version"], "1.2.4", "a failed pull touched the live state");
-        credentials(&env, "repo-creds", repo.user(), repo.password(), &repo.ca_file()).await;
+        credentials(&env, "repo-creds", repo.user(), repo.password(), &repo.ca_file(), &repo.url()).await;
         testkit::eventually("Ready again", testkit::apps::WAIT, || async {
             env.poke("app", &format!("{:?}", std::time::Instant::now())).await;
             tokio::time::sleep(std::time::Duration::from_secs(1)).await;
@@ -303,8 +306,8 @@ fn chart_repositories_follow_a_version_range(cluster: Cluster) {
         registry.push(&api("1.2.3"));
         let env = Env::start(&cluster, NS).await;
         env.allow_everything().await;
-        credentials(&env, "repo-creds", repo.user(), repo.password(), &repo.ca_file()).await;
-        credentials(&env, "oci-creds", registry.user(), registry.password(), &registry.ca_file()).await;
+        credentials(&env, "repo-creds", repo.user(), repo.password(), &repo.ca_file(), &repo.url()).await;
+        credentials(&env, "oci-creds", registry.user(), registry.password(), &registry.ca_file(), &registry.url()).await;
         let repos: Api<kuvryn_sync::api::repository::Repository> = Api::namespaced(env.client.clone(), NS);
         for (name, type_, url, chart, secret) in [
             ("helm-charts", "Helm", repo.url(), "web", "repo-creds"),
@@ -317,6 +320,22 @@ fn chart_repositories_follow_a_version_range(cluster: Cluster) {
             .unwrap();
             repos.create(&Default::default(), &r).await.unwrap();
         }
+        // A Secret not marked for the chart repository: never used, nothing asked of the server.
+        credentials(&env, "unmarked", repo.user(), repo.password(), &repo.ca_file(), "https://elsewhere.example.com").await;
+        let unmarked: kuvryn_sync::api::repository::Repository = serde_json::from_value(json!({
+            "apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "Repository", "metadata": {"name": "unmarked", "namespace": NS},
+            "spec": {"type": "Helm", "url": repo.url(), "chart": {"name": "web"}, "secretRef": {"name": "unmarked"}}}))
+        .unwrap();
+        let asked = repo.requests().len();
+        repos.create(&Default::default(), &unmarked).await.unwrap();
+        let message = testkit::eventually("the unmarked Secret refused", testkit::apps::WAIT, || async {
+            let r = repos.get("unmarked").await.ok()?;
+            let ready = kuvryn_sync::api::conditions::get(&r.status?.conditions, names::conditions::READY).cloned()?;
+            (ready.status == "False").then_some(ready.message)
+        })
+        .await;
+        assert!(message.contains("annotation does not list this Repository's URL"), "{message}");
+        assert_eq!(repo.requests().len(), asked, "the server was asked with an unmarked Secret");
         let spec = |repository: &str, render: serde_json::Value| {
             json!({"source": {"repository": repository, "render": render}, "serviceAccountName": "deployer",
                    "destination": {"namespace": NS, "clusterResources": [{"group": "apiextensions.k8s.io", "kind": "CustomResourceDefinition"}]},

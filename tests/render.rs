@@ -218,10 +218,10 @@ async fn tools_get_their_positional_arguments_after_a_double_dash() {
     let render = render_of(RenderType::Helm, Some(helm));
     r.render(&request(&d, &render)).await.unwrap();
     let helm_args = args(&helm_log);
-    assert_eq!(helm_args.len(), 6, "{helm_args:?}");
-    assert_eq!(helm_args[..2], ["template", "--namespace=team-a"], "{helm_args:?}");
-    assert!(helm_args[2].starts_with("--values=") && helm_args[2].ends_with("values-0.json"), "{helm_args:?}");
-    assert_eq!(helm_args[3..], ["--", "web", "."], "{helm_args:?}");
+    assert_eq!(helm_args.len(), 7, "{helm_args:?}");
+    assert_eq!(helm_args[..3], ["template", "--namespace=team-a", "--include-crds"], "{helm_args:?}");
+    assert!(helm_args[3].starts_with("--values=") && helm_args[3].ends_with("values-0.json"), "{helm_args:?}");
+    assert_eq!(helm_args[4..], ["--", "web", "."], "{helm_args:?}");
 
     let d = dir("kustomize/overlay");
     let render = render_of(RenderType::Kustomize, None);

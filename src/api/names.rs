@@ -101,6 +101,11 @@ pub mod annotations {
     /// ([`crate::source::url::allowed_by`]): whoever may edit a Repository must not be able to
     /// send any Secret of the namespace to a server of their choosing.
     pub const GIT_URLS: &str = "sync.kuvryn.io/git-urls";
+    /// On a chart Repository's credentials Secret: the chart repository and registry URL
+    /// prefixes (`https://`, `http://`, `oci://`; comma- or space-separated) it may be sent to.
+    /// The manager reads the Secret with its own rights, so without it nothing of the Secret is
+    /// used ([`crate::source::secret::chart_url_allowed`]).
+    pub const CHART_URLS: &str = "sync.kuvryn.io/chart-urls";
     /// Prefix shared by every approval annotation.
     pub const APPROVAL_PREFIX: &str = "sync.kuvryn.io/approved-";
     /// Manual approval (`ksync sync`): the plan digest approved

@@ -486,7 +486,7 @@ async fn chart_sync(
     let (Some(chart), Some(charts)) = (&repo.spec.chart, &ctx.charts) else {
         return fail("a Helm or OCI Repository needs spec.chart, and a manager that pulls charts".into(), false);
     };
-    let auth = match chart_auth(&ctx.client, ns, repo.spec.secret_ref.as_ref()).await? {
+    let auth = match chart_auth(&ctx.client, ns, repo.spec.secret_ref.as_ref(), &repo.spec.url).await? {
         Ok(a) => a,
         Err(message) => return fail(message, true),
     };
@@ -531,25 +531,34 @@ async fn chart_sync(
     Ok(Ok(format!("{following} at {}", pulled.version)))
 }
 
-/// The credentials of a chart Repository: its Secret's `username`, `password` and `ca.crt`
-/// (read with the controller's identity, as a Git Repository's are).
+/// The credentials of a chart Repository at `url`: its Secret's `username`, `password` and
+/// `ca.crt`, read with the controller's identity as a Git Repository's are.
+///
+/// # Contract
+/// Used only when the Secret's [`names::annotations::CHART_URLS`] annotation lists `url`
+/// ([`crate::source::secret::chart_url_allowed`]); otherwise nothing of it is used or sent, and
+/// the message is the same whether the Secret is missing or only not marked.
 pub async fn chart_auth(
     client: &Client,
     ns: &str,
     secret: Option<&crate::api::common::LocalObjectReference>,
+    url: &str,
 ) -> Result<Result<crate::render::pull::Auth, String>, kube::Error> {
     let Some(secret) = secret else { return Ok(Ok(Default::default())) };
     let api: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), ns);
-    let Some(s) = api.get_opt(&secret.name).await? else {
-        return Ok(Err(format!("Secret {} (spec.secretRef) does not exist", secret.name)));
-    };
-    let data = s.data.unwrap_or_default();
-    let text = |k: &str| data.get(k).map(|v| String::from_utf8_lossy(&v.0).trim_end_matches('\n').to_string());
-    Ok(Ok(crate::render::pull::Auth {
-        username: text("username"),
-        password: text("password"),
-        ca: data.get("ca.crt").map(|v| v.0.clone()),
-    }))
+    let listed = |s: &k8s_openapi::api::core::v1::Secret| s.annotations().get(names::annotations::CHART_URLS).cloned();
+    match api.get_opt(&secret.name).await? {
+        Some(s) if listed(&s).is_some_and(|l| crate::source::secret::chart_url_allowed(url, &l)) => {
+            Ok(Ok(crate::render::pull::Auth::from_secret(&s)))
+        }
+        // One message whatever the reason: nothing tells a missing Secret from an unmarked one.
+        _ => Ok(Err(format!(
+            "the credentials Secret {:?} (spec.secretRef) does not exist, or its {} annotation does not list this \
+             Repository's URL: a Secret is sent only to the chart repositories it lists",
+            secret.name,
+            names::annotations::CHART_URLS
+        ))),
+    }
 }
 
 /// Delete the Applications `names` that Git no longer declares, each only as the object

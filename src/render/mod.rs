@@ -9,6 +9,7 @@
 //! rendered again.
 
 pub mod chart;
+pub mod dependencies;
 pub mod helm;
 pub mod kustomize;
 pub mod plain;

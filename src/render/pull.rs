@@ -35,6 +35,14 @@ impl std::fmt::Debug for Auth {
 }
 
 impl Auth {
+    /// The credentials in a Secret: `username`, `password` (a trailing newline dropped) and
+    /// `ca.crt`.
+    pub fn from_secret(secret: &k8s_openapi::api::core::v1::Secret) -> Auth {
+        let data = secret.data.clone().unwrap_or_default();
+        let text = |k: &str| data.get(k).map(|v| String::from_utf8_lossy(&v.0).trim_end_matches('\n').to_string());
+        Auth { username: text("username"), password: text("password"), ca: data.get("ca.crt").map(|v| v.0.clone()) }
+    }
+
     /// A digest of the credentials: part of every cache key.
     fn id(&self) -> String {
         let mut h = Sha256::new();

@@ -51,10 +51,63 @@ pub fn usable(
     }
 }
 
+/// Whether a chart Repository's Secret whose [`names::annotations::CHART_URLS`] annotation is
+/// `listed` may be sent to `url`: some entry has the same scheme (`https`, `http`, `oci`) and
+/// host (case aside), and a path `url`'s path equals or continues at a `/`. No wildcards, no
+/// credentials in an entry. Table test: `a_chart_secret_is_sent_only_to_the_urls_it_lists`.
+pub fn chart_url_allowed(url: &str, listed: &str) -> bool {
+    fn key(u: &str) -> Option<(String, String, String)> {
+        let (scheme, rest) = u.trim().split_once("://")?;
+        let scheme = scheme.to_ascii_lowercase();
+        if !matches!(scheme.as_str(), "https" | "http" | "oci") {
+            return None;
+        }
+        let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
+        if host.is_empty() || host.contains('@') {
+            return None;
+        }
+        Some((scheme, host.to_ascii_lowercase(), path.trim_end_matches('/').to_string()))
+    }
+    let Some((scheme, host, path)) = key(url) else { return false };
+    listed.split(|c: char| c == ',' || c.is_whitespace()).filter(|e| !e.is_empty()).any(|entry| {
+        key(entry).is_some_and(|(s, h, p)| {
+            s == scheme
+                && h == host
+                && (p.is_empty() || path == p || path.strip_prefix(&p).is_some_and(|rest| rest.starts_with('/')))
+        })
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use k8s_openapi::ByteString;
+
+    #[test]
+    fn a_chart_secret_is_sent_only_to_the_urls_it_lists() {
+        // (url, listed, allowed)
+        let cases = [
+            ("https://charts.example.com", "https://charts.example.com", true),
+            ("https://charts.example.com/team-a", "https://Charts.Example.com/", true),
+            ("oci://registry.example.com/team-a/charts", "oci://registry.example.com/team-a", true),
+            (
+                "oci://registry.example.com/team-a/charts",
+                "https://x.example.com, oci://registry.example.com/team-a/",
+                true,
+            ),
+            ("oci://registry.example.com/team-ab", "oci://registry.example.com/team-a", false),
+            ("oci://registry.example.com/team-a", "https://registry.example.com/team-a", false),
+            ("https://attacker.example.com", "https://charts.example.com", false),
+            ("https://charts.example.com.attacker.io", "https://charts.example.com", false),
+            ("https://charts.example.com", "", false),
+            ("https://charts.example.com", "charts.example.com", false),
+            ("https://u@charts.example.com", "https://charts.example.com", false),
+            ("ftp://charts.example.com", "ftp://charts.example.com", false),
+        ];
+        for (url, listed, allowed) in cases {
+            assert_eq!(chart_url_allowed(url, listed), allowed, "{url} by {listed:?}");
+        }
+    }
     use k8s_openapi::api::core::v1::Secret;
 
     fn secret(git_urls: Option<&str>) -> Secret {

@@ -82,7 +82,7 @@ pub(super) async fn desired(r: &Reconcile<'_>, source: &Source) -> Result<Result
         _ => (Vec::new(), Vec::new()),
     };
     // Helm's `.Capabilities` answer from the cluster's discovery, as under `helm install`.
-    secrets.extend(source.charts.secrets.iter().cloned());
+    secrets.extend(source.charts.present.secrets.iter().cloned());
     let mut scopes = if renderer == RenderType::Helm { ctx.fresh_scopes().await? } else { ctx.scopes(false).await? };
     let capabilities_of =
         |scopes: &ClusterScopes| (renderer == RenderType::Helm).then(|| Arc::new(scopes.capabilities()));
@@ -96,7 +96,7 @@ pub(super) async fn desired(r: &Reconcile<'_>, source: &Source) -> Result<Result
         values_from,
         secrets: secrets.clone(),
         capabilities: capabilities_of(&scopes),
-        dependencies: source.charts.dependencies(),
+        dependencies: source.charts.present.dependencies(),
         packaged,
     };
     let mut objects = match ctx.renderer.render(&request).await {

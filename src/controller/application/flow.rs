@@ -34,30 +34,16 @@ pub(super) struct Source {
 pub(super) struct Charts {
     /// The chart itself, from a Helm or OCI Repository (no Git checkout then).
     pub(super) source_chart: Option<Arc<crate::render::pull::Pulled>>,
-    pub(super) pulled: Vec<Arc<crate::render::pull::Pulled>>,
-    /// `file://` dependencies: name and materialized chart.
-    pub(super) local: Vec<(String, Arc<crate::source::checkout::Checkout>)>,
-    /// Secret values read for the pulls (never in a message).
-    pub(super) secrets: Vec<String>,
+    /// The dependencies of a chart in Git.
+    pub(super) present: crate::render::dependencies::Present,
 }
 
 impl Charts {
-    /// As the renderer takes them.
-    pub(super) fn dependencies(&self) -> Vec<crate::render::Dependency> {
-        let pulled = self.pulled.iter().map(|p| crate::render::Dependency::Pulled(p.clone()));
-        let local = self.local.iter().map(|(name, c)| crate::render::Dependency::Local {
-            name: name.clone(),
-            dir: c.path().to_path_buf(),
-            tree: c.tree.to_string(),
-        });
-        pulled.chain(local).collect()
-    }
-
     /// As the Revision records them: the source chart first.
     pub(super) fn versions(&self) -> Vec<rev::ChartVersion> {
         self.source_chart
             .iter()
-            .chain(&self.pulled)
+            .chain(&self.present.pulled)
             .map(|p| rev::ChartVersion {
                 name: p.name.clone(),
                 repository: p.repository.clone(),

@@ -125,10 +125,13 @@ async fn chart_source(
             }
         },
     };
-    let auth = match crate::controller::repository::chart_auth(&ctx.client, ns, repo.spec.secret_ref.as_ref()).await? {
-        Ok(a) => a,
-        Err(message) => return fail(format!("Repository {repo_name}: {message}"), true),
-    };
+    let auth =
+        match crate::controller::repository::chart_auth(&ctx.client, ns, repo.spec.secret_ref.as_ref(), &repo.spec.url)
+            .await?
+        {
+            Ok(a) => a,
+            Err(message) => return fail(format!("Repository {repo_name}: {message}"), true),
+        };
     let interval = crate::api::duration::parse(&repo.spec.interval).unwrap_or(Duration::from_secs(60));
     let exact = chart::is_exact(&version);
     let pulled = match ctx
@@ -150,10 +153,8 @@ async fn chart_source(
     }))
 }
 
-/// The dependencies of a chart rendered with Helm, made present: pulled from their Helm
-/// repositories and OCI registries with the credentials the Application names (read as its
-/// service account), or materialized from the same repository (`file://`). A failed pull is a
-/// retryable `RenderFailure` naming the chart, before anything is applied.
+/// The dependencies of a chart rendered with Helm, made present ([`render::dependencies`]): a
+/// failed pull is a retryable `RenderFailure` naming the chart, before anything is applied.
 async fn charts(
     app: &Application,
     ctx: &Context,
@@ -163,83 +164,24 @@ async fn charts(
     commit: &str,
     fresh_for: Duration,
 ) -> Result<Result<Charts, Failure>, Error> {
-    let fail =
-        |message: String, retryable: bool| Ok(Err(Failure::new(names::reasons::RENDER_FAILURE, message, retryable)));
     let source = &app.spec.source;
     if source.render.type_.is_some_and(|t| t != RenderType::Helm) {
         return Ok(Ok(Charts::default()));
     }
-    let checkout = match ctx.cache.checkout(url, credentials, commit, &source.path).await {
-        Ok(c) => c,
-        Err(e) => return Ok(Err(Failure::new(names::reasons::SOURCE_FAILURE, e.to_string(), e.retryable()))),
+    // A checkout refused here (a symlink out of it) fails the desired state of the Revision
+    // instead, where it is recorded: nothing to pull for it.
+    let Ok(checkout) = ctx.cache.checkout(url, credentials, commit, &source.path).await else {
+        return Ok(Ok(Charts::default()));
     };
-    let dir = checkout.path();
-    if render::renderer_of(&source.render, dir) != RenderType::Helm {
+    if render::renderer_of(&source.render, checkout.path()) != RenderType::Helm {
         return Ok(Ok(Charts::default()));
     }
-    let read = |file: &str| -> Option<String> {
-        let path = dir.join(file);
-        std::fs::symlink_metadata(&path).ok().filter(|m| m.is_file() && m.len() <= 1024 * 1024)?;
-        std::fs::read_to_string(path).ok()
-    };
-    let Some(chart_yaml) = read("Chart.yaml") else { return Ok(Ok(Charts::default())) };
-    let wanted =
-        match chart::wanted(&source.path, &chart_yaml, read("Chart.lock").as_deref(), |n| chart::vendored(dir, n)) {
-            Ok(w) => w,
-            Err(message) => return fail(message, false),
-        };
-    let mut out = Charts::default();
-    let granted = source.render.helm.as_ref().map(|h| h.credentials.as_slice()).unwrap_or_default();
-    for w in wanted {
-        match w.origin {
-            chart::Origin::File(path) => match ctx.cache.checkout(url, credentials, commit, &path).await {
-                Ok(c) if c.path().join("Chart.yaml").is_file() => out.local.push((w.name.clone(), c)),
-                Ok(_) => return fail(format!("dependency {:?} (file://): {path} holds no Chart.yaml", w.name), false),
-                Err(e) => return fail(format!("dependency {:?} (file://{path}): {e}", w.name), e.retryable()),
-            },
-            chart::Origin::Remote { repository, version, exact } => {
-                let auth = match granted
-                    .iter()
-                    .filter(|g| repository.starts_with(g.url.trim_end_matches('/')))
-                    .max_by_key(|g| g.url.len())
-                {
-                    None => render::pull::Auth::default(),
-                    Some(g) => match read_auth(ctx, app, ns, &g.secret_ref.name).await {
-                        Ok(a) => a,
-                        Err(message) => {
-                            return fail(format!("dependency {:?} from {repository}: {message}", w.name), true);
-                        }
-                    },
-                };
-                out.secrets.extend(auth.password.iter().cloned());
-                match ctx.renderer.charts().pull(&repository, &w.name, &version, exact, &auth, fresh_for).await {
-                    Ok(p) => out.pulled.push(p),
-                    Err(message) => return fail(message, true),
-                }
-            }
-        }
+    let sa = ctx.client_for(ns, &app.spec.service_account_name)?;
+    let git = render::dependencies::Git { cache: &ctx.cache, url, credentials, commit };
+    match render::dependencies::make_present(ctx.renderer.charts(), &git, &sa, ns, source, checkout.path(), fresh_for)
+        .await
+    {
+        Ok(present) => Ok(Ok(Charts { source_chart: None, present })),
+        Err(f) => Ok(Err(Failure::new(names::reasons::RENDER_FAILURE, f.message, f.retryable))),
     }
-    Ok(Ok(out))
-}
-
-/// The credentials in the Secret `name` (`username`, `password`, `ca.crt`), read as the
-/// Application's service account.
-async fn read_auth(ctx: &Context, app: &Application, ns: &str, name: &str) -> Result<render::pull::Auth, String> {
-    let sa = ctx.client_for(ns, &app.spec.service_account_name).map_err(|e| e.to_string())?;
-    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(sa, ns);
-    let secret = match secrets.get_opt(name).await {
-        Ok(Some(s)) => s,
-        Ok(None) => return Err(format!("Secret {name} does not exist")),
-        Err(kube::Error::Api(e)) if e.code == 403 => {
-            return Err(format!("the Application's service account may not read Secret {name}"));
-        }
-        Err(e) => return Err(format!("reading Secret {name}: {e}")),
-    };
-    let data = secret.data.unwrap_or_default();
-    let text = |k: &str| data.get(k).map(|v| String::from_utf8_lossy(&v.0).trim_end_matches('\n').to_string());
-    Ok(render::pull::Auth {
-        username: text("username"),
-        password: text("password"),
-        ca: data.get("ca.crt").map(|v| v.0.clone()),
-    })
 }

@@ -99,7 +99,7 @@ mod tests {
             })
             .collect();
         let types: Vec<Option<RenderType>> = apps.iter().map(|a| a.spec.source.render.type_).collect();
-        assert_eq!(types, [Some(RenderType::Yaml), Some(RenderType::Kustomize), Some(RenderType::Helm)]);
+        assert_eq!(types, [None, Some(RenderType::Kustomize), Some(RenderType::Helm)]);
         assert!(apps.iter().any(|a| a.spec.sync.self_heal));
         assert!(apps.iter().any(|a| !a.spec.sync.self_heal));
         for a in &apps {

@@ -94,11 +94,15 @@ pub async fn preview(cluster: &Cluster, shared: &Shared, app: &Application, ask:
         .await
         .map_err(|e| api_error(e, "Repositories"))?
         .ok_or_else(|| format!("Repository {:?} does not exist in namespace {ns}", spec.source.repository))?;
-    let credentials =
+    // A chart Repository's Secret is read below, for its chart.
+    let credentials = if repo.spec.is_chart() {
+        Default::default()
+    } else {
         kuvryn_sync::source::secret::of_repository(&cluster.client, &ns, repo.spec.secret_ref.as_ref(), &repo.spec.url)
             .await
             .map_err(|e| api_error(e, "the Repository's credentials Secret"))?
-            .map_err(|m| format!("Repository {}: {m}", spec.source.repository))?;
+            .map_err(|m| format!("Repository {}: {m}", spec.source.repository))?
+    };
     let path = checkout::clean_relative_path(&spec.source.path).map_err(|e| e.to_string())?;
     let mut source =
         Source { repository: spec.source.repository.clone(), path: spec.source.path.clone(), ..Default::default() };
@@ -135,11 +139,15 @@ pub async fn preview(cluster: &Cluster, shared: &Shared, app: &Application, ask:
                     },
                 )?,
             };
-            let auth =
-                kuvryn_sync::controller::repository::chart_auth(&cluster.client, &ns, repo.spec.secret_ref.as_ref())
-                    .await
-                    .map_err(|e| api_error(e, "the Repository's credentials Secret"))?
-                    .map_err(|m| format!("Repository {}: {m}", spec.source.repository))?;
+            let auth = kuvryn_sync::controller::repository::chart_auth(
+                &cluster.client,
+                &ns,
+                repo.spec.secret_ref.as_ref(),
+                &repo.spec.url,
+            )
+            .await
+            .map_err(|e| api_error(e, "the Repository's credentials Secret"))?
+            .map_err(|m| format!("Repository {}: {m}", spec.source.repository))?;
             let exact = render::chart::is_exact(&version);
             let pulled = shared
                 .renderer
@@ -205,6 +213,30 @@ pub async fn preview(cluster: &Cluster, shared: &Shared, app: &Application, ask:
         }
         _ => (Vec::new(), Vec::new()),
     };
+    // A chart in Git: its dependencies pulled (or materialized) as the controller does.
+    let present = match (&rendered, &source.commit) {
+        (Rendered::Checkout(c), Some(commit)) if renderer == RenderType::Helm => {
+            let git = render::dependencies::Git {
+                cache: &shared.cache,
+                url: &repo.spec.url,
+                credentials: &credentials,
+                commit,
+            };
+            render::dependencies::make_present(
+                shared.renderer.charts(),
+                &git,
+                &sa,
+                &ns,
+                &spec.source,
+                c.path(),
+                Duration::ZERO,
+            )
+            .await
+            .map_err(|f| f.message)?
+        }
+        _ => Default::default(),
+    };
+    secrets.extend(present.secrets.iter().cloned());
     let redact = |m: String, secrets: &[String]| kuvryn_sync::redact::redact(&m, secrets.iter().map(String::as_str));
     let tree = match &rendered {
         Rendered::Checkout(c) => Some(c.tree.to_string()),
@@ -221,7 +253,7 @@ pub async fn preview(cluster: &Cluster, shared: &Shared, app: &Application, ask:
         values_from,
         secrets: secrets.clone(),
         capabilities: (renderer == RenderType::Helm).then(|| std::sync::Arc::new(shared.scopes.capabilities())),
-        dependencies: Vec::new(),
+        dependencies: present.dependencies(),
         packaged,
     };
     let objects =

@@ -380,3 +380,59 @@ fn chart_repositories_follow_a_version_range(cluster: Cluster) {
 }
 
 testkit::both!(chart_repositories_follow_a_version_range,);
+
+/// A chart Repository's Application takes a values file from a Git Repository of the namespace,
+/// at the commit that Repository observes: a new commit changing the file is a new desired
+/// state, deployed without waiting for a resync.
+fn values_files_come_from_a_git_repository(cluster: Cluster) {
+    const NS: &str = "pulls";
+    let runtime = testkit::runtime();
+    runtime.block_on(async {
+        let repo = testkit::charts::HelmRepo::start("repo-user", "repo-pass-7f3a");
+        let work = testkit::temp_dir("charts");
+        let dir = testkit::charts::chart(work.path(), "web", "1.0.0").write();
+        let greeting = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}-greeting\ndata:\n  greeting: {{ .Values.greeting | default \"none\" | quote }}\n";
+        std::fs::write(dir.join("templates/greeting.yaml"), greeting).unwrap();
+        repo.publish(&dir);
+        let env = Env::start(&cluster, NS).await;
+        credentials(&env, "repo-creds", repo.user(), repo.password(), &repo.ca_file(), &repo.url()).await;
+        let wt = env.repository("platform").await;
+        wt.write("values/web.yaml", "greeting: from-git\n");
+        let first = wt.commit_and_push("values");
+        env.refresh("platform", &first).await;
+        let chart: kuvryn_sync::api::repository::Repository = serde_json::from_value(json!({
+            "apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "Repository", "metadata": {"name": "web-chart", "namespace": NS},
+            "spec": {"type": "Helm", "url": repo.url(), "chart": {"name": "web", "version": "1.0.0"},
+                     "secretRef": {"name": "repo-creds"}, "interval": "1h"}}))
+        .unwrap();
+        Api::<kuvryn_sync::api::repository::Repository>::namespaced(env.client.clone(), NS)
+            .create(&Default::default(), &chart)
+            .await
+            .unwrap();
+        env.create_app(
+            "web",
+            json!({"source": {"repository": "web-chart", "render": {"helm": {"valuesFrom": [
+                       {"kind": "Repository", "name": "platform", "key": "values/web.yaml"}]}}},
+                   "serviceAccountName": "deployer", "destination": {"namespace": NS}}),
+        )
+        .await;
+        let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), NS);
+        let greeting_is = |want: &'static str| {
+            let cms = cms.clone();
+            async move {
+                testkit::eventually(&format!("the greeting {want}"), testkit::apps::WAIT, || async {
+                    let data = cms.get_opt("web-greeting").await.ok()??.data?;
+                    (data.get("greeting").map(String::as_str) == Some(want)).then_some(())
+                })
+                .await
+            }
+        };
+        greeting_is("from-git").await;
+        wt.write("values/web.yaml", "greeting: changed-in-git\n");
+        let second = wt.commit_and_push("new values");
+        env.refresh("platform", &second).await;
+        greeting_is("changed-in-git").await;
+    });
+}
+
+testkit::both!(values_files_come_from_a_git_repository,);

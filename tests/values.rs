@@ -44,7 +44,7 @@ fn values_are_read_as_the_service_account(cluster: Cluster) {
         // A real API server authorizes from an informer's copy of RBAC: the RoleBinding takes
         // effect a moment after it is written.
         let (docs, secrets) = testkit::eventually("the RoleBinding to take effect", Duration::from_secs(30), || async {
-            match values::read(&sa, ns, &wanted).await {
+            match values::read(&sa, ns, &wanted, &Default::default()).await {
                 Ok(read) => Some(read),
                 Err(e) if e.to_string().contains("may not read it") => None,
                 Err(e) => panic!("reading the values: {e}"),
@@ -54,10 +54,10 @@ fn values_are_read_as_the_service_account(cluster: Cluster) {
         assert_eq!(docs, [json!({"password": "hunter2-secret", "replicas": 3}), json!({"greeting": "hi"})]);
         assert!(secrets.iter().any(|s| s == "hunter2-secret"), "{secrets:?}");
 
-        let e = values::read(&sa, ns, &[r(ValuesKind::Secret, "someone-elses", false)]).await.unwrap_err();
+        let e = values::read(&sa, ns, &[r(ValuesKind::Secret, "someone-elses", false)], &Default::default()).await.unwrap_err();
         assert!(e.to_string().contains("may not read it"), "{e}");
         assert!(!e.to_string().contains("not-for-you"), "{e}");
-        let e = values::read(&sa, ns, &[r(ValuesKind::ConfigMap, "absent", false)]).await.unwrap_err();
+        let e = values::read(&sa, ns, &[r(ValuesKind::ConfigMap, "absent", false)], &Default::default()).await.unwrap_err();
         assert!(e.to_string().contains("not found (set optional: true"), "{e}");
     });
 }

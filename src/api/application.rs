@@ -156,7 +156,8 @@ pub struct HelmRender {
     #[schemars(schema_with = "preserve_unknown_object")]
     pub values: Option<serde_json::Map<String, serde_json::Value>>,
     /// Values files from Secrets or ConfigMaps in the Application's namespace, read as the
-    /// Application's service account, merged in order before `values`.
+    /// Application's service account, or from Git Repositories of the namespace (at the commit
+    /// each observes), merged in order before `values`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 16))]
     pub values_from: Vec<ValuesReference>,
@@ -181,16 +182,18 @@ pub struct ChartCredentials {
     pub secret_ref: LocalObjectReference,
 }
 
-/// A values file in a Secret or ConfigMap.
+/// A values file in a Secret, a ConfigMap or a Git Repository.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self.kind != 'Repository' || (!self.key.startsWith('/') && !self.key.matches('(^|/)[.][.](/|$)'))").message("a Repository values file's key is a repository-relative path inside the checkout"))]
 pub struct ValuesReference {
     /// `Secret` or `ConfigMap`.
     pub kind: ValuesKind,
     /// Object name.
     #[schemars(length(min = 1, max = 253))]
     pub name: String,
-    /// Data key holding a YAML values document.
+    /// Data key holding a YAML values document; for `kind: Repository`, the repository-relative
+    /// path of the values file.
     #[serde(default = "default_values_key")]
     #[schemars(length(min = 1, max = 253))]
     pub key: String,
@@ -211,6 +214,30 @@ pub enum ValuesKind {
     Secret,
     /// A ConfigMap.
     ConfigMap,
+    /// A file of a Git Repository in the Application's namespace, at the commit the Repository
+    /// observes: `name` is the Repository, `key` the repository-relative path of the file.
+    Repository,
+}
+
+impl ValuesReference {
+    /// Whether it names a file of a Git Repository.
+    pub fn is_repository(&self) -> bool {
+        self.kind == ValuesKind::Repository
+    }
+
+    /// Whether `repository` (same namespace) is one this reference reads from.
+    pub fn reads(&self, repository: &str) -> bool {
+        self.is_repository() && self.name == repository
+    }
+}
+
+impl ApplicationSpec {
+    /// Whether the Application reads anything of the Repository `name` (same namespace): its
+    /// source, or a values file.
+    pub fn uses_repository(&self, name: &str) -> bool {
+        self.source.repository == name
+            || self.source.render.helm.as_ref().is_some_and(|h| h.values_from.iter().any(|v| v.reads(name)))
+    }
 }
 
 /// Destination namespace constraints.

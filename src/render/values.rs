@@ -28,6 +28,69 @@ pub fn impersonation(config: &kube::Config, namespace: &str, service_account: &s
     config
 }
 
+/// Values files read from Git Repositories, by (Repository, path): `None` when the commit has no
+/// such file. See [`repository_files`].
+pub type RepositoryFiles = std::collections::BTreeMap<(String, String), Option<String>>;
+
+/// Most bytes of one values file read from a Git Repository.
+pub const MAX_VALUES_FILE_BYTES: usize = 1024 * 1024;
+
+/// The values files `refs` name in Git Repositories of `namespace`, each at the commit its
+/// Repository observes (`status.revision`), read with `client` (the controller's identity: a
+/// Repository's credentials are used only for the URLs its Secret lists, as for any fetch).
+pub async fn repository_files(
+    client: &kube::Client,
+    cache: &crate::source::GitCache,
+    namespace: &str,
+    refs: &[ValuesReference],
+) -> Result<RepositoryFiles, Error> {
+    let mut out = RepositoryFiles::new();
+    for r in refs.iter().filter(|r| r.is_repository()) {
+        let what = format!("Repository {} (valuesFrom key {})", r.name, r.key);
+        let fail =
+            |message: String, retryable: bool| Error::Failed { message: format!("{what}: {message}"), retryable };
+        let repos: Api<crate::api::repository::Repository> = Api::namespaced(client.clone(), namespace);
+        let repo = match repos.get_opt(&r.name).await {
+            Ok(Some(repo)) => repo,
+            Ok(None) => return Err(fail("does not exist".into(), true)),
+            Err(e) => return Err(fail(e.to_string(), true)),
+        };
+        if repo.spec.is_chart() {
+            return Err(fail("is a chart Repository: values files come from Git Repositories".into(), false));
+        }
+        let Some(commit) = repo.status.as_ref().and_then(|s| s.revision.as_ref()).map(|v| v.commit.clone()) else {
+            return Err(fail("has not resolved its ref yet".into(), true));
+        };
+        let credentials = match crate::source::secret::of_repository(
+            client,
+            namespace,
+            repo.spec.secret_ref.as_ref(),
+            &repo.spec.url,
+        )
+        .await
+        {
+            Ok(Ok(c)) => c,
+            Ok(Err(message)) => return Err(fail(message, true)),
+            Err(e) => return Err(fail(e.to_string(), true)),
+        };
+        let timeout = crate::api::duration::parse(&repo.spec.timeout).unwrap_or(std::time::Duration::from_secs(60));
+        let at = crate::source::Reference::Commit(commit.clone());
+        if let Err(e) = cache.resolve(&repo.spec.url, &at, &credentials, timeout).await {
+            return Err(fail(credentials.redact(&format!("fetching commit {commit}: {e}")), e.retryable()));
+        }
+        let text = match cache.read_file(&repo.spec.url, &credentials, &commit, &r.key).await {
+            Ok(Some(bytes)) if bytes.len() > MAX_VALUES_FILE_BYTES => {
+                return Err(fail(format!("larger than {} KiB", MAX_VALUES_FILE_BYTES >> 10), false));
+            }
+            Ok(Some(bytes)) => Some(String::from_utf8(bytes).map_err(|_| fail("not UTF-8 text".into(), false))?),
+            Ok(None) => None,
+            Err(e) => return Err(fail(credentials.redact(&e.to_string()), e.retryable())),
+        };
+        out.insert((r.name.clone(), r.key.clone()), text);
+    }
+    Ok(out)
+}
+
 /// The values documents, in order, and every string read from a Secret (for redaction).
 /// A missing object or key is skipped when the reference is `optional`, else an error; an
 /// object the service account may not read is an error naming it (retryable: RBAC may change).
@@ -35,6 +98,7 @@ pub async fn read(
     client: &kube::Client,
     namespace: &str,
     refs: &[ValuesReference],
+    files: &RepositoryFiles,
 ) -> Result<(Vec<Value>, Vec<String>), Error> {
     let mut docs = Vec::new();
     let mut secrets = Vec::new();
@@ -42,6 +106,7 @@ pub async fn read(
         let what = format!("{:?} {} (valuesFrom key {})", r.kind, r.name, r.key);
         let fail = |message: String, retryable: bool| Error::Failed { message, retryable };
         let text: Option<String> = match r.kind {
+            ValuesKind::Repository => files.get(&(r.name.clone(), r.key.clone())).cloned().flatten(),
             ValuesKind::Secret => {
                 let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
                 match api.get_opt(&r.name).await {

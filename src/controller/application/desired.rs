@@ -74,7 +74,11 @@ pub(super) async fn desired(r: &Reconcile<'_>, source: &Source) -> Result<Result
     let renderer = if packaged.is_some() { RenderType::Helm } else { render::renderer_of(&spec.source.render, dir) };
     let (values_from, mut secrets) = match (renderer, &spec.source.render.helm) {
         (RenderType::Helm, Some(h)) if !h.values_from.is_empty() => {
-            match render::values::read(&sa_client, ns, &h.values_from).await {
+            let files = match render::values::repository_files(&ctx.client, &ctx.cache, ns, &h.values_from).await {
+                Ok(f) => f,
+                Err(e) => return Ok(Err(render_failure(e))),
+            };
+            match render::values::read(&sa_client, ns, &h.values_from, &files).await {
                 Ok(v) => v,
                 Err(e) => return Ok(Err(render_failure(e))),
             }

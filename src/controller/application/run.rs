@@ -93,13 +93,14 @@ pub async fn run_shard(
     let (c4, hc_store) = (ctx.clone(), store.clone());
     let extra = watched::extra_triggers(client, ctx.kinds.subscribe(), selector.clone(), ctx.inventory.clone(), shard)
         .map(move |r| noted(r, &c1));
-    // A Repository change: its Applications in this shard (all of them if events were missed).
+    // A Repository change: the Applications in this shard that read it, as their source or for a
+    // values file (all of them if events were missed).
     let repo_triggers = received(repo_events).flat_map(move |repo: Option<Arc<Repository>>| {
         let apps: Vec<_> = store
             .state()
             .into_iter()
             .filter(|a| {
-                repo.as_ref().is_none_or(|r| a.namespace() == r.namespace() && a.spec.source.repository == r.name_any())
+                repo.as_ref().is_none_or(|r| a.namespace() == r.namespace() && a.spec.uses_repository(&r.name_any()))
             })
             .map(|a| noted(ObjectRef::from_obj(&*a), &c2))
             .collect();

@@ -209,7 +209,10 @@ pub async fn preview(cluster: &Cluster, shared: &Shared, app: &Application, ask:
         if packaged.is_some() { RenderType::Helm } else { render::renderer_of(&spec.source.render, rendered.dir()) };
     let (values_from, mut secrets) = match (renderer, &spec.source.render.helm) {
         (RenderType::Helm, Some(h)) if !h.values_from.is_empty() => {
-            render::values::read(&sa, &ns, &h.values_from).await.map_err(|e| format!("valuesFrom: {e}"))?
+            let files = render::values::repository_files(&cluster.client, &shared.cache, &ns, &h.values_from)
+                .await
+                .map_err(|e| format!("valuesFrom: {e}"))?;
+            render::values::read(&sa, &ns, &h.values_from, &files).await.map_err(|e| format!("valuesFrom: {e}"))?
         }
         _ => (Vec::new(), Vec::new()),
     };

@@ -99,6 +99,9 @@ fn suite_copy_matches_shared_conformance() {
 /// compacted history (minutes of uptime); a fresh realkube serves the too-old watch instead of
 /// answering 410 (realkube's README says so).
 ///
+/// A case that fails is replayed once more (with `-v`) before the test fails: in the full suite the
+/// control plane shares two cores with three others, and a controller can miss a case's deadline.
+///
 /// Needs realkube (`KSYNC_REALKUBE_DIR`, default `../shared/realkube`): `scripts/test` leaves the
 /// `*realkube` tests out, saying so, where it is absent.
 #[test]
@@ -120,17 +123,57 @@ fn recordings_match_realkube() {
         down();
         panic!("realkube did not start: {printed}\n{}", String::from_utf8_lossy(&up.stderr));
     }
-    let out = Command::new("python3")
-        .arg(suite().join("run.py"))
-        .args(["--server", &server, "--ca", &ca, "--token", &token])
-        .output()
-        .expect("python3 runs");
+    let replay = |only: Option<&str>| {
+        let mut cmd = Command::new("python3");
+        cmd.arg(suite().join("run.py")).args(["--server", &server, "--ca", &ca, "--token", &token]);
+        if let Some(cases) = only {
+            cmd.args(["--only", cases, "-v"]);
+        }
+        let out = cmd.output().expect("python3 runs");
+        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+        println!("{stdout}");
+        eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+        stdout
+    };
+    let first = replay(None);
+    let failing = failing_cases(&first);
+    // A recording that is wrong fails on every replay; a step of a server starved by the rest of
+    // a loaded suite (a controller late past a case's deadline) passes on the next one.
+    let again = (!failing.is_empty()).then(|| replay(Some(&failing.join(","))));
     down();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    println!("{stdout}");
-    eprintln!("{}", String::from_utf8_lossy(&out.stderr));
-    let failures: Vec<&str> =
-        stdout.lines().filter(|l| l.starts_with("FAIL") && !l.contains("watch-too-old-rv")).collect();
-    assert!(failures.is_empty(), "recordings that no longer match the real server:\n{}", failures.join("\n"));
-    assert!(stdout.lines().any(|l| l.contains(" passed, ")), "the runner reported no result:\n{stdout}");
+    assert!(first.lines().any(|l| l.contains(" passed, ")), "the runner reported no result:\n{first}");
+    if let Some(again) = again {
+        let still = failing_cases(&again);
+        assert!(
+            still.is_empty() && again.lines().any(|l| l.contains(" passed, ")),
+            "recordings that no longer match the real server (twice):\n{}",
+            again.lines().filter(|l| l.starts_with("FAIL") && !l.contains(TOLERATED)).collect::<Vec<_>>().join("\n")
+        );
+        eprintln!("cases {} failed once and matched when replayed", failing.join(", "));
+    }
+}
+
+/// The step a fresh realkube cannot reproduce (see `recordings_match_realkube`).
+const TOLERATED: &str = "watch-too-old-rv";
+
+/// The cases (file names without the `.json`) of the runner's `FAIL case/step` lines.
+fn failing_cases(stdout: &str) -> Vec<String> {
+    let mut cases: Vec<String> = stdout
+        .lines()
+        .filter(|l| !l.contains(TOLERATED))
+        .filter_map(|l| l.strip_prefix("FAIL "))
+        .map(|rest| rest.split(['/', ' ', ':']).next().unwrap_or_default().to_string())
+        .filter(|c| !c.is_empty())
+        .collect();
+    cases.sort();
+    cases.dedup();
+    cases
+}
+
+#[test]
+fn failing_cases_are_read_from_the_runner_output() {
+    let out = "PASS 01-discovery/version\nFAIL 09-watch-bookmarks/watch-too-old-rv  event types\n\
+               FAIL 26-replicaset/scale-up  status.replicas: want 3 got 2\nFAIL 26-replicaset/other x\n\
+               FAIL 10-ssa: cannot create namespace conf-1: 500 x\nsteps: 3 passed, 3 failed\n";
+    assert_eq!(failing_cases(out), ["10-ssa", "26-replicaset"]);
 }

@@ -39,7 +39,8 @@ fn printed_crds_are_the_generated_files() {
             "repositories.sync.kuvryn.io",
             "applications.sync.kuvryn.io",
             "revisions.sync.kuvryn.io",
-            "healthchecks.sync.kuvryn.io"
+            "healthchecks.sync.kuvryn.io",
+            "notifications.sync.kuvryn.io"
         ]
     );
     assert_eq!(docs, kuvryn_sync::api::crd::manifests());

@@ -8,7 +8,7 @@ use serde_json::{Map, Value, json};
 
 #[cfg(test)]
 use super::names;
-use super::{Application, HealthCheck, Repository, Revision};
+use super::{Application, HealthCheck, Notification, Repository, Revision};
 
 /// Every CRD of the product, in a stable order, as typed objects (for clients that install them).
 pub fn all() -> Vec<CustomResourceDefinition> {
@@ -17,7 +17,7 @@ pub fn all() -> Vec<CustomResourceDefinition> {
 
 /// Every CRD as the JSON the generated files hold, in the same order as [`all`].
 pub fn manifests() -> Vec<Value> {
-    [Repository::crd(), Application::crd(), Revision::crd(), HealthCheck::crd()]
+    [Repository::crd(), Application::crd(), Revision::crd(), HealthCheck::crd(), Notification::crd()]
         .iter()
         .map(|crd| {
             let mut value = serde_json::to_value(crd).expect("a CRD serializes");

@@ -14,6 +14,8 @@ pub mod duration;
 pub mod healthcheck;
 pub mod names;
 #[allow(clippy::duplicated_attributes)]
+pub mod notification;
+#[allow(clippy::duplicated_attributes)]
 pub mod repository;
 #[allow(clippy::duplicated_attributes)]
 pub mod revision;
@@ -21,5 +23,6 @@ pub mod revision_conditions;
 
 pub use application::{Application, ApplicationSpec, ApplicationStatus};
 pub use healthcheck::{HealthCheck, HealthCheckSpec, HealthCheckStatus};
+pub use notification::{Notification, NotificationSpec, NotificationStatus};
 pub use repository::{Repository, RepositorySpec, RepositoryStatus};
 pub use revision::{Revision, RevisionSpec, RevisionStatus};

@@ -36,6 +36,7 @@ pub const DEFAULT_CONFIG_PATH: &str = ".ksync.yaml";
 )]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("self.type == 'Git' ? has(self.ref) && !has(self.chart) : has(self.chart) && !has(self.ref)").message("a Git Repository sets ref (and no chart); a Helm or OCI Repository sets chart (and no ref)"))]
+#[x_kube(validation = Rule::new("self.type == 'Git' || !has(self.receiver)").message("receiver is for Git Repositories: a Helm or OCI Repository is polled at its interval"))]
 #[x_kube(validation = Rule::new("self.type != 'Helm' || self.url.matches('^https?://')").message("a Helm Repository's url is the https:// (or http://) URL of a chart repository index"))]
 #[x_kube(validation = Rule::new("self.type != 'OCI' || self.url.startsWith('oci://')").message("an OCI Repository's url is an oci:// registry path"))]
 pub struct RepositorySpec {
@@ -89,6 +90,23 @@ pub struct RepositorySpec {
     /// Stop reconciling this Repository (no fetches, no Application changes).
     #[serde(default)]
     pub suspend: bool,
+
+    /// Fetch as soon as the Git host reports a push (`docs/receivers.md`): the manager's
+    /// receiver endpoint, at the path `status.receiver.path`, verifies each push with the token
+    /// of this Secret and fetches the Repositories whose URL and ref it names. Git Repositories
+    /// only; polling at `interval` goes on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub receiver: Option<Receiver>,
+}
+
+/// A push receiver of a Repository.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Receiver {
+    /// A Secret of this namespace whose `token` (at least 16 bytes) is the webhook secret given
+    /// to the Git host (HMAC key, or GitLab's token). Repositories naming the same Secret share one
+    /// endpoint path.
+    pub secret_ref: LocalObjectReference,
 }
 
 /// What a Repository holds.
@@ -201,6 +219,19 @@ pub struct RepositoryStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 64))]
     pub last_handled_reconcile_at: Option<String>,
+    /// The push receiver, once its Secret is read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub receiver: Option<ReceiverStatus>,
+}
+
+/// Where the Git host sends pushes for this Repository.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ReceiverStatus {
+    /// The path on the manager's receiver endpoint (`/hook/` and a digest of the namespace, the
+    /// Secret's name and its token: it names neither the Repository nor the token).
+    #[schemars(length(max = 128))]
+    pub path: String,
 }
 
 /// A resolved ref.

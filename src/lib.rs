@@ -20,6 +20,7 @@ pub mod identity;
 pub mod live;
 pub mod manager;
 pub mod metric_names;
+pub mod notify;
 pub mod offload;
 pub mod plan;
 pub mod read;

@@ -1,0 +1,8 @@
+//! Notifications (`docs/notifications.md`): the lifecycle Events of Applications, routed by the
+//! `Notification`s of their namespace to chats, webhooks, Alertmanager and commit statuses.
+//!
+//! - [`message`]: what one delivery says, and the HTTP request a provider makes of it (pure);
+//! - [`providers`]: one file per provider, each a pure function from a message to a request.
+
+pub mod message;
+pub mod providers;

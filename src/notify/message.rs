@@ -27,6 +27,9 @@ pub struct Message {
     pub source_url: Option<String>,
     /// When it happened (RFC 3339).
     pub at: String,
+    /// When this attempt is sent (Unix seconds): the signed timestamp of `Webhook`, so a
+    /// receiver can refuse a replay. Set by the sender before each attempt.
+    pub sent: i64,
 }
 
 /// A provider's Secret: only the keys providers read. `Debug` never prints a value.

@@ -1,12 +1,148 @@
 //! The providers: each turns a [`Message`] into the one HTTP request its service documents. Pure:
 //! nothing here sends.
+//!
+//! Every payload is bounded (the message at [`MAX_MESSAGE`], each field cut to the service's own
+//! limit) and built only from the [`Message`]: a Secret's `token` reaches a request only as an
+//! `Authorization` header or an HMAC key, its `address` only as the URL.
 
-use super::message::{Message, ProviderSecret, Request};
-use crate::api::notification::Provider;
+use super::message::{MAX_MESSAGE, Message, ProviderSecret, Request};
+use crate::api::notification::{Provider, ProviderType};
+
+pub mod alertmanager;
+pub mod discord;
+pub mod slack;
+pub mod teams;
+pub mod webhook;
 
 /// The request `provider` makes of `msg`, or why it cannot (a missing address or token: a
 /// configuration error, reported on the Notification, never retried).
 pub fn request(provider: &Provider, secret: &ProviderSecret, msg: &Message) -> Result<Request, String> {
-    let _ = (secret, msg);
-    Err(format!("provider {} is not built yet", provider.type_.as_str()))
+    match provider.type_ {
+        ProviderType::Slack => slack::request(provider, secret, msg),
+        ProviderType::Teams => teams::request(secret, msg),
+        ProviderType::Discord => discord::request(provider, secret, msg),
+        ProviderType::Webhook => webhook::request(secret, msg),
+        ProviderType::Alertmanager => alertmanager::request(secret, msg),
+        // The commit-status builders (GitHub, GitLab, Gitea, Bitbucket) are written apart.
+        t => Err(format!("provider {} is not built yet", t.as_str())),
+    }
+}
+
+/// The Secret's `address`, required by every chat and webhook provider.
+fn address(secret: &ProviderSecret) -> Result<String, String> {
+    match secret.address.as_deref().map(str::trim) {
+        Some(a) if !a.is_empty() => Ok(a.to_string()),
+        _ => Err("the provider Secret has no `address` key".to_string()),
+    }
+}
+
+/// `s` cut to at most `max` characters (the chat services count characters), ending in `…`.
+fn cut(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        return s.to_string();
+    }
+    let mut out: String = s.chars().take(max.saturating_sub(1)).collect();
+    out.push('…');
+    out
+}
+
+/// The message, bounded.
+fn message(msg: &Message) -> String {
+    cut(&msg.message, MAX_MESSAGE)
+}
+
+/// A one-line title: `<namespace>/<application>: <reason>`.
+fn title(msg: &Message) -> String {
+    cut(&format!("{}/{}: {}", msg.namespace, msg.application, msg.reason), 256)
+}
+
+/// The facts every payload shows, as (name, value), absent ones left out.
+fn facts(msg: &Message) -> Vec<(&'static str, String)> {
+    let mut out =
+        vec![("Application", format!("{}/{}", msg.namespace, msg.application)), ("Reason", msg.reason.clone())];
+    if let Some(r) = &msg.revision {
+        out.push(("Revision", r.clone()));
+    }
+    if let Some(c) = &msg.commit {
+        out.push(("Commit", c.clone()));
+    }
+    if let Some(u) = &msg.source_url {
+        out.push(("Source", u.clone()));
+    }
+    out.into_iter().map(|(k, v)| (k, cut(&v, 256))).collect()
+}
+
+/// A JSON POST to `url`.
+fn post_json(url: String, body: &serde_json::Value, mut headers: Vec<(String, String)>) -> Request {
+    headers.insert(0, ("Content-Type".to_string(), "application/json".to_string()));
+    Request { method: super::message::Method::Post, url, headers, body: serde_json::to_vec(body).unwrap_or_default() }
+}
+
+#[cfg(test)]
+pub(crate) mod fixture {
+    use super::*;
+    use crate::api::common::LocalObjectReference;
+    use crate::api::notification::Severity;
+
+    /// A Message of a failed rollout.
+    pub(crate) fn msg() -> Message {
+        Message {
+            event: "uid-1".into(),
+            namespace: "team".into(),
+            application: "web".into(),
+            severity: Severity::Warning,
+            reason: "HealthTimeout".into(),
+            message: "deployment/web: 0 of 1 Pods available after 2m".into(),
+            revision: Some("web-5f2c".into()),
+            commit: Some("0123456789abcdef0123456789abcdef01234567".into()),
+            source_url: Some("https://git.example.com/team/web.git".into()),
+            at: "2026-12-05T18:00:00Z".into(),
+            sent: 1_796_493_600,
+        }
+    }
+
+    /// A Secret whose values are markers a test can look for.
+    pub(crate) fn secret() -> ProviderSecret {
+        ProviderSecret {
+            address: Some("https://hooks.example.com/SECRET-ADDRESS".into()),
+            token: Some("SECRET-TOKEN".into()),
+            username: Some("SECRET-USER".into()),
+        }
+    }
+
+    pub(crate) fn provider(type_: ProviderType) -> Provider {
+        Provider { type_, secret_ref: LocalObjectReference { name: "s".into() }, channel: None, repository: None }
+    }
+
+    /// The body as JSON; it never carries a Secret value.
+    pub(crate) fn body(r: &Request) -> serde_json::Value {
+        let text = String::from_utf8(r.body.clone()).unwrap();
+        for marker in ["SECRET-ADDRESS", "SECRET-TOKEN", "SECRET-USER"] {
+            assert!(!text.contains(marker), "{marker} in the body: {text}");
+        }
+        serde_json::from_str(&text).unwrap()
+    }
+
+    pub(crate) fn header<'r>(r: &'r Request, name: &str) -> Option<&'r str> {
+        r.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_is_cut_to_characters() {
+        assert_eq!(cut("ééé", 3), "ééé");
+        assert_eq!(cut("éééé", 3), "éé…");
+        assert_eq!(cut(&"x".repeat(5000), MAX_MESSAGE).chars().count(), MAX_MESSAGE);
+    }
+
+    #[test]
+    fn a_missing_address_is_a_configuration_error() {
+        let p = fixture::provider(ProviderType::Slack);
+        let err = request(&p, &ProviderSecret::default(), &fixture::msg()).unwrap_err();
+        assert!(err.contains("address"), "{err}");
+    }
 }

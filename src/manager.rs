@@ -459,8 +459,15 @@ fn run_controllers(args: RunArgs) -> Result<()> {
         let Some(lease_ns) = args.lease_namespace.clone() else {
             tracing::info!(git_cache_dir = %args.git_cache_dir.display(), shards, "starting (one replica, every shard)");
             let applications = std::sync::Arc::new(applications);
+            let notifications = std::sync::Arc::new(crate::controller::notifications::Context::new(
+                client.clone(),
+                args.instance.clone().unwrap_or_else(|| "ksync".into()),
+                None,
+                args.lease_duration,
+            ));
             let _ = ready_tx.send(Ok(()));
             tokio::join!(
+                crate::controller::notifications::run(notifications, on_stop(stopped.clone())),
                 crate::controller::repository::run(repositories, on_stop(stopped.clone())),
                 crate::controller::labeller::run(client.clone(), shards, on_stop(stopped.clone())),
                 crate::controller::healthcheck::run(client, on_stop(stopped.clone())),
@@ -489,6 +496,13 @@ fn run_controllers(args: RunArgs) -> Result<()> {
         // of the Lease's own margin: enough for a request in flight, while a renewal delayed by
         // a busy machine does not stop the shard's work between two renewals.
         applications.fence = Some(sharding::coordinator::Fence::new(ownership, args.lease_duration / 10));
+        // Notifications are delivered by the replica owning each Application's shard.
+        let notifications = std::sync::Arc::new(crate::controller::notifications::Context::new(
+            client.clone(),
+            identity.clone(),
+            applications.fence.clone(),
+            args.lease_duration,
+        ));
         let applications = std::sync::Arc::new(applications);
         let workers = crate::controller::application::shards::ShardWorkers::new(applications.clone(), args.lease_duration);
         tracing::info!(replica = %identity, shards, lease_namespace = %lease_ns, "starting (sharded)");
@@ -548,6 +562,7 @@ fn run_controllers(args: RunArgs) -> Result<()> {
             }
         };
         tokio::join!(
+            crate::controller::notifications::run(notifications, on_stop(stopped.clone())),
             crate::controller::application::progress::report(
                 &applications.progress,
                 stale_after,

@@ -100,6 +100,12 @@ pub const GIT_MATERIALIZE_DURATION_SECONDS: &str = "ksync_git_materialize_durati
 /// Gauge: Unix time the webhook's serving certificate expires.
 pub const WEBHOOK_CERTIFICATE_EXPIRY_TIMESTAMP_SECONDS: &str = "ksync_webhook_certificate_expiry_timestamp_seconds";
 
+/// Counter: Notification deliveries, once each. Labels: `provider` (the Notification's provider type), `result`: `delivered`, `failed`, `dropped` (a commit-status provider and an Event without a commit).
+pub const NOTIFICATIONS_TOTAL: &str = "ksync_notifications_total";
+
+/// Histogram: One notification delivery, its retries included. Labels: `provider`.
+pub const NOTIFICATION_DURATION_SECONDS: &str = "ksync_notification_duration_seconds";
+
 /// Every name above, for the tests that check them against the docs.
 pub const ALL: &[&str] = &[
     API_REQUESTS_TOTAL,
@@ -134,6 +140,8 @@ pub const ALL: &[&str] = &[
     GIT_FETCH_BYTES_TOTAL,
     GIT_MATERIALIZE_DURATION_SECONDS,
     WEBHOOK_CERTIFICATE_EXPIRY_TIMESTAMP_SECONDS,
+    NOTIFICATIONS_TOTAL,
+    NOTIFICATION_DURATION_SECONDS,
 ];
 
 #[cfg(test)]
@@ -165,4 +173,6 @@ pub mod label {
     pub const SYNC: &str = "sync";
     /// An Application's health.
     pub const HEALTH: &str = "health";
+    /// A Notification's provider type (`Slack`, `Teams`, ...: nine values).
+    pub const PROVIDER: &str = "provider";
 }

@@ -10,6 +10,7 @@ pub mod application;
 pub mod discovery;
 pub mod healthcheck;
 pub mod labeller;
+pub mod notifications;
 pub mod orphans;
 pub mod queue;
 pub mod repository;

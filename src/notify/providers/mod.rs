@@ -46,6 +46,12 @@ fn cut(s: &str, max: usize) -> String {
     out
 }
 
+/// A provider's answer, on one line and cut to `max` characters (for a failure's message).
+pub fn excerpt(text: &str, max: usize) -> String {
+    let one_line: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    cut(&one_line, max)
+}
+
 /// The message, bounded.
 fn message(msg: &Message) -> String {
     cut(&msg.message, MAX_MESSAGE)

@@ -34,7 +34,9 @@ impl Watcher {
     }
 
     fn render(&self, kind: &str, obj: &Value) -> Option<Bytes> {
-        let obj = crate::admission::present(&self.state, &self.t.rt, with_type(&self.t.rt, obj.clone()));
+        // Converted from the stored form first: typed first, a stored core Event would be taken
+        // for an events.k8s.io one and lose `regarding` and `reportingController` on the way out.
+        let obj = with_type(&self.t.rt, crate::admission::present(&self.state, &self.t.rt, obj.clone()));
         let object = match &self.form {
             Form::Plain(_) => obj,
             Form::Metadata(v) => crate::negotiate::partial(&obj, v),

@@ -139,6 +139,7 @@ fn visit(ctx: &Arc<Context>, notifications: &Store<Notification>, ev: Event) {
             continue;
         }
         let (ctx, ev) = (ctx.clone(), ev.clone());
+        tracing::trace!(event = %ev.name_any(), notification = %ntf.name_any(), "visiting");
         tokio::spawn(async move {
             deliver(&ctx, &ev, &ntf).await;
             ctx.running.lock().expect("running lock").remove(&key);
@@ -161,6 +162,7 @@ async fn deliver(ctx: &Context, ev: &Event, ntf: &Notification) {
         return;
     };
     if !ctx.owns(&app) {
+        tracing::trace!(event = %ev.name_any(), "not this replica's shard");
         return;
     }
     let severity = if ev.type_.as_deref() == Some("Warning") { Severity::Warning } else { Severity::Normal };
@@ -183,6 +185,7 @@ async fn deliver(ctx: &Context, ev: &Event, ntf: &Notification) {
         .or(ev.metadata.creation_timestamp.as_ref().map(|t| t.0))
         .map(|t| t.as_second());
     if !route::routes(ntf, &seen) || happened.is_none_or(|h| h < created) {
+        tracing::trace!(event = %ev.name_any(), notification = %ntf.name_any(), "not routed");
         return;
     }
     let key = claim::key(&ntf.name_any());

@@ -46,6 +46,7 @@ pub mod manager;
 pub mod manifests;
 pub mod metrics;
 pub mod replica;
+pub mod sinks;
 pub mod ssh;
 
 use std::net::{SocketAddr, TcpListener, TcpStream};

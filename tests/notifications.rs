@@ -1,0 +1,184 @@
+//! Notifications end to end (docs/notifications.md), on both servers: a failed rollout's
+//! lifecycle Events reach Slack-, Teams- and webhook-style sinks (loopback servers checking
+//! each provider's documented request) once each, routed by name, severity and reason; a
+//! `429` is retried after its `Retry-After`; a missing Secret is reported on the status; and
+//! no Secret value appears in any payload, status or Event.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, ListParams, PostParams};
+use kuvryn_sync::api::notification::Notification;
+use kuvryn_sync::controller::notifications;
+use serde_json::{Value, json};
+use testkit::Cluster;
+use testkit::apps::Env;
+use testkit::eventually;
+use testkit::manifests::deployment;
+use testkit::sinks::{Kind, Reply, Sink};
+
+/// In every Secret value: must be found in no payload, status or Event.
+const MARKER: &str = "SECRETMARKER";
+
+testkit::both!(a_failed_rollout_notifies_each_sink_once);
+
+fn spec(ns: &str) -> Value {
+    json!({"source": {"repository": "platform", "path": "app"}, "serviceAccountName": "deployer",
+           "destination": {"namespace": ns}, "health": {"timeout": "5s"}, "failurePolicy": {"maxAttempts": 1}})
+}
+
+async fn secret(env: &Env, name: &str, data: &[(&str, &str)]) {
+    let data: serde_json::Map<String, Value> = data.iter().map(|(k, v)| (k.to_string(), json!(v))).collect();
+    let s: Secret = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": env.ns}, "stringData": data,
+    }))
+    .unwrap();
+    Api::<Secret>::namespaced(env.client.clone(), &env.ns).create(&PostParams::default(), &s).await.unwrap();
+}
+
+async fn notification(env: &Env, name: &str, spec: Value) {
+    let n: Notification = serde_json::from_value(json!({
+        "apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "Notification",
+        "metadata": {"name": name, "namespace": env.ns}, "spec": spec,
+    }))
+    .unwrap();
+    Api::<Notification>::namespaced(env.client.clone(), &env.ns).create(&PostParams::default(), &n).await.unwrap();
+}
+
+/// The notifications engine in this process, as a single replica runs it.
+fn start_engine(env: &Env) -> tokio::sync::oneshot::Sender<()> {
+    let ctx = Arc::new(notifications::Context::new(env.client.clone(), "test".into(), None, Duration::from_secs(15)));
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(notifications::run(ctx, async move {
+        let _ = rx.await;
+    }));
+    tx
+}
+
+/// The reasons of the deliveries a sink accepted, read by `reason`.
+fn reasons(sink: &Sink, reason: impl Fn(&Value) -> String) -> Vec<String> {
+    sink.delivered().iter().map(reason).collect()
+}
+
+fn a_failed_rollout_notifies_each_sink_once(cluster: Cluster) {
+    const NS: &str = "notify-failed";
+    let runtime = testkit::runtime();
+    runtime.block_on(async {
+        let env = Env::start(&cluster, NS).await;
+        let slack = Sink::start(Kind::Slack, &format!("slack/{MARKER}-address")).await;
+        let teams = Sink::start(Kind::Teams, &format!("teams/{MARKER}-address")).await;
+        let token = format!("{MARKER}-token");
+        let hook = Sink::start(Kind::Webhook { key: token.clone() }, &format!("hook/{MARKER}-address")).await;
+        let unrouted = Sink::start(Kind::Slack, &format!("unrouted/{MARKER}-address")).await;
+        // The webhook is throttled first: delivered after its Retry-After.
+        hook.script([Reply::TooMany(2)]);
+        secret(&env, "slack", &[("address", &slack.url), ("token", &token), ("username", &format!("{MARKER}-user"))])
+            .await;
+        secret(&env, "teams", &[("address", &teams.url)]).await;
+        secret(&env, "hook", &[("address", &hook.url), ("token", &token)]).await;
+        secret(&env, "unrouted", &[("address", &unrouted.url)]).await;
+        // Slack: every Warning of every Application. Teams: Application `app` by name, every
+        // severity, HealthTimeout only. Webhook: by label selector, HealthTimeout.
+        notification(&env, "slack", json!({"severity": "Warning", "provider": {"type": "Slack", "secretRef": {"name": "slack"}}})).await;
+        notification(&env, "teams", json!({"applications": {"names": ["app"]}, "reasons": ["HealthTimeout"],
+            "provider": {"type": "Teams", "secretRef": {"name": "teams"}}})).await;
+        notification(&env, "hook", json!({"applications": {"selector": {"matchExpressions": [{"key": "tier", "operator": "In", "values": ["web"]}]}},
+            "reasons": ["HealthTimeout"], "provider": {"type": "Webhook", "secretRef": {"name": "hook"}}})).await;
+        // Not routed: another Application's name; Normal Events only of another reason.
+        notification(&env, "unrouted", json!({"applications": {"names": ["another"]},
+            "provider": {"type": "Slack", "secretRef": {"name": "unrouted"}}})).await;
+        notification(&env, "unrouted-reason", json!({"reasons": ["RolledBack"],
+            "provider": {"type": "Slack", "secretRef": {"name": "unrouted"}}})).await;
+        // A missing Secret: Ready=False, no retry storm.
+        notification(&env, "no-secret", json!({"severity": "Warning", "provider": {"type": "Slack", "secretRef": {"name": "absent"}}})).await;
+        let stop = start_engine(&env);
+
+        let files = [("app/deploy.yaml", deployment("web").ready_ms(1000).image("registry.invalid/web:1").to_string())];
+        let files: Vec<(&str, &str)> = files.iter().map(|(p, t)| (*p, t.as_str())).collect();
+        let mut app_spec = spec(NS);
+        app_spec["source"]["path"] = json!("app");
+        env.app_from("app", &files, app_spec).await;
+        // The label the webhook's selector needs.
+        let apps = env.apps();
+        let patch = json!({"metadata": {"labels": {"tier": "web"}}});
+        apps.patch("app", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch)).await.unwrap();
+        let failed = env.failed_revision("app").await;
+        let commit = failed.spec.source.commit.clone();
+
+        let slack_reason = |v: &Value| v["text"].as_str().unwrap_or_default().rsplit(": ").next().unwrap().to_string();
+        let teams_reason = |v: &Value| {
+            v["attachments"][0]["content"]["body"][0]["text"].as_str().unwrap_or_default().rsplit(": ").next().unwrap().to_string()
+        };
+        let wait = Duration::from_secs(60);
+        let end = std::time::Instant::now() + wait;
+        while !(reasons(&slack, slack_reason).contains(&"HealthTimeout".to_string())
+            && reasons(&teams, teams_reason).contains(&"HealthTimeout".to_string()))
+        {
+            if std::time::Instant::now() > end {
+                let events = Api::<Event>::namespaced(env.client.clone(), NS).list(&ListParams::default()).await.unwrap();
+                let events: Vec<_> = events
+                    .items
+                    .iter()
+                    .map(|e| (e.reason.clone(), e.type_.clone(), e.reporting_controller.clone(), e.metadata.annotations.clone()))
+                    .collect();
+                panic!(
+                    "Slack and Teams did not get the HealthTimeout: slack {:?}, teams {:?}, problems {:?}; Events {events:#?}",
+                    slack.received(),
+                    teams.received(),
+                    slack.problems()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        eventually("the webhook to get it after its 429", wait, || async { (!hook.delivered().is_empty()).then_some(()) }).await;
+        // Once each, even after a few rescans.
+        tokio::time::sleep(Duration::from_secs(8)).await;
+        for (name, sink) in [("slack", &slack), ("teams", &teams), ("hook", &hook), ("unrouted", &unrouted)] {
+            assert!(sink.problems().is_empty(), "{name}: {:?}", sink.problems());
+        }
+        let slack_got = reasons(&slack, slack_reason);
+        assert_eq!(slack_got.iter().filter(|r| *r == "HealthTimeout").count(), 1, "slack: {slack_got:?}");
+        assert!(!slack_got.iter().any(|r| r == "HealthDegraded" || r == "Drifted"), "slack: {slack_got:?}");
+        assert_eq!(reasons(&teams, teams_reason), ["HealthTimeout"], "teams");
+        assert!(unrouted.received().is_empty(), "unrouted: {:?}", unrouted.received());
+        // The webhook: 429, then one delivery at least the Retry-After later, with the commit.
+        let got = hook.received();
+        assert_eq!(got.iter().map(|r| r.status).collect::<Vec<_>>(), [429, 200], "webhook");
+        assert!(got[1].at - got[0].at >= Duration::from_millis(1900), "retried before Retry-After");
+        let body = &hook.delivered()[0];
+        assert_eq!((body["application"].as_str(), body["reason"].as_str()), (Some("app"), Some("HealthTimeout")));
+        assert_eq!(body["commit"].as_str(), Some(commit.as_str()));
+
+        // Status: Ready and lastDelivery; the missing Secret's Ready=False.
+        let ntfs: Api<Notification> = Api::namespaced(env.client.clone(), NS);
+        let hook_status = ntfs.get("hook").await.unwrap().status.unwrap();
+        let last = hook_status.last_delivery.unwrap();
+        assert_eq!((last.application.as_str(), last.reason.as_str(), last.attempts), ("app", "HealthTimeout", 2));
+        assert_eq!(hook_status.conditions[0].status, "True");
+        let missing = eventually("Ready=False on the Notification without its Secret", wait, || async {
+            let s = ntfs.get("no-secret").await.ok()?.status?;
+            s.conditions.iter().find(|c| c.type_ == "Ready" && c.status == "False").cloned()
+        })
+        .await;
+        assert_eq!(missing.reason, "ProviderNotConfigured");
+        assert!(missing.message.contains("absent"), "{}", missing.message);
+
+        // No Secret value anywhere: payloads, statuses, Events.
+        let mut seen: Vec<String> = Vec::new();
+        for sink in [&slack, &teams, &hook] {
+            seen.extend(sink.received().into_iter().map(|r| r.body));
+        }
+        for n in ntfs.list(&ListParams::default()).await.unwrap() {
+            seen.push(serde_json::to_string(&n.status).unwrap());
+        }
+        for e in Api::<Event>::namespaced(env.client.clone(), NS).list(&ListParams::default()).await.unwrap() {
+            seen.push(serde_json::to_string(&e).unwrap());
+        }
+        for text in &seen {
+            assert!(!text.contains(MARKER), "a Secret value leaked: {text}");
+        }
+        let _ = stop.send(());
+    });
+}

@@ -16,13 +16,14 @@ use serde_json::{Value, json};
 use testkit::Cluster;
 use testkit::apps::Env;
 use testkit::eventually;
+use testkit::fleet::{Fleet, Options};
 use testkit::manifests::deployment;
 use testkit::sinks::{Kind, Reply, Sink};
 
 /// In every Secret value: must be found in no payload, status or Event.
 const MARKER: &str = "SECRETMARKER";
 
-testkit::both!(a_failed_rollout_notifies_each_sink_once);
+testkit::both!(a_failed_rollout_notifies_each_sink_once, one_delivery_when_the_delivering_replica_is_killed);
 
 fn spec(ns: &str) -> Value {
     json!({"source": {"repository": "platform", "path": "app"}, "serviceAccountName": "deployer",
@@ -180,5 +181,90 @@ fn a_failed_rollout_notifies_each_sink_once(cluster: Cluster) {
             assert!(!text.contains(MARKER), "a Secret value leaked: {text}");
         }
         let _ = stop.send(());
+    });
+}
+
+/// Two sharded replicas (real processes). The owner of the Application's shard claims the
+/// HealthTimeout Event and is answered 503 with a long Retry-After by both sinks, so the
+/// delivery is pending; it is SIGKILLed; the other replica takes the shard, takes over the stale
+/// claim, and each sink gets exactly one delivery.
+fn one_delivery_when_the_delivering_replica_is_killed(cluster: Cluster) {
+    const NS: &str = "notify-kill";
+    const SYSTEM: &str = "kuvryn-system";
+    let (server, wt) = testkit::GitServer::with_repo("platform");
+    wt.write("app/deploy.yaml", &deployment("web").ready_ms(1000).image("registry.invalid/web:1").to_string());
+    wt.commit_and_push("a Deployment that never turns Healthy");
+    let runtime = testkit::runtime();
+    runtime.block_on(async {
+        let fleet = Fleet::prepare(&cluster, SYSTEM, "notify-kill").await;
+        let client = fleet.client.clone();
+        testkit::deployer_namespace(&client, NS).await;
+        let slack = Sink::start(Kind::Slack, &format!("slack/{MARKER}")).await;
+        let teams = Sink::start(Kind::Teams, &format!("teams/{MARKER}")).await;
+        // Pending at the owner: answered 503, try again in a minute.
+        slack.script([Reply::Status(503, Some(60))]);
+        teams.script([Reply::Status(503, Some(60))]);
+        let env_like = |name: &'static str, url: String| (name, url);
+        for (name, url) in [env_like("slack", slack.url.clone()), env_like("teams", teams.url.clone())] {
+            let s: Secret = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": name, "namespace": NS}, "stringData": {"address": url}}))
+            .unwrap();
+            Api::<Secret>::namespaced(client.clone(), NS).create(&PostParams::default(), &s).await.unwrap();
+            let n: Notification = serde_json::from_value(json!({"apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "Notification",
+                "metadata": {"name": name, "namespace": NS},
+                "spec": {"reasons": ["HealthTimeout"], "provider": {"type": if name == "slack" { "Slack" } else { "Teams" }, "secretRef": {"name": name}}}}))
+            .unwrap();
+            Api::<Notification>::namespaced(client.clone(), NS).create(&PostParams::default(), &n).await.unwrap();
+        }
+        let options = Options { shards: 2, lease_duration: "5s", extra: &["--kube-api-qps", "0"], env: &[] };
+        let mut replicas = std::collections::BTreeMap::new();
+        for name in ["ksync-a", "ksync-b"] {
+            replicas.insert(name.to_string(), fleet.start(&cluster, name, options).await);
+        }
+        fleet.create_repository(NS, "platform", &server.url("platform"), "1h").await;
+        let app: kuvryn_sync::api::Application = serde_json::from_value(json!({
+            "apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "Application",
+            "metadata": {"name": "app", "namespace": NS}, "spec": spec(NS),
+        }))
+        .unwrap();
+        Api::<kuvryn_sync::api::Application>::namespaced(client.clone(), NS)
+            .create(&PostParams::default(), &app)
+            .await
+            .unwrap();
+
+        // Both sinks answered 503 once: the deliveries are pending at the owner.
+        let wait = Duration::from_secs(180);
+        eventually("both sinks to answer the first attempt 503", wait, || async {
+            (!slack.received().is_empty() && !teams.received().is_empty()).then_some(())
+        })
+        .await;
+        let events: Api<Event> = Api::namespaced(client.clone(), NS);
+        let holder = eventually("the claim naming its replica", wait, || async {
+            let list = events.list(&ListParams::default()).await.ok()?;
+            list.items.iter().find_map(|e| {
+                let v = e.metadata.annotations.as_ref()?.get("notify.sync.kuvryn.io/slack")?;
+                v.starts_with("claimed ").then(|| v.rsplit(' ').next().unwrap().to_string())
+            })
+        })
+        .await;
+        assert!(replicas.contains_key(&holder), "claimed by {holder}");
+        drop(replicas.remove(&holder));
+
+        // The survivor takes the shard and the stale claim: one delivery each.
+        eventually("each sink to get one delivery from the survivor", wait, || async {
+            (slack.delivered().len() == 1 && teams.delivered().len() == 1).then_some(())
+        })
+        .await;
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        for (name, sink) in [("slack", &slack), ("teams", &teams)] {
+            assert!(sink.problems().is_empty(), "{name}: {:?}", sink.problems());
+            let statuses: Vec<u16> = sink.received().iter().map(|r| r.status).collect();
+            assert_eq!(statuses.first(), Some(&503), "{name}: {statuses:?}");
+            assert_eq!(sink.delivered().len(), 1, "{name}: {statuses:?}");
+        }
+        let marked = events.list(&ListParams::default()).await.unwrap().items.into_iter().find_map(|e| {
+            e.metadata.annotations.as_ref()?.get("notify.sync.kuvryn.io/teams").cloned()
+        });
+        assert!(marked.as_deref().is_some_and(|v| v.starts_with("delivered ")), "{marked:?}");
     });
 }

@@ -192,6 +192,7 @@ fn one_delivery_when_the_delivering_replica_is_killed(cluster: Cluster) {
     const NS: &str = "notify-kill";
     const SYSTEM: &str = "kuvryn-system";
     let (server, wt) = testkit::GitServer::with_repo("platform");
+    wt.write(".ksync.yaml", "applications: []\n");
     wt.write("app/deploy.yaml", &deployment("web").ready_ms(1000).image("registry.invalid/web:1").to_string());
     wt.commit_and_push("a Deployment that never turns Healthy");
     let runtime = testkit::runtime();
@@ -233,12 +234,22 @@ fn one_delivery_when_the_delivering_replica_is_killed(cluster: Cluster) {
             .unwrap();
 
         // Both sinks answered 503 once: the deliveries are pending at the owner.
-        let wait = Duration::from_secs(180);
-        eventually("both sinks to answer the first attempt 503", wait, || async {
-            (!slack.received().is_empty() && !teams.received().is_empty()).then_some(())
-        })
-        .await;
+        let wait = Duration::from_secs(120);
         let events: Api<Event> = Api::namespaced(client.clone(), NS);
+        let end = std::time::Instant::now() + wait;
+        while slack.received().is_empty() || teams.received().is_empty() {
+            if std::time::Instant::now() > end {
+                let list = events.list(&ListParams::default()).await.unwrap();
+                let seen: Vec<_> = list
+                    .items
+                    .iter()
+                    .map(|e| (e.reason.clone(), e.reporting_controller.clone(), e.metadata.annotations.clone()))
+                    .collect();
+                let app = Api::<kuvryn_sync::api::Application>::namespaced(client.clone(), NS).get("app").await.unwrap();
+                panic!("no first attempt: Events {seen:?}; labels {:?}, status {:?}", app.metadata.labels, app.status);
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
         let holder = eventually("the claim naming its replica", wait, || async {
             let list = events.list(&ListParams::default()).await.ok()?;
             list.items.iter().find_map(|e| {

@@ -21,7 +21,7 @@
 //!   the provider's answer and the mark (then twice);
 //! - a missing Secret or key fails the delivery at once (`Ready=False`), never retried.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -126,8 +126,10 @@ fn visit(ctx: &Arc<Context>, notifications: &Store<Notification>, ev: Event) {
     }
     let ns = regarding.namespace.clone().unwrap_or_default();
     let now = jiff::Timestamp::now().as_second();
+    let no_labels = BTreeMap::new();
+    let seen = seen(&ev, &ns, regarding.name.as_deref().unwrap_or_default(), &no_labels);
     for ntf in notifications.state() {
-        if ntf.namespace().as_deref() != Some(ns.as_str()) || ntf.spec.suspend {
+        if !route::may_route(&ntf, &seen) {
             continue;
         }
         let value = ev.annotations().get(&claim::key(&ntf.name_any())).cloned();
@@ -144,6 +146,21 @@ fn visit(ctx: &Arc<Context>, notifications: &Store<Notification>, ev: Event) {
             deliver(&ctx, &ev, &ntf).await;
             ctx.running.lock().expect("running lock").remove(&key);
         });
+    }
+}
+
+/// What routing reads of `ev` about Application `ns/app` labelled `labels`.
+fn seen<'a>(ev: &'a Event, ns: &'a str, app: &'a str, labels: &'a BTreeMap<String, String>) -> route::Seen<'a> {
+    let regarding = ev.regarding.as_ref();
+    route::Seen {
+        reporting_controller: ev.reporting_controller.as_deref().unwrap_or_default(),
+        regarding_api_version: regarding.and_then(|r| r.api_version.as_deref()).unwrap_or_default(),
+        regarding_kind: regarding.and_then(|r| r.kind.as_deref()).unwrap_or_default(),
+        namespace: ns,
+        application: app,
+        labels,
+        severity: if ev.type_.as_deref() == Some("Warning") { Severity::Warning } else { Severity::Normal },
+        reason: ev.reason.as_deref().unwrap_or_default(),
     }
 }
 
@@ -165,17 +182,7 @@ async fn deliver(ctx: &Context, ev: &Event, ntf: &Notification) {
         tracing::trace!(event = %ev.name_any(), "not this replica's shard");
         return;
     }
-    let severity = if ev.type_.as_deref() == Some("Warning") { Severity::Warning } else { Severity::Normal };
-    let seen = route::Seen {
-        reporting_controller: ev.reporting_controller.as_deref().unwrap_or_default(),
-        regarding_api_version: ev.regarding.as_ref().and_then(|r| r.api_version.as_deref()).unwrap_or_default(),
-        regarding_kind: "Application",
-        namespace: &ns,
-        application: &app_name,
-        labels: app.labels(),
-        severity,
-        reason: ev.reason.as_deref().unwrap_or_default(),
-    };
+    let seen = seen(ev, &ns, &app_name, app.labels());
     // Events from before the Notification existed are history, not news.
     let created = ntf.metadata.creation_timestamp.as_ref().map(|t| t.0.as_second()).unwrap_or(i64::MAX);
     let happened = ev

@@ -49,6 +49,12 @@ pub fn is_lifecycle(seen: &Seen<'_>) -> bool {
 
 /// Whether `notification` takes the Event `seen`.
 pub fn routes(notification: &Notification, seen: &Seen<'_>) -> bool {
+    may_route(notification, seen) && selects(notification, seen)
+}
+
+/// [`routes`] but for the Application's labels (not read yet): what the engine checks before
+/// it reads the Application, so an Event no Notification wants costs no request.
+pub fn may_route(notification: &Notification, seen: &Seen<'_>) -> bool {
     let spec = &notification.spec;
     if spec.suspend || !is_lifecycle(seen) {
         return false;
@@ -59,10 +65,12 @@ pub fn routes(notification: &Notification, seen: &Seen<'_>) -> bool {
     if seen.severity < spec.severity {
         return false;
     }
-    if !spec.reasons.is_empty() && !spec.reasons.iter().any(|r| r == seen.reason) {
-        return false;
-    }
-    let apps = &spec.applications;
+    !(!spec.reasons.is_empty() && !spec.reasons.iter().any(|r| r == seen.reason))
+}
+
+/// Whether `notification` chooses the Application of `seen` (by name, labels, or all).
+fn selects(notification: &Notification, seen: &Seen<'_>) -> bool {
+    let apps = &notification.spec.applications;
     let by_name = apps.names.iter().any(|n| n == seen.application);
     let by_labels = apps.selector.as_ref().is_some_and(|s| match Selector::try_from(s.clone()) {
         Ok(sel) => sel.matches(seen.labels),

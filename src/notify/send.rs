@@ -65,8 +65,7 @@ impl Sender {
         msg: &Message,
         owned: impl Fn() -> bool,
     ) -> Outcome {
-        let secrets: Vec<&str> =
-            [&secret.address, &secret.token, &secret.username].into_iter().flatten().map(String::as_str).collect();
+        let secrets = secret_values(secret);
         let mut attempt = 0;
         loop {
             if !owned() {
@@ -81,7 +80,7 @@ impl Sender {
             };
             self.limit(&req.url).until_ready().await;
             let (status, retry_after, text) = self.send(req).await;
-            let text = crate::redact::redact(&text, secrets.iter().copied());
+            let text = crate::redact::redact(&text, secrets.iter().map(String::as_str));
             let text = super::providers::excerpt(&text, EXCERPT);
             match verdict(attempt, status, retry_after.as_deref(), &text, now) {
                 Verdict::Delivered => return Outcome::Delivered { attempts: attempt, answer: text },
@@ -130,7 +129,38 @@ impl Sender {
     }
 }
 
+/// What a provider's answer must not show: the Secret's values, and the path and query of the
+/// address on their own (a webhook URL's secret part; an error page echoes the path, not the
+/// whole URL).
+fn secret_values(secret: &ProviderSecret) -> Vec<String> {
+    let mut out: Vec<String> =
+        [&secret.address, &secret.token, &secret.username].into_iter().flatten().cloned().collect();
+    if let Some(url) = secret.address.as_deref().and_then(|a| reqwest::Url::parse(a).ok()) {
+        out.extend([url.path().trim_matches('/').to_string(), url.query().unwrap_or_default().to_string()]);
+    }
+    out.retain(|v| v.len() >= crate::redact::MIN_LEN);
+    out
+}
+
 /// Time since `start`, for the duration histogram.
 pub fn elapsed(start: Instant) -> f64 {
     start.elapsed().as_secs_f64()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_answer_echoing_the_address_path_is_redacted() {
+        let secret = ProviderSecret {
+            address: Some("https://hooks.example.com/services/T0/B0/XyZsecret?k=v1".into()),
+            token: Some("tok".into()),
+            username: None,
+        };
+        let values = secret_values(&secret);
+        let echoed = "404 no_service: /services/T0/B0/XyZsecret (k=v1) tok";
+        let shown = crate::redact::redact(echoed, values.iter().map(String::as_str));
+        assert!(!shown.contains("XyZsecret") && !shown.contains("k=v1") && !shown.contains("tok"), "{shown}");
+    }
 }

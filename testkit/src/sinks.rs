@@ -157,9 +157,11 @@ fn answer(kind: &Kind, state: &Mutex<State>, path: &str, headers: &HeaderMap, bo
         Some(Reply::Status(code, retry_after)) => {
             record(&mut st, code);
             let status = StatusCode::from_u16(code).unwrap();
+            // Echoes the path, as proxies' error pages do: a webhook URL's secret part.
+            let text = format!("unavailable: {path}");
             match retry_after {
-                Some(secs) => (status, [("Retry-After", secs.to_string())], "unavailable").into_response(),
-                None => (status, "unavailable").into_response(),
+                Some(secs) => (status, [("Retry-After", secs.to_string())], text).into_response(),
+                None => (status, text).into_response(),
             }
         }
         None => {

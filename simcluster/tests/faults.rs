@@ -560,3 +560,34 @@ async fn service_addresses_follow_creates_updates_and_deletes() {
         .collect();
     assert_eq!(ips.len(), 51, "{ips:?}");
 }
+
+/// Regression: an events.k8s.io/v1 watch showed stored (core) Events as if they were already
+/// events.k8s.io ones, so `regarding`, `reportingController` and `note` were lost on the way
+/// out (the notifications engine watches them; a list showed them right).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_events_k8s_io_watch_shows_regarding_and_reporting_controller() {
+    use k8s_openapi::api::events::v1::Event as EventV1;
+    let (sim, _) = start().await;
+    let events: Api<EventV1> = Api::namespaced(sim.client().await.unwrap(), "default");
+    let rv = events.list(&ListParams::default()).await.unwrap().metadata.resource_version.unwrap();
+    let mut stream = events.watch(&WatchParams::default(), &rv).await.unwrap().boxed();
+    let ev: EventV1 = serde_json::from_value(json!({
+        "apiVersion": "events.k8s.io/v1", "kind": "Event",
+        "metadata": {"name": "app.1", "namespace": "default"},
+        "eventTime": "2026-12-05T18:00:00.000000Z", "type": "Warning", "reason": "HealthTimeout",
+        "action": "Plan", "note": "not Healthy", "reportingController": "kuvryn-sync", "reportingInstance": "a",
+        "regarding": {"apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "Application", "namespace": "default", "name": "app"},
+    }))
+    .unwrap();
+    events.create(&PostParams::default(), &ev).await.unwrap();
+    let got = loop {
+        match tokio::time::timeout(Duration::from_secs(10), stream.try_next()).await.unwrap().unwrap() {
+            Some(WatchEvent::Added(e)) if e.metadata.name.as_deref() == Some("app.1") => break e,
+            Some(_) => continue,
+            None => panic!("the watch ended"),
+        }
+    };
+    assert_eq!(got.reporting_controller.as_deref(), Some("kuvryn-sync"));
+    assert_eq!(got.regarding.and_then(|r| r.name).as_deref(), Some("app"));
+    assert_eq!(got.note.as_deref(), Some("not Healthy"));
+}

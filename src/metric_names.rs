@@ -100,7 +100,7 @@ pub const GIT_MATERIALIZE_DURATION_SECONDS: &str = "ksync_git_materialize_durati
 /// Gauge: Unix time the webhook's serving certificate expires.
 pub const WEBHOOK_CERTIFICATE_EXPIRY_TIMESTAMP_SECONDS: &str = "ksync_webhook_certificate_expiry_timestamp_seconds";
 
-/// Counter: Notification deliveries, once each. Labels: `provider` (the Notification's provider type), `result`: `delivered`, `failed`, `dropped` (a commit-status provider and an Event without a commit).
+/// Counter: Notification deliveries, once each. Labels: `provider` (the Notification's provider type), `result`: `delivered`, `failed`, `dropped` (routed while the Notification was suspended, or a commit-status provider and an Event without a commit).
 pub const NOTIFICATIONS_TOTAL: &str = "ksync_notifications_total";
 
 /// Histogram: One notification delivery, its retries included. Labels: `provider`.

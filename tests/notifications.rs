@@ -48,6 +48,10 @@ async fn notification(env: &Env, name: &str, spec: Value) {
     Api::<Notification>::namespaced(env.client.clone(), &env.ns).create(&PostParams::default(), &n).await.unwrap();
 }
 
+fn ntfs_api(env: &Env) -> Api<Notification> {
+    Api::namespaced(env.client.clone(), &env.ns)
+}
+
 /// The notifications engine in this process, as a single replica runs it.
 fn start_engine(env: &Env) -> tokio::sync::oneshot::Sender<()> {
     let ctx = Arc::new(notifications::Context::new(env.client.clone(), "test".into(), None, Duration::from_secs(15)));
@@ -92,6 +96,8 @@ fn a_failed_rollout_notifies_each_sink_once(cluster: Cluster) {
             "provider": {"type": "Slack", "secretRef": {"name": "unrouted"}}})).await;
         notification(&env, "unrouted-reason", json!({"reasons": ["RolledBack"],
             "provider": {"type": "Slack", "secretRef": {"name": "unrouted"}}})).await;
+        // Suspended while the rollout fails, resumed after: the meantime's Events are not sent.
+        notification(&env, "paused", json!({"suspend": true, "provider": {"type": "Slack", "secretRef": {"name": "unrouted"}}})).await;
         // A missing Secret: Ready=False, no retry storm.
         notification(&env, "no-secret", json!({"severity": "Warning", "provider": {"type": "Slack", "secretRef": {"name": "absent"}}})).await;
         let stop = start_engine(&env);
@@ -134,6 +140,23 @@ fn a_failed_rollout_notifies_each_sink_once(cluster: Cluster) {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         eventually("the webhook to get it after its 429", wait, || async { (!hook.delivered().is_empty()).then_some(()) }).await;
+        // The suspended Notification marks what it skips; resumed, it sends none of it.
+        let events: Api<Event> = Api::namespaced(env.client.clone(), NS);
+        eventually("the HealthTimeout Event marked skipped for the suspended Notification", wait, || async {
+            let list = events.list(&ListParams::default()).await.ok()?;
+            list.items.iter().any(|e| {
+                e.reason.as_deref() == Some("HealthTimeout")
+                    && e.metadata
+                        .annotations
+                        .as_ref()
+                        .and_then(|a| a.get("notify.sync.kuvryn.io/paused"))
+                        .is_some_and(|v| v.starts_with("skipped "))
+            })
+            .then_some(())
+        })
+        .await;
+        let resume = json!({"spec": {"suspend": false}});
+        ntfs_api(&env).patch("paused", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&resume)).await.unwrap();
         // Once each, even after a few rescans.
         tokio::time::sleep(Duration::from_secs(8)).await;
         for (name, sink) in [("slack", &slack), ("teams", &teams), ("hook", &hook), ("unrouted", &unrouted)] {

@@ -129,7 +129,7 @@ fn visit(ctx: &Arc<Context>, notifications: &Store<Notification>, ev: Event) {
     let no_labels = BTreeMap::new();
     let seen = seen(&ev, &ns, regarding.name.as_deref().unwrap_or_default(), &no_labels);
     for ntf in notifications.state() {
-        if !route::may_route(&ntf, &seen) {
+        if !route::may_route(&awake(&ntf), &seen) {
             continue;
         }
         let value = ev.annotations().get(&claim::key(&ntf.name_any())).cloned();
@@ -147,6 +147,14 @@ fn visit(ctx: &Arc<Context>, notifications: &Store<Notification>, ev: Event) {
             ctx.running.lock().expect("running lock").remove(&key);
         });
     }
+}
+
+/// `ntf` as if not suspended: a suspended Notification still claims the Events it routes, to
+/// mark them skipped (see [`deliver`]).
+fn awake(ntf: &Notification) -> Notification {
+    let mut n = ntf.clone();
+    n.spec.suspend = false;
+    n
 }
 
 /// What routing reads of `ev` about Application `ns/app` labelled `labels`.
@@ -191,7 +199,7 @@ async fn deliver(ctx: &Context, ev: &Event, ntf: &Notification) {
         .map(|t| t.0)
         .or(ev.metadata.creation_timestamp.as_ref().map(|t| t.0))
         .map(|t| t.as_second());
-    if !route::routes(ntf, &seen) || happened.is_none_or(|h| h < created) {
+    if !route::routes(&awake(ntf), &seen) || happened.is_none_or(|h| h < created) {
         tracing::trace!(event = %ev.name_any(), notification = %ntf.name_any(), "not routed");
         return;
     }
@@ -215,8 +223,9 @@ async fn deliver(ctx: &Context, ev: &Event, ntf: &Notification) {
         None => None,
     };
     let msg = compose::message(ev, revision.as_ref());
-    let outcome = if provider.is_commit_status() && msg.commit.is_none() {
-        // A commit status needs a commit: an Event without one is not for it.
+    let outcome = if ntf.spec.suspend || (provider.is_commit_status() && msg.commit.is_none()) {
+        // Suspended: marked, so resuming does not send the meantime's Events. A commit status
+        // needs a commit: an Event without one is not for it.
         Outcome::NotSent { reason: String::new() }
     } else {
         match secret(ctx, &ns, &ntf.spec.provider.secret_ref.name).await {
@@ -240,7 +249,11 @@ async fn deliver(ctx: &Context, ev: &Event, ntf: &Notification) {
     metrics::histogram!(crate::metric_names::NOTIFICATION_DURATION_SECONDS, m::label::PROVIDER => provider.as_str())
         .record(crate::notify::send::elapsed(started));
     let now = jiff::Timestamp::now();
-    let value = if mark == "delivered" { claim::delivered(now.as_second()) } else { claim::failed(now.as_second()) };
+    let value = match mark {
+        "delivered" => claim::delivered(now.as_second()),
+        "dropped" => claim::skipped(now.as_second()),
+        _ => claim::failed(now.as_second()),
+    };
     let marked = json!({"metadata": {"annotations": {&key: value}}});
     if let Err(e) = events.patch(&ev.name_any(), &PatchParams::default(), &Patch::Merge(&marked)).await {
         tracing::warn!(error = %e, event = %ev.name_any(), "marking a notification delivered");

@@ -38,6 +38,12 @@ pub fn delivered(now: i64) -> String {
     format!("delivered {now}")
 }
 
+/// The value of an Event not sent: routed while the Notification was suspended (never sent
+/// later), or without the commit a commit status needs.
+pub fn skipped(now: i64) -> String {
+    format!("skipped {now}")
+}
+
 /// The value once given up on after the retries.
 pub fn failed(now: i64) -> String {
     format!("failed {now}")
@@ -64,7 +70,7 @@ pub fn decide(value: Option<&str>, now: i64, stale_after: i64) -> Decision {
             Decision::TakeOver { holder: holder.unwrap_or_default().to_string() }
         }
         (Some("claimed"), Some(_), _) => Decision::Leave,
-        (Some("delivered" | "failed"), _, _) => Decision::Leave,
+        (Some("delivered" | "failed" | "skipped"), _, _) => Decision::Leave,
         // Unreadable (written by hand?): treat as unclaimed rather than never deliver.
         _ => Decision::Claim,
     }
@@ -83,6 +89,7 @@ mod tests {
             (Some(claimed("a", 50)), Decision::TakeOver { holder: "a".into() }),
             (Some(delivered(10)), Decision::Leave),
             (Some(failed(10)), Decision::Leave),
+            (Some(skipped(10)), Decision::Leave),
             (Some("garbage".into()), Decision::Claim),
         ];
         for (value, want) in cases {

@@ -492,22 +492,25 @@ async fn chart_sync(
     };
     let interval = crate::api::duration::parse(&repo.spec.interval).unwrap_or(Duration::from_secs(60));
     let exact = crate::render::chart::is_exact(&chart.version);
-    let pulled =
-        match charts.pull(&repo.spec.url, &chart.name, &chart.version, exact, &auth, interval.mul_f64(0.9)).await {
-            Ok(p) => p,
-            Err(message) => {
-                conditions::set(
-                    &mut status.conditions,
-                    names::conditions::SOURCE_READY,
-                    Status::False,
-                    names::reasons::SOURCE_FAILURE,
-                    &message,
-                    generation,
-                    Timestamp::now(),
-                );
-                return fail(message, true);
-            }
-        };
+    // A new reconcile request (`ksync reconcile repo`, a receiver) resolves the range again now.
+    let requested = repo.annotations().get(names::annotations::RECONCILE_REQUESTED_AT);
+    let handled = repo.status.as_ref().and_then(|s| s.last_handled_reconcile_at.as_ref());
+    let fresh_for = if requested.is_some() && requested != handled { Duration::ZERO } else { interval.mul_f64(0.9) };
+    let pulled = match charts.pull(&repo.spec.url, &chart.name, &chart.version, exact, &auth, fresh_for).await {
+        Ok(p) => p,
+        Err(message) => {
+            conditions::set(
+                &mut status.conditions,
+                names::conditions::SOURCE_READY,
+                Status::False,
+                names::reasons::SOURCE_FAILURE,
+                &message,
+                generation,
+                Timestamp::now(),
+            );
+            return fail(message, true);
+        }
+    };
     let following = repo.spec.following();
     conditions::set(
         &mut status.conditions,

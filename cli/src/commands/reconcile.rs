@@ -160,16 +160,16 @@ pub fn repository_outcome(before: &Repository, after: &Repository, ns: &str) -> 
     let commit = status.revision.as_ref().map(|r| r.commit.as_str()).unwrap_or_default();
     let old = before.status.as_ref().and_then(|s| s.revision.as_ref()).map(|r| r.commit.as_str());
     let following = after.spec.following();
+    // A chart Repository's revision is the chart version, never shortened.
+    let chart = after.spec.is_chart();
+    let what = if chart { "version" } else { "commit" };
+    let short = |c: &str| if chart { c.to_string() } else { c.get(..12).unwrap_or(c).to_string() };
     let change = match old {
         Some(o) if o == commit => "unchanged".to_string(),
         Some(o) if !o.is_empty() => format!("was {}", short(o)),
         _ => "first fetch".to_string(),
     };
-    Ok(format!("Repository \"{name}\" in namespace \"{ns}\" fetched {following}: commit {commit} ({change}).\n"))
-}
-
-fn short(commit: &str) -> &str {
-    commit.get(..12).unwrap_or(commit)
+    Ok(format!("Repository \"{name}\" in namespace \"{ns}\" fetched {following}: {what} {commit} ({change}).\n"))
 }
 
 async fn application(cluster: &Cluster, t: &Target) -> Result<()> {

@@ -129,6 +129,9 @@ struct Manager(std::process::Child, tempfile::TempDir);
 
 impl Drop for Manager {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("manager log:\n{}", self.log());
+        }
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
@@ -274,7 +277,8 @@ fn github_push_fetches_only_when_signed(cluster: Cluster) {
         create_repository(&client, ns, "platform", &url, "main", "hook").await;
         // Tenant B follows the same URL and branch, with its own token.
         create_repository(&client, ns_b, "platform", &url, "main", "hook").await;
-        create_repository(&client, ns, "short", &url, "main", "short").await;
+        // (On a branch that does not exist: its Applications would collide with platform's.)
+        create_repository(&client, ns, "short", &url, "no-such-branch", "short").await;
         let repos: Api<Repository> = Api::namespaced(client.clone(), ns);
         let repos_b: Api<Repository> = Api::namespaced(client.clone(), ns_b);
         let repo = settled(&client, ns, "platform").await;

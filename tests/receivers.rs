@@ -235,7 +235,9 @@ async fn all_applied(client: &Client, ns: &str, n: usize, commit: &str, version:
         let at = listed
             .items
             .iter()
-            .filter(|a| a.status.as_ref().and_then(|s| s.sync.as_ref()).and_then(|s| s.commit.as_deref()) == Some(commit))
+            .filter(|a| {
+                a.status.as_ref().and_then(|s| s.sync.as_ref()).and_then(|s| s.commit.as_deref()) == Some(commit)
+            })
             .count();
         (at == n).then_some(())?;
         let cms = cms.list(&Default::default()).await.ok()?;
@@ -292,7 +294,8 @@ fn github_push_fetches_only_when_signed(cluster: Cluster) {
         // A token shorter than 16 bytes: no path, and a message saying why.
         let short = eventually("the short token reported", WAIT, || async {
             let r = repos.get("short").await.ok()?;
-            let c = r.status.as_ref()?.conditions.iter().find(|c| c.type_ == names::conditions::RECEIVER_READY)?.clone();
+            let c =
+                r.status.as_ref()?.conditions.iter().find(|c| c.type_ == names::conditions::RECEIVER_READY)?.clone();
             (c.status == "False").then_some((r, c))
         })
         .await;
@@ -400,9 +403,8 @@ fn github_push_fetches_only_when_signed(cluster: Cluster) {
 
         // Counted.
         let m = scrape(metrics).expect("metrics");
-        let count = |result: &str| {
-            value(&m, "ksync_receiver_requests_total", &[("provider", "github"), ("result", result)])
-        };
+        let count =
+            |result: &str| value(&m, "ksync_receiver_requests_total", &[("provider", "github"), ("result", result)]);
         assert!(count("unauthorized") >= 2.0, "{m:?}");
         for (result, at_least) in
             [("not_found", 1.0), ("accepted", 1.0), ("replayed", 1.0), ("ignored", 2.0), ("malformed", 1.0)]
@@ -469,14 +471,8 @@ fn generic_push_deploys_every_application_of_a_monorepo(cluster: Cluster) {
         assert_eq!(r.status, 202, "{r:?}");
         all_applied(&client, ns, APPS, &second, "two", WAIT).await;
         let m = scrape(metrics).expect("metrics");
-        assert_eq!(
-            value(&m, "ksync_receiver_requests_total", &[("provider", "generic"), ("result", "accepted")]),
-            1.0
-        );
-        assert_eq!(
-            value(&m, "ksync_receiver_requests_total", &[("provider", "generic"), ("result", "replayed")]),
-            1.0
-        );
+        assert_eq!(value(&m, "ksync_receiver_requests_total", &[("provider", "generic"), ("result", "accepted")]), 1.0);
+        assert_eq!(value(&m, "ksync_receiver_requests_total", &[("provider", "generic"), ("result", "replayed")]), 1.0);
     });
     drop(manager);
 }

@@ -688,7 +688,6 @@ async fn write_status(
     if old.receiver.is_some() && new.receiver.is_none() {
         body["status"]["receiver"] = serde_json::Value::Null;
     }
-    api.patch_status(&repo.name_any(), &PatchParams::apply(names::STATUS_FIELD_MANAGER), &Patch::Merge(body))
-    .await?;
+    api.patch_status(&repo.name_any(), &PatchParams::apply(names::STATUS_FIELD_MANAGER), &Patch::Merge(body)).await?;
     Ok(())
 }

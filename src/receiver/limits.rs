@@ -54,10 +54,7 @@ impl Limits {
         Limits {
             global: RateLimiter::direct(global),
             per_path: RateLimiter::keyed(path),
-            deliveries: moka::sync::Cache::builder()
-                .max_capacity(100_000)
-                .time_to_live(settings.replay_window)
-                .build(),
+            deliveries: moka::sync::Cache::builder().max_capacity(100_000).time_to_live(settings.replay_window).build(),
         }
     }
 

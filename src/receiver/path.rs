@@ -29,10 +29,7 @@ pub fn of(namespace: &str, secret: &str, token: &[u8]) -> String {
 
 /// The token of a receiver Secret's data (its `token` key, one trailing newline dropped as
 /// `echo` leaves it), or why there is none usable. The message never contains the token.
-pub fn token(
-    secret_name: &str,
-    data: Option<&std::collections::BTreeMap<String, Vec<u8>>>,
-) -> Result<Vec<u8>, String> {
+pub fn token(secret_name: &str, data: Option<&std::collections::BTreeMap<String, Vec<u8>>>) -> Result<Vec<u8>, String> {
     let Some(raw) = data.and_then(|d| d.get(TOKEN_KEY)) else {
         return Err(format!(
             "the receiver Secret {secret_name:?} (spec.receiver.secretRef) does not exist in the Repository's \

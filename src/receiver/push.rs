@@ -104,7 +104,12 @@ mod tests {
                     "clone_url": "https://github.com/o/r.git", "ssh_url": "git@github.com:o/r.git",
                     "git_url": "git://github.com/o/r.git", "html_url": "https://github.com/o/r"}}),
                 push(
-                    &["https://github.com/o/r.git", "git@github.com:o/r.git", "git://github.com/o/r.git", "https://github.com/o/r"],
+                    &[
+                        "https://github.com/o/r.git",
+                        "git@github.com:o/r.git",
+                        "git://github.com/o/r.git",
+                        "https://github.com/o/r",
+                    ],
                     &["refs/heads/main"],
                     &["abc"],
                 ),
@@ -118,7 +123,11 @@ mod tests {
                 Provider::GitLab,
                 json!({"ref": "refs/heads/main", "checkout_sha": "c1", "after": "c2", "project": {
                     "git_http_url": "https://gitlab.com/o/r.git", "git_ssh_url": "git@gitlab.com:o/r.git", "web_url": "https://gitlab.com/o/r"}}),
-                push(&["https://gitlab.com/o/r.git", "git@gitlab.com:o/r.git", "https://gitlab.com/o/r"], &["refs/heads/main"], &["c1"]),
+                push(
+                    &["https://gitlab.com/o/r.git", "git@gitlab.com:o/r.git", "https://gitlab.com/o/r"],
+                    &["refs/heads/main"],
+                    &["c1"],
+                ),
             ),
             (
                 Provider::Bitbucket,
@@ -127,14 +136,22 @@ mod tests {
                         {"new": {"type": "branch", "name": "main", "target": {"hash": "h1"}}},
                         {"new": null},
                         {"new": {"type": "tag", "name": "v2", "target": {"hash": "h2"}}}]}}),
-                push(&["https://bitbucket.org/o/r", "https://bitbucket.org/o/r"], &["refs/heads/main", "refs/tags/v2"], &["h1", "h2"]),
+                push(
+                    &["https://bitbucket.org/o/r", "https://bitbucket.org/o/r"],
+                    &["refs/heads/main", "refs/tags/v2"],
+                    &["h1", "h2"],
+                ),
             ),
             (
                 Provider::Bitbucket,
                 json!({"repository": {"links": {"clone": [{"href": "ssh://git@bb.example:7999/p/r.git", "name": "ssh"},
                     {"href": "https://bb.example/scm/p/r.git", "name": "http"}]}},
                     "changes": [{"ref": {"id": "refs/heads/main"}, "toHash": "t1"}]}),
-                push(&["ssh://git@bb.example:7999/p/r.git", "https://bb.example/scm/p/r.git"], &["refs/heads/main"], &["t1"]),
+                push(
+                    &["ssh://git@bb.example:7999/p/r.git", "https://bb.example/scm/p/r.git"],
+                    &["refs/heads/main"],
+                    &["t1"],
+                ),
             ),
             (
                 Provider::Generic,
@@ -153,6 +170,9 @@ mod tests {
         assert_eq!(parse(Provider::GitHub, b"{}"), Err(Malformed::Incomplete));
         assert_eq!(parse(Provider::Generic, br#"{"url": "https://x/y"}"#), Err(Malformed::Incomplete));
         assert_eq!(parse(Provider::Generic, br#"{"ref": "main"}"#), Err(Malformed::Incomplete));
-        assert_eq!(parse(Provider::GitLab, br#"{"ref": 5, "project": {"web_url": "https://x/y"}}"#), Err(Malformed::Incomplete));
+        assert_eq!(
+            parse(Provider::GitLab, br#"{"ref": 5, "project": {"web_url": "https://x/y"}}"#),
+            Err(Malformed::Incomplete)
+        );
     }
 }

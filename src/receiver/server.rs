@@ -135,10 +135,8 @@ async fn decide(
     if let Err(wait) = shared.limits.path(path) {
         return Outcome::RateLimited(wait);
     }
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
+    let declared =
+        headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
         return Outcome::TooLarge;
     }
@@ -240,4 +238,31 @@ async fn trigger(client: &Client, repo: &Repository) -> Result<bool, kube::Error
     let patch = serde_json::json!({"metadata": {"annotations": {names::annotations::RECONCILE_REQUESTED_AT: now}}});
     api.patch_metadata(&repo.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await?;
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn repo(requested: Option<&str>, handled: Option<&str>) -> Repository {
+        let mut r: Repository = serde_json::from_value(serde_json::json!({
+            "apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "Repository",
+            "metadata": {"name": "r", "namespace": "n"},
+            "spec": {"url": "https://h/o/r", "ref": {"branch": "main"}},
+            "status": {"lastHandledReconcileAt": handled},
+        }))
+        .unwrap();
+        if let Some(at) = requested {
+            r.annotations_mut().insert(names::annotations::RECONCILE_REQUESTED_AT.into(), at.into());
+        }
+        r
+    }
+
+    #[test]
+    fn a_request_not_yet_handled_is_pending_and_coalesces() {
+        assert!(!pending(&repo(None, None)), "never asked");
+        assert!(!pending(&repo(Some("t1"), Some("t1"))), "handled");
+        assert!(pending(&repo(Some("t2"), Some("t1"))), "asked again, not handled yet");
+        assert!(pending(&repo(Some("t1"), None)), "asked, never handled");
+    }
 }

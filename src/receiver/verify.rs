@@ -32,7 +32,10 @@ impl Provider {
         let has = |h: &str| headers.contains_key(h);
         if has("x-ksync-signature") {
             Some(Provider::Generic)
-        } else if has("x-gitea-signature") || has("x-forgejo-signature") || has("x-gitea-event") || has("x-forgejo-event")
+        } else if has("x-gitea-signature")
+            || has("x-forgejo-signature")
+            || has("x-gitea-event")
+            || has("x-forgejo-event")
         {
             Some(Provider::Gitea)
         } else if has("x-gitlab-event") || has("x-gitlab-token") {
@@ -125,7 +128,7 @@ fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
 }
 
 fn decode_hex(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return None;
     }
     (0..s.len()).step_by(2).map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok()).collect()
@@ -151,9 +154,7 @@ pub fn verify(provider: Provider, headers: &HeaderMap, body: &[u8], token: &[u8]
             let sig = header(headers, "x-gitea-signature").or_else(|| header(headers, "x-forgejo-signature"));
             hmac_ok(token, &[body], sig)
         }
-        Provider::GitLab => {
-            header(headers, "x-gitlab-token").is_some_and(|t| bool::from(t.as_bytes().ct_eq(token)))
-        }
+        Provider::GitLab => header(headers, "x-gitlab-token").is_some_and(|t| bool::from(t.as_bytes().ct_eq(token))),
         Provider::Generic => {
             let Some(ts) = header(headers, "x-ksync-timestamp") else { return Verdict::Invalid };
             if !hmac_ok(token, &[ts.as_bytes(), b".", body], prefixed("x-ksync-signature")) {
@@ -186,6 +187,9 @@ mod tests {
     const BODY: &[u8] = br#"{"ref":"refs/heads/main"}"#;
     const NOW: i64 = 1_800_000_000;
 
+    /// Header pairs of one test request.
+    type Pairs<'a> = Vec<(&'a str, &'a str)>;
+
     fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
         let mut h = HeaderMap::new();
         for (k, v) in pairs {
@@ -196,17 +200,17 @@ mod tests {
 
     #[test]
     fn each_host_is_told_from_its_headers() {
-        let cases: &[(&[(&str, &str)], Option<Provider>)] = &[
-            (&[("X-GitHub-Event", "push")], Some(Provider::GitHub)),
-            (&[("X-GitHub-Event", "push"), ("X-Gitea-Event", "push")], Some(Provider::Gitea)),
-            (&[("X-Forgejo-Signature", "ab")], Some(Provider::Gitea)),
-            (&[("X-Gitlab-Event", "Push Hook")], Some(Provider::GitLab)),
-            (&[("X-Event-Key", "repo:push")], Some(Provider::Bitbucket)),
-            (&[("X-Ksync-Signature", "sha256=00")], Some(Provider::Generic)),
-            (&[("Content-Type", "application/json")], None),
+        let cases: Vec<(Pairs, Option<Provider>)> = vec![
+            (vec![("X-GitHub-Event", "push")], Some(Provider::GitHub)),
+            (vec![("X-GitHub-Event", "push"), ("X-Gitea-Event", "push")], Some(Provider::Gitea)),
+            (vec![("X-Forgejo-Signature", "ab")], Some(Provider::Gitea)),
+            (vec![("X-Gitlab-Event", "Push Hook")], Some(Provider::GitLab)),
+            (vec![("X-Event-Key", "repo:push")], Some(Provider::Bitbucket)),
+            (vec![("X-Ksync-Signature", "sha256=00")], Some(Provider::Generic)),
+            (vec![("Content-Type", "application/json")], None),
         ];
         for (h, want) in cases {
-            assert_eq!(Provider::detect(&headers(h)), *want, "{h:?}");
+            assert_eq!(Provider::detect(&headers(&h)), want, "{h:?}");
         }
     }
 
@@ -221,7 +225,7 @@ mod tests {
         let old = (NOW - 301).to_string();
         let generic_old = format!("sha256={}", sign(TOKEN, &[old.as_bytes(), b".", BODY]));
         let token = std::str::from_utf8(TOKEN).unwrap();
-        let cases: Vec<(Provider, Vec<(&str, &str)>, Verdict)> = vec![
+        let cases: Vec<(Provider, Pairs, Verdict)> = vec![
             (Provider::GitHub, vec![("x-hub-signature-256", &gh)], Verdict::Valid),
             (Provider::GitHub, vec![("x-hub-signature-256", &gh_bad)], Verdict::Invalid),
             (Provider::GitHub, vec![("x-hub-signature-256", &good)], Verdict::Invalid),
@@ -259,9 +263,15 @@ mod tests {
         assert_eq!(Provider::GitHub.delivery(&h).as_deref(), Some("d-1"));
         assert_eq!(Provider::GitHub.event(&h), EventKind::Ping);
         let h = headers(&[("X-Gitlab-Event", "Tag Push Hook"), ("X-Gitlab-Event-UUID", "u")]);
-        assert_eq!((Provider::GitLab.event(&h), Provider::GitLab.delivery(&h).as_deref()), (EventKind::Push, Some("u")));
+        assert_eq!(
+            (Provider::GitLab.event(&h), Provider::GitLab.delivery(&h).as_deref()),
+            (EventKind::Push, Some("u"))
+        );
         let h = headers(&[("X-Event-Key", "repo:refs_changed"), ("X-Request-Id", "r")]);
-        assert_eq!((Provider::Bitbucket.event(&h), Provider::Bitbucket.delivery(&h).as_deref()), (EventKind::Push, Some("r")));
+        assert_eq!(
+            (Provider::Bitbucket.event(&h), Provider::Bitbucket.delivery(&h).as_deref()),
+            (EventKind::Push, Some("r"))
+        );
         let h = headers(&[("X-Gitea-Event", "issues"), ("X-Gitea-Delivery", "g")]);
         assert_eq!((Provider::Gitea.event(&h), Provider::Gitea.delivery(&h).as_deref()), (EventKind::Other, Some("g")));
         assert_eq!(Provider::Generic.delivery(&headers(&[])), None);

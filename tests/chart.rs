@@ -61,9 +61,10 @@ async fn apply_strict(client: &kube::Client, obj: &Value) {
         version: version.into(),
         api_version: api_version.into(),
         kind: kind.into(),
-        plural: match kind.to_lowercase().strip_suffix('y') {
-            Some(stem) => format!("{stem}ies"),
-            None => format!("{}s", kind.to_lowercase()),
+        plural: match kind.to_lowercase() {
+            k if k.ends_with('y') => format!("{}ies", &k[..k.len() - 1]),
+            k if k.ends_with('s') => format!("{k}es"),
+            k => format!("{k}s"),
         },
     };
     let api: Api<DynamicObject> = match obj["metadata"]["namespace"].as_str() {

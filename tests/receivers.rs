@@ -525,6 +525,25 @@ fn measure_push_to_applied() {
                 applied.as_secs_f64()
             );
         }
+        // Polling, for comparison: the same Repository at `interval: 1m` (the spec change makes
+        // it fetch now), then a commit pushed right after that fetch, with no receiver request:
+        // it waits for the next poll, one interval (±10 %) later.
+        let repos: Api<Repository> = Api::namespaced(client.clone(), ns);
+        let patch = json!({"spec": {"interval": "1m"}});
+        repos.patch("mono", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch)).await.unwrap();
+        eventually("the new interval fetched", WAIT, || async {
+            let r = repos.get("mono").await.ok()?;
+            (r.status?.observed_generation == r.metadata.generation).then_some(())
+        })
+        .await;
+        write_apps(&work, ns, apps, "polled");
+        let commit = work.commit_and_push("polled");
+        let pushed = std::time::Instant::now();
+        all_applied(&client, ns, apps, &commit, "polled", Duration::from_secs(600)).await;
+        eprintln!(
+            "polling (interval 1m, pushed right after a poll): all {apps} Applications applied {:.1} s after the push",
+            pushed.elapsed().as_secs_f64()
+        );
     });
     drop(manager);
 }

@@ -120,6 +120,34 @@ fn generic_push(port: u16, path: &str, token: &str, at: i64, url: &str, referenc
     post(port, path, &[("X-Ksync-Timestamp", &ts), ("X-Ksync-Signature", &signature)], body.as_bytes())
 }
 
+/// A push of `main` of `url` at `commit` as GitLab, Gitea or Bitbucket Cloud sends it, with TOKEN.
+fn host_push(port: u16, path: &str, host: &str, url: &str, commit: &str) -> Reply {
+    let (body, mut headers): (Value, Vec<(&str, String)>) = match host {
+        "gitlab" => (
+            json!({"ref": "refs/heads/main", "checkout_sha": commit, "project": {"git_http_url": url}}),
+            vec![("X-Gitlab-Event", "Push Hook".into()), ("X-Gitlab-Token", TOKEN.into())],
+        ),
+        "gitea" => (
+            json!({"ref": "refs/heads/main", "after": commit, "repository": {"clone_url": url}}),
+            vec![("X-Gitea-Event", "push".into()), ("X-Gitea-Delivery", format!("g-{commit}"))],
+        ),
+        _ => (
+            json!({"repository": {"links": {"clone": [{"href": url}]}},
+                "push": {"changes": [{"new": {"type": "branch", "name": "main", "target": {"hash": commit}}}]}}),
+            vec![("X-Event-Key", "repo:push".into()), ("X-Request-UUID", format!("b-{commit}"))],
+        ),
+    };
+    let body = body.to_string();
+    let hex = sign(TOKEN.as_bytes(), &[body.as_bytes()]);
+    match host {
+        "gitea" => headers.push(("X-Gitea-Signature", hex)),
+        "bitbucket" => headers.push(("X-Hub-Signature", format!("sha256={hex}"))),
+        _ => {}
+    }
+    let headers: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    post(port, path, &headers, body.as_bytes())
+}
+
 fn now() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64
 }
@@ -470,7 +498,23 @@ fn generic_push_deploys_every_application_of_a_monorepo(cluster: Cluster) {
         let r = generic_push(port, &path, TOKEN, now(), &url, "refs/heads/main");
         assert_eq!(r.status, 202, "{r:?}");
         all_applied(&client, ns, APPS, &second, "two", WAIT).await;
+
+        // Each other host's push, signed its way, fetches the commit it names.
+        for host in ["gitlab", "gitea", "bitbucket"] {
+            work.write("README", host);
+            let commit = work.commit_and_push(host);
+            let r = host_push(port, &path, host, &url, &commit);
+            assert_eq!(r.status, 202, "{host}: {r:?}");
+            eventually(&format!("the commit {host} pushed fetched"), WAIT, || async {
+                (commit_of(&repos.get("mono").await.ok()?) == commit).then_some(())
+            })
+            .await;
+        }
+
         let m = scrape(metrics).expect("metrics");
+        for host in ["gitlab", "gitea", "bitbucket"] {
+            assert_eq!(value(&m, "ksync_receiver_requests_total", &[("provider", host), ("result", "accepted")]), 1.0);
+        }
         assert_eq!(value(&m, "ksync_receiver_requests_total", &[("provider", "generic"), ("result", "accepted")]), 1.0);
         assert_eq!(value(&m, "ksync_receiver_requests_total", &[("provider", "generic"), ("result", "replayed")]), 1.0);
     });

@@ -330,6 +330,14 @@ fn github_push_fetches_only_when_signed(cluster: Cluster) {
         assert!(short.0.status.as_ref().unwrap().receiver.is_none());
         assert!(short.1.message.contains("shorter than 16 bytes"), "{}", short.1.message);
         assert!(!short.1.message.contains("too-short"));
+        eventually("a Warning Event about the short token", WAIT, || async {
+            let events = testkit::events_about(&client, ns, "short").await;
+            events
+                .iter()
+                .any(|(t, reason, _)| t == "Warning" && reason == names::reasons::RECEIVER_FAILURE)
+                .then_some(())
+        })
+        .await;
 
         // The receiver serves once the manager is up.
         eventually("the receiver answers", WAIT, || async {
@@ -447,9 +455,9 @@ fn github_push_fetches_only_when_signed(cluster: Cluster) {
         for (api, n) in [(&repos, ns), (&repos_b, ns_b)] {
             for r in api.list(&Default::default()).await.unwrap() {
                 seen.push_str(&serde_json::to_string(&r.status).unwrap());
-            }
-            for e in testkit::events_about(&client, n, "platform").await {
-                seen.push_str(&format!("{e:?}"));
+                for e in testkit::events_about(&client, n, &r.name_any()).await {
+                    seen.push_str(&format!("{e:?}"));
+                }
             }
         }
         seen.push_str(&format!("{r:?}{limited:?}"));

@@ -173,6 +173,11 @@ impl Manager {
 
 /// `ksync-controller run` with the receiver on `receiver` and `/metrics` on `metrics`.
 fn start_manager(cluster: &Cluster, receiver: u16, metrics: u16) -> Manager {
+    start_manager_with(cluster, receiver, metrics, &[])
+}
+
+/// [`start_manager`] with `extra` arguments.
+fn start_manager_with(cluster: &Cluster, receiver: u16, metrics: u16, extra: &[&str]) -> Manager {
     let dir = temp_dir("receiver-manager");
     let tools = Tools::get();
     let child = Command::new(env!("CARGO_BIN_EXE_ksync-controller"))
@@ -181,6 +186,7 @@ fn start_manager(cluster: &Cluster, receiver: u16, metrics: u16) -> Manager {
         .args(["--receiver-bind-address", &format!("127.0.0.1:{receiver}")])
         .arg("--git-cache-dir")
         .arg(dir.path().join("cache"))
+        .args(extra)
         .env("KUBECONFIG", cluster.kubeconfig())
         .env("KSYNC_HELM", tools.bin.join("helm"))
         .env("KSYNC_KUBECTL", tools.bin.join("kubectl"))
@@ -529,6 +535,74 @@ fn generic_push_deploys_every_application_of_a_monorepo(cluster: Cluster) {
     drop(manager);
 }
 
+/// Two replicas: a push posted to the one that is not the leader makes the leader's Repository
+/// controller fetch (the receiver only writes the annotation).
+fn a_push_to_any_replica_makes_the_leader_fetch(cluster: Cluster) {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let server = GitServer::start();
+    let url = server.create_repo("platform");
+    let work = WorkTree::clone(&url);
+    let (ns, leases) = ("receiver-replicas", "receiver-leases");
+    write_apps(&work, ns, 1, "one");
+    work.commit_and_push("one");
+    let ports: Vec<(u16, u16)> = (0..2).map(|_| (free_port(), free_port())).collect();
+    runtime().block_on(async {
+        let client = cluster.client().await;
+        install_crds(&client).await;
+        testkit::deployer_namespace(&client, ns).await;
+        testkit::apply_as(
+            &client,
+            "test",
+            &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": leases}}),
+        )
+        .await;
+    });
+    let managers: Vec<Manager> = ports
+        .iter()
+        .enumerate()
+        .map(|(i, (port, metrics))| {
+            let id = format!("replica-{i}");
+            start_manager_with(&cluster, *port, *metrics, &["--lease-namespace", leases, "--replica-id", &id])
+        })
+        .collect();
+    runtime().block_on(async {
+        let client = cluster.client().await;
+        create_secret(&client, ns, "hook", TOKEN).await;
+        create_repository(&client, ns, "platform", &url, "main", "hook").await;
+        let path = path_of(&settled(&client, ns, "platform").await);
+        let lease_api: Api<Lease> = Api::namespaced(client.clone(), leases);
+        let leader = eventually("a leader", WAIT, || async {
+            lease_api.get("kuvryn-sync-leader").await.ok()?.spec?.holder_identity
+        })
+        .await;
+        let other = if leader == "replica-0" { 1 } else { 0 };
+        let port = ports[other].0;
+        eventually("the other replica's receiver answers", WAIT, || async {
+            std::net::TcpStream::connect(("127.0.0.1", port)).ok().map(|_| ())
+        })
+        .await;
+        // Its reflector may not have the path yet: 404 until it does.
+        work.write("README", "two");
+        let second = work.commit_and_push("two");
+        let mut delivery = 0;
+        let r = eventually("the other replica accepts the push", WAIT, || {
+            delivery += 1;
+            let r = github_push(port, &path, TOKEN, &format!("r{delivery}"), &url, "main", &second);
+            async move { (r.status != 404).then_some(r) }
+        })
+        .await;
+        assert_eq!(r.status, 202, "replica-{other} (leader {leader}): {r:?}");
+        let repos: Api<Repository> = Api::namespaced(client.clone(), ns);
+        eventually("the leader fetched the pushed commit", WAIT, || async {
+            (commit_of(&repos.get("platform").await.ok()?) == second).then_some(())
+        })
+        .await;
+        let m = scrape(ports[other].1).expect("metrics of the replica that got the push");
+        assert_eq!(value(&m, "ksync_receiver_triggered_total", &[]), 1.0);
+    });
+    drop(managers);
+}
+
 /// The figure of `docs/performance.md#push-receivers`: push → every Application of a monorepo
 /// of `KSYNC_RECEIVER_APPS` (100) Applications applied, through the receiver, on simcluster.
 /// Polling's figure is its wait (the rest of the interval) plus the same apply time.
@@ -600,4 +674,8 @@ fn measure_push_to_applied() {
     drop(manager);
 }
 
-testkit::both!(github_push_fetches_only_when_signed, generic_push_deploys_every_application_of_a_monorepo);
+testkit::both!(
+    github_push_fetches_only_when_signed,
+    generic_push_deploys_every_application_of_a_monorepo,
+    a_push_to_any_replica_makes_the_leader_fetch,
+);

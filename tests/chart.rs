@@ -132,6 +132,26 @@ fn the_chart_is_lint_clean_and_its_schema_refuses_bad_values() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("needs webhooks.certificate.certManager.issuerRef.name"));
 }
 
+/// The dashboard's NetworkPolicy keeps the receiver port open to all: Git hosts come in through
+/// the ingress controller, from wherever.
+#[test]
+fn the_dashboard_policy_keeps_the_receiver_port_open() {
+    let tools = Tools::get();
+    let objects = render(
+        &tools,
+        "both",
+        &["receiver={\"enabled\":true}", "dashboard={\"enabled\":true,\"networkPolicy\":{\"enabled\":true}}"],
+    );
+    let policies = of_kind(&objects, "NetworkPolicy");
+    assert_eq!(policies.len(), 1);
+    let open = &policies[0]["spec"]["ingress"][0];
+    assert!(open.get("from").is_none(), "{open}");
+    assert_eq!(
+        open["ports"],
+        json!([{"port": "metrics", "protocol": "TCP"}, {"port": "webhook", "protocol": "TCP"}, {"port": "receiver", "protocol": "TCP"}])
+    );
+}
+
 fn the_chart_renders_objects_the_api_server_accepts(cluster: Cluster) {
     let tools = Tools::get();
     // (release, values, whether webhooks are on)

@@ -604,13 +604,16 @@ fn a_push_to_any_replica_makes_the_leader_fetch(cluster: Cluster) {
 }
 
 /// The figure of `docs/performance.md#push-receivers`: push → every Application of a monorepo
-/// of `KSYNC_RECEIVER_APPS` (100) Applications applied, through the receiver, on simcluster.
+/// of `KSYNC_RECEIVER_APPS` (100) Applications applied, through the receiver, on simcluster (or
+/// realkube with `KSYNC_RECEIVER_REALKUBE=1`).
 /// Polling's figure is its wait (the rest of the interval) plus the same apply time.
 #[test]
 #[ignore = "a measurement: cargo nextest run -p kuvryn-sync --test receivers --run-ignored only -E 'test(measure)' --no-capture"]
 fn measure_push_to_applied() {
     let apps: usize = std::env::var("KSYNC_RECEIVER_APPS").ok().and_then(|v| v.parse().ok()).unwrap_or(100);
-    let cluster = Cluster::start();
+    // KSYNC_RECEIVER_REALKUBE=1: against a real kube-apiserver instead.
+    let cluster =
+        if std::env::var_os("KSYNC_RECEIVER_REALKUBE").is_some() { Cluster::real() } else { Cluster::start() };
     let server = GitServer::start();
     let url = server.create_repo("mono");
     let work = WorkTree::clone(&url);

@@ -456,6 +456,21 @@ fn github_push_fetches_only_when_signed(cluster: Cluster) {
         assert!(count("too_large") >= 2.0 && count("rate_limited") >= 1.0);
         assert_eq!(value(&m, "ksync_receiver_triggered_total", &[]), 1.0);
 
+        // A Repository that drops its receiver loses its path, and its old path is unknown.
+        let patch = json!({"spec": {"receiver": null}});
+        repos_b.patch("platform", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch)).await.unwrap();
+        eventually("tenant B's path removed", WAIT, || async {
+            let s = repos_b.get("platform").await.ok()?.status?;
+            let condition = s.conditions.iter().any(|c| c.type_ == names::conditions::RECEIVER_READY);
+            (s.receiver.is_none() && !condition).then_some(())
+        })
+        .await;
+        let gone = eventually("tenant B's old path unknown", WAIT, || {
+            let r = github_push(port, &path_b, TOKEN_B, "gone", &url, "main", &second);
+            async move { (r.status == 404).then_some(r) }
+        })
+        .await;
+
         // The tokens appear in no status, Event, response or log line.
         let mut seen = String::new();
         for (api, n) in [(&repos, ns), (&repos_b, ns_b)] {
@@ -466,7 +481,7 @@ fn github_push_fetches_only_when_signed(cluster: Cluster) {
                 }
             }
         }
-        seen.push_str(&format!("{r:?}{limited:?}"));
+        seen.push_str(&format!("{r:?}{limited:?}{gone:?}"));
         seen.push_str(&manager.log());
         for secret in [TOKEN, TOKEN_B, "too-short"] {
             assert!(!seen.contains(secret), "{secret} leaked");

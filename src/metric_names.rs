@@ -100,6 +100,12 @@ pub const GIT_MATERIALIZE_DURATION_SECONDS: &str = "ksync_git_materialize_durati
 /// Gauge: Unix time the webhook's serving certificate expires.
 pub const WEBHOOK_CERTIFICATE_EXPIRY_TIMESTAMP_SECONDS: &str = "ksync_webhook_certificate_expiry_timestamp_seconds";
 
+/// Counter: Requests to the push receiver. Labels: `provider` (`github`, `gitlab`, `gitea`, `bitbucket`, `generic`, `unknown`), `result` ([`crate::receiver::outcome::Outcome::LABELS`]).
+pub const RECEIVER_REQUESTS_TOTAL: &str = "ksync_receiver_requests_total";
+
+/// Counter: Repositories a verified push asked to fetch (those with a request already pending are not counted).
+pub const RECEIVER_TRIGGERED_TOTAL: &str = "ksync_receiver_triggered_total";
+
 /// Every name above, for the tests that check them against the docs.
 pub const ALL: &[&str] = &[
     API_REQUESTS_TOTAL,
@@ -134,6 +140,8 @@ pub const ALL: &[&str] = &[
     GIT_FETCH_BYTES_TOTAL,
     GIT_MATERIALIZE_DURATION_SECONDS,
     WEBHOOK_CERTIFICATE_EXPIRY_TIMESTAMP_SECONDS,
+    RECEIVER_REQUESTS_TOTAL,
+    RECEIVER_TRIGGERED_TOTAL,
 ];
 
 #[cfg(test)]
@@ -153,6 +161,8 @@ mod tests {
 pub mod label {
     /// How a request, reconcile or lookup ended (`hit`/`miss`, `ok`/an error label, ...).
     pub const RESULT: &str = "result";
+    /// Who sent a receiver request (`github`, `gitlab`, `gitea`, `bitbucket`, `generic`, `unknown`).
+    pub const PROVIDER: &str = "provider";
     /// Where something was read from (`cache`, `api`, `unchanged`).
     pub const SOURCE: &str = "source";
     /// An API request's verb.

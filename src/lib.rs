@@ -24,6 +24,7 @@ pub mod notify;
 pub mod offload;
 pub mod plan;
 pub mod read;
+pub mod receiver;
 pub mod redact;
 pub mod render;
 pub mod source;

@@ -102,6 +102,11 @@ pub struct RunArgs {
     /// credentials; a request without one gets the sign-in form.
     #[arg(long, default_value = "", value_name = "HOST:PORT")]
     pub dashboard_bind_address: String,
+    /// Where to serve the Git push receiver (`HOST:PORT`, plain HTTP: put TLS in front of it);
+    /// empty, the default, to not serve it. Hosts post pushes to a Repository's
+    /// `status.receiver.path` (`docs/receivers.md`).
+    #[arg(long, default_value = "", value_name = "HOST:PORT")]
+    pub receiver_bind_address: String,
     /// The header an authenticating proxy in front of the dashboard puts the user's bearer token
     /// in, such as X-Forwarded-Access-Token (`Authorization: Bearer` is always read).
     #[arg(long, value_name = "HEADER", value_parser = parse_header_name)]
@@ -442,6 +447,17 @@ fn run_controllers(args: RunArgs) -> Result<()> {
             on_stop(stopped.clone()),
         )
         .await?;
+        // Every replica serves the receiver: it only writes annotations, which the leader's
+        // Repository controller acts on.
+        if !args.receiver_bind_address.is_empty() {
+            let addr: std::net::SocketAddr = args.receiver_bind_address.parse().map_err(|e| {
+                Error::Startup(format!("--receiver-bind-address {}: {e}", args.receiver_bind_address))
+            })?;
+            let bound = crate::receiver::start(client.clone(), addr, Default::default(), on_stop(stopped.clone()))
+                .await
+                .map_err(|e| Error::Startup(format!("serving the receiver on {addr}: {e}")))?;
+            tracing::info!(address = %bound, "serving the Git push receiver");
+        }
         // Every replica serves the webhook (the Service spreads calls over them); its lookups
         // are outside the request budget, since the API server waits for its answer.
         let webhook = {

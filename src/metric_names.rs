@@ -100,11 +100,17 @@ pub const GIT_MATERIALIZE_DURATION_SECONDS: &str = "ksync_git_materialize_durati
 /// Gauge: Unix time the webhook's serving certificate expires.
 pub const WEBHOOK_CERTIFICATE_EXPIRY_TIMESTAMP_SECONDS: &str = "ksync_webhook_certificate_expiry_timestamp_seconds";
 
-/// Counter: Notification deliveries, once each. Labels: `provider` (the Notification's provider type), `result`: `delivered`, `failed`, `dropped` (routed while the Notification was suspended, or a commit-status provider and an Event without a commit).
+/// Counter: Notification deliveries, once each. Labels: `provider` (the Notification's provider type), `result`: `delivered`, `failed`, `dropped` (routed while the Notification was suspended, or an Event a commit-status provider has nothing to send for: no commit, or no state).
 pub const NOTIFICATIONS_TOTAL: &str = "ksync_notifications_total";
 
 /// Histogram: One notification delivery, its retries included. Labels: `provider`.
 pub const NOTIFICATION_DURATION_SECONDS: &str = "ksync_notification_duration_seconds";
+
+/// Counter: Requests to the push receiver. Labels: `provider` (`github`, `gitlab`, `gitea`, `bitbucket`, `generic`, `unknown`), `result` ([`crate::receiver::outcome::Outcome::LABELS`]).
+pub const RECEIVER_REQUESTS_TOTAL: &str = "ksync_receiver_requests_total";
+
+/// Counter: Repositories a verified push asked to fetch (those with a request already pending are not counted).
+pub const RECEIVER_TRIGGERED_TOTAL: &str = "ksync_receiver_triggered_total";
 
 /// Every name above, for the tests that check them against the docs.
 pub const ALL: &[&str] = &[
@@ -142,6 +148,8 @@ pub const ALL: &[&str] = &[
     WEBHOOK_CERTIFICATE_EXPIRY_TIMESTAMP_SECONDS,
     NOTIFICATIONS_TOTAL,
     NOTIFICATION_DURATION_SECONDS,
+    RECEIVER_REQUESTS_TOTAL,
+    RECEIVER_TRIGGERED_TOTAL,
 ];
 
 #[cfg(test)]
@@ -161,6 +169,9 @@ mod tests {
 pub mod label {
     /// How a request, reconcile or lookup ended (`hit`/`miss`, `ok`/an error label, ...).
     pub const RESULT: &str = "result";
+    /// Who sent a receiver request (`github`, `gitlab`, `gitea`, `bitbucket`, `generic`,
+    /// `unknown`); a Notification's provider type (`Slack`, `Teams`, ...: nine values).
+    pub const PROVIDER: &str = "provider";
     /// Where something was read from (`cache`, `api`, `unchanged`).
     pub const SOURCE: &str = "source";
     /// An API request's verb.
@@ -173,6 +184,4 @@ pub mod label {
     pub const SYNC: &str = "sync";
     /// An Application's health.
     pub const HEALTH: &str = "health";
-    /// A Notification's provider type (`Slack`, `Teams`, ...: nine values).
-    pub const PROVIDER: &str = "provider";
 }

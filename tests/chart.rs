@@ -61,9 +61,10 @@ async fn apply_strict(client: &kube::Client, obj: &Value) {
         version: version.into(),
         api_version: api_version.into(),
         kind: kind.into(),
-        plural: match kind.to_lowercase().strip_suffix('y') {
-            Some(stem) => format!("{stem}ies"),
-            None => format!("{}s", kind.to_lowercase()),
+        plural: match kind.to_lowercase() {
+            k if k.ends_with('y') => format!("{}ies", &k[..k.len() - 1]),
+            k if k.ends_with('s') => format!("{k}es"),
+            k => format!("{k}s"),
         },
     };
     let api: Api<DynamicObject> = match obj["metadata"]["namespace"].as_str() {
@@ -113,6 +114,8 @@ fn the_chart_is_lint_clean_and_its_schema_refuses_bad_values() {
         ("watches={\"extraKinds\":[{\"resources\":[\"ingresses\"]}]}", "apiGroup"),
         ("dashboard={\"port\":0}", "/dashboard/port"),
         ("dashboard={\"tokenHeader\":\"X Token\"}", "/dashboard/tokenHeader"),
+        ("receiver={\"port\":0}", "/receiver/port"),
+        ("receiver={\"ingress\":{\"host\":\"Hooks Example\"}}", "/receiver/ingress/host"),
     ] {
         let out =
             tools.helm(home.path()).args(["template", "x"]).arg(&chart).args(["--set-json", value]).output().unwrap();
@@ -129,10 +132,30 @@ fn the_chart_is_lint_clean_and_its_schema_refuses_bad_values() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("needs webhooks.certificate.certManager.issuerRef.name"));
 }
 
+/// The dashboard's NetworkPolicy keeps the receiver port open to all: Git hosts come in through
+/// the ingress controller, from wherever.
+#[test]
+fn the_dashboard_policy_keeps_the_receiver_port_open() {
+    let tools = Tools::get();
+    let objects = render(
+        &tools,
+        "both",
+        &["receiver={\"enabled\":true}", "dashboard={\"enabled\":true,\"networkPolicy\":{\"enabled\":true}}"],
+    );
+    let policies = of_kind(&objects, "NetworkPolicy");
+    assert_eq!(policies.len(), 1);
+    let open = &policies[0]["spec"]["ingress"][0];
+    assert!(open.get("from").is_none(), "{open}");
+    assert_eq!(
+        open["ports"],
+        json!([{"port": "metrics", "protocol": "TCP"}, {"port": "webhook", "protocol": "TCP"}, {"port": "receiver", "protocol": "TCP"}])
+    );
+}
+
 fn the_chart_renders_objects_the_api_server_accepts(cluster: Cluster) {
     let tools = Tools::get();
     // (release, values, whether webhooks are on)
-    let sets: [(&str, &[&str], bool); 4] = [
+    let sets: [(&str, &[&str], bool); 5] = [
         ("one", &["replicas=1"], true),
         ("three", &["replicas=3", "shards=16", "webhooks={\"enabled\":true}"], true),
         (
@@ -147,6 +170,13 @@ fn the_chart_renders_objects_the_api_server_accepts(cluster: Cluster) {
             "dash",
             &[
                 "dashboard={\"enabled\":true,\"port\":8091,\"tokenHeader\":\"X-Forwarded-Access-Token\",\"networkPolicy\":{\"enabled\":true,\"from\":[{\"namespaceSelector\":{\"matchLabels\":{\"kubernetes.io/metadata.name\":\"ingress-nginx\"}}}]}}",
+            ],
+            true,
+        ),
+        (
+            "hooks",
+            &[
+                "receiver={\"enabled\":true,\"port\":8096,\"ingress\":{\"enabled\":true,\"className\":\"nginx\",\"host\":\"hooks.example.com\",\"annotations\":{\"a\":\"b\"},\"tls\":[{\"hosts\":[\"hooks.example.com\"],\"secretName\":\"hooks-tls\"}]}}",
             ],
             true,
         ),
@@ -242,6 +272,31 @@ fn the_chart_renders_objects_the_api_server_accepts(cluster: Cluster) {
                 assert!(of_kind(&objects, "NetworkPolicy").is_empty(), "{release}: no NetworkPolicy by default");
                 assert!(dashboard.is_none(), "{release}: the dashboard is off by default");
                 assert!(!args.iter().any(|a| a.starts_with("--dashboard")), "{release}: {args:?}");
+            }
+            // The receiver: off by default; when on, its Service, port, flag and Ingress.
+            let receiver = of_kind(&objects, "Service")
+                .into_iter()
+                .find(|s| s["metadata"]["name"] == format!("{fullname}-receiver"));
+            let ingresses = of_kind(&objects, "Ingress");
+            if release == "hooks" {
+                let service = receiver.expect("the receiver's Service");
+                assert_eq!(service["spec"]["ports"][0]["port"], 8096);
+                assert_eq!(service["spec"]["ports"][0]["targetPort"], "receiver");
+                let port = container["ports"].as_array().unwrap().iter().find(|p| p["name"] == "receiver");
+                assert_eq!(port.expect("the receiver's container port")["containerPort"], 8096);
+                assert!(args.contains(&"--receiver-bind-address=0.0.0.0:8096".to_string()), "{args:?}");
+                assert_eq!(ingresses.len(), 1);
+                let spec = &ingresses[0]["spec"];
+                assert_eq!(spec["ingressClassName"], "nginx");
+                assert_eq!(spec["tls"][0]["secretName"], "hooks-tls");
+                assert_eq!(ingresses[0]["metadata"]["annotations"]["a"], "b");
+                let rule = &spec["rules"][0];
+                assert_eq!(rule["host"], "hooks.example.com");
+                assert_eq!(rule["http"]["paths"][0]["path"], "/hook/");
+                assert_eq!(rule["http"]["paths"][0]["backend"]["service"]["name"], format!("{fullname}-receiver"));
+            } else {
+                assert!(receiver.is_none() && ingresses.is_empty(), "{release}: the receiver is off by default");
+                assert!(!args.iter().any(|a| a.starts_with("--receiver")), "{release}: {args:?}");
             }
             // Extra watched kinds get list and watch, nothing more.
             let role = of_kind(&objects, "ClusterRole")[0];

@@ -86,4 +86,45 @@ fn a_chart_repository_in_repos_and_diff(cluster: Cluster) {
     });
 }
 
-testkit::both!(a_chart_repository_in_repos_and_diff,);
+/// A chart Repository following a range, polled hourly: a version published later is found by
+/// `ksync reconcile repo`, which resolves the range again at once and names the version.
+fn reconcile_resolves_a_chart_range_again_now(cluster: Cluster) {
+    let runtime = testkit::runtime();
+    runtime.block_on(async {
+        let charts = testkit::charts::HelmRepo::start("cli-user", "cli-pass-77a0");
+        let work = testkit::temp_dir("charts");
+        charts.publish(&testkit::charts::chart(work.path(), "web", "1.2.3").write());
+        let env = Env::start(&cluster, NS).await;
+        let ca = std::fs::read_to_string(charts.ca_file()).unwrap();
+        testkit::apply_as(
+            &env.client,
+            "test",
+            &json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "chart-creds", "namespace": NS,
+                        "annotations": {"sync.kuvryn.io/chart-urls": charts.url()}},
+                    "stringData": {"username": charts.user(), "password": charts.password(), "ca.crt": ca}}),
+        )
+        .await;
+        let repo: Repository = serde_json::from_value(json!({
+            "apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "Repository", "metadata": {"name": "web-chart", "namespace": NS},
+            "spec": {"type": "Helm", "url": charts.url(), "chart": {"name": "web", "version": "~1.2"},
+                     "secretRef": {"name": "chart-creds"}, "interval": "1h"}}))
+        .unwrap();
+        let repos = Api::<Repository>::namespaced(env.client.clone(), NS);
+        repos.create(&Default::default(), &repo).await.unwrap();
+        testkit::eventually("1.2.3 resolved", testkit::apps::WAIT, || async {
+            (repos.get("web-chart").await.ok()?.status?.revision?.commit == "1.2.3").then_some(())
+        })
+        .await;
+        charts.publish(&testkit::charts::chart(work.path(), "web", "1.2.4").write());
+        let kubeconfig = cluster.kubeconfig();
+        let out = tokio::task::spawn_blocking(move || ksync(&kubeconfig, &["reconcile", "repo", "web-chart"])).await.unwrap();
+        assert_eq!(
+            (out.0, out.1.as_str()),
+            (0, format!("Repository \"web-chart\" in namespace \"{NS}\" fetched chart web ~1.2: version 1.2.4 (was 1.2.3).\n").as_str()),
+            "{}",
+            out.2
+        );
+    });
+}
+
+testkit::both!(a_chart_repository_in_repos_and_diff, reconcile_resolves_a_chart_range_again_now);

@@ -158,6 +158,8 @@ pub mod conditions {
     pub const STALLED: &str = "Stalled";
     /// Repository: the source was fetched and the ref resolved.
     pub const SOURCE_READY: &str = "SourceReady";
+    /// On a Repository with `spec.receiver`: whether its receiver Secret gave it a path.
+    pub const RECEIVER_READY: &str = "ReceiverReady";
     /// Application: every `spec.dependsOn` Application is Healthy at the revision it wants.
     pub const DEPENDENCIES_READY: &str = "DependenciesReady";
     /// Revision: this Revision was rolled back from and is held (never deployed again).
@@ -176,6 +178,8 @@ pub mod reasons {
     pub const SOURCE_FAILURE: &str = "SourceFailure";
     /// A `.ksync.yaml` could not be read or is invalid.
     pub const CONFIG_FAILURE: &str = "ConfigFailure";
+    /// The receiver Secret is missing, has no `token`, or a token shorter than 16 bytes.
+    pub const RECEIVER_FAILURE: &str = "ReceiverFailure";
     /// Rendering (YAML, Kustomize, Helm) failed.
     pub const RENDER_FAILURE: &str = "RenderFailure";
     /// The rendered desired state failed validation; nothing was applied.

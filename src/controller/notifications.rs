@@ -223,9 +223,9 @@ async fn deliver(ctx: &Context, ev: &Event, ntf: &Notification) {
         None => None,
     };
     let msg = compose::message(ev, revision.as_ref());
-    let outcome = if ntf.spec.suspend || (provider.is_commit_status() && msg.commit.is_none()) {
+    let outcome = if ntf.spec.suspend || !crate::notify::providers::applies(provider, &msg) {
         // Suspended: marked, so resuming does not send the meantime's Events. A commit status
-        // needs a commit: an Event without one is not for it.
+        // needs a commit and an Event that sets a state: others are not for it.
         Outcome::NotSent { reason: String::new() }
     } else {
         match secret(ctx, &ns, &ntf.spec.provider.secret_ref.name).await {

@@ -2,7 +2,7 @@
 //! `.ksync.yaml` files of that commit, and keeps the Applications they declare.
 //!
 //! # Expected flow
-//! 1. `spec.suspend`: `Ready=False` (`Suspended`), nothing else.
+//! 1. `spec.suspend`: `Ready=False` (`Suspended`), nothing else (but step 6's receiver path).
 //! 2. Credentials from `spec.secretRef` (`username`/`password` for HTTPS, `identity` and
 //!    `known_hosts` for SSH).
 //! 3. Resolve the reference through the shared [`GitCache`] (single-flight; a pinned commit
@@ -15,7 +15,10 @@
 //!    delete the Applications Git no longer declares. An Application already applied with the
 //!    same body, whose generation, labels and annotations are still what that apply left
 //!    ([`discovery::Applied`]), is skipped: most syncs change one Application, or none.
-//! 6. Record `status.revision` (the last commit accepted), `status.applications`, kstatus
+//! 6. Record `status.receiver.path` when `spec.receiver` names a Secret with a usable token
+//!    ([`crate::receiver::path`]); the receiver asks for fetches with the
+//!    `reconcile-requested-at` annotation, which makes the next resolve fresh.
+//! 7. Record `status.revision` (the last commit accepted), `status.applications`, kstatus
 //!    conditions, Events; requeue after `spec.interval` (±10 % jitter).
 //!
 //! Discovered Applications trigger a sync when what the Repository owns of them changes
@@ -55,7 +58,7 @@ use super::discovery::{self, Applied, Existing};
 use crate::api::application::Application;
 use crate::api::conditions::{self, Status};
 use crate::api::names;
-use crate::api::repository::{DiscoveredApplications, ObservedRevision, Repository, RepositoryStatus};
+use crate::api::repository::{DiscoveredApplications, ObservedRevision, ReceiverStatus, Repository, RepositoryStatus};
 use crate::source::discovery::{ConfigError, check_config_path, parse_all};
 use crate::source::{GitCache, Reference};
 
@@ -195,6 +198,7 @@ pub async fn reconcile(repo: Arc<Repository>, ctx: Arc<Context>) -> Result<Actio
     }
     let generation = repo.metadata.generation;
     let now = Timestamp::now();
+    receiver(&ctx, &repo, &ns, &old, &mut status).await?;
 
     if repo.spec.suspend {
         conditions::mark_suspended(
@@ -226,6 +230,64 @@ pub async fn reconcile(repo: Arc<Repository>, ctx: Arc<Context>) -> Result<Actio
     }
     write_status(&ctx, &repo, &old, &status).await?;
     Ok(requeue)
+}
+
+/// The receiver path (`status.receiver`, `docs/receivers.md`): derived from the token of
+/// `spec.receiver.secretRef`, read as the manager from the Repository's own namespace. A
+/// missing or short token leaves no path, a `ReceiverReady=False` condition and a Warning Event
+/// (once per message); the token itself is written nowhere.
+async fn receiver(
+    ctx: &Context,
+    repo: &Repository,
+    ns: &str,
+    old: &RepositoryStatus,
+    status: &mut RepositoryStatus,
+) -> Result<(), Error> {
+    let generation = repo.metadata.generation;
+    let Some(spec) = &repo.spec.receiver else {
+        status.receiver = None;
+        status.conditions.retain(|c| c.type_ != names::conditions::RECEIVER_READY);
+        return Ok(());
+    };
+    let secret_name = &spec.secret_ref.name;
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(ctx.client.clone(), ns);
+    let data = secrets
+        .get_opt(secret_name)
+        .await?
+        .and_then(|s| s.data)
+        .map(|d| d.into_iter().map(|(k, v)| (k, v.0)).collect());
+    match crate::receiver::path::token(secret_name, data.as_ref()) {
+        Ok(token) => {
+            let path = crate::receiver::path::of(ns, secret_name, &token);
+            conditions::set(
+                &mut status.conditions,
+                names::conditions::RECEIVER_READY,
+                Status::True,
+                names::reasons::SUCCEEDED,
+                &format!("pushes are received at {path}"),
+                generation,
+                Timestamp::now(),
+            );
+            status.receiver = Some(ReceiverStatus { path });
+        }
+        Err(message) => {
+            status.receiver = None;
+            let before = conditions::get(&old.conditions, names::conditions::RECEIVER_READY).map(|c| c.message.clone());
+            conditions::set(
+                &mut status.conditions,
+                names::conditions::RECEIVER_READY,
+                Status::False,
+                names::reasons::RECEIVER_FAILURE,
+                &message,
+                generation,
+                Timestamp::now(),
+            );
+            if before.as_deref() != Some(message.as_str()) {
+                event(ctx, repo, EventType::Warning, names::reasons::RECEIVER_FAILURE, &message).await;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Steps 2 to 5. The outer error is an API failure to retry; the inner one is reported on the
@@ -492,22 +554,25 @@ async fn chart_sync(
     };
     let interval = crate::api::duration::parse(&repo.spec.interval).unwrap_or(Duration::from_secs(60));
     let exact = crate::render::chart::is_exact(&chart.version);
-    let pulled =
-        match charts.pull(&repo.spec.url, &chart.name, &chart.version, exact, &auth, interval.mul_f64(0.9)).await {
-            Ok(p) => p,
-            Err(message) => {
-                conditions::set(
-                    &mut status.conditions,
-                    names::conditions::SOURCE_READY,
-                    Status::False,
-                    names::reasons::SOURCE_FAILURE,
-                    &message,
-                    generation,
-                    Timestamp::now(),
-                );
-                return fail(message, true);
-            }
-        };
+    // A new reconcile request (`ksync reconcile repo`, a receiver) resolves the range again now.
+    let requested = repo.annotations().get(names::annotations::RECONCILE_REQUESTED_AT);
+    let handled = repo.status.as_ref().and_then(|s| s.last_handled_reconcile_at.as_ref());
+    let fresh_for = if requested.is_some() && requested != handled { Duration::ZERO } else { interval.mul_f64(0.9) };
+    let pulled = match charts.pull(&repo.spec.url, &chart.name, &chart.version, exact, &auth, fresh_for).await {
+        Ok(p) => p,
+        Err(message) => {
+            conditions::set(
+                &mut status.conditions,
+                names::conditions::SOURCE_READY,
+                Status::False,
+                names::reasons::SOURCE_FAILURE,
+                &message,
+                generation,
+                Timestamp::now(),
+            );
+            return fail(message, true);
+        }
+    };
     let following = repo.spec.following();
     conditions::set(
         &mut status.conditions,
@@ -621,11 +686,11 @@ async fn write_status(
         return Ok(());
     }
     let api: Api<Repository> = Api::namespaced(ctx.client.clone(), &repo.namespace().unwrap_or_default());
-    api.patch_status(
-        &repo.name_any(),
-        &PatchParams::apply(names::STATUS_FIELD_MANAGER),
-        &Patch::Merge(json!({"status": new})),
-    )
-    .await?;
+    let mut body = json!({"status": new});
+    // A merge patch keeps what it does not name: a receiver gone must be removed explicitly.
+    if old.receiver.is_some() && new.receiver.is_none() {
+        body["status"]["receiver"] = serde_json::Value::Null;
+    }
+    api.patch_status(&repo.name_any(), &PatchParams::apply(names::STATUS_FIELD_MANAGER), &Patch::Merge(body)).await?;
     Ok(())
 }

@@ -36,12 +36,17 @@ pub struct Output {
 
 /// `ksync --kubeconfig <cluster's> -n NS ARGS`, whatever its exit code.
 pub fn run(cluster: &Cluster, ns: &str, args: &[&str]) -> Output {
+    run_at(&cluster.kubeconfig(), ns, args)
+}
+
+/// As [`run`], with the cluster's kubeconfig file: for a thread that has no [`Cluster`].
+pub fn run_at(kubeconfig: &std::path::Path, ns: &str, args: &[&str]) -> Output {
     let home = temp_dir("ksync-home");
     let out = Command::new(bin())
         .env_clear()
         .env("HOME", home.path())
         .arg("--kubeconfig")
-        .arg(cluster.kubeconfig())
+        .arg(kubeconfig)
         .args(["-n", ns])
         .args(args)
         .stdin(Stdio::null())

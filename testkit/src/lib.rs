@@ -40,6 +40,7 @@ pub mod binaries;
 pub mod browser;
 pub mod charts;
 pub mod fleet;
+pub mod git_hosts;
 pub mod image;
 pub mod ksync;
 pub mod manager;

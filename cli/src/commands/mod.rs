@@ -1,8 +1,9 @@
 //! `ksync`: the command-line client.
 //!
 //! Read commands: `apps` (same as `app list`), `app NAME` (same as `app get NAME`), `plan NAME`,
-//! `history NAME`, `repos`, `graph NAME`, and `ui` (the dashboard, a local web server); two write
-//! commands, `sync NAME` (an approval) and `rollback NAME` (a rollback request); plus
+//! `history NAME`, `repos`, `notifications`, `graph NAME`, and `ui` (the dashboard, a local web
+//! server); write commands: `sync NAME` (an approval), `rollback NAME` (a rollback request),
+//! `redeploy NAME`, `reconcile repo|app NAME` and `suspend`/`resume app|repo NAME`; plus
 //! `completion SHELL` and `version`; and `dev`, the local quickstart ([`dev`]). Each read command
 //! reads as the user with the library's [`kuvryn_sync::read`] ([`connect`] finds the cluster like
 //! kubectl), hands the objects to the pure views ([`crate::view`], [`kuvryn_sync::view`]), and
@@ -15,11 +16,14 @@ pub mod dev;
 pub mod diff;
 pub mod graph;
 pub mod history;
+pub mod notifications;
 pub mod output;
 pub mod plan;
+pub mod reconcile;
 pub mod redeploy;
 pub mod repos;
 pub mod rollback;
+pub mod suspend;
 pub mod sync;
 pub mod ui;
 
@@ -114,6 +118,19 @@ pub enum Command {
     /// the desired one) or commit. When the rollback completes, the commit rolled back from is
     /// held: not deployed again until a new commit or spec change.
     Rollback(rollback::RollbackArgs),
+    /// Reconcile a Repository (`repo NAME`: fetch its ref now) or an Application (`app NAME`)
+    /// without waiting for its interval; wait until the controller has, and print what it found
+    /// (the commit fetched, or the Ready condition). It approves nothing.
+    Reconcile(reconcile::ReconcileArgs),
+    /// Pause an Application (`app NAME`: no planning, applying, pruning or self-heal) or a
+    /// Repository (`repo NAME`: no fetches, no Application changes): sets `spec.suspend`, and
+    /// waits until the controller has seen it.
+    Suspend(suspend::SuspendArgs),
+    /// Undo `ksync suspend` (`app NAME` or `repo NAME`) and reconcile it now.
+    Resume(suspend::SuspendArgs),
+    /// List Notifications: provider, which Applications and Events they route, Ready, and the
+    /// last delivery (`-o wide`: the last failure and its message).
+    Notifications(notifications::ListArgs),
     /// Restart the Application's Deployments, StatefulSets and DaemonSets without a change in
     /// Git (as `kubectl rollout restart`), as a new attempt on its Revision.
     Redeploy(redeploy::RedeployArgs),
@@ -255,6 +272,10 @@ pub fn run(args: Args, emulator: &dyn dev::emulator::Emulator) -> Result<()> {
                     Command::Graph(g) => graph::run(&cluster, &g, context).await,
                     Command::Diff(d) => diff::run(&cluster, &d, context).await,
                     Command::Redeploy(r) => redeploy::run(&cluster, &r, context).await,
+                    Command::Reconcile(r) => reconcile::run(&cluster, &r, context).await,
+                    Command::Suspend(s) => suspend::run(&cluster, &s, true, context).await,
+                    Command::Resume(s) => suspend::run(&cluster, &s, false, context).await,
+                    Command::Notifications(list) => notifications::run(&cluster, &list, context).await,
                     Command::Ui(u) => ui::run(&cluster, &u, context).await,
                     Command::Version
                     | Command::Completion { .. }

@@ -4,5 +4,6 @@
 pub mod app;
 pub mod dev;
 pub mod diff;
+pub mod notifications;
 pub mod repos;
 pub mod sync;

@@ -4,28 +4,54 @@
 //! Every payload is bounded (the message at [`MAX_MESSAGE`], each field cut to the service's own
 //! limit) and built only from the [`Message`]: a Secret's `token` reaches a request only as an
 //! `Authorization` header or an HMAC key, its `address` only as the URL.
-
-use super::message::{MAX_MESSAGE, Message, ProviderSecret, Request};
-use crate::api::notification::{Provider, ProviderType};
+//!
+//! Commit-status providers ([`github`], [`gitlab`], [`gitea`], [`bitbucket`], sharing
+//! [`commit`]) write the state of the Event's commit; an Event that sets no state, or has no
+//! commit, is not theirs to send ([`applies`]).
 
 pub mod alertmanager;
+pub mod bitbucket;
+pub mod commit;
 pub mod discord;
+pub mod gitea;
+pub mod github;
+pub mod gitlab;
 pub mod slack;
 pub mod teams;
 pub mod webhook;
 
+use super::message::{MAX_MESSAGE, Message, ProviderSecret, Request};
+use crate::api::notification::{Provider, ProviderType};
+
+/// Whether `provider` has anything to send for `msg`: every message provider does; a
+/// commit-status provider only for an Event that sets a state of a known commit.
+pub fn applies(provider: ProviderType, msg: &Message) -> bool {
+    !provider.is_commit_status() || (msg.commit.is_some() && commit::state(msg).is_some())
+}
+
 /// The request `provider` makes of `msg`, or why it cannot (a missing address or token: a
-/// configuration error, reported on the Notification, never retried).
+/// configuration error, reported on the Notification, never retried). Call it only where
+/// [`applies`] holds.
 pub fn request(provider: &Provider, secret: &ProviderSecret, msg: &Message) -> Result<Request, String> {
-    match provider.type_ {
-        ProviderType::Slack => slack::request(provider, secret, msg),
-        ProviderType::Teams => teams::request(secret, msg),
-        ProviderType::Discord => discord::request(provider, secret, msg),
-        ProviderType::Webhook => webhook::request(secret, msg),
-        ProviderType::Alertmanager => alertmanager::request(secret, msg),
-        // The commit-status builders (GitHub, GitLab, Gitea, Bitbucket) are written apart.
-        t => Err(format!("provider {} is not built yet", t.as_str())),
-    }
+    let repository = provider.repository.as_deref();
+    let status = match provider.type_ {
+        ProviderType::Slack => return slack::request(provider, secret, msg),
+        ProviderType::Teams => return teams::request(secret, msg),
+        ProviderType::Discord => return discord::request(provider, secret, msg),
+        ProviderType::Webhook => return webhook::request(secret, msg),
+        ProviderType::Alertmanager => return alertmanager::request(secret, msg),
+        ProviderType::GitHub => github::request(repository, secret, msg),
+        ProviderType::GitLab => gitlab::request(repository, secret, msg),
+        ProviderType::Gitea => gitea::request(repository, secret, msg),
+        ProviderType::Bitbucket => bitbucket::request(repository, secret, msg),
+    };
+    status?.ok_or_else(|| format!("Event {} sets no commit status", msg.reason))
+}
+
+/// Whether an error answer means the request had already taken effect (GitLab refusing to set
+/// a state the commit already has), so it counts as delivered.
+pub fn already_delivered(provider: ProviderType, status: u16, body: &str) -> bool {
+    provider == ProviderType::GitLab && gitlab::already_there(status, body)
 }
 
 /// The Secret's `address`, required by every chat and webhook provider.

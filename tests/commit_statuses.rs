@@ -1,13 +1,20 @@
-//! The commit-status requests (`kuvryn_sync::notify::providers`) sent over HTTP to loopback
-//! servers that check each host's documented shape (`testkit::git_hosts`): every state of a
-//! Revision's lifecycle is accepted by GitHub, GitLab, Gitea and Bitbucket; GitLab's refusal of a
-//! repeated state reads as delivered; a wrong token is refused; no Secret value is sent
-//! anywhere but in its auth header.
+//! Commit statuses (docs/notifications.md#commit-statuses). End to end on both servers: a
+//! Notification per host writes the deployed commit's status, pending then success, to
+//! GitHub-, GitLab- and Gitea-style APIs on loopback (`testkit::git_hosts`, checking each host's
+//! documented request), and a failed rollout's commit gets a failure. Then the requests alone:
+//! every state of a Revision's lifecycle is accepted by GitHub, GitLab, Gitea and Bitbucket;
+//! GitLab's refusal of a repeated state reads as delivered; a wrong token is refused; no Secret
+//! value is sent anywhere but in its auth header.
 
 use kuvryn_sync::api::notification::{Provider, ProviderType, Severity};
+use kuvryn_sync::api::revision::RevisionPhase;
 use kuvryn_sync::notify::message::{Message, Method, ProviderSecret, Request};
 use kuvryn_sync::notify::providers;
+use serde_json::json;
+use testkit::Cluster;
+use testkit::apps::{Env, WAIT};
 use testkit::git_hosts::{GitHost, Host};
+use testkit::manifests::deployment;
 
 const COMMIT: &str = "2c26b46b68ffc68ff99b453c1d30413413422d70";
 
@@ -123,3 +130,78 @@ fn events_that_set_no_state_or_have_no_commit_are_not_sent() {
     msg.commit = None;
     assert!(!providers::applies(ProviderType::Gitea, &msg));
 }
+
+/// Every state a host accepted for `commit`, in order.
+fn states(host: &GitHost, commit: &str) -> Vec<String> {
+    host.statuses().iter().filter(|s| s.commit == commit).map(|s| s.state.clone()).collect()
+}
+
+fn a_deployed_commit_shows_pending_then_success_and_a_failed_one_failure(cluster: Cluster) {
+    const NS: &str = "commit-status";
+    const TOKEN: &str = "status-token-5d0c-SECRET";
+    let runtime = testkit::runtime();
+    runtime.block_on(async {
+        let env = Env::start(&cluster, NS).await;
+        let hosts = [
+            ("github", "GitHub", GitHost::start(Host::GitHub, TOKEN, None)),
+            ("gitlab", "GitLab", GitHost::start(Host::GitLab, TOKEN, None)),
+            ("gitea", "Gitea", GitHost::start(Host::Gitea, TOKEN, None)),
+        ];
+        for (name, type_, host) in &hosts {
+            env.secret(name, &[("address", &host.url()), ("token", TOKEN)]).await;
+            env.notification(name, json!({"provider": {"type": type_, "secretRef": {"name": name}, "repository": "acme/shop"}}))
+                .await;
+        }
+        let _stop = env.start_notifications();
+        let ok = deployment("web").image("nginx:1.27").ready_ms(300).to_string();
+        let wt = env
+            .app_from(
+                "web",
+                &[("web/deploy.yaml", &ok)],
+                json!({"source": {"repository": "platform", "path": "web"}, "serviceAccountName": "deployer",
+                       "destination": {"namespace": NS}, "health": {"timeout": "10s"}, "failurePolicy": {"maxAttempts": 1}}),
+            )
+            .await;
+        let healthy = env
+            .revision_where("web", "the first rollout Healthy", |r| {
+                r.status.as_ref().is_some_and(|s| s.phase == RevisionPhase::Healthy)
+            })
+            .await;
+        let good = healthy.spec.source.commit.clone();
+        for (_, type_, host) in &hosts {
+            testkit::eventually(&format!("{type_} to show {good} success"), WAIT, || async {
+                (states(host, &good).last().map(String::as_str) == Some("success")).then_some(())
+            })
+            .await;
+            let seen = states(host, &good);
+            // The rollout waits for its Deployment's Pods: pending (GitLab: pending, then
+            // running) before success.
+            assert!(["pending", "running"].contains(&seen[0].as_str()), "{type_}: {seen:?}");
+            assert!(seen.iter().all(|s| ["pending", "running", "success"].contains(&s.as_str())), "{type_}: {seen:?}");
+            assert!(host.statuses().iter().all(|s| s.repository == "acme/shop" && s.context == format!("kuvryn-sync/{NS}/web")));
+            assert!(host.refused().iter().all(|(code, _)| *code == 400), "{type_}: {:?}", host.refused());
+        }
+
+        // A commit whose rollout fails: failure, with the reason.
+        wt.write("web/deploy.yaml", &deployment("web").image("registry.invalid/never:1").ready_ms(300).to_string());
+        let bad = wt.commit_and_push("an image that never pulls");
+        env.refresh("platform", &bad).await;
+        env.failed_revision("web").await;
+        for (_, type_, host) in &hosts {
+            let want = if host.host() == Host::GitLab { "failed" } else { "failure" };
+            testkit::eventually(&format!("{type_} to show {bad} {want}"), WAIT, || async {
+                (states(host, &bad).last().map(String::as_str) == Some(want)).then_some(())
+            })
+            .await;
+            let failure = host.statuses().into_iter().rfind(|s| s.commit == bad).unwrap();
+            assert!(failure.description.starts_with("HealthTimeout: "), "{type_}: {failure:?}");
+            // The token travels only in the auth header.
+            for raw in host.raw() {
+                let (url, body) = (raw.lines().next().unwrap(), raw.lines().last().unwrap());
+                assert!(!url.contains(TOKEN) && !body.contains(TOKEN), "{raw}");
+            }
+        }
+    });
+}
+
+testkit::both!(a_deployed_commit_shows_pending_then_success_and_a_failed_one_failure,);

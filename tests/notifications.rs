@@ -4,14 +4,12 @@
 //! `429` is retried after its `Retry-After`; a missing Secret is reported on the status; and
 //! no Secret value appears in any payload, status or Event.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams, PostParams};
 use kuvryn_sync::api::notification::Notification;
-use kuvryn_sync::controller::notifications;
 use serde_json::{Value, json};
 use testkit::Cluster;
 use testkit::apps::Env;
@@ -30,36 +28,8 @@ fn spec(ns: &str) -> Value {
            "destination": {"namespace": ns}, "health": {"timeout": "5s"}, "failurePolicy": {"maxAttempts": 1}})
 }
 
-async fn secret(env: &Env, name: &str, data: &[(&str, &str)]) {
-    let data: serde_json::Map<String, Value> = data.iter().map(|(k, v)| (k.to_string(), json!(v))).collect();
-    let s: Secret = serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": env.ns}, "stringData": data,
-    }))
-    .unwrap();
-    Api::<Secret>::namespaced(env.client.clone(), &env.ns).create(&PostParams::default(), &s).await.unwrap();
-}
-
-async fn notification(env: &Env, name: &str, spec: Value) {
-    let n: Notification = serde_json::from_value(json!({
-        "apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "Notification",
-        "metadata": {"name": name, "namespace": env.ns}, "spec": spec,
-    }))
-    .unwrap();
-    Api::<Notification>::namespaced(env.client.clone(), &env.ns).create(&PostParams::default(), &n).await.unwrap();
-}
-
 fn ntfs_api(env: &Env) -> Api<Notification> {
     Api::namespaced(env.client.clone(), &env.ns)
-}
-
-/// The notifications engine in this process, as a single replica runs it.
-fn start_engine(env: &Env) -> tokio::sync::oneshot::Sender<()> {
-    let ctx = Arc::new(notifications::Context::new(env.client.clone(), "test".into(), None, Duration::from_secs(15)));
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(notifications::run(ctx, async move {
-        let _ = rx.await;
-    }));
-    tx
 }
 
 /// The reasons of the deliveries a sink accepted, read by `reason`.
@@ -79,28 +49,28 @@ fn a_failed_rollout_notifies_each_sink_once(cluster: Cluster) {
         let unrouted = Sink::start(Kind::Slack, &format!("unrouted/{MARKER}-address")).await;
         // The webhook is throttled first: delivered after its Retry-After.
         hook.script([Reply::TooMany(2)]);
-        secret(&env, "slack", &[("address", &slack.url), ("token", &token), ("username", &format!("{MARKER}-user"))])
+        env.secret("slack", &[("address", &slack.url), ("token", &token), ("username", &format!("{MARKER}-user"))])
             .await;
-        secret(&env, "teams", &[("address", &teams.url)]).await;
-        secret(&env, "hook", &[("address", &hook.url), ("token", &token)]).await;
-        secret(&env, "unrouted", &[("address", &unrouted.url)]).await;
+        env.secret("teams", &[("address", &teams.url)]).await;
+        env.secret("hook", &[("address", &hook.url), ("token", &token)]).await;
+        env.secret("unrouted", &[("address", &unrouted.url)]).await;
         // Slack: every Warning of every Application. Teams: Application `app` by name, every
         // severity, HealthTimeout only. Webhook: by label selector, HealthTimeout.
-        notification(&env, "slack", json!({"severity": "Warning", "provider": {"type": "Slack", "secretRef": {"name": "slack"}}})).await;
-        notification(&env, "teams", json!({"applications": {"names": ["app"]}, "reasons": ["HealthTimeout"],
+        env.notification("slack", json!({"severity": "Warning", "provider": {"type": "Slack", "secretRef": {"name": "slack"}}})).await;
+        env.notification("teams", json!({"applications": {"names": ["app"]}, "reasons": ["HealthTimeout"],
             "provider": {"type": "Teams", "secretRef": {"name": "teams"}}})).await;
-        notification(&env, "hook", json!({"applications": {"selector": {"matchExpressions": [{"key": "tier", "operator": "In", "values": ["web"]}]}},
+        env.notification("hook", json!({"applications": {"selector": {"matchExpressions": [{"key": "tier", "operator": "In", "values": ["web"]}]}},
             "reasons": ["HealthTimeout"], "provider": {"type": "Webhook", "secretRef": {"name": "hook"}}})).await;
         // Not routed: another Application's name; Normal Events only of another reason.
-        notification(&env, "unrouted", json!({"applications": {"names": ["another"]},
+        env.notification("unrouted", json!({"applications": {"names": ["another"]},
             "provider": {"type": "Slack", "secretRef": {"name": "unrouted"}}})).await;
-        notification(&env, "unrouted-reason", json!({"reasons": ["RolledBack"],
+        env.notification("unrouted-reason", json!({"reasons": ["RolledBack"],
             "provider": {"type": "Slack", "secretRef": {"name": "unrouted"}}})).await;
         // Suspended while the rollout fails, resumed after: the meantime's Events are not sent.
-        notification(&env, "paused", json!({"suspend": true, "provider": {"type": "Slack", "secretRef": {"name": "unrouted"}}})).await;
+        env.notification("paused", json!({"suspend": true, "provider": {"type": "Slack", "secretRef": {"name": "unrouted"}}})).await;
         // A missing Secret: Ready=False, no retry storm.
-        notification(&env, "no-secret", json!({"severity": "Warning", "provider": {"type": "Slack", "secretRef": {"name": "absent"}}})).await;
-        let stop = start_engine(&env);
+        env.notification("no-secret", json!({"severity": "Warning", "provider": {"type": "Slack", "secretRef": {"name": "absent"}}})).await;
+        let stop = env.start_notifications();
 
         let files = [("app/deploy.yaml", deployment("web").ready_ms(1000).image("registry.invalid/web:1").to_string())];
         let files: Vec<(&str, &str)> = files.iter().map(|(p, t)| (*p, t.as_str())).collect();

@@ -104,6 +104,39 @@ impl Env {
         Env { client, ns: ns.into(), git: GitServer::start(), _cache_dir: temp_dir("git-cache"), stop: None }
     }
 
+    /// A Secret `name` of the namespace holding `data` (as `stringData`).
+    pub async fn secret(&self, name: &str, data: &[(&str, &str)]) {
+        let data: serde_json::Map<String, Value> = data.iter().map(|(k, v)| (k.to_string(), json!(v))).collect();
+        let s: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": self.ns}, "stringData": data,
+        }))
+        .unwrap();
+        Api::namespaced(self.client.clone(), &self.ns).create(&PostParams::default(), &s).await.unwrap();
+    }
+
+    /// A Notification `name` of the namespace with `spec`.
+    pub async fn notification(&self, name: &str, spec: Value) {
+        let n: kuvryn_sync::api::notification::Notification = serde_json::from_value(json!({
+            "apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "Notification",
+            "metadata": {"name": name, "namespace": self.ns}, "spec": spec,
+        }))
+        .unwrap();
+        Api::namespaced(self.client.clone(), &self.ns).create(&PostParams::default(), &n).await.unwrap();
+    }
+
+    /// The notifications engine in this process, as a single replica runs it, until the sender
+    /// returned is used or dropped.
+    pub fn start_notifications(&self) -> tokio::sync::oneshot::Sender<()> {
+        use kuvryn_sync::controller::notifications;
+        let ctx =
+            Arc::new(notifications::Context::new(self.client.clone(), "test".into(), None, Duration::from_secs(15)));
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(notifications::run(ctx, async move {
+            let _ = rx.await;
+        }));
+        tx
+    }
+
     /// The Applications of the namespace.
     pub fn apps(&self) -> Api<Application> {
         Api::namespaced(self.client.clone(), &self.ns)

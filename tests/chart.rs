@@ -448,14 +448,14 @@ fn the_release_assets_hold_the_crds_and_the_chart() {
     let by_name = |v: &Value| v["metadata"]["name"].as_str().unwrap().to_string();
     from_asset.sort_by_key(by_name);
     from_folder.sort_by_key(by_name);
-    assert_eq!(from_asset.len(), 4);
+    assert_eq!(from_asset.len(), 5);
     assert_eq!(from_asset, from_folder, "crds.yaml holds the CRDs of crds/");
     let cluster = Cluster::start();
     let home = temp_dir("release-kubectl");
     let applied = testkit::run(
         cluster.kubectl(&tools, home.path()).args(["apply", "--server-side", "-f"]).arg(out.path().join("crds.yaml")),
     );
-    assert_eq!(applied.lines().filter(|l| l.contains("serverside-applied")).count(), 4, "{applied}");
+    assert_eq!(applied.lines().filter(|l| l.contains("serverside-applied")).count(), 5, "{applied}");
 
     for values in [&["replicas=1"][..], &["replicas=3", "shards=16"]] {
         assert_eq!(

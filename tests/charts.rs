@@ -309,18 +309,8 @@ fn chart_repositories_follow_a_version_range(cluster: Cluster) {
         credentials(&env, "repo-creds", repo.user(), repo.password(), &repo.ca_file(), &repo.url()).await;
         credentials(&env, "oci-creds", registry.user(), registry.password(), &registry.ca_file(), &registry.url()).await;
         let repos: Api<kuvryn_sync::api::repository::Repository> = Api::namespaced(env.client.clone(), NS);
-        for (name, type_, url, chart, secret) in [
-            ("helm-charts", "Helm", repo.url(), "web", "repo-creds"),
-            ("oci-charts", "OCI", registry.url(), "api", "oci-creds"),
-        ] {
-            let r: kuvryn_sync::api::repository::Repository = serde_json::from_value(json!({
-                "apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "Repository", "metadata": {"name": name, "namespace": NS},
-                "spec": {"type": type_, "url": url, "chart": {"name": chart, "version": "~1.2"},
-                         "secretRef": {"name": secret}, "interval": "2s"}}))
-            .unwrap();
-            repos.create(&Default::default(), &r).await.unwrap();
-        }
-        // A Secret not marked for the chart repository: never used, nothing asked of the server.
+        // A Secret not marked for the chart repository: never used, nothing asked of the server
+        // (checked before the other Repositories poll the same server).
         credentials(&env, "unmarked", repo.user(), repo.password(), &repo.ca_file(), "https://elsewhere.example.com").await;
         let unmarked: kuvryn_sync::api::repository::Repository = serde_json::from_value(json!({
             "apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "Repository", "metadata": {"name": "unmarked", "namespace": NS},
@@ -336,6 +326,17 @@ fn chart_repositories_follow_a_version_range(cluster: Cluster) {
         .await;
         assert!(message.contains("annotation does not list this Repository's URL"), "{message}");
         assert_eq!(repo.requests().len(), asked, "the server was asked with an unmarked Secret");
+        for (name, type_, url, chart, secret) in [
+            ("helm-charts", "Helm", repo.url(), "web", "repo-creds"),
+            ("oci-charts", "OCI", registry.url(), "api", "oci-creds"),
+        ] {
+            let r: kuvryn_sync::api::repository::Repository = serde_json::from_value(json!({
+                "apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "Repository", "metadata": {"name": name, "namespace": NS},
+                "spec": {"type": type_, "url": url, "chart": {"name": chart, "version": "~1.2"},
+                         "secretRef": {"name": secret}, "interval": "2s"}}))
+            .unwrap();
+            repos.create(&Default::default(), &r).await.unwrap();
+        }
         let spec = |repository: &str, render: serde_json::Value| {
             json!({"source": {"repository": repository, "render": render}, "serviceAccountName": "deployer",
                    "destination": {"namespace": NS, "clusterResources": [{"group": "apiextensions.k8s.io", "kind": "CustomResourceDefinition"}]},

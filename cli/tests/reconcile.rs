@@ -4,7 +4,7 @@
 //! Repository polls hourly, so only the command can make it fetch within the test.
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, PostParams};
+use kube::api::Api;
 use kuvryn_sync::api::conditions;
 use kuvryn_sync::api::names;
 use kuvryn_sync::api::notification::Notification;
@@ -140,33 +140,52 @@ fn reconcile_fetches_now_and_suspend_pauses_until_resume(cluster: Cluster) {
     });
 }
 
+/// What `ksync notifications` lists is what the engine wrote: a failed rollout delivered to a
+/// Slack-style sink shows as the Notification's last delivery.
 fn notifications_are_listed_with_their_routes(cluster: Cluster) {
     let runtime = testkit::runtime();
     runtime.block_on(async {
-        let env = Env::without_controllers(&cluster, NS).await;
+        let env = Env::start(&cluster, NS).await;
         let none = ksync(&cluster, &["notifications"]).await;
         assert_eq!((none.code, none.stdout.as_str()), (0, ""), "{none:?}");
         assert!(none.stderr.contains("No Notifications found"), "{none:?}");
-        let n: Notification = serde_json::from_value(json!({
-            "apiVersion": names::API_VERSION, "kind": "Notification",
-            "metadata": {"name": "chat", "namespace": NS},
-            "spec": {"applications": {"names": ["web"]}, "severity": "Warning", "reasons": ["HealthTimeout"],
-                     "provider": {"type": "Slack", "secretRef": {"name": "slack"}}},
-        }))
-        .unwrap();
-        Api::<Notification>::namespaced(env.client.clone(), NS).create(&PostParams::default(), &n).await.unwrap();
+        let slack = testkit::sinks::Sink::start(testkit::sinks::Kind::Slack, "services/T0/B0/cli").await;
+        env.secret("slack", &[("address", &slack.url)]).await;
+        env.notification(
+            "chat",
+            json!({"applications": {"names": ["web"]}, "severity": "Warning", "reasons": ["HealthTimeout"],
+                   "provider": {"type": "Slack", "secretRef": {"name": "slack"}}}),
+        )
+        .await;
+        let _engine = env.start_notifications();
+        let never = testkit::manifests::deployment("web").image("registry.invalid/web:1").ready_ms(500).to_string();
+        env.app_from(
+            "web",
+            &[("web/deploy.yaml", &never)],
+            json!({"source": {"repository": "platform", "path": "web"}, "serviceAccountName": "deployer",
+                   "destination": {"namespace": NS}, "health": {"timeout": "5s"}, "failurePolicy": {"maxAttempts": 1}}),
+        )
+        .await;
+        let notifications: Api<Notification> = Api::namespaced(env.client.clone(), NS);
+        eventually("the HealthTimeout delivered", WAIT, || async {
+            (notifications.get("chat").await.ok()?.status?.last_delivery?.reason == "HealthTimeout").then_some(())
+        })
+        .await;
         let out = ok(&cluster, &["notifications"]).await;
         let lines: Vec<&str> = out.lines().collect();
         assert_eq!(lines.len(), 2, "{out}");
         for column in ["NAME", "PROVIDER", "APPLICATIONS", "EVENTS", "READY", "LAST DELIVERY", "AGE"] {
             assert!(lines[0].contains(column), "{out}");
         }
-        for cell in ["chat", "Slack", "web", "warnings: HealthTimeout"] {
-            assert!(lines[1].contains(cell), "{out}");
+        for cell in ["chat", "Slack", "web", "warnings: HealthTimeout", "True", "web HealthTimeout"] {
+            assert!(lines[1].contains(cell), "{cell:?} missing: {out}");
         }
+        let wide = ok(&cluster, &["notifications", "-o", "wide"]).await;
+        assert!(wide.lines().next().unwrap().contains("LAST FAILURE"), "{wide}");
         let json_out = ok(&cluster, &["notifications", "-o", "json"]).await;
         let v: serde_json::Value = serde_json::from_str(&json_out).unwrap();
         assert_eq!(v["items"][0]["spec"]["provider"]["type"], "Slack");
+        assert_eq!(v["items"][0]["status"]["lastDelivery"]["application"], "web");
     });
 }
 

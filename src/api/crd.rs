@@ -159,10 +159,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn four_namespaced_kinds_in_our_group_with_status_subresource() {
+    fn five_namespaced_kinds_in_our_group_with_status_subresource() {
         let crds = all();
         let kinds: Vec<_> = crds.iter().map(|c| c.spec.names.kind.as_str()).collect();
-        assert_eq!(kinds, ["Repository", "Application", "Revision", "HealthCheck"]);
+        assert_eq!(kinds, ["Repository", "Application", "Revision", "HealthCheck", "Notification"]);
         for crd in &crds {
             assert_eq!(crd.spec.group, names::GROUP);
             assert_eq!(crd.spec.scope, "Namespaced");

@@ -173,8 +173,9 @@ fn the_webhook_records_checks_and_restores_a_manual_sync_rollback(cluster: Clust
         assert_eq!(stored[a::ROLLBACK_TARGET_HASH], want_hash);
         let at = &stored[a::ROLLBACK_REQUESTED_AT];
         let at_ts: jiff::Timestamp = at.parse().expect("RFC 3339 requested-at");
-        // ksync writes sub-second times; the webhook replaces them with its own, in seconds.
-        assert!(!at.contains('.'), "requested-at {at} is ksync's, not the webhook's");
+        // ksync writes nine fractional digits; the webhook replaces them with its own, six.
+        let digits = at.split_once('.').map(|(_, f)| f.trim_end_matches('Z').len());
+        assert_eq!(digits, Some(6), "requested-at {at} is the webhook's (microseconds), not ksync's (nanoseconds)");
         assert!((jiff::Timestamp::now().as_second() - at_ts.as_second()).abs() < 300, "{at}");
 
         // Approved by its own request: A deploys with no ksync sync, B is held.

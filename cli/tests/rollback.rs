@@ -399,7 +399,8 @@ fn a_manual_sync_rollback_to_a_live_target_waits_for_approval(cluster: Cluster) 
 
         // A manual rollback to the live Revision, written by hand without a requester: no
         // approval of its own, and the earlier ksync sync was given before the request, a
-        // nanosecond before in the same second (the Revision records approvals in whole seconds).
+        // nanosecond before, in the same microsecond (the Revision records approvals to the
+        // microsecond).
         let approved_at: jiff::Timestamp =
             env.apps().get("web").await.unwrap().annotations()[names::annotations::APPROVED_AT].parse().unwrap();
         let requested_at = approved_at + jiff::SignedDuration::from_nanos(1);

@@ -6,7 +6,7 @@
 //! ([`super::revision_conditions`]). Not yet implemented (never written by the controller):
 //! `status.plan.warnings` (always empty).
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, MicroTime, Time};
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
@@ -415,8 +415,9 @@ pub struct Approval {
     #[schemars(length(max = 256))]
     pub user: String,
     /// When (`sync.kuvryn.io/approved-at`), or when the controller took the approval if
-    /// nothing recorded it.
-    pub time: Time,
+    /// nothing recorded it; to the microsecond, so a second approval of the same plan within
+    /// one second is told from the first.
+    pub time: MicroTime,
     /// The plan digest approved.
     #[schemars(length(max = 80))]
     pub plan_digest: String,

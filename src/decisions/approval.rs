@@ -12,9 +12,11 @@
 //!   later drift needs a new approval.
 //! - An approval given before `not_before` (a rollback's `rollback-requested-at`) does not
 //!   count; one without a recorded time cannot show it was given after, so it does not count
-//!   either. Times are compared as precisely as both records say: `status.approval.time` is in
-//!   whole seconds, so a recorded approval of the request's own second counts only when it shows
-//!   it came at or after the request ([`given_since`]).
+//!   either. Times are compared as precisely as both records say: `status.approval.time` keeps
+//!   microseconds; one recorded in whole seconds (by a manager before 0.7) within the request's
+//!   own second counts only when it shows it came at or after the request ([`given_since`]).
+//! - A request is the recorded approval only when its time is the recorded one to the
+//!   microsecond: the same plan approved again a moment later is a new approval.
 //! - A rollback whose target is already live completes on a manual-sync Application only once
 //!   an approval given at or after its request started an attempt that succeeded
 //!   ([`completed_since`]).
@@ -24,7 +26,7 @@
 use std::collections::BTreeMap;
 
 use jiff::Timestamp;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use serde::Deserialize;
 
 use crate::api::names;
@@ -101,10 +103,34 @@ pub fn parse_time(s: &str) -> Option<Timestamp> {
     s.trim().parse().ok()
 }
 
-/// `t` in whole seconds, as the API records times (`status.approval.time`): what is recorded
-/// is then the same in memory as once read back.
-pub fn whole_second(t: Timestamp) -> Timestamp {
-    Timestamp::from_second(t.as_second()).unwrap_or(t)
+/// `t` to the microsecond, as `status.approval.time` keeps it: what is recorded is then the
+/// same in memory as once read back.
+pub fn recorded_time(t: Timestamp) -> Timestamp {
+    let micros = t.as_microsecond();
+    Timestamp::from_microsecond(micros).unwrap_or(t)
+}
+
+/// How `ksync` writes `approved-at` and `rollback-requested-at`: to the nanosecond, always
+/// nine digits, so a record the webhook wrote instead ([`webhook_time`]) is told from it.
+pub fn client_time(t: Timestamp) -> String {
+    jiff::fmt::strtime::format("%Y-%m-%dT%H:%M:%S%.9fZ", t).unwrap_or_else(|_| t.to_string())
+}
+
+/// How the admission webhook records `approved-at` and `rollback-requested-at`: to the
+/// microsecond, always six digits, as `status.approval.time` keeps it.
+pub fn webhook_time(t: Timestamp) -> String {
+    jiff::fmt::strtime::format("%Y-%m-%dT%H:%M:%S%.6fZ", t).unwrap_or_else(|_| t.to_string())
+}
+
+/// `t` to the precision of the record `recorded`, in microseconds: whole seconds for a record
+/// a manager before 0.7 made, microseconds otherwise.
+fn at_precision_of(recorded: Timestamp, t: Timestamp) -> i64 {
+    if recorded.subsec_nanosecond() == 0 { t.as_second() * 1_000_000 } else { t.as_microsecond() }
+}
+
+/// Whether the request time `at` is the recorded time `recorded`, as precisely as it was recorded.
+fn same_time(recorded: Timestamp, at: Timestamp) -> bool {
+    at_precision_of(recorded, recorded) == at_precision_of(recorded, at)
 }
 
 /// What [`judge`] looks at.
@@ -167,9 +193,7 @@ impl Verdict {
 /// Judge the approval of the current plan (see the module's contract).
 pub fn judge(f: &Facts) -> Verdict {
     let used = |r: &Request| {
-        f.recorded
-            .as_ref()
-            .is_some_and(|a| a.plan_digest == r.plan && r.at.is_none_or(|at| a.time.0.as_second() == at.as_second()))
+        f.recorded.as_ref().is_some_and(|a| a.plan_digest == r.plan && r.at.is_none_or(|at| same_time(a.time.0, at)))
     };
     if let Some(a) = &f.recorded
         && a.desired_state_hash.as_deref() == Some(f.desired.as_str())
@@ -188,7 +212,7 @@ pub fn judge(f: &Facts) -> Verdict {
     }
     Verdict::Approved(Approval {
         user: r.by.clone().unwrap_or_else(|| UNKNOWN_USER.to_string()),
-        time: Time(whole_second(r.at.unwrap_or(f.now))),
+        time: MicroTime(recorded_time(r.at.unwrap_or(f.now))),
         plan_digest: r.plan.clone(),
         source: Some(MANUAL_SYNC.to_string()),
         desired_state_hash: Some(f.desired.clone()),
@@ -211,19 +235,20 @@ pub fn completed_since(
     })
 }
 
-/// Whether the recorded approval `a` was given at or after `not_before`. Its time is in whole
-/// seconds: within the second of `not_before` it counts only when it can show it: as a manual
+/// Whether the recorded approval `a` was given at or after `not_before`. Its time is recorded
+/// to the microsecond (in whole seconds before 0.7), a request's to the nanosecond: within the
+/// recorded time's own microsecond (or second) it counts only when it can show it: as a manual
 /// rollback's own approval (recorded at its request's time), or as the request still on the
-/// Application (same digest and second), whose `approved-at` says more precisely.
+/// Application (same digest and recorded time), whose `approved-at` says more precisely.
 pub fn given_since(a: &Approval, not_before: Timestamp, request: Option<&Request>) -> bool {
-    let second = a.time.0.as_second();
-    match second.cmp(&not_before.as_second()) {
+    let recorded = a.time.0;
+    match at_precision_of(recorded, recorded).cmp(&at_precision_of(recorded, not_before)) {
         std::cmp::Ordering::Greater => true,
         std::cmp::Ordering::Less => false,
         std::cmp::Ordering::Equal => {
             a.source.as_deref() == Some(MANUAL_ROLLBACK)
                 || request.is_some_and(|r| {
-                    r.plan == a.plan_digest && r.at.is_some_and(|at| at.as_second() == second && at >= not_before)
+                    r.plan == a.plan_digest && r.at.is_some_and(|at| same_time(recorded, at) && at >= not_before)
                 })
         }
     }
@@ -240,6 +265,7 @@ fn covers(a: &Approval, attempts: &[Attempt]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     #[test]
     fn the_managers_own_records_never_count() {
@@ -297,7 +323,7 @@ mod tests {
         let at = |s: &str| s.parse::<Timestamp>().unwrap();
         let approval = |time: &str, attempt: Option<i32>| Approval {
             user: "alice".into(),
-            time: Time(at(time)),
+            time: MicroTime(at(time)),
             plan_digest: "sha256:P1".into(),
             source: Some(MANUAL_ROLLBACK.into()),
             desired_state_hash: Some("D1".into()),
@@ -331,14 +357,14 @@ mod tests {
         assert!(!completed_since(Some(&a), &running, request, None), "its attempt still runs");
     }
 
-    /// The recorded time is in whole seconds: within the request's second only what shows it
-    /// came at or after the request counts.
+    /// A time recorded in whole seconds (before 0.7): within the request's second only what
+    /// shows it came at or after the request counts. One recorded to the microsecond says itself.
     #[test]
     fn an_approval_of_the_requests_own_second_counts_only_when_it_shows_it_came_after() {
         let at = |s: &str| s.parse::<Timestamp>().unwrap();
         let sync = Approval {
             user: "alice".into(),
-            time: Time(at("2026-12-02T10:00:00Z")),
+            time: MicroTime(at("2026-12-02T10:00:00Z")),
             plan_digest: "sha256:P1".into(),
             source: Some(MANUAL_SYNC.into()),
             desired_state_hash: Some("D1".into()),
@@ -347,10 +373,15 @@ mod tests {
         let request = |plan: &str, t: &str| Request { plan: plan.into(), by: Some("alice".into()), at: Some(at(t)) };
         let nb = at("2026-12-02T10:00:00.500Z");
         let cases = [
-            ("given the second after", Approval { time: Time(at("2026-12-02T10:00:01Z")), ..sync.clone() }, None, true),
+            (
+                "given the second after",
+                Approval { time: MicroTime(at("2026-12-02T10:00:01Z")), ..sync.clone() },
+                None,
+                true,
+            ),
             (
                 "given the second before",
-                Approval { time: Time(at("2026-12-02T09:59:59Z")), ..sync.clone() },
+                Approval { time: MicroTime(at("2026-12-02T09:59:59Z")), ..sync.clone() },
                 None,
                 false,
             ),
@@ -384,6 +415,30 @@ mod tests {
                 sync.clone(),
                 Some(request("sha256:P1", "2026-12-02T10:00:01.100Z")),
                 false,
+            ),
+            (
+                "to the microsecond, earlier in the second",
+                Approval { time: MicroTime(at("2026-12-02T10:00:00.499999Z")), ..sync.clone() },
+                Some(request("sha256:P1", "2026-12-02T10:00:00.900Z")),
+                false,
+            ),
+            (
+                "to the microsecond, in the request's own microsecond, nothing says more",
+                Approval { time: MicroTime(at("2026-12-02T10:00:00.500Z")), ..sync.clone() },
+                None,
+                false,
+            ),
+            (
+                "to the microsecond, in the request's own microsecond, its request says after",
+                Approval { time: MicroTime(at("2026-12-02T10:00:00.500Z")), ..sync.clone() },
+                Some(request("sha256:P1", "2026-12-02T10:00:00.500000900Z")),
+                true,
+            ),
+            (
+                "to the microsecond, later in the second",
+                Approval { time: MicroTime(at("2026-12-02T10:00:00.600Z")), ..sync.clone() },
+                None,
+                true,
             ),
             (
                 "a manual rollback's own approval, recorded at its request",

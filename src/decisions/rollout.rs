@@ -333,7 +333,7 @@ fn rollback_approval(s: &Situation, r: &rollback::Request) -> Option<approval::V
     }
     Some(approval::Verdict::Approved(crate::api::revision::Approval {
         user: by.clone(),
-        time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(approval::whole_second(
+        time: k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(approval::recorded_time(
             r.requested_at.unwrap_or(now),
         )),
         plan_digest: plan_digest.to_string(),

@@ -311,9 +311,10 @@ fn annotations_of(obj: &Value) -> Annotations {
         .unwrap_or_default()
 }
 
-/// The time of a request, RFC 3339 to the second.
+/// The time of a request, RFC 3339 to the microsecond, as `status.approval.time` keeps it: two
+/// approvals of one plan within a second stay two.
 fn now_rfc3339() -> String {
-    jiff::Timestamp::from_second(jiff::Timestamp::now().as_second()).map(|t| t.to_string()).unwrap_or_default()
+    crate::decisions::approval::webhook_time(jiff::Timestamp::now())
 }
 
 /// An AdmissionReview answer (axum's JSON extractor is not built in).

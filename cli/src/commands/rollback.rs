@@ -70,7 +70,10 @@ pub async fn run(cluster: &Cluster, args: &RollbackArgs, _ctx: Context) -> Resul
     annotations.insert(a::ROLLBACK_KIND.into(), json!(a::ROLLBACK_KIND_MANUAL));
     annotations.insert(a::ROLLBACK_TARGET_REVISION.into(), chosen.as_ref().map_or(Value::Null, |c| json!(c)));
     annotations.insert(a::ROLLBACK_REQUESTED_BY.into(), json!(super::sync::whoami(cluster).await));
-    annotations.insert(a::ROLLBACK_REQUESTED_AT.into(), json!(Timestamp::now().to_string()));
+    annotations.insert(
+        a::ROLLBACK_REQUESTED_AT.into(),
+        json!(kuvryn_sync::decisions::approval::client_time(Timestamp::now())),
+    );
     let hash = match &chosen {
         Some(r) => commit_of(cluster, &args.name, r).await?.1.map(|deployed| {
             kuvryn_sync::plan::target_hash::rollback_target_hash(&deployed, &app.spec.sync, &app.spec.strategy)

@@ -53,7 +53,10 @@ pub async fn run(cluster: &Cluster, args: &SyncArgs, ctx: Context) -> Result<()>
     let user = whoami(cluster).await;
     let mut annotations = serde_json::Map::new();
     annotations.insert(names::annotations::APPROVED_PLAN.into(), json!(digest));
-    annotations.insert(names::annotations::APPROVED_AT.into(), json!(Timestamp::now().to_string()));
+    annotations.insert(
+        names::annotations::APPROVED_AT.into(),
+        json!(kuvryn_sync::decisions::approval::client_time(Timestamp::now())),
+    );
     annotations.insert(names::annotations::APPROVED_BY.into(), json!(user));
     let api: Api<Application> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
     let patch = json!({"metadata": {"annotations": annotations}});

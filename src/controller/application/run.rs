@@ -219,8 +219,9 @@ async fn reconcile_tracked(
             }
         }
     }
+    let finishing = crate::controller::queue::finishing(&app);
     let _slot = tokio::select! {
-        slot = ctx.queue.enter(r.namespace.as_deref().unwrap_or_default()) => slot,
+        slot = ctx.queue.enter(r.namespace.as_deref().unwrap_or_default(), finishing) => slot,
         // The shard stops: whoever owns it next reconciles this Application.
         _ = stopping.wait_for(|s| *s) => return Ok(Action::await_change()),
     };

@@ -3,6 +3,9 @@
 //! across namespaces ([`turns`]), so one tenant's thousands of Applications do not starve
 //! another's few, and more shards do not mean more concurrent work.
 //!
+//! A reconcile of an Application whose attempt is in flight ([`finishing`]) goes before one
+//! that starts new work ([`turns`] says how far).
+//!
 //! Each shard's controller keeps its own scheduling (debounce, one reconcile per Application at
 //! a time, requeues) and lets every due reconcile start; a reconcile first waits here for a
 //! [`Slot`], and gives it back when it ends or is dropped.
@@ -90,13 +93,14 @@ impl Queue {
         })
     }
 
-    /// Wait for a slot for a reconcile of an Application of namespace `ns`.
-    pub async fn enter(self: &Arc<Self>, ns: &str) -> Slot {
+    /// Wait for a slot for a reconcile of an Application of namespace `ns` (`finishing`: it
+    /// completes work in flight).
+    pub async fn enter(self: &Arc<Self>, ns: &str, finishing: bool) -> Slot {
         let (id, rx) = {
             let mut inner = self.inner.lock().expect("queue lock");
             let id = inner.next_id;
             inner.next_id += 1;
-            let now = inner.turns.arrive(ns, id);
+            let now = inner.turns.arrive(ns, id, finishing);
             inner.gauges();
             if now {
                 return Slot { queue: self.clone() };
@@ -120,6 +124,17 @@ impl Queue {
     }
 }
 
+/// Whether reconciling `app` completes work in flight: its status says an attempt is running
+/// (`Ready` is `Unknown` for `Progressing`), so this look at its health may end it.
+pub fn finishing(app: &crate::api::application::Application) -> bool {
+    use crate::api::names;
+    app.status.as_ref().is_some_and(|s| {
+        s.conditions.iter().any(|c| {
+            c.type_ == names::conditions::READY && c.status == "Unknown" && c.reason == names::reasons::PROGRESSING
+        })
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -129,13 +144,13 @@ mod tests {
     #[tokio::test]
     async fn a_slot_is_shared_by_turns_and_a_dropped_wait_frees_nothing_twice() {
         let q = Queue::new(1);
-        let first = q.enter("a").await;
+        let first = q.enter("a", false).await;
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         let mut tasks = Vec::new();
         for (ns, n) in [("a", 1), ("a", 2), ("a", 3), ("b", 9)] {
             let (q2, tx) = (q.clone(), tx.clone());
             tasks.push(tokio::spawn(async move {
-                let _slot = q2.enter(ns).await;
+                let _slot = q2.enter(ns, false).await;
                 tx.send(n).unwrap();
             }));
             // Arrive in this order.
@@ -144,7 +159,7 @@ mod tests {
             }
         }
         // One that gives up while waiting.
-        let gives_up = tokio::time::timeout(Duration::from_millis(1), q.enter("c")).await;
+        let gives_up = tokio::time::timeout(Duration::from_millis(1), q.enter("c", false)).await;
         assert!(gives_up.is_err(), "the slot is held");
         assert_eq!(q.counts(), (1, 4), "the one that gave up left the queue");
         drop(first);
@@ -157,21 +172,63 @@ mod tests {
             t.await.unwrap();
         }
         assert_eq!(q.counts(), (0, 0), "every slot given back");
-        let _again = q.enter("d").await;
+        let _again = q.enter("d", false).await;
         assert_eq!(q.counts(), (1, 0));
+    }
+
+    #[test]
+    fn only_an_application_whose_attempt_runs_is_finishing() {
+        use crate::api::application::{Application, ApplicationStatus};
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+        let with = |conditions: &[(&str, &str, &str)]| {
+            let mut app: Application = serde_json::from_value(serde_json::json!({
+                "apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "Application",
+                "metadata": {"name": "web", "namespace": "a"},
+                "spec": {"source": {"repository": "r", "path": "p"}, "destination": {"namespace": "a"}, "serviceAccountName": "d"}
+            }))
+            .unwrap();
+            let conditions = conditions
+                .iter()
+                .map(|(t, s, r)| Condition {
+                    type_: t.to_string(),
+                    status: s.to_string(),
+                    reason: r.to_string(),
+                    message: String::new(),
+                    last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                        jiff::Timestamp::UNIX_EPOCH,
+                    ),
+                    observed_generation: None,
+                })
+                .collect();
+            app.status = Some(ApplicationStatus { conditions, ..Default::default() });
+            app
+        };
+        let cases = [
+            ("an attempt waiting for health", with(&[("Ready", "Unknown", "Progressing")]), true),
+            ("Ready", with(&[("Ready", "True", "Succeeded")]), false),
+            ("waiting for approval", with(&[("Ready", "Unknown", "AwaitingApproval")]), false),
+            ("failed", with(&[("Ready", "False", "HealthTimeout")]), false),
+            ("another condition progressing", with(&[("Reconciling", "Unknown", "Progressing")]), false),
+        ];
+        for (what, app, want) in cases {
+            assert_eq!(finishing(&app), want, "{what}");
+        }
+        let mut new = with(&[]);
+        new.status = None;
+        assert!(!finishing(&new), "a new Application starts new work");
     }
 
     #[tokio::test]
     async fn a_wait_dropped_just_after_its_turn_came_passes_the_slot_on() {
         let q = Queue::new(1);
-        let first = q.enter("a").await;
+        let first = q.enter("a", false).await;
         let q2 = q.clone();
-        let mut second = Box::pin(async move { q2.enter("a").await });
+        let mut second = Box::pin(async move { q2.enter("a", false).await });
         let pending = std::future::poll_fn(|cx| std::task::Poll::Ready(second.as_mut().poll(cx).is_pending())).await;
         assert!(pending, "the slot is held");
         let third = tokio::spawn({
             let q = q.clone();
-            async move { drop(q.enter("b").await) }
+            async move { drop(q.enter("b", false).await) }
         });
         while q.counts().1 < 2 {
             tokio::task::yield_now().await;

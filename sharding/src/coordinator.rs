@@ -18,6 +18,9 @@
 //!
 //! # Guarantees
 //!
+//! - **Nothing else on the replica delays a renewal** when the coordinator runs on a
+//!   [`crate::thread::LeaseThread`] with a client built there (as the manager does): its rounds,
+//!   request queue and connections do not wait for a runtime busy with reconciles.
 //! - **No drain delays a renewal.** Work is drained in the background ([`Workers::stop`]
 //!   returns a future the coordinator does not await in a round): a slow reconcile of a shard
 //!   being handed over never holds up the renewal of the shards kept.

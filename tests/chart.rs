@@ -356,7 +356,7 @@ fn the_flow_schema_matches_the_replicas_lease_requests_only() {
     assert!(of_kind(&off, "FlowSchema").is_empty());
 }
 
-/// On the real API server, the replicas' Lease requests are classified by the chart's FlowSchema
+/// The replicas' Lease requests are classified by the chart's FlowSchema
 /// (the `X-Kubernetes-PF-FlowSchema-UID` answer header names it), and their other requests, or
 /// another account's Lease requests, are not.
 fn the_replicas_lease_requests_are_classified_by_the_charts_flow_schema(cluster: Cluster) {
@@ -726,15 +726,8 @@ fn the_charts_service_account_may_do_only_what_the_manager_needs(cluster: Cluste
     });
 }
 
-mod the_replicas_lease_requests_are_classified_by_the_charts_flow_schema {
-    // Only the real server classifies by FlowSchema objects; simcluster names fixed schemas.
-    #[test]
-    fn realkube() {
-        super::the_replicas_lease_requests_are_classified_by_the_charts_flow_schema(testkit::Cluster::real());
-    }
-}
-
 testkit::both!(
+    the_replicas_lease_requests_are_classified_by_the_charts_flow_schema,
     the_chart_renders_objects_the_api_server_accepts,
     replicas_with_the_charts_arguments_run_as_its_service_account,
     the_charts_service_account_may_do_only_what_the_manager_needs,

@@ -13,6 +13,7 @@ pub mod crd;
 pub mod discovery;
 pub mod errors;
 pub mod faults;
+pub mod flowcontrol;
 pub mod fieldmanager;
 pub mod http;
 pub mod kcm;

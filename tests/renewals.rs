@@ -33,7 +33,8 @@ type History = Arc<Mutex<Vec<(Instant, BTreeMap<u32, Instant>)>>>;
 
 async fn record(mut rx: tokio::sync::watch::Receiver<Ownership>, out: History) {
     loop {
-        let now: BTreeMap<u32, Instant> = rx.borrow_and_update().shards.iter().map(|(k, h)| (*k, h.valid_until)).collect();
+        let now: BTreeMap<u32, Instant> =
+            rx.borrow_and_update().shards.iter().map(|(k, h)| (*k, h.valid_until)).collect();
         out.lock().unwrap().push((Instant::now(), now));
         if rx.changed().await.is_err() {
             return;
@@ -61,7 +62,8 @@ fn renewals_keep_their_cadence_while_the_main_runtime_is_saturated(cluster: Clus
         apply_as(&client, "test", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})).await;
         let own = LeaseThread::start("test-leases").expect("the Lease thread");
         let renewals = own.client(cluster.config().await).expect("the renewal client");
-        let (coordinator, owned) = Coordinator::new(Leases::new(Api::namespaced(renewals, NS), "a", timing), "sat", SHARDS);
+        let (coordinator, owned) =
+            Coordinator::new(Leases::new(Api::namespaced(renewals, NS), "a", timing), "sat", SHARDS);
         let history: History = Arc::default();
         own.spawn(record(owned.clone(), history.clone()));
         own.spawn(coordinator.run(Idle, std::future::pending::<()>()));
@@ -73,8 +75,7 @@ fn renewals_keep_their_cadence_while_the_main_runtime_is_saturated(cluster: Clus
         let held_from = Instant::now();
         // Saturate: both workers and this thread do nothing else for two Lease durations.
         let blocked_for = 2 * duration;
-        let blockers: Vec<_> =
-            (0..2).map(|_| tokio::spawn(async move { std::thread::sleep(blocked_for) })).collect();
+        let blockers: Vec<_> = (0..2).map(|_| tokio::spawn(async move { std::thread::sleep(blocked_for) })).collect();
         std::thread::sleep(blocked_for);
         for b in blockers {
             b.await.unwrap();

@@ -188,7 +188,9 @@ pub fn classify(user: &UserInfo, request: &Request, schemas: &[&Value], levels: 
     };
     let mut created: Vec<(i64, &str, &Value)> = schemas
         .iter()
-        .map(|s| (s["spec"]["matchingPrecedence"].as_i64().unwrap_or(1000), s["metadata"]["name"].as_str().unwrap_or(""), *s))
+        .map(|s| {
+            (s["spec"]["matchingPrecedence"].as_i64().unwrap_or(1000), s["metadata"]["name"].as_str().unwrap_or(""), *s)
+        })
         .filter(|(p, n, _)| (*p, *n) < (precedence, name))
         .collect();
     created.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));

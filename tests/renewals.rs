@@ -117,3 +117,73 @@ fn renewals_keep_their_cadence_while_the_main_runtime_is_saturated(cluster: Clus
 }
 
 testkit::both!(renewals_keep_their_cadence_while_the_main_runtime_is_saturated);
+
+/// A server slow to answer Lease writes (half a second each, simcluster's latency fault) holds a
+/// round up by one write, not one per shard: eight shards are renewed at once, on the cadence,
+/// and no fence closes. One after the other, a round took four and a half seconds, longer than
+/// the fence lasts.
+fn a_slow_server_delays_a_round_by_one_renewal_not_one_per_shard(cluster: Cluster) {
+    const NS: &str = "slow-writes";
+    const SHARDS: u32 = 8;
+    let sim = cluster.sim().expect("simcluster: the test injects latency");
+    let duration = Duration::from_secs(6);
+    let spare = duration / 10;
+    testkit::runtime().block_on(async {
+        let client = cluster.client().await;
+        apply_as(&client, "test", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})).await;
+        let own = LeaseThread::start("test-leases").expect("the Lease thread");
+        let renewals = own.client(cluster.config().await).expect("the renewal client");
+        let (coordinator, owned) =
+            Coordinator::new(Leases::new(Api::namespaced(renewals, NS), "a", Timing::new(duration)), "slow", SHARDS);
+        let history: History = Arc::default();
+        own.spawn(record(owned.clone(), history.clone()));
+        own.spawn(coordinator.run(Idle, std::future::pending::<()>()));
+        let fence = Fence::new(owned, spare);
+        eventually("the replica to hold every shard", WAIT, || async {
+            (fence.shards().len() == SHARDS as usize).then_some(())
+        })
+        .await;
+        sim.add_fault(simcluster::faults::FaultRule {
+            verb: Some("update".into()),
+            resource: Some("leases".into()),
+            action: Some(simcluster::faults::FaultAction::Latency { millis: 500 }),
+            ..Default::default()
+        });
+        let slow_from = Instant::now();
+        // Five rounds' worth of slow renewals, watched as they come.
+        let seen =
+            |k: u32| history.lock().unwrap().iter().filter(|(at, s)| *at > slow_from && s.contains_key(&k)).count();
+        eventually("renewals while the server is slow", WAIT, || async {
+            (0..SHARDS).all(|k| seen(k) >= 5).then_some(())
+        })
+        .await;
+        sim.clear_faults();
+        let history = history.lock().unwrap().clone();
+        drop(own);
+        for k in 0..SHARDS {
+            let mut valid: Vec<(Instant, Instant)> = Vec::new();
+            for (at, shards) in &history {
+                if let Some(v) = shards.get(&k)
+                    && valid.last().is_none_or(|(_, last)| last != v)
+                {
+                    valid.push((*at, *v));
+                }
+            }
+            for pair in valid.windows(2) {
+                let ((_, before), (renewed, _)) = (pair[0], pair[1]);
+                assert!(
+                    renewed < before - spare,
+                    "shard {k}: its fence closed {:?} before the next renewal was seen",
+                    renewed - (before - spare)
+                );
+            }
+        }
+    });
+}
+
+mod a_slow_server_delays_a_round_by_one_renewal_not_one_per_shard {
+    #[test]
+    fn simcluster() {
+        super::a_slow_server_delays_a_round_by_one_renewal_not_one_per_shard(testkit::Cluster::start());
+    }
+}

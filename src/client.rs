@@ -6,6 +6,9 @@
 //! flooding it. A request waits for a token before it is sent (in the tower service's
 //! `poll_ready`, so the client's queue waits, not the caller's thread). Lease renewals use a
 //! client without the budget: a busy replica must never lose its shards for want of a token.
+//! Shard Lease renewals have a client of their own, built and driven on their own thread
+//! ([`sharding::thread`]), so they share neither the budget, nor a connection pool, nor a
+//! runtime with the fleet's requests.
 //!
 //! An API server with API Priority and Fairness (on by default since Kubernetes 1.20) protects
 //! itself, per flow and fairly, and says so on every response with the

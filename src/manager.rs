@@ -368,6 +368,7 @@ fn run_controllers(args: RunArgs) -> Result<()> {
             .map(crate::client::without_retries)
             .map_err(|e| Error::Startup(format!("loading the Kubernetes client configuration: {e}")))?;
         let dashboard_config = kube_config.clone();
+        let renewal_config = kube_config.clone();
         let limiter = crate::client::Limiter::new(crate::client::Budget {
             qps: args.kube_api_qps.unwrap_or(crate::client::Budget::default().qps),
             burst: args.kube_api_burst,
@@ -506,8 +507,17 @@ fn run_controllers(args: RunArgs) -> Result<()> {
         let leases = |identity: &str| {
             sharding::lease::Leases::new(kube::Api::namespaced(lease_client.clone(), &lease_ns), identity, timing)
         };
+        // Shard Leases are renewed on a thread of their own, over a client of their own
+        // (`sharding::thread`): a runtime saturated by reconciles must not make a renewal late.
+        let lease_thread = sharding::thread::LeaseThread::start("ksync-leases")
+            .map_err(|e| Error::Startup(format!("starting the Lease renewal thread: {e}")))?;
+        let renewal_client = lease_thread
+            .client(renewal_config)
+            .map_err(|e| Error::Startup(format!("connecting to the Kubernetes API: {e}")))?;
+        let shard_leases =
+            sharding::lease::Leases::new(kube::Api::namespaced(renewal_client, &lease_ns), identity.as_str(), timing);
         let (coordinator, ownership) =
-            sharding::coordinator::Coordinator::new(leases(&identity), args.lease_prefix.clone(), shards);
+            sharding::coordinator::Coordinator::new(shard_leases, args.lease_prefix.clone(), shards);
         // A write needs a tenth of the Lease duration to spare (1.5 s of the default 15 s) on top
         // of the Lease's own margin: enough for a request in flight, while a renewal delayed by
         // a busy machine does not stop the shard's work between two renewals.
@@ -577,6 +587,7 @@ fn run_controllers(args: RunArgs) -> Result<()> {
                 );
             }
         };
+        let coordinating = lease_thread.spawn(coordinator.run(workers, on_stop(stopped.clone())));
         tokio::join!(
             crate::controller::notifications::run(notifications, on_stop(stopped.clone())),
             crate::controller::application::progress::report(
@@ -584,7 +595,11 @@ fn run_controllers(args: RunArgs) -> Result<()> {
                 stale_after,
                 on_stop(stopped.clone())
             ),
-            coordinator.run(workers, on_stop(stopped.clone())),
+            async move {
+                if let Err(e) = coordinating.await {
+                    tracing::error!(error = %e, "the shard coordinator stopped");
+                }
+            },
             sharding::leader::run_elected_fenced(
                 &leader_leases,
                 &leader_name,
@@ -595,6 +610,7 @@ fn run_controllers(args: RunArgs) -> Result<()> {
             ),
             webhook,
         );
+        drop(lease_thread);
         let _ = http_stop.send(());
         Ok(())
     });

@@ -116,6 +116,7 @@ fn the_chart_is_lint_clean_and_its_schema_refuses_bad_values() {
         ("dashboard={\"tokenHeader\":\"X Token\"}", "/dashboard/tokenHeader"),
         ("receiver={\"port\":0}", "/receiver/port"),
         ("receiver={\"ingress\":{\"host\":\"Hooks Example\"}}", "/receiver/ingress/host"),
+        ("priorityAndFairness={\"matchingPrecedence\":9000}", "/priorityAndFairness/matchingPrecedence"),
     ] {
         let out =
             tools.helm(home.path()).args(["template", "x"]).arg(&chart).args(["--set-json", value]).output().unwrap();
@@ -162,6 +163,7 @@ fn the_chart_renders_objects_the_api_server_accepts(cluster: Cluster) {
             "extra",
             &[
                 "webhooks={\"enabled\":false}",
+                "priorityAndFairness={\"enabled\":false}",
                 "watches={\"extraKinds\":[{\"apiGroup\":\"networking.k8s.io\",\"resources\":[\"ingresses\"]}]}",
             ],
             false,
@@ -201,6 +203,8 @@ fn the_chart_renders_objects_the_api_server_accepts(cluster: Cluster) {
                 assert!(kinds.contains(kind), "{release}: no {kind} in {kinds:?}");
             }
             assert!(!kinds.contains("CustomResourceDefinition"), "the chart does not ship the CRDs");
+            // The Lease FlowSchema: on unless turned off (the API server accepts it below).
+            assert_eq!(kinds.contains("FlowSchema"), release != "extra", "{release}: {kinds:?}");
             for obj in &objects {
                 apply_strict(&client, obj).await;
             }
@@ -309,6 +313,84 @@ fn the_chart_renders_objects_the_api_server_accepts(cluster: Cluster) {
                 "extra" => assert_eq!(ingresses.expect("a rule for ingresses")["verbs"], json!(["list", "watch"])),
                 _ => assert!(ingresses.is_none(), "{release}"),
             }
+        }
+    });
+}
+
+/// The FlowSchema puts the replicas' Lease requests, and only them, ahead of the workload: the
+/// chart's ServiceAccount (the name it is given too), `leases` in `coordination.k8s.io` in the
+/// release namespace, the verbs a coordinator round and a leader election use, at the API
+/// server's `leader-election` level, matched before the suggested `service-accounts` (9000).
+#[test]
+fn the_flow_schema_matches_the_replicas_lease_requests_only() {
+    let tools = Tools::get();
+    for (values, account) in [(&[][..], "kuvryn-sync"), (&["serviceAccount={\"name\":\"ksync\"}"][..], "ksync")] {
+        let objects = render(&tools, "kuvryn-sync", values);
+        let schemas = of_kind(&objects, "FlowSchema");
+        assert_eq!(schemas.len(), 1);
+        let schema = schemas[0];
+        assert_eq!(schema["apiVersion"], "flowcontrol.apiserver.k8s.io/v1");
+        assert_eq!(schema["metadata"]["name"], "kuvryn-sync-leases");
+        let spec = &schema["spec"];
+        assert_eq!(spec["priorityLevelConfiguration"]["name"], "leader-election");
+        let precedence = spec["matchingPrecedence"].as_i64().unwrap();
+        assert!((1..9000).contains(&precedence), "{precedence}");
+        assert_eq!(
+            spec["rules"],
+            json!([{
+                "subjects": [{"kind": "ServiceAccount", "serviceAccount": {"name": account, "namespace": NS}}],
+                "resourceRules": [{
+                    "apiGroups": ["coordination.k8s.io"],
+                    "resources": ["leases"],
+                    "verbs": ["get", "list", "create", "update"],
+                    "namespaces": [NS],
+                }],
+            }]),
+            "no other subject, resource, namespace or non-resource URL"
+        );
+        // The ServiceAccount it names is the one the replicas run as.
+        let pod = &of_kind(&objects, "Deployment")[0]["spec"]["template"]["spec"];
+        assert_eq!(pod["serviceAccountName"], account);
+    }
+    let off = render(&tools, "kuvryn-sync", &["priorityAndFairness={\"enabled\":false}"]);
+    assert!(of_kind(&off, "FlowSchema").is_empty());
+}
+
+/// The replicas' Lease requests are classified by the chart's FlowSchema
+/// (the `X-Kubernetes-PF-FlowSchema-UID` answer header names it), and their other requests, or
+/// another account's Lease requests, are not.
+fn the_replicas_lease_requests_are_classified_by_the_charts_flow_schema(cluster: Cluster) {
+    use k8s_openapi::api::flowcontrol::v1::FlowSchema;
+    let tools = Tools::get();
+    let objects = render(&tools, "kuvryn-sync", &["replicas=1"]);
+    testkit::runtime().block_on(async {
+        let admin = cluster.client().await;
+        namespace(&admin, NS).await;
+        for obj in objects.iter().filter(|o| o["kind"] != "Deployment") {
+            apply_strict(&admin, obj).await;
+        }
+        let uid = Api::<FlowSchema>::all(admin.clone()).get("kuvryn-sync-leases").await.unwrap().metadata.uid.unwrap();
+        let mut config = cluster.config().await;
+        config.auth_info =
+            kube::config::AuthInfo { token: Some(token(&admin, NS, "kuvryn-sync").await.into()), ..Default::default() };
+        let replica = kube::Client::try_from(config).unwrap();
+        let schema_of = |client: kube::Client, method: &'static str, path: String| async move {
+            let request = http::Request::builder().method(method).uri(path).body(Vec::new()).unwrap();
+            let answer = client.send(request.map(kube::client::Body::from)).await.expect("an answer");
+            answer.headers().get("x-kubernetes-pf-flowschema-uid").map(|v| v.to_str().unwrap().to_string())
+        };
+        let leases = format!("/apis/coordination.k8s.io/v1/namespaces/{NS}/leases");
+        for (client, method, path, ours) in [
+            (&replica, "GET", leases.clone(), true),
+            (&replica, "GET", format!("{leases}/none"), true),
+            (&replica, "GET", format!("/api/v1/namespaces/{NS}/configmaps"), false),
+            (&replica, "GET", "/apis/coordination.k8s.io/v1/namespaces/default/leases".to_string(), false),
+            (&replica, "DELETE", format!("{leases}/none"), false),
+            (&admin, "GET", leases.clone(), false),
+        ] {
+            let got = schema_of(client.clone(), method, path.clone()).await;
+            assert!(got.is_some(), "{method} {path}: classified");
+            assert_eq!(got.as_deref() == Some(uid.as_str()), ours, "{method} {path}: {got:?}, the chart's is {uid}");
         }
     });
 }
@@ -645,6 +727,7 @@ fn the_charts_service_account_may_do_only_what_the_manager_needs(cluster: Cluste
 }
 
 testkit::both!(
+    the_replicas_lease_requests_are_classified_by_the_charts_flow_schema,
     the_chart_renders_objects_the_api_server_accepts,
     replicas_with_the_charts_arguments_run_as_its_service_account,
     the_charts_service_account_may_do_only_what_the_manager_needs,

@@ -11,13 +11,17 @@
 //!    its count whose membership Lease was renewed within its duration. In the first round after
 //!    it joined it takes no shard: shards are taken only after a list that saw its membership;
 //! 4. closes the fence at once on shards no longer assigned to it and starts draining their work;
-//! 5. acquires or renews the Leases of its shards; work starts for newly acquired ones;
+//! 5. acquires or renews the Leases of its shards, all at once; work starts for newly acquired
+//!    ones;
 //! 6. closes the fence at once on a shard whose Lease it lost or could not renew in time, and
 //!    starts draining its work;
 //! 7. publishes the [`Ownership`] every reconcile checks before it writes ([`Fence`]).
 //!
 //! # Guarantees
 //!
+//! - **Nothing else on the replica delays a renewal** when the coordinator runs on a
+//!   [`crate::thread::LeaseThread`] with a client built there (as the manager does): its rounds,
+//!   request queue and connections do not wait for a runtime busy with reconciles.
 //! - **No drain delays a renewal.** Work is drained in the background ([`Workers::stop`]
 //!   returns a future the coordinator does not await in a round): a slow reconcile of a shard
 //!   being handed over never holds up the renewal of the shards kept.
@@ -353,8 +357,12 @@ impl Coordinator {
             Some(m) => m.iter().copied().filter(|k| !state.draining.contains_key(k)).collect(),
             None => state.owned.keys().copied().collect(),
         };
-        for k in wanted {
-            match self.leases.acquire(&Self::shard_lease(&self.prefix, k), "shard").await {
+        // All at once: a round then takes one request's time, not one per shard, however slow
+        // the server answers. Each renewal's validity still runs from when it was sent.
+        let names: Vec<String> = wanted.iter().map(|k| Self::shard_lease(&self.prefix, *k)).collect();
+        let answers = futures_util::future::join_all(names.iter().map(|name| self.leases.acquire(name, "shard"))).await;
+        for (k, answer) in wanted.into_iter().zip(answers) {
+            match answer {
                 Ok(Some(held)) => {
                     let new = !state.owned.contains_key(&k);
                     state.owned.insert(k, held);

@@ -14,6 +14,7 @@
 //! - [`coordinator`]: one replica's membership Lease, the shard Leases assigned to it, the work
 //!   started and drained with them, and the [`coordinator::Fence`] every write checks.
 //! - [`leader`]: leader election for singleton work.
+//! - [`thread`]: the OS thread and runtime of its own that Lease renewals run on, and their client.
 //!
 //! `docs/sharding.md` has the design, the measured balance and movement, and how to reproduce
 //! them (`cargo run --release -p sharding --example balance`).
@@ -26,6 +27,7 @@ pub mod count;
 pub mod leader;
 pub mod lease;
 pub mod ring;
+pub mod thread;
 
 pub use assign::{assign, owned_by, score};
 pub use ring::{MAX_SHARDS, application_key, jump, key_hash, shard_of};

@@ -496,6 +496,8 @@ pub fn has_generation(rt: &ResourceType) -> bool {
                 | "validatingwebhookconfigurations"
                 | "mutatingwebhookconfigurations"
                 | "replicationcontrollers"
+                | "flowschemas"
+                | "prioritylevelconfigurations"
         )
 }
 

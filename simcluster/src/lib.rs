@@ -14,6 +14,7 @@ pub mod discovery;
 pub mod errors;
 pub mod faults;
 pub mod fieldmanager;
+pub mod flowcontrol;
 pub mod http;
 pub mod kcm;
 pub mod negotiate;

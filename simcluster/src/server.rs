@@ -92,29 +92,20 @@ pub async fn handle(state: Arc<State>, req: Request<Body>) -> Response<Body> {
     };
     // API Priority and Fairness classifies every authenticated request (after impersonation,
     // before authorization), and names its flow schema and priority level on the answer.
-    let (schema, level) = flow_schema_of(&req.user, &path);
+    let request = crate::flowcontrol::Request::of(&req.method, &path, &req.query);
+    let (schema, level) = {
+        let txn = state.store.lock();
+        let schemas = txn.all("flowcontrol.apiserver.k8s.io/flowschemas");
+        let levels = txn.all("flowcontrol.apiserver.k8s.io/prioritylevelconfigurations");
+        crate::flowcontrol::classify(&req.user, &request, &schemas, &levels)
+    };
     let headers = response.headers_mut();
-    headers.insert("X-Kubernetes-PF-FlowSchema-UID", HeaderValue::from_static(schema));
-    headers.insert("X-Kubernetes-PF-PriorityLevel-UID", HeaderValue::from_static(level));
-    response
-}
-
-/// The UIDs of the default flow schema and priority level (v1.36's suggested configuration)
-/// that classify a request of `user` to `path`. UIDs are fixed here; a real cluster makes its own.
-fn flow_schema_of(user: &crate::rbac::UserInfo, path: &str) -> (&'static str, &'static str) {
-    const EXEMPT_LEVEL: &str = "5d1e4c6a-0000-4000-8000-00000000e1e0";
-    let probe = matches!(path.trim_start_matches('/').split('/').next(), Some("healthz" | "livez" | "readyz"));
-    if crate::auth::is_admin(user) {
-        ("5d1e4c6a-0000-4000-8000-0000000e1e01", EXEMPT_LEVEL)
-    } else if probe {
-        ("5d1e4c6a-0000-4000-8000-00000000b0be", EXEMPT_LEVEL)
-    } else if user.name.starts_with("system:serviceaccount:kube-system:") {
-        ("5d1e4c6a-0000-4000-8000-0000005a0001", "5d1e4c6a-0000-4000-8000-00000000a1f1")
-    } else if user.name.starts_with("system:serviceaccount:") {
-        ("5d1e4c6a-0000-4000-8000-0000005a0002", "5d1e4c6a-0000-4000-8000-00000000a1f2")
-    } else {
-        ("5d1e4c6a-0000-4000-8000-000000009d0f", "5d1e4c6a-0000-4000-8000-000000009d1f")
+    for (name, uid) in [("X-Kubernetes-PF-FlowSchema-UID", schema), ("X-Kubernetes-PF-PriorityLevel-UID", level)] {
+        if let Ok(v) = HeaderValue::from_str(&uid) {
+            headers.insert(name, v);
+        }
     }
+    response
 }
 
 /// Encode an error.

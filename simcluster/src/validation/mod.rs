@@ -176,7 +176,8 @@ pub fn default_object(api_version: &str, kind: &str, obj: &mut Value) {
         ("", "Service") => service::default_service(obj),
         ("", "Pod" | "PodTemplate" | "ReplicationController" | "PersistentVolumeClaim" | "PersistentVolume")
         | ("apps", "Deployment" | "ReplicaSet" | "StatefulSet" | "DaemonSet")
-        | ("batch", "Job" | "CronJob") => workloads::default_workload(kind, obj),
+        | ("batch", "Job" | "CronJob")
+        | ("flowcontrol.apiserver.k8s.io", "PriorityLevelConfiguration") => workloads::default_workload(kind, obj),
         _ => {}
     }
 }
@@ -195,7 +196,13 @@ pub fn prepare_for_create(api_version: &str, kind: &str, obj: &mut Value, now: &
     let group = group_of(api_version);
     let builtin = matches!(
         group,
-        "" | "apps" | "batch" | "policy" | "autoscaling" | "networking.k8s.io" | "apiextensions.k8s.io"
+        "" | "apps"
+            | "batch"
+            | "policy"
+            | "autoscaling"
+            | "networking.k8s.io"
+            | "apiextensions.k8s.io"
+            | "flowcontrol.apiserver.k8s.io"
     );
     if builtin
         && workloads::has_generation(kind)

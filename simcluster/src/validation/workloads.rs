@@ -128,6 +128,14 @@ fn spec(obj: &mut Value) -> Option<&mut Map<String, Value>> {
 /// Scheme defaulting of the workload kinds (`kind` as in the body).
 pub(crate) fn default_workload(kind: &str, obj: &mut Value) {
     match kind {
+        // v1 defaulting of a Limited level: lendablePercent 0 (nominalConcurrencyShares is
+        // defaulted only when the field is absent: 30).
+        "PriorityLevelConfiguration" => {
+            if let Some(l) = spec(obj).and_then(|s| s.get_mut("limited")).and_then(Value::as_object_mut) {
+                set_default(l, "lendablePercent", json!(0));
+                set_default(l, "nominalConcurrencyShares", json!(30));
+            }
+        }
         "Pod" => {
             if let Some(s) = obj.get_mut("spec") {
                 default_pod_spec(s);
@@ -283,7 +291,7 @@ pub(crate) fn default_workload(kind: &str, obj: &mut Value) {
 /// reset status).
 pub(crate) fn initial_status(kind: &str) -> Option<Value> {
     Some(match kind {
-        "Deployment" | "Job" | "CronJob" => json!({}),
+        "Deployment" | "Job" | "CronJob" | "FlowSchema" | "PriorityLevelConfiguration" => json!({}),
         "ReplicaSet" | "ReplicationController" => json!({"replicas": 0}),
         "StatefulSet" => json!({"replicas": 0, "availableReplicas": 0}),
         "DaemonSet" => {
@@ -312,6 +320,8 @@ pub(crate) fn has_generation(kind: &str) -> bool {
             | "NetworkPolicy"
             | "Ingress"
             | "CustomResourceDefinition"
+            | "FlowSchema"
+            | "PriorityLevelConfiguration"
     )
 }
 

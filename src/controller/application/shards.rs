@@ -24,13 +24,20 @@ pub struct ShardWorkers {
     ctx: Arc<Context>,
     running: HashMap<u32, (tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<()>)>,
     drain_limit: Duration,
+    /// Where a shard's controller runs: the runtime the workers were made on, not the Lease
+    /// thread the coordinator calls [`Workers::start`](sharding::coordinator::Workers::start) from.
+    runtime: tokio::runtime::Handle,
 }
 
 impl ShardWorkers {
     /// Workers sharing `ctx` (whose fence is the coordinator's ownership); a stopped shard's
     /// work is aborted once it has drained for `drain_limit` (see the module's contract).
+    /// Controllers run on the current runtime, wherever the coordinator runs.
+    ///
+    /// # Panics
+    /// Outside a tokio runtime.
     pub fn new(ctx: Arc<Context>, drain_limit: Duration) -> ShardWorkers {
-        ShardWorkers { ctx, running: HashMap::new(), drain_limit }
+        ShardWorkers { ctx, running: HashMap::new(), drain_limit, runtime: tokio::runtime::Handle::current() }
     }
 }
 
@@ -56,7 +63,7 @@ impl sharding::coordinator::Workers for ShardWorkers {
             return;
         }
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(run_shard(self.ctx.clone(), Some(shard), async move {
+        let task = self.runtime.spawn(run_shard(self.ctx.clone(), Some(shard), async move {
             let _ = rx.await;
         }));
         self.running.insert(shard, (tx, task));

@@ -20,10 +20,14 @@ fn capacity(args: &[&str]) -> std::process::Output {
 fn the_model_answers_for_each_size_from_the_measured_costs() {
     let data = root().join("loadtest/testdata/capacity");
     let out_dir = tempfile::tempdir().unwrap();
-    let reports = ["1k.json", "3k.json"].map(|f| data.join(f).display().to_string());
+    let reports = ["1k.json", "3k.json", "idle.json", "takeover.json"].map(|f| data.join(f).display().to_string());
     let out = capacity(&[
         &reports[0],
         &reports[1],
+        "--idle",
+        &reports[2],
+        "--takeover",
+        &reports[3],
         "--sizes",
         "10000,100000",
         "--out",
@@ -46,9 +50,24 @@ fn the_model_answers_for_each_size_from_the_measured_costs() {
     assert!(large.0 > small.0, "{model:?}");
     assert!(large.1 >= large.0 * 8, "{model:?}");
     assert!(text.contains("goal: within 15 %"), "{text}");
+    // At rest and the takeover come from their own runs: figures, not "needs ...".
+    for line in &model {
+        assert!(!line.contains("needs"), "{line}");
+        assert!(line.trim_end().ends_with(" s |"), "a takeover time: {line}");
+    }
     let svg = std::fs::read_to_string(out_dir.path().join("costs.svg")).unwrap();
     assert!(svg.starts_with("<svg") && svg.matches("<polyline").count() == 3, "{svg}");
     assert!(out_dir.path().join("capacity.md").is_file());
+}
+
+#[test]
+fn without_an_idle_or_takeover_run_the_model_says_what_it_needs() {
+    let data = root().join("loadtest/testdata/capacity");
+    let out = capacity(&[&data.join("1k.json").display().to_string(), "--sizes", "10000"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    let row = text.lines().find(|l| l.starts_with("| 10,000 |")).expect("a row for 10,000");
+    assert!(row.contains("needs `--idle`") && row.contains("needs `--takeover`"), "{row}");
 }
 
 #[test]

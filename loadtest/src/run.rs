@@ -851,6 +851,11 @@ impl Fleet {
 
     /// simcluster's audit log counted by phase and by `verb resource`.
     async fn api_writes(&mut self) {
+        // Another server's audit log is not the load test's to read (the cluster's own writes
+        // are counted from watches instead: `Report::writes`).
+        if self.server_kind != "simcluster" {
+            return;
+        }
         let Some(events) = self.audit().await else { return };
         for e in events {
             let Ok(at) = e.time.parse::<jiff::Timestamp>() else { continue };

@@ -17,6 +17,9 @@ use crate::fleet::Process;
 /// The label on every namespace a run creates, with the run's id as value.
 pub const OWNER_LABEL: &str = "loadtest.kuvryn.io/run";
 
+/// The Service IP range of a realkube the load test starts: 65,534 Services.
+pub const SERVICE_RANGE: &str = "10.0.0.0/16";
+
 /// Which cluster `--cluster` starts.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -99,7 +102,11 @@ impl Server {
         let state = dir.join("realkube");
         std::fs::create_dir_all(&state)?;
         *REALKUBE.lock().unwrap_or_else(PoisonError::into_inner) = Some((scripts.clone(), state.clone()));
-        let out = simcluster::realkube::up(&scripts, &state)?;
+        // `up`'s Service range is a /24: 254 Services, fewer than a fleet of `--objects three`
+        // needs. The last of a repeated flag wins.
+        let range = format!("--service-cluster-ip-range={SERVICE_RANGE}");
+        let env = [("REALKUBE_APISERVER_ARGS", range.as_str()), ("REALKUBE_KCM_ARGS", range.as_str())];
+        let out = simcluster::realkube::up_with(&scripts, &state, &env)?;
         let kubeconfig = state.join("kubeconfig");
         let mut server = Server { kind: "realkube", kubeconfig, process: None, realkube: Some((scripts, state)) };
         if !out.status.success() || !server.kubeconfig.is_file() {

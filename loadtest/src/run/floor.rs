@@ -69,9 +69,15 @@ impl Fleet {
                                 let name = t.body["metadata"]["name"].as_str().unwrap_or_default().to_string();
                                 let params = PatchParams::apply(MANAGER).force();
                                 match t.api.patch(&name, &params, &Patch::Apply(&t.body)).await {
-                                    Ok(_) => ok.fetch_add(1, Ordering::Relaxed),
-                                    Err(_) => errors.fetch_add(1, Ordering::Relaxed),
-                                };
+                                    Ok(_) => {
+                                        ok.fetch_add(1, Ordering::Relaxed);
+                                    }
+                                    Err(e) => {
+                                        if errors.fetch_add(1, Ordering::Relaxed) == 0 {
+                                            eprintln!("loadtest: floor: {name}: {e}");
+                                        }
+                                    }
+                                }
                             }
                         }
                     }

@@ -222,11 +222,17 @@ pub fn cluster_writes(client: &kube::Client, prefix: &'static str) -> Arc<Cluste
     #[allow(deprecated)]
     count(Api::<Endpoints>::all(client.clone()), prefix, "endpoints", counter.clone(), |_| true);
     let generations: Mutex<HashMap<String, Option<i64>>> = Mutex::default();
-    count(Api::<Deployment>::all(client.clone()), prefix, "deployments/status", counter.clone(), move |d: &Deployment| {
-        let k = key(&d.namespace().unwrap_or_default(), &d.name_any());
-        let previous = generations.lock().expect("lock").insert(k, d.metadata.generation);
-        previous.is_some_and(|g| g == d.metadata.generation)
-    });
+    count(
+        Api::<Deployment>::all(client.clone()),
+        prefix,
+        "deployments/status",
+        counter.clone(),
+        move |d: &Deployment| {
+            let k = key(&d.namespace().unwrap_or_default(), &d.name_any());
+            let previous = generations.lock().expect("lock").insert(k, d.metadata.generation);
+            previous.is_some_and(|g| g == d.metadata.generation)
+        },
+    );
     counter
 }
 

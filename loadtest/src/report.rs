@@ -547,11 +547,14 @@ impl Report {
                 out,
                 "| Phase | Took | Applies needed | At the floor | Ratio | Controller writes (per App.) | Cluster's own writes (per App.) |\n|---|---|---|---|---|---|---|"
             );
-            let phases: std::collections::BTreeSet<&String> = self.floor_ratio.keys().chain(self.writes.keys()).collect();
+            let phases: std::collections::BTreeSet<&String> =
+                self.floor_ratio.keys().chain(self.writes.keys()).collect();
             for phase in phases {
                 let r = self.floor_ratio.get(phase);
                 let w = self.writes.get(phase);
-                let list = |m: &BTreeMap<String, u64>| m.iter().map(|(k, n)| format!("{k} {n}")).collect::<Vec<_>>().join(", ");
+                let list = |m: &BTreeMap<String, u64>| {
+                    m.iter().map(|(k, n)| format!("{k} {n}")).collect::<Vec<_>>().join(", ")
+                };
                 let _ = writeln!(
                     out,
                     "| {phase} | {} | {} | {} | {} | {} | {} |",
@@ -559,8 +562,18 @@ impl Report {
                     r.map_or("—".into(), |r| r.writes_needed.to_string()),
                     r.map_or("—".into(), |r| format!("{:.1} s", r.floor_s)),
                     r.map_or("—".into(), |r| format!("**{:.2}**", r.ratio)),
-                    w.map_or("—".into(), |w| format!("{} ({:.1}): {}", w.controller_total, w.controller_per_app, list(&w.controller))),
-                    w.map_or("—".into(), |w| format!("{} ({:.1}): {}", w.cluster_total, w.cluster_per_app, list(&w.cluster))),
+                    w.map_or("—".into(), |w| format!(
+                        "{} ({:.1}): {}",
+                        w.controller_total,
+                        w.controller_per_app,
+                        list(&w.controller)
+                    )),
+                    w.map_or("—".into(), |w| format!(
+                        "{} ({:.1}): {}",
+                        w.cluster_total,
+                        w.cluster_per_app,
+                        list(&w.cluster)
+                    )),
                 );
             }
             let _ = writeln!(out);

@@ -40,9 +40,9 @@ use crate::fleet::{self, AppDef, GIT_VALUE, LEASE_PREFIX, Process, REPOSITORY, S
 use crate::observe::{self, AppSeen, Journal, key};
 use crate::procfs;
 use crate::report::{Convergence, Drift, EditSample, Machine, PhaseUsage, Report, Settings, Takeover, Writes};
+use crate::server::Server;
 use crate::stats::Summary;
 use crate::{Args, Error, Result};
-use crate::server::Server;
 use testkit::{Cluster, GitServer, WorkTree};
 
 /// Progress, on stderr.
@@ -274,8 +274,14 @@ fn refuse_unsupported(args: &Args) -> Result<()> {
         return Ok(());
     }
     let needs = [
-        (!args.chaos_duration.is_zero(), "--chaos-duration (the chaos run) needs simcluster's fault injection and audit log"),
-        (!args.idle.is_zero(), "--idle needs simcluster's count of the replicas' requests by resource and its audit log"),
+        (
+            !args.chaos_duration.is_zero(),
+            "--chaos-duration (the chaos run) needs simcluster's fault injection and audit log",
+        ),
+        (
+            !args.idle.is_zero(),
+            "--idle needs simcluster's count of the replicas' requests by resource and its audit log",
+        ),
         (args.monorepo_commit, "--monorepo-commit needs simcluster's audit log (writes by object)"),
     ];
     match needs.iter().find(|(asked, _)| *asked) {
@@ -753,7 +759,11 @@ impl Fleet {
         let Some(per_s) = self.report.floor.as_ref().map(|f| f.per_s) else { return };
         let needed = apps.iter().map(|a| a.files().len()).sum();
         if let Some(r) = crate::floor::ratio(took_s, needed, per_s) {
-            say!("{phase}: {took_s:.1} s for {needed} applies at {per_s:.0}/s ({:.1} s): ratio {:.2}", r.floor_s, r.ratio);
+            say!(
+                "{phase}: {took_s:.1} s for {needed} applies at {per_s:.0}/s ({:.1} s): ratio {:.2}",
+                r.floor_s,
+                r.ratio
+            );
             self.report.floor_ratio.insert(phase.to_string(), r);
         }
     }

@@ -256,7 +256,7 @@ pub async fn cleanup_on_interrupt() {
     let cleanup = CLEANUP.lock().unwrap_or_else(PoisonError::into_inner).take();
     if let Some((client, run, bindings)) = cleanup {
         eprintln!("loadtest: deleting this run's namespaces ({OWNER_LABEL}={run})");
-        let _ = tokio::time::timeout(Duration::from_secs(20), remove_owned(&client, &run, &bindings, Duration::ZERO))
-            .await;
+        let _ =
+            tokio::time::timeout(Duration::from_secs(20), remove_owned(&client, &run, &bindings, Duration::ZERO)).await;
     }
 }

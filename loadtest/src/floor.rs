@@ -68,8 +68,8 @@ pub const PATIENCE: usize = 2;
 /// Whether to try the next concurrency: a step improves when it beats every step before it by
 /// [`GAIN`] (the first always does); the ramp goes on until [`PATIENCE`] steps in a row did not.
 pub fn keep_ramping(steps: &[Step]) -> bool {
-    let improved = (0..steps.len()).filter(|&i| best(&steps[..i]).is_none_or(|b| steps[i].per_s >= b.per_s * GAIN));
-    match improved.last() {
+    let mut improved = (0..steps.len()).filter(|&i| best(&steps[..i]).is_none_or(|b| steps[i].per_s >= b.per_s * GAIN));
+    match improved.next_back() {
         None => true,
         Some(i) => steps.len() - 1 - i < PATIENCE,
     }

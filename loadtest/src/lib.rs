@@ -4,7 +4,7 @@
 //! shards of a SIGKILLed replica take to be reconciled elsewhere.
 //!
 //! Every part is the real one, each in its own process: the `simcluster` binary as the API
-//! server, `git daemon` serving one repository with a directory per Application, and the
+//! server (or a fresh realkube, `--cluster realkube`, or any cluster, `--kubeconfig`), `git daemon` serving one repository with a directory per Application, and the
 //! replicas as in `tests/sharding.rs` (each its own ServiceAccount, sharded with Leases).
 //! Latencies are measured against watch events stamped on arrival, never by polling.
 //!

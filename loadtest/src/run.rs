@@ -1,8 +1,14 @@
 //! One load-test run.
 //!
 //! # Phases
+//! 0. **Calibration** (`run/floor.rs`): the server's Server-Side Apply rate for objects like
+//!    the fleet's at 1, 2, 4, ... concurrent writers until it stops improving, in a scratch
+//!    namespace removed after; each converging phase is then given as a ratio to it
+//!    ([`crate::floor`]).
 //! 1. **Set-up**: a real `git daemon` with one repository holding a directory per Application
-//!    (a ConfigMap each, a one-replica Deployment for every n-th); the `simcluster` binary; the
+//!    (a ConfigMap each, a one-replica Deployment for every n-th); the server
+//!    ([`crate::server`]: the `simcluster` binary, a fresh realkube with `simcluster nodes`, or
+//!    the cluster of `--kubeconfig`, in namespaces the run creates and removes); the
 //!    CRDs; namespaces `team-NN`, each with a `deployer` ServiceAccount allowed everything in
 //!    it and a Repository `platform`; one ServiceAccount kubeconfig per replica (TokenRequest).
 //! 2. **Replicas**: R `ksync-controller run` processes with `--shards`, `--lease-namespace`,

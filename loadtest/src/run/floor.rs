@@ -60,7 +60,6 @@ impl Fleet {
             let workers: Vec<_> = (0..concurrency)
                 .map(|_| {
                     let (client, next, ok, errors) = (self.client.clone(), next.clone(), ok.clone(), errors.clone());
-                    let plan = plan.clone();
                     async move {
                         while Instant::now() < stop {
                             let i = next.fetch_add(1, Ordering::Relaxed);

@@ -183,7 +183,7 @@ pub fn run(args: &Args) -> Result<Report> {
             if !taken.is_empty() {
                 return Err(Error::Cluster(format!(
                     "namespaces {taken:?} exist on this cluster: the load test uses only namespaces it creates \
-                     (delete them if an earlier run left them: they carry the label {})",
+                     (an earlier run's carry the label {}: delete those)",
                     crate::server::OWNER_LABEL
                 )));
             }

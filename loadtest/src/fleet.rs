@@ -191,7 +191,8 @@ pub struct Process {
 }
 
 impl Process {
-    fn spawn(name: &str, cmd: &mut Command, log: PathBuf) -> Result<Process, Error> {
+    /// Start `cmd` as `name`, its stderr to `log`.
+    pub fn spawn(name: &str, cmd: &mut Command, log: PathBuf) -> Result<Process, Error> {
         let file = std::fs::File::create(&log)?;
         let child = cmd
             .stdin(Stdio::null())

@@ -4,7 +4,7 @@
 //! shards of a SIGKILLed replica take to be reconciled elsewhere.
 //!
 //! Every part is the real one, each in its own process: the `simcluster` binary as the API
-//! server, `git daemon` serving one repository with a directory per Application, and the
+//! server (or a fresh realkube, `--cluster realkube`, or any cluster, `--kubeconfig`), `git daemon` serving one repository with a directory per Application, and the
 //! replicas as in `tests/sharding.rs` (each its own ServiceAccount, sharded with Leases).
 //! Latencies are measured against watch events stamped on arrival, never by polling.
 //!
@@ -17,6 +17,7 @@ use std::time::Duration;
 
 pub mod chaos;
 pub mod fleet;
+pub mod floor;
 pub mod metrics;
 pub mod observe;
 pub mod plot;
@@ -24,6 +25,7 @@ pub mod procfs;
 pub mod report;
 pub mod run;
 pub mod scenario;
+pub mod server;
 pub mod stats;
 
 /// Load-test failures (the harness's own set-up steps panic with their context instead).
@@ -52,6 +54,9 @@ pub enum Error {
     /// An API request failed.
     #[error("API request failed: {0}")]
     Kube(#[from] kube::Error),
+    /// The cluster cannot be had or used as asked.
+    #[error("{0}")]
+    Cluster(String),
     /// A file or process operation failed.
     #[error("{0}")]
     Io(#[from] std::io::Error),
@@ -72,6 +77,20 @@ pub struct Args {
     /// that measurement; flags given as well win.
     #[arg(long, value_enum)]
     pub scenario: Option<scenario::Scenario>,
+    /// The cluster to start for the run: `simcluster` (the emulator) or `realkube` (a fresh
+    /// kube-apiserver, kube-controller-manager and etcd from `../shared/realkube`, with
+    /// `simcluster nodes` as scheduler and kubelets). Ignored with `--kubeconfig`.
+    #[arg(long, value_enum, default_value_t = server::ClusterKind::Simcluster)]
+    pub cluster: server::ClusterKind,
+    /// Run against the cluster of this kubeconfig (its current context) instead of starting one:
+    /// the run creates its namespaces there (labelled `loadtest.kuvryn.io/run`, refusing ones that
+    /// exist) and deletes them after.
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// How long each step of the calibration runs (the server's Server-Side Apply rate at 1, 2,
+    /// 4, ... concurrent writers, until it stops improving); 0: no calibration.
+    #[arg(long, default_value = "3s", value_parser = parse_duration)]
+    pub calibration_step: Duration,
     /// Applications.
     #[arg(long, default_value_t = 1000)]
     pub apps: usize,

@@ -21,7 +21,7 @@ pub const KEPT: &[&str] = &[
 
 /// Sum every sample of each [`KEPT`] series in Prometheus text exposition `text`, and count
 /// `ksync_reconciles_total` and `ksync_render_cache_requests_total` by `result` as
-/// `name{result}`.
+/// `name{result}`, and `ksync_api_requests_total` by `verb` as `name{verb}`.
 pub fn parse(text: &str) -> BTreeMap<String, f64> {
     let mut out = BTreeMap::new();
     for line in text.lines().filter(|l| !l.starts_with('#')) {
@@ -32,8 +32,9 @@ pub fn parse(text: &str) -> BTreeMap<String, f64> {
             continue;
         }
         *out.entry(name.to_string()).or_insert(0.0) += value;
-        if matches!(name, "ksync_reconciles_total" | "ksync_render_cache_requests_total")
-            && let Some(result) = labels.split(',').find_map(|l| l.strip_prefix("result=\""))
+        let by = if name == "ksync_api_requests_total" { "verb=\"" } else { "result=\"" };
+        if matches!(name, "ksync_reconciles_total" | "ksync_render_cache_requests_total" | "ksync_api_requests_total")
+            && let Some(result) = labels.split(',').find_map(|l| l.strip_prefix(by))
         {
             let result = result.trim_end_matches('}').trim_end_matches('"');
             *out.entry(format!("{name}{{{result}}}")).or_insert(0.0) += value;

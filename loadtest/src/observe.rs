@@ -189,3 +189,85 @@ pub fn shard_leases(client: &kube::Client, namespace: &str) -> Arc<Journal<Optio
     let shards = format!("{}=shard", sharding::lease::ROLE_LABEL);
     follow(Api::<Lease>::namespaced(client.clone(), namespace), watcher::Config::default().labels(&shards), holder)
 }
+
+/// The writes the cluster's own controllers (and kubelets) make in the fleet's namespaces, as
+/// their watch events show them: every stored change of a ReplicaSet, Pod, EndpointSlice or
+/// Endpoints object, and every change of a Deployment that left its generation as it was (a
+/// status write: the Deployment controller's; Kuvryn Sync's applies change the spec). Each
+/// event is one write that changed something; a write that changed nothing shows no event.
+pub struct ClusterWrites {
+    seen: Mutex<Vec<(Instant, &'static str)>>,
+}
+
+impl ClusterWrites {
+    /// The writes between `from` and `to`, by resource.
+    pub fn between(&self, from: Instant, to: Instant) -> std::collections::BTreeMap<String, u64> {
+        let mut out = std::collections::BTreeMap::new();
+        for (_, what) in self.seen.lock().expect("lock").iter().filter(|(at, _)| *at >= from && *at <= to) {
+            *out.entry((*what).to_string()).or_default() += 1;
+        }
+        out
+    }
+}
+
+/// Count the cluster's own writes in namespaces whose name starts with `prefix`.
+pub fn cluster_writes(client: &kube::Client, prefix: &'static str) -> Arc<ClusterWrites> {
+    use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+    use k8s_openapi::api::core::v1::{Endpoints, Pod};
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    let counter = Arc::new(ClusterWrites { seen: Mutex::default() });
+    count(Api::<ReplicaSet>::all(client.clone()), prefix, "replicasets", counter.clone(), |_| true);
+    count(Api::<Pod>::all(client.clone()), prefix, "pods", counter.clone(), |_| true);
+    count(Api::<EndpointSlice>::all(client.clone()), prefix, "endpointslices", counter.clone(), |_| true);
+    #[allow(deprecated)]
+    count(Api::<Endpoints>::all(client.clone()), prefix, "endpoints", counter.clone(), |_| true);
+    let generations: Mutex<HashMap<String, Option<i64>>> = Mutex::default();
+    count(
+        Api::<Deployment>::all(client.clone()),
+        prefix,
+        "deployments/status",
+        counter.clone(),
+        move |d: &Deployment| {
+            let k = key(&d.namespace().unwrap_or_default(), &d.name_any());
+            let previous = generations.lock().expect("lock").insert(k, d.metadata.generation);
+            previous.is_some_and(|g| g == d.metadata.generation)
+        },
+    );
+    counter
+}
+
+/// Count every change of `api`'s objects after the first list, in namespaces starting with
+/// `prefix`, that `mine` says is the cluster's, as `what`. `mine` also sees the first list.
+fn count<K>(
+    api: Api<K>,
+    prefix: &'static str,
+    what: &'static str,
+    counter: Arc<ClusterWrites>,
+    mine: impl Fn(&K) -> bool + Send + 'static,
+) where
+    K: Resource + Clone + serde::de::DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Clone + Eq + std::hash::Hash,
+{
+    tokio::spawn(async move {
+        let mut events = watcher(api, watcher::Config::default()).default_backoff().boxed();
+        let mut listed = false;
+        while let Some(event) = events.next().await {
+            let at = Instant::now();
+            let obj = match event {
+                Ok(Event::InitDone) => {
+                    listed = true;
+                    continue;
+                }
+                Ok(Event::InitApply(obj)) => {
+                    mine(&obj);
+                    continue;
+                }
+                Ok(Event::Apply(obj) | Event::Delete(obj)) => obj,
+                Ok(Event::Init) | Err(_) => continue,
+            };
+            if listed && obj.namespace().is_some_and(|n| n.starts_with(prefix)) && mine(&obj) {
+                counter.seen.lock().expect("lock").push((at, what));
+            }
+        }
+    });
+}

@@ -13,6 +13,14 @@ use crate::stats::Summary;
 pub struct Report {
     /// What was run.
     pub settings: Settings,
+    /// The API server it ran on: kind (`simcluster`, `realkube`, `kubeconfig`) and version.
+    pub server: crate::server::ServerInfo,
+    /// The server's Server-Side Apply rate for objects like the fleet's, measured before it.
+    pub floor: Option<crate::floor::Floor>,
+    /// Each converging phase against the floor: time ÷ (applies needed ÷ floor rate).
+    pub floor_ratio: BTreeMap<String, crate::floor::Ratio>,
+    /// Each converging phase's writes: the controller's and the cluster's own.
+    pub writes: BTreeMap<String, Writes>,
     /// Where: CPU cores and memory.
     pub machine: Machine,
     /// The load average (1, 5, 15 minutes) at the start of each phase: other work on the machine
@@ -58,6 +66,25 @@ pub struct Report {
     /// At a convergence timeout: the Applications not converged, counted by what was last seen
     /// of them (sync, health, Ready, shard).
     pub not_converged: BTreeMap<String, usize>,
+}
+
+/// The writes of a phase, by who made them.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Writes {
+    /// The replicas' write requests (their `ksync_api_requests_total`: create, update, patch,
+    /// delete, impersonated ones included; dry runs apart), by verb.
+    pub controller: BTreeMap<String, u64>,
+    /// Their sum.
+    pub controller_total: u64,
+    /// Per Application.
+    pub controller_per_app: f64,
+    /// The cluster's own controllers' and kubelets' stored writes in the fleet's namespaces, by
+    /// resource, from watch events (`observe::cluster_writes`).
+    pub cluster: BTreeMap<String, u64>,
+    /// Their sum.
+    pub cluster_total: u64,
+    /// Per Application.
+    pub cluster_per_app: f64,
 }
 
 /// The run's parameters.
@@ -493,6 +520,67 @@ impl Report {
         out
     }
 
+    /// The calibration, each converging phase against it, and who wrote what.
+    fn floor_table(&self) -> String {
+        let mut out = String::new();
+        let Some(f) = &self.floor else {
+            let _ = writeln!(out, "No calibration (`--calibration-step 0s`): no floor, no ratios.\n");
+            return out;
+        };
+        let steps: Vec<String> = f.steps.iter().map(|s| format!("{} → {:.0}/s", s.concurrency, s.per_s)).collect();
+        let _ = writeln!(
+            out,
+            "Floor: **{:.0} Server-Side Applies per second** ({} writers; {} in a scratch namespace; writers → rate: {})\n",
+            f.per_s,
+            f.concurrency,
+            f.kinds.join(", "),
+            steps.join(", ")
+        );
+        let _ = writeln!(
+            out,
+            "Ratio = time to converge ÷ (applies the phase needs ÷ floor rate); the applies needed are the \
+             objects Git declares for the phase's Applications, so 1 is the server taking nothing but those \
+             at its best rate.\n"
+        );
+        if !self.floor_ratio.is_empty() || !self.writes.is_empty() {
+            let _ = writeln!(
+                out,
+                "| Phase | Took | Applies needed | At the floor | Ratio | Controller writes (per App.) | Cluster's own writes (per App.) |\n|---|---|---|---|---|---|---|"
+            );
+            let phases: std::collections::BTreeSet<&String> =
+                self.floor_ratio.keys().chain(self.writes.keys()).collect();
+            for phase in phases {
+                let r = self.floor_ratio.get(phase);
+                let w = self.writes.get(phase);
+                let list = |m: &BTreeMap<String, u64>| {
+                    m.iter().map(|(k, n)| format!("{k} {n}")).collect::<Vec<_>>().join(", ")
+                };
+                let _ = writeln!(
+                    out,
+                    "| {phase} | {} | {} | {} | {} | {} | {} |",
+                    r.map_or("—".into(), |r| format!("{:.1} s", r.took_s)),
+                    r.map_or("—".into(), |r| r.writes_needed.to_string()),
+                    r.map_or("—".into(), |r| format!("{:.1} s", r.floor_s)),
+                    r.map_or("—".into(), |r| format!("**{:.2}**", r.ratio)),
+                    w.map_or("—".into(), |w| format!(
+                        "{} ({:.1}): {}",
+                        w.controller_total,
+                        w.controller_per_app,
+                        list(&w.controller)
+                    )),
+                    w.map_or("—".into(), |w| format!(
+                        "{} ({:.1}): {}",
+                        w.cluster_total,
+                        w.cluster_per_app,
+                        list(&w.cluster)
+                    )),
+                );
+            }
+            let _ = writeln!(out);
+        }
+        out
+    }
+
     /// Write `report.md`, `report.json` and `ready.svg` to `dir`.
     pub fn write(&self, dir: &std::path::Path) -> std::io::Result<()> {
         std::fs::create_dir_all(dir)?;
@@ -525,6 +613,9 @@ impl Report {
             s.lease_duration_s
         );
         let _ = writeln!(out, "`{}` on {} cores, {:.0} GiB\n", s.command, self.machine.cores, self.machine.memory_gib);
+        let v = &self.server;
+        let _ = writeln!(out, "Server: **{}**, {} ({})\n", v.kind, v.version, v.platform);
+        out.push_str(&self.floor_table());
         if let Some(failure) = &self.failure {
             let _ = writeln!(out, "**The run stopped early**: {failure}\n");
             if !self.not_converged.is_empty() {

@@ -1,8 +1,14 @@
 //! One load-test run.
 //!
 //! # Phases
+//! 0. **Calibration** (`run/floor.rs`): the server's Server-Side Apply rate for objects like
+//!    the fleet's at 1, 2, 4, ... concurrent writers until it stops improving, in a scratch
+//!    namespace removed after; each converging phase is then given as a ratio to it
+//!    ([`crate::floor`]).
 //! 1. **Set-up**: a real `git daemon` with one repository holding a directory per Application
-//!    (a ConfigMap each, a one-replica Deployment for every n-th); the `simcluster` binary; the
+//!    (a ConfigMap each, a one-replica Deployment for every n-th); the server
+//!    ([`crate::server`]: the `simcluster` binary, a fresh realkube with `simcluster nodes`, or
+//!    the cluster of `--kubeconfig`, in namespaces the run creates and removes); the
 //!    CRDs; namespaces `team-NN`, each with a `deployer` ServiceAccount allowed everything in
 //!    it and a Repository `platform`; one ServiceAccount kubeconfig per replica (TokenRequest).
 //! 2. **Replicas**: R `ksync-controller run` processes with `--shards`, `--lease-namespace`,
@@ -39,7 +45,8 @@ use serde_json::json;
 use crate::fleet::{self, AppDef, GIT_VALUE, LEASE_PREFIX, Process, REPOSITORY, SYSTEM};
 use crate::observe::{self, AppSeen, Journal, key};
 use crate::procfs;
-use crate::report::{Convergence, Drift, EditSample, Machine, PhaseUsage, Report, Settings, Takeover};
+use crate::report::{Convergence, Drift, EditSample, Machine, PhaseUsage, Report, Settings, Takeover, Writes};
+use crate::server::Server;
 use crate::stats::Summary;
 use crate::{Args, Error, Result};
 use testkit::{Cluster, GitServer, WorkTree};
@@ -50,6 +57,7 @@ macro_rules! say {
 }
 
 mod chaos;
+mod floor;
 mod idle;
 mod monorepo;
 mod scale_out;
@@ -61,8 +69,15 @@ struct Fleet {
     args: Args,
     apps: Vec<AppDef>,
     client: kube::Client,
-    /// simcluster's pid (the process itself outlives the runtime, so the watches end first).
-    sim_pid: u32,
+    /// The server's own process when the run started one: simcluster, or `simcluster nodes`
+    /// beside realkube (it outlives the runtime, so the watches end first).
+    server_process: Option<(String, u32)>,
+    /// `simcluster`, `realkube` or `kubeconfig`.
+    server_kind: &'static str,
+    /// This run's id: the value of the label on the namespaces it owns.
+    run_id: String,
+    /// The cluster's own writes in the fleet's namespaces.
+    cluster_writes: Arc<observe::ClusterWrites>,
     replicas: Vec<Process>,
     report: Report,
     app_seen: Arc<Journal<AppSeen>>,
@@ -95,6 +110,7 @@ pub fn run(args: &Args) -> Result<Report> {
         "simcluster",
         "cargo build --release -p simcluster --bin simcluster",
     )?;
+    refuse_unsupported(args)?;
     let temp = testkit::temp_dir("loadtest");
     let dir: PathBuf = match &args.logs {
         Some(d) => {
@@ -129,9 +145,13 @@ pub fn run(args: &Args) -> Result<Report> {
 
     // One Pod per Deployment (every `deployment_every`-th Application has one).
     let pods = args.apps.checked_div(args.deployment_every).unwrap_or(0);
-    let (sim, kubeconfig) = fleet::start_simcluster(&sim_bin, &dir, pods)?;
-    say!("simcluster: pid {}, log {}", sim.pid(), sim.log.display());
-    let cluster = Cluster::External { kubeconfig };
+    let sim = Server::start(args.cluster, args.kubeconfig.as_deref(), &sim_bin, &dir, pods)?;
+    match &sim.process {
+        Some(p) => say!("{}: {}, pid {}, log {}", sim.kind, p.name, p.pid(), p.log.display()),
+        None => say!("{}: {}", sim.kind, sim.kubeconfig.display()),
+    }
+    let cluster = Cluster::External { kubeconfig: sim.kubeconfig.clone() };
+    let run_id = jiff::Timestamp::now().as_millisecond().to_string();
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     // Interrupted, no destructor runs: kill the children here.
     let terminate = {
@@ -145,12 +165,30 @@ pub fn run(args: &Args) -> Result<Report> {
             _ = tokio::signal::ctrl_c() => {}
             _ = terminate.recv() => {}
         }
-        say!("interrupted: stopping the replicas, simcluster and git daemon");
+        say!("interrupted: stopping the replicas, the server and git daemon");
         fleet::kill_children();
+        crate::server::stop_on_interrupt();
+        crate::server::cleanup_on_interrupt().await;
         std::process::exit(130);
     });
     let result = runtime.block_on(async {
         let client = cluster.client().await;
+        let server_info = crate::server::info(&client, sim.kind).await;
+        say!("server: {} {} ({})", server_info.kind, server_info.version, server_info.platform);
+        let bindings: Vec<String> = (0..args.replicas).map(|i| format!("ksync-ksync-{i}")).collect();
+        if !sim.is_fresh() {
+            let mut ours = fleet::namespaces(args.namespaces);
+            ours.extend([SYSTEM.to_string(), floor::NAMESPACE.to_string()]);
+            let taken = crate::server::taken(&client, &ours).await?;
+            if !taken.is_empty() {
+                return Err(Error::Cluster(format!(
+                    "namespaces {taken:?} exist on this cluster: the load test uses only namespaces it creates \
+                     (an earlier run's carry the label {}: delete those)",
+                    crate::server::OWNER_LABEL
+                )));
+            }
+            crate::server::clean_up_on_interrupt(client.clone(), run_id.clone(), bindings.clone());
+        }
         let mut fleet = Fleet {
             args: args.clone(),
             report: Report::default(),
@@ -159,9 +197,12 @@ pub fn run(args: &Args) -> Result<Report> {
             cm_seen: observe::configmaps(&client),
             lease_seen: observe::shard_leases(&client, SYSTEM),
             lease_versions: chaos::lease_versions(&client, SYSTEM),
+            cluster_writes: observe::cluster_writes(&client, "team-"),
             client,
             apps,
-            sim_pid: sim.pid(),
+            server_process: sim.process.as_ref().map(|p| (p.name.clone(), p.pid())),
+            server_kind: sim.kind,
+            run_id: run_id.clone(),
             replicas: Vec::new(),
             started,
             phases: Vec::new(),
@@ -171,7 +212,11 @@ pub fn run(args: &Args) -> Result<Report> {
             controller_bin: PathBuf::new(),
         };
         fleet.describe();
+        fleet.report.server = server_info;
         let phases = async {
+            if !fleet.args.calibration_step.is_zero() {
+                fleet.calibrate().await?;
+            }
             fleet.set_up(&cluster, &url, &dir, &controller_bin).await?;
             fleet.repositories_resolved(&commit).await?;
             if fleet.args.scale_out {
@@ -206,6 +251,16 @@ pub fn run(args: &Args) -> Result<Report> {
         }
         fleet.ownership();
         fleet.api_writes().await;
+        if !sim.is_fresh() {
+            // Someone's cluster: leave nothing of the run's behind (the CRDs stay: others may
+            // use them).
+            fleet.replicas.clear();
+            say!("removing this run's namespaces (label {}={run_id})", crate::server::OWNER_LABEL);
+            let left = crate::server::remove_owned(&fleet.client, &run_id, &bindings, Duration::from_secs(300)).await;
+            if left > 0 {
+                say!("{left} namespaces still terminating");
+            }
+        }
         Ok::<_, Error>(fleet.report)
     });
     // The replicas died with the fleet; the watches die with the runtime; then the servers.
@@ -217,6 +272,32 @@ pub fn run(args: &Args) -> Result<Report> {
     }
     result
 }
+
+/// Refuse, before starting anything, a run that needs what only simcluster has on another
+/// cluster: rather than doing less than asked.
+fn refuse_unsupported(args: &Args) -> Result<()> {
+    if args.kubeconfig.is_none() && args.cluster == crate::server::ClusterKind::Simcluster {
+        return Ok(());
+    }
+    let needs = [
+        (
+            !args.chaos_duration.is_zero(),
+            "--chaos-duration (the chaos run) needs simcluster's fault injection and audit log",
+        ),
+        (
+            !args.idle.is_zero(),
+            "--idle needs simcluster's count of the replicas' requests by resource and its audit log",
+        ),
+        (args.monorepo_commit, "--monorepo-commit needs simcluster's audit log (writes by object)"),
+    ];
+    match needs.iter().find(|(asked, _)| *asked) {
+        Some((_, why)) => Err(Error::Cluster(format!("{why}: run it with --cluster simcluster"))),
+        None => Ok(()),
+    }
+}
+
+/// The verbs of `ksync_api_requests_total` that write (`dry_run` apart: nothing stored).
+const WRITE_VERBS: &[&str] = &["create", "update", "patch", "delete"];
 
 /// The key of the total in [`Report::requests_per_app`].
 pub const ALL: &str = "all";
@@ -292,8 +373,10 @@ impl Fleet {
                 out.insert(p.name.clone(), u);
             }
         }
-        if let Some(u) = procfs::usage(self.sim_pid) {
-            out.insert("simcluster".to_string(), u);
+        if let Some((name, pid)) = &self.server_process
+            && let Some(u) = procfs::usage(*pid)
+        {
+            out.insert(name.clone(), u);
         }
         out
     }
@@ -334,13 +417,9 @@ impl Fleet {
     ) -> Result<()> {
         self.phase("set-up");
         testkit::install_crds(&self.client).await;
-        testkit::apply_as(
-            &self.client,
-            "loadtest",
-            &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM}}),
-        )
-        .await;
+        crate::server::own_namespace(&self.client, SYSTEM, &self.run_id).await;
         for ns in fleet::namespaces(self.args.namespaces) {
+            crate::server::own_namespace(&self.client, &ns, &self.run_id).await;
             testkit::deployer_namespace(&self.client, &ns).await;
             let repo: Repository =
                 serde_json::from_value(json!({"apiVersion": names::API_VERSION, "kind": "Repository",
@@ -459,6 +538,7 @@ impl Fleet {
     async fn converge(&mut self) -> Result<()> {
         self.phase("convergence");
         let requests_before = self.replica_requests().await;
+        let writes_before = self.controller_writes();
         let cpu_before = self.replica_cpu_s();
         let first = Instant::now();
         self.report.convergence.started_at_s = first.duration_since(self.started).as_secs_f64();
@@ -585,6 +665,9 @@ impl Fleet {
             nudged: nudged.len(),
         };
         say!("all {total} converged {:.1} s after the first create", self.report.convergence.all_ready_s);
+        self.against_floor("convergence", &self.apps.clone(), self.report.convergence.all_ready_s);
+        let writes = self.writes(&writes_before, first, done, total);
+        self.report.writes.insert("convergence".into(), writes);
         if let (Some(before), Some(after)) = (requests_before, self.replica_requests().await) {
             self.report.requests_per_app = requests_per_app(&before, &after, total);
             say!("API requests per new Application: {:.1}", self.report.requests_per_app.get(ALL).unwrap_or(&0.0));
@@ -677,9 +760,71 @@ impl Fleet {
         out
     }
 
-    /// simcluster's count of the replicas' requests (reads too), by `verb resource` (with
-    /// ` (dry run)`); `None` when it cannot be read.
-    async fn replica_requests(&self) -> Option<BTreeMap<String, u64>> {
+    /// The phase `phase` that converged `apps` in `took_s` against the floor rate.
+    fn against_floor(&mut self, phase: &str, apps: &[AppDef], took_s: f64) {
+        let Some(per_s) = self.report.floor.as_ref().map(|f| f.per_s) else { return };
+        let needed = apps.iter().map(|a| a.files().len()).sum();
+        if let Some(r) = crate::floor::ratio(took_s, needed, per_s) {
+            say!(
+                "{phase}: {took_s:.1} s for {needed} applies at {per_s:.0}/s ({:.1} s): ratio {:.2}",
+                r.floor_s,
+                r.ratio
+            );
+            self.report.floor_ratio.insert(phase.to_string(), r);
+        }
+    }
+
+    /// The running replicas' write requests so far (their `/metrics`), by verb.
+    fn controller_writes(&mut self) -> BTreeMap<String, u64> {
+        let mut out = BTreeMap::new();
+        for p in self.replicas.iter_mut().filter_map(|p| p.running().then_some(&*p)) {
+            let Some(m) = p.metrics_port.and_then(crate::metrics::scrape) else { continue };
+            for verb in WRITE_VERBS {
+                #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+                let n = m.get(&format!("ksync_api_requests_total{{{verb}}}")).copied().unwrap_or(0.0) as u64;
+                *out.entry((*verb).to_string()).or_default() += n;
+            }
+        }
+        out
+    }
+
+    /// The controller's writes since `before` and the cluster's own from `from` to `to`, for
+    /// `apps` Applications.
+    fn writes(&mut self, before: &BTreeMap<String, u64>, from: Instant, to: Instant, apps: usize) -> Writes {
+        let controller = grown(before, &self.controller_writes());
+        let cluster = self.cluster_writes.between(from, to);
+        let (c, k) = (controller.values().sum::<u64>(), cluster.values().sum::<u64>());
+        #[allow(clippy::cast_precision_loss)]
+        let per = |n: u64| n as f64 / apps.max(1) as f64;
+        say!("writes: controller {c} ({:.1} per Application), cluster's own {k} ({:.1})", per(c), per(k));
+        Writes {
+            controller_per_app: per(c),
+            cluster_per_app: per(k),
+            controller_total: c,
+            cluster_total: k,
+            controller,
+            cluster,
+        }
+    }
+
+    /// The replicas' requests (reads too) by `verb resource` (with ` (dry run)`): simcluster's
+    /// count; on another server, the replicas' own count by verb (`ksync_api_requests_total`),
+    /// as `verb *`. `None` when it cannot be read.
+    async fn replica_requests(&mut self) -> Option<BTreeMap<String, u64>> {
+        if self.server_kind != "simcluster" {
+            let mut out = BTreeMap::new();
+            for p in self.replicas.iter_mut().filter_map(|p| p.running().then_some(&*p)) {
+                let Some(m) = p.metrics_port.and_then(crate::metrics::scrape) else { continue };
+                for (k, v) in m {
+                    if let Some(verb) = k.strip_prefix("ksync_api_requests_total{").and_then(|v| v.strip_suffix('}')) {
+                        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+                        let n = v as u64;
+                        *out.entry(format!("{verb} *")).or_default() += n;
+                    }
+                }
+            }
+            return Some(out);
+        }
         let request = http::Request::get("/simcluster/v1/requests").body(Vec::new()).expect("a request");
         let text = self.client.request_text(request).await.map_err(|e| say!("reading request counts: {e}")).ok()?;
         let counts: Vec<simcluster::faults::RequestCount> =
@@ -722,6 +867,11 @@ impl Fleet {
 
     /// simcluster's audit log counted by phase and by `verb resource`.
     async fn api_writes(&mut self) {
+        // Another server's audit log is not the load test's to read (the cluster's own writes
+        // are counted from watches instead: `Report::writes`).
+        if self.server_kind != "simcluster" {
+            return;
+        }
         let Some(events) = self.audit().await else { return };
         for e in events {
             let Ok(at) = e.time.parse::<jiff::Timestamp>() else { continue };

@@ -17,6 +17,21 @@ fn report_of(args: &[&std::ffi::OsStr]) -> serde_json::Value {
     report
 }
 
+/// The calibration measured a rate, convergence has its ratio to it (`needed` applies: the
+/// objects Git declares), and the controller's and the cluster's writes are counted apart.
+fn against_the_floor(report: &serde_json::Value, needed: u64) {
+    let floor = &report["floor"];
+    assert!(floor["per_s"].as_f64().is_some_and(|r| r > 0.0), "{report:#}");
+    assert!(floor["steps"].as_array().is_some_and(|s| !s.is_empty()), "{report:#}");
+    let ratio = &report["floor_ratio"]["convergence"];
+    assert_eq!(ratio["writes_needed"], needed, "{report:#}");
+    assert!(ratio["ratio"].as_f64().is_some_and(|r| r > 0.0), "{report:#}");
+    let writes = &report["writes"]["convergence"];
+    // Every Application's objects were applied by the controller (patch), at least once each.
+    assert!(writes["controller"]["patch"].as_u64().is_some_and(|n| n >= needed), "{report:#}");
+    assert!(writes["cluster_total"].as_u64().is_some(), "{report:#}");
+}
+
 fn os(args: &[&'static str]) -> Vec<&'static std::ffi::OsStr> {
     args.iter().map(|a| std::ffi::OsStr::new(*a)).collect()
 }
@@ -45,6 +60,9 @@ fn a_small_load_converges_detects_drift_and_takes_over_without_stalling() {
         assert!(phase["processes"]["simcluster"]["rss_kib"].as_u64().unwrap_or(0) > 0, "{phase}");
     }
     assert!(report["api_writes"].as_object().is_some_and(|w| !w.is_empty()), "{report:#}");
+    assert_eq!(report["server"]["kind"], "simcluster", "{report:#}");
+    // 100 ConfigMaps and 10 Deployments.
+    against_the_floor(&report, 110);
     // Requests per new Application: the writes every one needs are there, once each or more.
     let requests = &report["requests_per_app"];
     for what in ["create revisions", "patch configmaps", "patch applications/status"] {
@@ -100,4 +118,60 @@ fn a_small_scale_out_converges_one_batch_per_replica_count() {
     assert!(scale_out["ratio"].as_f64().is_some_and(|r| r > 0.0), "{report:#}");
     // Their requests together are the run's requests per new Application.
     assert!(report["requests_per_app"]["patch configmaps"].as_f64().is_some_and(|n| n >= 1.0), "{report:#}");
+}
+
+/// The smoke run on a real control plane: a fresh realkube (`../shared/realkube`, as the test
+/// kit finds it) with `simcluster nodes`, 20 Applications × 3 objects on 2 replicas. Named
+/// `…realkube` so that `scripts/test` leaves it out, saying so, where there is no realkube; run
+/// alone there, it fails saying what is missing.
+#[test]
+fn a_tiny_cold_sync_is_measured_against_the_floor_on_realkube() {
+    let Some(scripts) = testkit::realkube_dir() else {
+        panic!(
+            "no realkube at ../shared/realkube (or {}): this test needs a real control plane; \
+             scripts/test leaves the *realkube tests out in that case",
+            testkit::REALKUBE_DIR
+        )
+    };
+    eprintln!("realkube: {}", scripts.display());
+    let report = report_of(&os(&[
+        "--cluster",
+        "realkube",
+        "--apps",
+        "20",
+        "--replicas",
+        "2",
+        "--shards",
+        "4",
+        "--namespaces",
+        "2",
+        "--objects",
+        "three",
+        "--deployment-every",
+        "5",
+        "--edits",
+        "2",
+        "--lease-duration",
+        "6s",
+        "--settle",
+        "1s",
+        "--timeout",
+        "5m",
+        "--calibration-step",
+        "1s",
+    ]));
+    assert_eq!(report["server"]["kind"], "realkube", "{report:#}");
+    assert!(report["server"]["version"].as_str().is_some_and(|v| v.starts_with("v1.")), "{report:#}");
+    let convergence = &report["convergence"];
+    assert_eq!(convergence["per_app"]["count"], 20, "{report:#}");
+    assert_eq!(convergence["unaided"], 20, "{report:#}");
+    // Every 5th runs a Pod: the cluster's own controllers made its ReplicaSet and Pod, and the
+    // simulated kubelet started it.
+    assert_eq!(convergence["with_deployment"]["count"], 4, "{report:#}");
+    against_the_floor(&report, 60);
+    let cluster = &report["writes"]["convergence"]["cluster"];
+    assert!(cluster["replicasets"].as_u64().is_some_and(|n| n >= 20), "{report:#}");
+    assert!(cluster["pods"].as_u64().is_some_and(|n| n >= 4), "{report:#}");
+    assert_eq!(report["drift"]["missed"], 0, "{report:#}");
+    assert_eq!(report["takeover"]["missed"], 0, "{report:#}");
 }

@@ -19,9 +19,14 @@ pub fn lost_a_port(out: &Output) -> bool {
 
 /// Run `scripts/up dir`, again after `scripts/down dir` when it lost a port race; the last output.
 pub fn up(scripts: &Path, dir: &Path) -> std::io::Result<Output> {
+    up_with(scripts, dir, &[])
+}
+
+/// [`up`] with more environment for `up`, such as `REALKUBE_APISERVER_ARGS`.
+pub fn up_with(scripts: &Path, dir: &Path, env: &[(&str, &str)]) -> std::io::Result<Output> {
     let mut attempt = 1;
     loop {
-        let out = Command::new(scripts.join("up")).arg(dir).stdin(Stdio::null()).output()?;
+        let out = Command::new(scripts.join("up")).arg(dir).envs(env.iter().copied()).stdin(Stdio::null()).output()?;
         if !lost_a_port(&out) || attempt == ATTEMPTS {
             return Ok(out);
         }

@@ -55,6 +55,7 @@ impl Fleet {
     /// replicas.
     async fn converge_batch(&mut self, defs: &[AppDef], replicas: usize) -> Result<Batch> {
         let requests_before = self.replica_requests().await;
+        let writes_before = self.controller_writes();
         let cpu_before = self.replica_cpu_s();
         let first = Instant::now();
         let created: HashSet<String> = futures_util::stream::iter(defs.to_vec())
@@ -90,6 +91,10 @@ impl Fleet {
                 Error::Timeout(self.args.timeout, format!("{total} Applications to converge on {replicas} replicas"))
             })?;
         let all_ready_s = done.duration_since(first).as_secs_f64();
+        let phase = format!("scale-out on {replicas}");
+        self.against_floor(&phase, defs, all_ready_s);
+        let writes = self.writes(&writes_before, first, done, defs.len());
+        self.report.writes.insert(phase, writes);
         let requests = match (requests_before, self.replica_requests().await) {
             (Some(before), Some(after)) => super::grown(&before, &after),
             _ => BTreeMap::new(),

@@ -38,7 +38,8 @@ fn the_model_answers_for_each_size_from_the_measured_costs() {
     // One row per measured run, one per size asked for.
     assert!(text.contains("| 1,000 | simcluster | 3 × 32 |"), "{text}");
     assert!(text.contains("| 3,000 | simcluster | 3 × 32 |"), "{text}");
-    let model: Vec<&str> = text.lines().filter(|l| l.starts_with("| 10,000 |") || l.starts_with("| 100,000 |")).collect();
+    let model: Vec<&str> =
+        text.lines().filter(|l| l.starts_with("| 10,000 |") || l.starts_with("| 100,000 |")).collect();
     assert_eq!(model.len(), 2, "{text}");
     // The largest fleet needs more replicas than the smallest, and more shards than replicas.
     let replicas_shards = |line: &str| -> (u32, u32) {

@@ -42,6 +42,33 @@ async fn record(mut rx: tokio::sync::watch::Receiver<Ownership>, out: History) {
     }
 }
 
+/// A replica `name` holding all `shards` shards of namespace `ns`: its coordinator on a Lease
+/// thread of its own, renewing as `timing` says, and the ownership it publishes recorded. The
+/// thread must outlive the test's use of the fence.
+async fn holding_every_shard(
+    cluster: &Cluster,
+    ns: &str,
+    name: &str,
+    timing: Timing,
+    shards: u32,
+    spare: Duration,
+) -> (LeaseThread, Fence, History) {
+    let client = cluster.client().await;
+    apply_as(&client, "test", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})).await;
+    let own = LeaseThread::start("test-leases").expect("the Lease thread");
+    let renewals = own.client(cluster.config().await).expect("the renewal client");
+    let (coordinator, owned) = Coordinator::new(Leases::new(Api::namespaced(renewals, ns), "a", timing), name, shards);
+    let history: History = Arc::default();
+    own.spawn(record(owned.clone(), history.clone()));
+    own.spawn(coordinator.run(Idle, std::future::pending::<()>()));
+    let fence = Fence::new(owned, spare);
+    eventually("the replica to hold every shard", WAIT, || async {
+        (fence.shards().len() == shards as usize).then_some(())
+    })
+    .await;
+    (own, fence, history)
+}
+
 /// Every worker of the replica's main runtime (and the thread driving it) is blocked for two
 /// Lease durations, as reconciles rendering large charts block them: the shard Leases are renewed
 /// on their cadence all the same and no shard's fence closes. Without the thread of its own (the
@@ -58,20 +85,7 @@ fn renewals_keep_their_cadence_while_the_main_runtime_is_saturated(cluster: Clus
     let spare = duration / 10;
     let main = testkit::runtime();
     main.block_on(async {
-        let client = cluster.client().await;
-        apply_as(&client, "test", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})).await;
-        let own = LeaseThread::start("test-leases").expect("the Lease thread");
-        let renewals = own.client(cluster.config().await).expect("the renewal client");
-        let (coordinator, owned) =
-            Coordinator::new(Leases::new(Api::namespaced(renewals, NS), "a", timing), "sat", SHARDS);
-        let history: History = Arc::default();
-        own.spawn(record(owned.clone(), history.clone()));
-        own.spawn(coordinator.run(Idle, std::future::pending::<()>()));
-        let fence = Fence::new(owned, spare);
-        eventually("the replica to hold every shard", WAIT, || async {
-            (fence.shards().len() == SHARDS as usize).then_some(())
-        })
-        .await;
+        let (own, fence, history) = holding_every_shard(&cluster, NS, "sat", timing, SHARDS, spare).await;
         let held_from = Instant::now();
         // Saturate: both workers and this thread do nothing else for two Lease durations.
         let blocked_for = 2 * duration;
@@ -129,20 +143,8 @@ fn a_slow_server_delays_a_round_by_one_renewal_not_one_per_shard(cluster: Cluste
     let duration = Duration::from_secs(6);
     let spare = duration / 10;
     testkit::runtime().block_on(async {
-        let client = cluster.client().await;
-        apply_as(&client, "test", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})).await;
-        let own = LeaseThread::start("test-leases").expect("the Lease thread");
-        let renewals = own.client(cluster.config().await).expect("the renewal client");
-        let (coordinator, owned) =
-            Coordinator::new(Leases::new(Api::namespaced(renewals, NS), "a", Timing::new(duration)), "slow", SHARDS);
-        let history: History = Arc::default();
-        own.spawn(record(owned.clone(), history.clone()));
-        own.spawn(coordinator.run(Idle, std::future::pending::<()>()));
-        let fence = Fence::new(owned, spare);
-        eventually("the replica to hold every shard", WAIT, || async {
-            (fence.shards().len() == SHARDS as usize).then_some(())
-        })
-        .await;
+        let (own, fence, history) =
+            holding_every_shard(&cluster, NS, "slow", Timing::new(duration), SHARDS, spare).await;
         sim.add_fault(simcluster::faults::FaultRule {
             verb: Some("update".into()),
             resource: Some("leases".into()),

@@ -85,7 +85,7 @@ fn renewals_keep_their_cadence_while_the_main_runtime_is_saturated(cluster: Clus
     let spare = duration / 10;
     let main = testkit::runtime();
     main.block_on(async {
-        let (own, fence, history) = holding_every_shard(&cluster, NS, "sat", timing, SHARDS, spare).await;
+        let (own, _fence, history) = holding_every_shard(&cluster, NS, "sat", timing, SHARDS, spare).await;
         let held_from = Instant::now();
         // Saturate: both workers and this thread do nothing else for two Lease durations.
         let blocked_for = 2 * duration;
@@ -143,7 +143,7 @@ fn a_slow_server_delays_a_round_by_one_renewal_not_one_per_shard(cluster: Cluste
     let duration = Duration::from_secs(6);
     let spare = duration / 10;
     testkit::runtime().block_on(async {
-        let (own, fence, history) =
+        let (own, _fence, history) =
             holding_every_shard(&cluster, NS, "slow", Timing::new(duration), SHARDS, spare).await;
         sim.add_fault(simcluster::faults::FaultRule {
             verb: Some("update".into()),

@@ -153,15 +153,26 @@ fn a_deployed_commit_shows_pending_then_success_and_a_failed_one_failure(cluster
                 .await;
         }
         let _stop = env.start_notifications();
-        let ok = deployment("web").image("nginx:1.27").ready_ms(300).to_string();
+        // The Pods wait for a ConfigMap that is not in Git: the rollout stays under way until
+        // every host shows it pending, then the test lets it finish.
+        let ok = deployment("web").image("nginx:1.27").ready_ms(300).env_from_config_map("GATE", "gate", "open");
         let wt = env
             .app_from(
                 "web",
-                &[("web/deploy.yaml", &ok)],
+                &[("web/deploy.yaml", &ok.to_string())],
                 json!({"source": {"repository": "platform", "path": "web"}, "serviceAccountName": "deployer",
-                       "destination": {"namespace": NS}, "health": {"timeout": "10s"}, "failurePolicy": {"maxAttempts": 1}}),
+                       "destination": {"namespace": NS}, "health": {"timeout": "20s"}, "failurePolicy": {"maxAttempts": 1}}),
             )
             .await;
+        for (_, type_, host) in &hosts {
+            testkit::eventually(&format!("{type_} to show a commit under way"), WAIT, || async {
+                host.statuses().iter().any(|s| ["pending", "running"].contains(&s.state.as_str())).then_some(())
+            })
+            .await;
+        }
+        let gate = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "gate"}, "data": {"open": "yes"}});
+        let config_maps = kube::Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(env.client.clone(), NS);
+        config_maps.create(&Default::default(), &serde_json::from_value(gate).unwrap()).await.expect("create the gate");
         let healthy = env
             .revision_where("web", "the first rollout Healthy", |r| {
                 r.status.as_ref().is_some_and(|s| s.phase == RevisionPhase::Healthy)
@@ -174,8 +185,7 @@ fn a_deployed_commit_shows_pending_then_success_and_a_failed_one_failure(cluster
             })
             .await;
             let seen = states(host, &good);
-            // The rollout waits for its Deployment's Pods: pending (GitLab: pending, then
-            // running) before success.
+            // Pending (GitLab: pending, then running) before success, and never after it.
             assert!(["pending", "running"].contains(&seen[0].as_str()), "{type_}: {seen:?}");
             assert!(seen.iter().all(|s| ["pending", "running", "success"].contains(&s.as_str())), "{type_}: {seen:?}");
             assert!(host.statuses().iter().all(|s| s.repository == "acme/shop" && s.context == format!("kuvryn-sync/{NS}/web")));
@@ -183,7 +193,7 @@ fn a_deployed_commit_shows_pending_then_success_and_a_failed_one_failure(cluster
         }
 
         // A commit whose rollout fails: failure, with the reason.
-        wt.write("web/deploy.yaml", &deployment("web").image("registry.invalid/never:1").ready_ms(300).to_string());
+        wt.write("web/deploy.yaml", &ok.image("registry.invalid/never:1").to_string());
         let bad = wt.commit_and_push("an image that never pulls");
         env.refresh("platform", &bad).await;
         env.failed_revision("web").await;

@@ -21,7 +21,11 @@ use testkit::sinks::{Kind, Reply, Sink};
 /// In every Secret value: must be found in no payload, status or Event.
 const MARKER: &str = "SECRETMARKER";
 
-testkit::both!(a_failed_rollout_notifies_each_sink_once, one_delivery_when_the_delivering_replica_is_killed);
+testkit::both!(
+    a_failed_rollout_notifies_each_sink_once,
+    one_delivery_when_the_delivering_replica_is_killed,
+    one_applications_events_are_delivered_one_at_a_time_in_the_order_they_happened
+);
 
 fn spec(ns: &str) -> Value {
     json!({"source": {"repository": "platform", "path": "app"}, "serviceAccountName": "deployer",
@@ -271,6 +275,57 @@ fn one_delivery_when_the_delivering_replica_is_killed(cluster: Cluster) {
         });
         assert!(marked.as_deref().is_some_and(|v| v.starts_with("delivered ")), "{marked:?}");
     });
+}
+
+/// Three lifecycle Events of one Application, the first throttled by its sink for 2 s: the
+/// later two wait for it, so the sink gets them in the order they happened (a commit status
+/// that keeps the last state written must end with the latest).
+fn one_applications_events_are_delivered_one_at_a_time_in_the_order_they_happened(cluster: Cluster) {
+    const NS: &str = "notify-order";
+    let runtime = testkit::runtime();
+    runtime.block_on(async {
+        // No controllers: the only Events are the test's.
+        let env = Env::without_controllers(&cluster, NS).await;
+        let token = format!("{MARKER}-token");
+        let hook = Sink::start(Kind::Webhook { key: token.clone() }, "hook/").await;
+        hook.script([Reply::TooMany(2)]);
+        env.secret("hook", &[("address", &hook.url), ("token", &token)]).await;
+        env.notification("hook", json!({"provider": {"type": "Webhook", "secretRef": {"name": "hook"}}})).await;
+        env.create_app("app", spec(NS)).await;
+        let _stop = env.start_notifications();
+        let events: Api<Event> = Api::namespaced(env.client.clone(), NS);
+        let reasons = ["NewRevision", "Progressing", "Succeeded"];
+        for (i, reason) in reasons.iter().enumerate() {
+            let ev: Event = serde_json::from_value(json!({
+                "apiVersion": "events.k8s.io/v1", "kind": "Event",
+                "metadata": {"name": format!("app.{i}"), "namespace": NS},
+                "eventTime": jiff::Timestamp::now().to_string(),
+                "reportingController": "kuvryn-sync", "reportingInstance": "test",
+                "action": "Reconcile", "reason": reason, "type": "Normal", "note": format!("step {i}"),
+                "regarding": {"apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "Application", "namespace": NS, "name": "app"},
+            }))
+            .unwrap();
+            events.create(&PostParams::default(), &ev).await.unwrap();
+            // The first is being throttled before the next happens.
+            if i == 0 {
+                eventually("the first delivery to be throttled", Duration::from_secs(60), || async {
+                    (!hook.received().is_empty()).then_some(())
+                })
+                .await;
+            }
+        }
+        eventually("the three Events delivered", Duration::from_secs(60), || async {
+            (hook.delivered().len() == 3).then_some(())
+        })
+        .await;
+        assert!(hook.problems().is_empty(), "{:?}", hook.problems());
+        let got = reasons_of(&hook);
+        assert_eq!(got, reasons, "statuses {:?}", hook.received().iter().map(|r| r.status).collect::<Vec<_>>());
+    });
+}
+
+fn reasons_of(sink: &Sink) -> Vec<String> {
+    reasons(sink, |v| v["reason"].as_str().unwrap_or_default().to_string())
 }
 
 /// A message as the engine builds it, for the sender tests.

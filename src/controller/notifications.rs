@@ -5,6 +5,8 @@
 //! The Events in the API server are the outbox. Every replica watches Events and Notifications;
 //! for each Event about an Application of a shard this replica owns (every Event when not
 //! sharded), and each Notification that routes it ([`crate::notify::route`]):
+//! 0. queue it in the lane of (Notification, Application) ([`crate::notify::lanes`]): one
+//!    delivery at a time, oldest Event first;
 //! 1. claim it: an annotation on the Event ([`crate::notify::claim`]) written with the Event's
 //!    resourceVersion, so of two replicas racing one wins;
 //! 2. read the provider Secret (this namespace only), the Revision the Event names, build the
@@ -36,10 +38,12 @@ use serde_json::json;
 
 use crate::api::application::Application;
 use crate::api::names;
-use crate::api::notification::{Notification, Severity};
+use crate::api::notification::{Notification, ProviderType, Severity};
 use crate::api::revision::Revision;
 use crate::metric_names as m;
-use crate::notify::message::ProviderSecret;
+use crate::notify::lanes::Lanes;
+use crate::notify::message::{Message, ProviderSecret};
+use crate::notify::providers::{self, commit};
 use crate::notify::send::{Outcome, Sender};
 use crate::notify::status::{DELIVERY_FAILED, NOT_CONFIGURED};
 use crate::notify::{claim, compose, route, status};
@@ -56,8 +60,11 @@ pub struct Context {
     /// Claims older than this are taken over (the Lease duration).
     stale_after: Duration,
     sender: Sender,
-    /// (Event uid, Notification) delivering in this replica now: never started twice.
+    /// (Event uid, Notification) queued or delivering in this replica now: never started twice.
     running: Mutex<HashSet<(String, String)>>,
+    /// Deliveries by (Notification, Application), each `namespace/name`, oldest Event first:
+    /// a provider that keeps the last state written (a commit status) ends with the latest.
+    lanes: Lanes<(String, String), (i64, String), (Event, Notification)>,
 }
 
 impl Context {
@@ -69,7 +76,15 @@ impl Context {
         fence: Option<sharding::coordinator::Fence>,
         stale_after: Duration,
     ) -> Context {
-        Context { client, replica, fence, stale_after, sender: Sender::default(), running: Mutex::default() }
+        Context {
+            client,
+            replica,
+            fence,
+            stale_after,
+            sender: Sender::default(),
+            running: Mutex::default(),
+            lanes: Lanes::default(),
+        }
     }
 
     /// Whether this replica delivers for Application `app` now.
@@ -140,13 +155,30 @@ fn visit(ctx: &Arc<Context>, notifications: &Store<Notification>, ev: Event) {
         if !ctx.running.lock().expect("running lock").insert(key.clone()) {
             continue;
         }
-        let (ctx, ev) = (ctx.clone(), ev.clone());
         tracing::trace!(event = %ev.name_any(), notification = %ntf.name_any(), "visiting");
-        tokio::spawn(async move {
-            deliver(&ctx, &ev, &ntf).await;
-            ctx.running.lock().expect("running lock").remove(&key);
-        });
+        let lane = (
+            format!("{}/{}", ntf.namespace().unwrap_or_default(), ntf.name_any()),
+            format!("{ns}/{}", regarding.name.as_deref().unwrap_or_default()),
+        );
+        let order = (happened(&ev).map_or(0, |t| t.as_microsecond()), key.0);
+        if ctx.lanes.push(&lane, order, (ev.clone(), (*ntf).clone())) {
+            tokio::spawn(drain(ctx.clone(), lane));
+        }
     }
+}
+
+/// Deliver `lane`'s queue until it is empty ([`Lanes`]).
+async fn drain(ctx: Arc<Context>, lane: (String, String)) {
+    while let Some((ev, ntf)) = ctx.lanes.next(&lane) {
+        deliver(&ctx, &ev, &ntf).await;
+        let uid = ev.metadata.uid.clone().unwrap_or_default();
+        ctx.running.lock().expect("running lock").remove(&(uid, ntf.name_any()));
+    }
+}
+
+/// When `ev` happened: its `eventTime`, else its creation.
+fn happened(ev: &Event) -> Option<jiff::Timestamp> {
+    ev.event_time.as_ref().map(|t| t.0).or_else(|| ev.metadata.creation_timestamp.as_ref().map(|t| t.0))
 }
 
 /// `ntf` as if not suspended: a suspended Notification still claims the Events it routes, to
@@ -174,7 +206,7 @@ fn seen<'a>(ev: &'a Event, ns: &'a str, app: &'a str, labels: &'a BTreeMap<Strin
 
 /// How long ago `ev` happened.
 fn age(ev: &Event) -> Option<Duration> {
-    let at = ev.event_time.as_ref().map(|t| t.0).or_else(|| ev.metadata.creation_timestamp.as_ref().map(|t| t.0))?;
+    let at = happened(ev)?;
     let secs = jiff::Timestamp::now().as_second() - at.as_second();
     Some(Duration::from_secs(u64::try_from(secs).unwrap_or(0)))
 }
@@ -193,12 +225,7 @@ async fn deliver(ctx: &Context, ev: &Event, ntf: &Notification) {
     let seen = seen(ev, &ns, &app_name, app.labels());
     // Events from before the Notification existed are history, not news.
     let created = ntf.metadata.creation_timestamp.as_ref().map(|t| t.0.as_second()).unwrap_or(i64::MAX);
-    let happened = ev
-        .event_time
-        .as_ref()
-        .map(|t| t.0)
-        .or(ev.metadata.creation_timestamp.as_ref().map(|t| t.0))
-        .map(|t| t.as_second());
+    let happened = happened(ev).map(|t| t.as_second());
     if !route::routes(&awake(ntf), &seen) || happened.is_none_or(|h| h < created) {
         tracing::trace!(event = %ev.name_any(), notification = %ntf.name_any(), "not routed");
         return;
@@ -223,9 +250,13 @@ async fn deliver(ctx: &Context, ev: &Event, ntf: &Notification) {
         None => None,
     };
     let msg = compose::message(ev, revision.as_ref());
-    let outcome = if ntf.spec.suspend || !crate::notify::providers::applies(provider, &msg) {
+    let outcome = if ntf.spec.suspend
+        || !providers::applies(provider, &msg)
+        || superseded(provider, &msg, happened, revision.as_ref())
+    {
         // Suspended: marked, so resuming does not send the meantime's Events. A commit status
-        // needs a commit and an Event that sets a state: others are not for it.
+        // needs a commit and an Event that sets a state, and a pending the Revision's finish
+        // already overtook would overwrite its success: others are not for it.
         Outcome::NotSent { reason: String::new() }
     } else {
         match secret(ctx, &ns, &ntf.spec.provider.secret_ref.name).await {
@@ -267,6 +298,18 @@ async fn deliver(ctx: &Context, ev: &Event, ntf: &Notification) {
         };
         write_status(ctx, ntf, &r, now).await;
     }
+}
+
+/// Whether `msg`, an Event that happened at `happened`, is a commit status its Revision's
+/// latest finished attempt has overtaken ([`commit::superseded`]).
+fn superseded(provider: ProviderType, msg: &Message, happened: Option<i64>, revision: Option<&Revision>) -> bool {
+    let finished = revision
+        .and_then(|r| r.status.as_ref())
+        .and_then(|s| s.attempts.last())
+        .and_then(|a| a.finished_at.as_ref())
+        .map(|t| t.0.as_second());
+    provider.is_commit_status()
+        && happened.is_some_and(|h| commit::state(msg).is_some_and(|st| commit::superseded(st, h, finished)))
 }
 
 /// The provider Secret `name` of namespace `ns`, or why it cannot be used.

@@ -5,7 +5,8 @@
 //! - [`route`]: which Notifications take an Event (pure);
 //! - [`providers`]: one file per provider, each a pure function from a message to a request;
 //! - [`compose`]: the message of an Event (pure); [`claim`]: de-duplication across replicas by
-//!   annotations on the Event (pure); [`retry`]: what follows an attempt (pure);
+//!   annotations on the Event (pure); [`retry`]: what follows an attempt (pure); [`lanes`]: one
+//!   delivery at a time per Notification and Application, oldest Event first;
 //! - [`send`]: sending with rate limits and retries; [`status`]: a Notification's status after
 //!   a delivery (pure).
 //!
@@ -13,6 +14,7 @@
 
 pub mod claim;
 pub mod compose;
+pub mod lanes;
 pub mod message;
 pub mod providers;
 pub mod retry;

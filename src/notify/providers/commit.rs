@@ -40,6 +40,21 @@ pub fn state(msg: &Message) -> Option<State> {
     }
 }
 
+/// Whether a `state` of an Event that happened at `happened` (Unix seconds) is news no more
+/// because the Revision's latest attempt finished at `finished` (Unix seconds; `None` while it
+/// runs or before the first), so the commit's success or failure is, or is about to be, on the
+/// host. Hosts keep the last state written (GitHub, Gitea, Bitbucket), so a pending that arrives
+/// after its success would show a deployed commit as still deploying.
+///
+/// # Contract
+/// Only a pending is ever superseded, and only by an attempt that finished in the second of the
+/// Event or later (times are kept to the second): an Event of a new attempt, such as a rollback
+/// back to this Revision, comes after its last finish and is sent. Table test:
+/// `a_pending_is_superseded_only_by_a_later_finish`.
+pub fn superseded(state: State, happened: i64, finished: Option<i64>) -> bool {
+    state == State::Pending && finished.is_some_and(|f| f >= happened)
+}
+
 /// The status's name on the commit: one per Application, so a commit deployed by several
 /// Applications shows each.
 pub fn context(msg: &Message) -> String {
@@ -164,6 +179,21 @@ pub(crate) mod tests {
         ];
         for (severity, reason, want) in cases {
             assert_eq!(state(&message(severity, reason)), want, "{reason}");
+        }
+    }
+
+    #[test]
+    fn a_pending_is_superseded_only_by_a_later_finish() {
+        let cases = [
+            (State::Pending, 100, Some(100), true),
+            (State::Pending, 100, Some(105), true),
+            (State::Pending, 100, Some(99), false),
+            (State::Pending, 100, None, false),
+            (State::Success, 100, Some(105), false),
+            (State::Failure, 100, Some(105), false),
+        ];
+        for (state, happened, finished, want) in cases {
+            assert_eq!(superseded(state, happened, finished), want, "{state:?} at {happened}, finished {finished:?}");
         }
     }
 

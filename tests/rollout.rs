@@ -1326,6 +1326,34 @@ fn a_replica_taking_over_an_application_nothing_changed_writes_nothing(cluster: 
     });
 }
 
+/// A ConfigMap, a Service and a Deployment of no replicas, as the load test's fleet has: the
+/// Deployment is Healthy once its controller reports the generation, which comes after the
+/// rollout's first look, and that report alone (no Pod, no resync within the test) must turn
+/// the Application Ready.
+fn a_deployment_of_no_replicas_turns_ready_on_its_controllers_report(cluster: Cluster) {
+    const SERVICE: &str = "apiVersion: v1\nkind: Service\nmetadata:\n  name: web\nspec:\n  selector: {app: web}\n  ports: [{port: 80}]\n";
+    let runtime = testkit::runtime();
+    runtime.block_on(async {
+        let ns = "no-replicas";
+        let env = Env::start(&cluster, ns).await;
+        let idle = deployment("web").replicas(0).image("nginx:1.27").to_string();
+        env.app_from(
+            "web",
+            &[("web/config.yaml", CONFIG), ("web/service.yaml", SERVICE), ("web/deploy.yaml", &idle)],
+            json!({"source": {"repository": "platform", "path": "web"}, "serviceAccountName": "deployer",
+                   "destination": {"namespace": ns}}),
+        )
+        .await;
+        // Well under the resync (5 minutes) and the health timeout.
+        let wait = Duration::from_secs(45);
+        eventually("the Application Ready", wait, || async {
+            let app = env.apps().get("web").await.ok()?;
+            (ready(&app).0 == "True").then_some(())
+        })
+        .await;
+    });
+}
+
 testkit::both!(
     render_failures_are_attempts_that_back_off_and_pause,
     a_replica_taking_over_an_application_nothing_changed_writes_nothing,
@@ -1337,6 +1365,7 @@ testkit::both!(
     symlinks_out_of_the_checkout_fail_the_source_and_nothing_is_pruned,
     a_reconcile_of_the_copy_before_its_own_status_write_runs_on_the_written_one,
     an_attempt_waiting_for_health_does_not_read_its_unchanged_objects_again,
+    a_deployment_of_no_replicas_turns_ready_on_its_controllers_report,
 );
 
 testkit::both!(

@@ -1331,7 +1331,8 @@ fn a_replica_taking_over_an_application_nothing_changed_writes_nothing(cluster: 
 /// rollout's first look, and that report alone (no Pod, no resync within the test) must turn
 /// the Application Ready.
 fn a_deployment_of_no_replicas_turns_ready_on_its_controllers_report(cluster: Cluster) {
-    const SERVICE: &str = "apiVersion: v1\nkind: Service\nmetadata:\n  name: web\nspec:\n  selector: {app: web}\n  ports: [{port: 80}]\n";
+    const SERVICE: &str =
+        "apiVersion: v1\nkind: Service\nmetadata:\n  name: web\nspec:\n  selector: {app: web}\n  ports: [{port: 80}]\n";
     let runtime = testkit::runtime();
     runtime.block_on(async {
         let ns = "no-replicas";

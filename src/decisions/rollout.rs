@@ -343,9 +343,66 @@ fn rollback_approval(s: &Situation, r: &rollback::Request) -> Option<approval::V
     }))
 }
 
+/// How often a rollout waiting for health looks again when something it waits for is not
+/// watched (a kind this shard has no watch of, a running hook).
+pub const HEALTH_POLL: Duration = Duration::from_secs(2);
+
+/// How often it looks again when every resource it waits for is in a running, synced watch of
+/// this shard: each change of theirs, or of their Pods, triggers a reconcile at once, so this
+/// only covers an event lost with a broken watch.
+pub const WATCHED_POLL: Duration = Duration::from_secs(30);
+
+/// How soon a rollout's health is looked at again after its HealthChecks went over the
+/// per-reconcile budget: every look spends the budget again, on objects that will not get
+/// cheaper by the next poll.
+pub const OVER_BUDGET_POLL: Duration = Duration::from_secs(30);
+
+/// The soonest a rollout looks again.
+const MIN_POLL: Duration = Duration::from_millis(200);
+
+/// When a rollout waiting for health, `until_deadline` before its health deadline, looks again.
+///
+/// # Contract
+/// - over its HealthChecks' budget: [`OVER_BUDGET_POLL`];
+/// - else, everything it waits for `watched` (every resource in a running, synced watch of the
+///   shard, no hook running): [`WATCHED_POLL`], since their changes trigger it;
+/// - else [`HEALTH_POLL`];
+/// - never later than the deadline (the timeout is told when it passes, not a poll after), and
+///   never sooner than 200 ms.
+///
+/// Table test: `a_rollout_waiting_for_watched_resources_polls_rarely_but_not_past_its_deadline`.
+pub fn health_poll(over_budget: bool, watched: bool, until_deadline: Duration) -> Duration {
+    let poll = if over_budget {
+        OVER_BUDGET_POLL
+    } else if watched {
+        WATCHED_POLL
+    } else {
+        HEALTH_POLL
+    };
+    poll.min(until_deadline).max(MIN_POLL)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_rollout_waiting_for_watched_resources_polls_rarely_but_not_past_its_deadline() {
+        let s = Duration::from_secs;
+        // (over budget, watched, until the deadline, poll)
+        let cases = [
+            (false, false, s(600), HEALTH_POLL),
+            (false, true, s(600), WATCHED_POLL),
+            (true, false, s(600), OVER_BUDGET_POLL),
+            (true, true, s(600), OVER_BUDGET_POLL),
+            (false, true, s(5), s(5)),
+            (false, false, s(1), s(1)),
+            (false, true, Duration::ZERO, Duration::from_millis(200)),
+        ];
+        for (over_budget, watched, until, want) in cases {
+            assert_eq!(health_poll(over_budget, watched, until), want, "{over_budget} {watched} {until:?}");
+        }
+    }
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     fn policy() -> Policy {

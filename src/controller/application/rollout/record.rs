@@ -24,13 +24,7 @@ use crate::health;
 use crate::plan::{Action as PlanAction, validate};
 use crate::text::bounded;
 
-/// How often a rollout waiting for health looks again.
-pub(super) const HEALTH_POLL: Duration = Duration::from_secs(2);
-
-/// How soon a rollout's health is looked at again after its HealthChecks went over the
-/// per-reconcile budget ([`health::cel::Budget`]): every look spends the budget again, on
-/// objects that will not get cheaper by the next poll.
-pub(super) const OVER_BUDGET_POLL: Duration = Duration::from_secs(30);
+pub(super) use crate::decisions::rollout::HEALTH_POLL;
 
 /// Most drifted resources listed on the Application.
 pub(super) const MAX_DRIFTED: usize = 50;
@@ -173,10 +167,25 @@ impl Rollout<'_> {
         rollout::drift_is_new(deployed, planned.plan.changes(), before, failures)
     }
 
-    /// [`HEALTH_POLL`], or [`OVER_BUDGET_POLL`] when this reconcile's HealthChecks went over
-    /// their budget.
-    pub(super) fn health_poll(&self) -> Duration {
-        if self.cel.exhausted() { OVER_BUDGET_POLL } else { HEALTH_POLL }
+    /// When to look again at a rollout waiting for health until `deadline`, `watched` when
+    /// every resource it waits for is in a running watch of the shard
+    /// ([`rollout::health_poll`]; over budget when this reconcile's HealthChecks went over
+    /// theirs, [`health::cel::Budget`]).
+    pub(super) fn health_poll(&self, watched: bool, deadline: Timestamp) -> Duration {
+        let until = self.now.duration_until(deadline).unsigned_abs();
+        let until = if deadline > self.now { until } else { Duration::ZERO };
+        rollout::health_poll(self.cel.exhausted(), watched, until)
+    }
+
+    /// Whether every resource of `entries` (those a health wait looks at) is in a running,
+    /// synced watch of this Application's shard: then a change of any of them, or of their
+    /// Pods, triggers a reconcile, and the wait need not poll. Cluster-scoped objects count as
+    /// not watched.
+    pub(super) fn all_watched<'e>(&self, mut entries: impl Iterator<Item = &'e crate::plan::Entry>) -> bool {
+        let shard = self.ctx.fence.is_some().then(|| super::super::replica::shard_of(self.ctx, self.ns, self.name));
+        entries.all(|e| {
+            !e.namespace.is_empty() && self.ctx.inventory.get(shard, &e.group, &e.kind, &e.namespace, &e.name).is_some()
+        })
     }
 
     /// `now + spec.health.timeout`: the deadline of a stage that starts now.

@@ -351,7 +351,15 @@ impl Rollout<'_> {
                     self.set_sync(SyncState::Synced, planned);
                     let message = format!("Revision {}: {}", self.rev, in_wave(format!("waiting for {message}")));
                     self.progressing(&message);
-                    return Ok(Action::requeue(self.health_poll()));
+                    let waited = planned
+                        .plan
+                        .entries
+                        .iter()
+                        .filter(|e| e.action != crate::plan::Action::Delete && e.warnings.is_empty() && !e.is_hook())
+                        .filter(|e| upto.is_none_or(|w| e.wave <= w));
+                    let hooks_done = stage.ran.iter().all(|r| !matches!(r.completion, Completion::Running(_)));
+                    let watched = hooks_done && self.all_watched(waited);
+                    return Ok(Action::requeue(self.health_poll(watched, deadline)));
                 }
             }
         }

@@ -105,7 +105,14 @@ impl Server {
         // `up`'s Service range is a /24: 254 Services, fewer than a fleet of `--objects three`
         // needs. The last of a repeated flag wins.
         let range = format!("--service-cluster-ip-range={SERVICE_RANGE}");
-        let env = [("REALKUBE_APISERVER_ARGS", range.as_str()), ("REALKUBE_KCM_ARGS", range.as_str())];
+        // The caller's own extra flags (a kube-controller-manager with a larger client budget)
+        // are kept, after the range.
+        let with_callers = |var: &str| match std::env::var(var) {
+            Ok(extra) if !extra.trim().is_empty() => format!("{range} {extra}"),
+            _ => range.clone(),
+        };
+        let (apiserver, kcm) = (with_callers("REALKUBE_APISERVER_ARGS"), with_callers("REALKUBE_KCM_ARGS"));
+        let env = [("REALKUBE_APISERVER_ARGS", apiserver.as_str()), ("REALKUBE_KCM_ARGS", kcm.as_str())];
         let out = simcluster::realkube::up_with(&scripts, &state, &env)?;
         let kubeconfig = state.join("kubeconfig");
         let mut server = Server { kind: "realkube", kubeconfig, process: None, realkube: Some((scripts, state)) };

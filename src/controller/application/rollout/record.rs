@@ -177,17 +177,6 @@ impl Rollout<'_> {
         rollout::health_poll(self.cel.exhausted(), watched, until)
     }
 
-    /// Whether every resource of `entries` (those a health wait looks at) is in a running,
-    /// synced watch of this Application's shard: then a change of any of them, or of their
-    /// Pods, triggers a reconcile, and the wait need not poll. Cluster-scoped objects count as
-    /// not watched.
-    pub(super) fn all_watched<'e>(&self, mut entries: impl Iterator<Item = &'e crate::plan::Entry>) -> bool {
-        let shard = self.ctx.fence.is_some().then(|| super::super::replica::shard_of(self.ctx, self.ns, self.name));
-        entries.all(|e| {
-            !e.namespace.is_empty() && self.ctx.inventory.get(shard, &e.group, &e.kind, &e.namespace, &e.name).is_some()
-        })
-    }
-
     /// `now + spec.health.timeout`: the deadline of a stage that starts now.
     pub(super) fn health_deadline(&self, policy: &Policy) -> Timestamp {
         let timeout = jiff::SignedDuration::try_from(policy.health_timeout).unwrap_or(jiff::SignedDuration::MAX);

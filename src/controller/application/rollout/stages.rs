@@ -365,6 +365,17 @@ impl Rollout<'_> {
         }
     }
 
+    /// Whether every resource of `entries` (those a health wait looks at) is in a running,
+    /// synced watch of this Application's shard: then a change of any of them, or of their
+    /// Pods, triggers a reconcile, and the wait need not poll. Cluster-scoped objects count as
+    /// not watched.
+    fn all_watched<'e>(&self, mut entries: impl Iterator<Item = &'e crate::plan::Entry>) -> bool {
+        let shard = self.ctx.fence.is_some().then(|| super::super::replica::shard_of(self.ctx, self.ns, self.name));
+        entries.all(|e| {
+            !e.namespace.is_empty() && self.ctx.inventory.get(shard, &e.group, &e.kind, &e.namespace, &e.name).is_some()
+        })
+    }
+
     /// Whether the hook object `live` is done ([`hooks::completion`]); with a HealthCheck, judged
     /// on the tenant pool within this reconcile's budget, as the managed resources are.
     async fn hook_completion(

@@ -333,20 +333,38 @@ async fn list_meta(
 /// namespace without asking the cluster-wide list again (RBAC may be granted later).
 const NARROW_FOR: std::time::Duration = std::time::Duration::from_secs(300);
 
-/// The kinds each service account may not list across the cluster (the API server answered
-/// 403), with when it said so: the next plans list them in each namespace at once instead of
-/// being refused first, one request fewer per kind and plan.
-#[derive(Default)]
-pub struct NarrowLists(std::sync::Mutex<std::collections::HashMap<(String, String, String), std::time::Instant>>);
+/// How long a service account's successful list of a kind (across the cluster, or in a
+/// namespace) lets a plan that may be acted on take that kind's managed objects from the shard's
+/// watch cache instead of listing again ([`crate::decisions::inventory`]): a permission taken
+/// away is noticed by the next list, this long after the last one at most.
+pub const TRUST_LIST_FOR: std::time::Duration = std::time::Duration::from_secs(300);
 
-impl NarrowLists {
+/// (service account, group, kind, namespace: `None` across the cluster).
+type ListKey = (String, String, String, Option<String>);
+
+/// What each service account was answered when it listed a kind: the cluster-wide lists refused
+/// (403), so that the next plans list in each namespace at once instead of being refused first,
+/// one request fewer per kind and plan; and the lists it was allowed, across the cluster or in a
+/// namespace, so that a plan may take the kind from the watch cache
+/// ([`ListAnswers::listed`]).
+#[derive(Default)]
+pub struct ListAnswers {
+    refused: std::sync::Mutex<std::collections::HashMap<(String, String, String), std::time::Instant>>,
+    allowed: std::sync::Mutex<std::collections::HashMap<ListKey, std::time::Instant>>,
+}
+
+impl ListAnswers {
     fn key(who: &str, r: &ApiResource) -> (String, String, String) {
         (who.to_string(), r.group.clone(), r.kind.clone())
     }
 
+    fn list_key(who: &str, r: &ApiResource, ns: Option<&str>) -> ListKey {
+        (who.to_string(), r.group.clone(), r.kind.clone(), ns.map(str::to_string))
+    }
+
     /// Whether `who` was refused the cluster-wide list of `r` less than [`NARROW_FOR`] ago.
     fn refused(&self, who: &str, r: &ApiResource) -> bool {
-        let mut refused = self.0.lock().expect("narrow lists lock");
+        let mut refused = self.refused.lock().expect("list answers lock");
         let key = Self::key(who, r);
         match refused.get(&key) {
             Some(at) if at.elapsed() < NARROW_FOR => true,
@@ -358,20 +376,61 @@ impl NarrowLists {
         }
     }
 
-    fn note(&self, who: &str, r: &ApiResource) {
-        self.0.lock().expect("narrow lists lock").insert(Self::key(who, r), std::time::Instant::now());
+    /// `who` was refused the list of `r` across the cluster (`ns` `None`) or in `ns`.
+    fn note_refused(&self, who: &str, r: &ApiResource, ns: Option<&str>) {
+        if ns.is_none() {
+            self.refused.lock().expect("list answers lock").insert(Self::key(who, r), std::time::Instant::now());
+        }
+        self.allowed.lock().expect("list answers lock").remove(&Self::list_key(who, r, ns));
+    }
+
+    /// `who` listed `r` across the cluster (`ns` `None`) or in `ns`.
+    fn note_allowed(&self, who: &str, r: &ApiResource, ns: Option<&str>) {
+        self.allowed.lock().expect("list answers lock").insert(Self::list_key(who, r, ns), std::time::Instant::now());
+    }
+
+    /// What `who` was answered, less than [`TRUST_LIST_FOR`] ago, when it listed `r` where a
+    /// plan searching `namespaces` looks: across the cluster, or (a namespaced kind) in each of
+    /// `namespaces`.
+    pub fn listed(
+        &self,
+        who: &str,
+        r: &ApiResource,
+        namespaced: bool,
+        namespaces: &BTreeSet<String>,
+    ) -> crate::decisions::inventory::Listed {
+        use crate::decisions::inventory::Listed;
+        let mut allowed = self.allowed.lock().expect("list answers lock");
+        let mut fresh = |ns: Option<&str>| {
+            let key = Self::list_key(who, r, ns);
+            match allowed.get(&key) {
+                Some(at) if at.elapsed() < TRUST_LIST_FOR => true,
+                Some(_) => {
+                    allowed.remove(&key);
+                    false
+                }
+                None => false,
+            }
+        };
+        if fresh(None) {
+            Listed::Everywhere
+        } else if namespaced && !namespaces.is_empty() && namespaces.iter().all(|ns| fresh(Some(ns))) {
+            Listed::InEach
+        } else {
+            Listed::Unknown
+        }
     }
 }
 
 /// Where managed objects are looked for: across the cluster, or, for a namespaced kind the
-/// service account may not list there, in each of `namespaces`. `narrow` remembers refusals
-/// for the service account it names.
+/// service account may not list there, in each of `namespaces`. `answers` remembers the
+/// answers to the lists of the service account it names.
 #[derive(Clone, Copy)]
 pub struct Search<'a> {
     /// The namespaces to list in when the cluster-wide list is refused.
     pub namespaces: &'a BTreeSet<String>,
-    /// Refusals remembered, and the service account (`namespace/name`) they are about.
-    pub narrow: Option<(&'a NarrowLists, &'a str)>,
+    /// Answers remembered, and the service account (`namespace/name`) they are about.
+    pub answers: Option<(&'a ListAnswers, &'a str)>,
 }
 
 /// Where a kind's managed objects can be found without a request: a watch cache's answer (with
@@ -409,13 +468,18 @@ pub async fn read_managed(
             let namespaced = crate::plan::validate::Scopes::namespaced(scopes, &k.group, &k.kind).unwrap_or(true);
             let all = Api::<DynamicObject>::all_with(client.clone(), r);
             // Refused across the cluster a moment ago: straight to the namespaces.
-            let narrow = namespaced && search.narrow.is_some_and(|(n, who)| n.refused(who, r));
+            let narrow = namespaced && search.answers.is_some_and(|(n, who)| n.refused(who, r));
             if !narrow {
                 match list_meta(&all, selector, &mut found, r).await {
-                    Ok(()) => return Ok(found),
+                    Ok(()) => {
+                        if let Some((n, who)) = search.answers {
+                            n.note_allowed(who, r, None);
+                        }
+                        return Ok(found);
+                    }
                     Err(kube::Error::Api(s)) if s.code == 403 && namespaced => {
-                        if let Some((n, who)) = search.narrow {
-                            n.note(who, r);
+                        if let Some((n, who)) = search.answers {
+                            n.note_refused(who, r, None);
                         }
                     }
                     Err(kube::Error::Api(s)) if s.code == 403 => {
@@ -429,10 +493,17 @@ pub async fn read_managed(
             for ns in namespaces {
                 let api = Api::<DynamicObject>::namespaced_with(client.clone(), ns, r);
                 match list_meta(&api, selector, &mut found, r).await {
-                    Ok(()) => {}
+                    Ok(()) => {
+                        if let Some((n, who)) = search.answers {
+                            n.note_allowed(who, r, Some(ns));
+                        }
+                    }
                     // A kind that is no longer served holds nothing.
                     Err(kube::Error::Api(s)) if s.code == 404 => return Ok(found),
                     Err(e @ kube::Error::Api(_)) if matches!(&e, kube::Error::Api(s) if s.code == 403) => {
+                        if let Some((n, who)) = search.answers {
+                            n.note_refused(who, r, Some(ns));
+                        }
                         return Err(Error::Forbidden(format!(
                             "listing {} managed objects in {ns}: {}",
                             k.kind,
@@ -559,33 +630,74 @@ mod tests {
 
     #[test]
     fn a_refusal_is_remembered_per_service_account_and_kind() {
-        let narrow = NarrowLists::default();
-        let cm = ApiResource {
-            group: String::new(),
-            version: "v1".into(),
-            api_version: "v1".into(),
-            kind: "ConfigMap".into(),
-            plural: "configmaps".into(),
-        };
-        let deploy = ApiResource {
-            group: "apps".into(),
-            version: "v1".into(),
-            api_version: "apps/v1".into(),
-            kind: "Deployment".into(),
-            plural: "deployments".into(),
-        };
-        assert!(!narrow.refused("a/deployer", &cm));
-        narrow.note("a/deployer", &cm);
+        let answers = ListAnswers::default();
+        let (cm, deploy) = (resource("", "ConfigMap"), resource("apps", "Deployment"));
+        assert!(!answers.refused("a/deployer", &cm));
+        answers.note_refused("a/deployer", &cm, None);
         // (service account, kind, refused)
         let cases = [("a/deployer", &cm, true), ("b/deployer", &cm, false), ("a/deployer", &deploy, false)];
         for (who, r, refused) in cases {
-            assert_eq!(narrow.refused(who, r), refused, "{who} {}", r.kind);
+            assert_eq!(answers.refused(who, r), refused, "{who} {}", r.kind);
         }
         // A refusal older than NARROW_FOR is asked again.
-        narrow.0.lock().unwrap().insert(NarrowLists::key("a/deployer", &cm), std::time::Instant::now() - NARROW_FOR);
-        assert!(!narrow.refused("a/deployer", &cm));
-        assert!(narrow.0.lock().unwrap().is_empty(), "an expired refusal is forgotten");
+        answers
+            .refused
+            .lock()
+            .unwrap()
+            .insert(ListAnswers::key("a/deployer", &cm), std::time::Instant::now() - NARROW_FOR);
+        assert!(!answers.refused("a/deployer", &cm));
+        assert!(answers.refused.lock().unwrap().is_empty(), "an expired refusal is forgotten");
     }
+
+    fn resource(group: &str, kind: &str) -> ApiResource {
+        let api_version = if group.is_empty() { "v1".to_string() } else { format!("{group}/v1") };
+        ApiResource {
+            group: group.into(),
+            version: "v1".into(),
+            api_version,
+            kind: kind.into(),
+            plural: format!("{}s", kind.to_lowercase()),
+        }
+    }
+
+    #[test]
+    fn a_kind_counts_as_listed_where_the_service_account_listed_it_lately_and_was_not_refused_since() {
+        use crate::decisions::inventory::Listed::{Everywhere, InEach, Unknown};
+        let cm = resource("", "ConfigMap");
+        let searched = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<BTreeSet<_>>();
+        let a = ListAnswers::default();
+        assert_eq!(a.listed("a/deployer", &cm, true, &searched(&["a"])), Unknown, "never listed");
+        a.note_allowed("a/deployer", &cm, Some("a"));
+        // (service account, namespaced, namespaces searched) → listed
+        let cases = [
+            ("a/deployer", true, &["a"][..], InEach),
+            ("a/deployer", true, &["a", "b"][..], Unknown),
+            ("b/deployer", true, &["a"][..], Unknown),
+            // A cluster-scoped kind is only ever listed across the cluster.
+            ("a/deployer", false, &["a"][..], Unknown),
+            ("a/deployer", true, &[][..], Unknown),
+        ];
+        for (who, namespaced, ns, want) in cases {
+            assert_eq!(a.listed(who, &cm, namespaced, &searched(ns)), want, "{who} {namespaced} {ns:?}");
+        }
+        a.note_allowed("a/deployer", &cm, None);
+        assert_eq!(a.listed("a/deployer", &cm, true, &searched(&["a", "b"])), Everywhere);
+        assert_eq!(a.listed("a/deployer", &cm, false, &searched(&[])), Everywhere);
+        // A refusal takes back what the earlier list showed.
+        a.note_refused("a/deployer", &cm, None);
+        assert_eq!(a.listed("a/deployer", &cm, true, &searched(&["a"])), InEach);
+        a.note_refused("a/deployer", &cm, Some("a"));
+        assert_eq!(a.listed("a/deployer", &cm, true, &searched(&["a"])), Unknown);
+        // A list older than TRUST_LIST_FOR says nothing any more, and is forgotten.
+        a.note_allowed("a/deployer", &cm, Some("a"));
+        a.allowed
+            .lock()
+            .unwrap()
+            .insert(ListAnswers::list_key("a/deployer", &cm, Some("a")), std::time::Instant::now() - TRUST_LIST_FOR);
+        assert_eq!(a.listed("a/deployer", &cm, true, &searched(&["a"])), Unknown);
+        assert!(a.allowed.lock().unwrap().is_empty(), "an expired list is forgotten");
+    }
+
     use kube::core::response::{StatusCause, StatusDetails};
 
     #[test]

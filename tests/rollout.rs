@@ -1329,7 +1329,8 @@ fn a_replica_taking_over_an_application_nothing_changed_writes_nothing(cluster: 
 /// A ConfigMap, a Service and a Deployment of no replicas, as the load test's fleet has: the
 /// Deployment is Healthy once its controller reports the generation, which comes after the
 /// rollout's first look, and that report alone (no Pod, no resync within the test) must turn
-/// the Application Ready.
+/// the Application Ready: within seconds of the report, not at the rollout's next poll (30 s for
+/// watched kinds, `decisions::rollout::WATCHED_POLL`), which a lost trigger would wait for.
 fn a_deployment_of_no_replicas_turns_ready_on_its_controllers_report(cluster: Cluster) {
     const SERVICE: &str =
         "apiVersion: v1\nkind: Service\nmetadata:\n  name: web\nspec:\n  selector: {app: web}\n  ports: [{port: 80}]\n";
@@ -1347,11 +1348,28 @@ fn a_deployment_of_no_replicas_turns_ready_on_its_controllers_report(cluster: Cl
         .await;
         // Well under the resync (5 minutes) and the health timeout.
         let wait = Duration::from_secs(45);
-        eventually("the Application Ready", wait, || async {
+        let app = eventually("the Application Ready", wait, || async {
             let app = env.apps().get("web").await.ok()?;
-            (ready(&app).0 == "True").then_some(())
+            (ready(&app).0 == "True").then_some(app)
         })
         .await;
+        let ready_at = conditions::get(&app.status.as_ref().unwrap().conditions, names::conditions::READY)
+            .map(|c| c.last_transition_time.0)
+            .expect("Ready");
+        let deploy = Api::<Deployment>::namespaced(env.client.clone(), ns).get("web").await.unwrap();
+        let reported_at = deploy
+            .managed_fields()
+            .iter()
+            .filter(|m| m.subresource.as_deref() == Some("status"))
+            .filter_map(|m| m.time.as_ref().map(|t| t.0))
+            .max()
+            .expect("the Deployment controller's status write");
+        // Both are whole seconds.
+        let after = ready_at.duration_since(reported_at);
+        assert!(
+            after < jiff::SignedDuration::from_secs(10),
+            "Ready {ready_at}, {after:?} after the Deployment controller's report ({reported_at}): woken by a poll, not by the report"
+        );
     });
 }
 

@@ -60,7 +60,8 @@ pub struct Context {
     /// Claims older than this are taken over (the Lease duration).
     stale_after: Duration,
     sender: Sender,
-    /// (Event uid, Notification) queued or delivering in this replica now: never started twice.
+    /// (Event uid, Notification `namespace/name`) queued or delivering in this replica now:
+    /// never started twice.
     running: Mutex<HashSet<(String, String)>>,
     /// Deliveries by (Notification, Application), each `namespace/name`, oldest Event first:
     /// a provider that keeps the last state written (a commit status) ends with the latest.
@@ -151,15 +152,13 @@ fn visit(ctx: &Arc<Context>, notifications: &Store<Notification>, ev: Event) {
         if claim::decide(value.as_deref(), now, ctx.stale_after.as_secs() as i64) == claim::Decision::Leave {
             continue;
         }
-        let key = (ev.metadata.uid.clone().unwrap_or_default(), ntf.name_any());
+        let notification = format!("{}/{}", ntf.namespace().unwrap_or_default(), ntf.name_any());
+        let key = (ev.metadata.uid.clone().unwrap_or_default(), notification.clone());
         if !ctx.running.lock().expect("running lock").insert(key.clone()) {
             continue;
         }
         tracing::trace!(event = %ev.name_any(), notification = %ntf.name_any(), "visiting");
-        let lane = (
-            format!("{}/{}", ntf.namespace().unwrap_or_default(), ntf.name_any()),
-            format!("{ns}/{}", regarding.name.as_deref().unwrap_or_default()),
-        );
+        let lane = (notification, format!("{ns}/{}", regarding.name.as_deref().unwrap_or_default()));
         let order = (happened(&ev).map_or(0, |t| t.as_microsecond()), key.0);
         if ctx.lanes.push(&lane, order, (ev.clone(), (*ntf).clone())) {
             tokio::spawn(drain(ctx.clone(), lane));
@@ -172,7 +171,7 @@ async fn drain(ctx: Arc<Context>, lane: (String, String)) {
     while let Some((ev, ntf)) = ctx.lanes.next(&lane) {
         deliver(&ctx, &ev, &ntf).await;
         let uid = ev.metadata.uid.clone().unwrap_or_default();
-        ctx.running.lock().expect("running lock").remove(&(uid, ntf.name_any()));
+        ctx.running.lock().expect("running lock").remove(&(uid, lane.0.clone()));
     }
 }
 

@@ -7,8 +7,11 @@
 //! - [`approval`]: whether a manual-sync plan is approved, and by whom.
 //! - [`rollback`]: the rollback request annotations and what they ask.
 //! - [`dependencies`]: whether an Application's `dependsOn` are ready.
+//! - [`inventory`]: whether a plan that may be acted on takes the managed objects from the
+//!   shard's watch cache or lists them as the service account.
 
 pub mod approval;
 pub mod dependencies;
+pub mod inventory;
 pub mod rollback;
 pub mod rollout;

@@ -385,6 +385,7 @@ pub fn health_poll(over_budget: bool, watched: bool, until_deadline: Duration) -
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     #[test]
     fn a_rollout_waiting_for_watched_resources_polls_rarely_but_not_past_its_deadline() {
@@ -403,7 +404,6 @@ mod tests {
             assert_eq!(health_poll(over_budget, watched, until), want, "{over_budget} {watched} {until:?}");
         }
     }
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     fn policy() -> Policy {
         Policy {

@@ -231,7 +231,7 @@ async fn delete_managed(
     }
     let mut found = live::Live::default();
     let who = format!("{ns}/{}", app.spec.service_account_name);
-    let search = live::Search { namespaces: &namespaces, narrow: Some((&ctx.narrow_lists, &who)) };
+    let search = live::Search { namespaces: &namespaces, answers: Some((&ctx.list_answers, &who)) };
     live::read_managed(&sa, &scopes, &kinds, &inventory::selector(ns, name), search, &live::uncached, &mut found)
         .await
         .map_err(|e| e.to_string())?;

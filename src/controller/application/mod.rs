@@ -27,9 +27,10 @@
 //!    every object as managed by the Application.
 //! 5. `planning.rs` with [`crate::live`]: the live objects, server-side dry-run applies of those that
 //!    exist (conflicts), and the managed objects as the service account (a drift check takes
-//!    the managed inventory from the shard's watch caches, and plans again from a fresh list
-//!    before anything is written); the plan ([`crate::plan::build`]), stored bounded on the
-//!    Revision with `spec.desiredStateHash`.
+//!    the managed inventory from the shard's watch caches, and plans again, reading every
+//!    desired object, before anything is written; a plan that may be acted on takes a kind
+//!    from the caches only as [`crate::decisions::inventory`] allows); the plan
+//!    ([`crate::plan::build`]), stored bounded on the Revision with `spec.desiredStateHash`.
 //! 6. `gate.rs` (spec.dependsOn), then the rollout (`rollout/`: apply, prune, waves and hooks,
 //!    health, diagnosis, retries, drift; decisions in [`crate::decisions::rollout`]);
 //!    `render_failure.rs` when the render failed, `rolling_back.rs` for rollbacks.
@@ -295,8 +296,9 @@ async fn render_and_plan(
 /// Steps 4 and 5 for the Revision the Application already desires (`rev`, whose status is being
 /// built as `rs`). A drift check (it is deployed and unchanged) and an attempt waiting for
 /// health read the managed-object inventory from the watch caches, and do not read again the
-/// objects whose resourceVersion has not moved: an attempt's objects are listed and read as the
-/// service account once, when it starts (or applies its next wave or leaves its hooks).
+/// objects whose resourceVersion has not moved: an attempt's objects are read as the service
+/// account once, when it starts (or applies its next wave or leaves its hooks), and its
+/// inventory listed then unless [`crate::decisions::inventory`] lets the caches answer.
 async fn plan_desired(
     r: &Reconcile<'_>,
     target: &Target,
@@ -314,7 +316,8 @@ async fn plan_desired(
         same_revision && (waiting || rev.status.as_ref().is_some_and(|s| s.deployed_desired_state_hash.is_some()));
     // A plan from the watch caches is never acted on: when it would start a rollout (self-heal,
     // a changed desired state) or may apply an attempt's next wave, or end its hooks and apply
-    // its first, the plan is made again from what the service account lists now.
+    // its first, the plan is made again from what the service account reads (and lists, unless
+    // decisions::inventory lets the caches answer) now.
     let next_wave = rs.attempts.last().is_some_and(|a| {
         a.result == AttemptResult::Running && (a.wave.is_some() || a.hook.is_some_and(|h| h != rev::HookPhase::Sync))
     });

@@ -1,5 +1,6 @@
 //! The plan stage: the live objects and the Application's managed inventory read as its service
-//! account (or, for a drift check, the inventory from the shard's watch caches), and the plan.
+//! account (the inventory from the shard's watch caches for a drift check, and for a plan that
+//! may be acted on where `decisions::inventory` allows), and the plan.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -14,6 +15,7 @@ use super::replica::unchanged;
 use super::replica::{Context, shard_of};
 use crate::api::application::Application;
 use crate::api::names;
+use crate::decisions::inventory as inventory_source;
 use crate::live;
 use crate::plan::{self, inventory, revision, validate};
 
@@ -45,21 +47,46 @@ pub(super) async fn plan(
     }
     let selector = inventory::selector(ns, name);
     let shard_key = ctx.fence.is_some().then(|| shard_of(ctx, ns, name));
-    let cached = |r: &ApiResource| -> Option<Vec<Value>> {
-        if !from_cache {
-            return None;
-        }
-        let found = ctx.inventory.lookup(shard_key, &r.group, &r.kind, &selector)?;
-        Some(found.into_iter().map(|m| json!({"apiVersion": r.api_version, "kind": r.kind, "metadata": m})).collect())
-    };
     let who = format!("{ns}/{}", spec.service_account_name);
-    let search = live::Search { namespaces: &namespaces, narrow: Some((&ctx.narrow_lists, &who)) };
-    // A drift check does not read again what nothing can have changed (unchanged.rs), unless
-    // an operator asks for a reconcile: that reads everything.
     let app_key = format!("{ns}/{name}");
     let no_status = Default::default();
     let requested = crate::decisions::rollout::retry_requested(app, app.status.as_ref().unwrap_or(&no_status));
-    let kept = if from_cache && !requested { ctx.unchanged.get(&app_key) } else { Arc::default() };
+    let known = ctx.unchanged.get(&app_key);
+    // A drift check takes every watched kind from the cache; a plan that may be acted on only
+    // where the service account's own lists and this replica's writes vouch for it
+    // (decisions::inventory).
+    let cached = |r: &ApiResource| -> Option<Vec<Value>> {
+        let found = ctx.inventory.lookup(shard_key, &r.group, &r.kind, &selector);
+        let searched_only = if from_cache {
+            false
+        } else {
+            let namespaced = validate::Scopes::namespaced(&*scopes, &r.group, &r.kind).unwrap_or(true);
+            let facts = inventory_source::Facts {
+                cache_ready: found.is_some(),
+                listed: ctx.list_answers.listed(&who, r, namespaced, &namespaces),
+                requested,
+                own_writes_seen: found.as_deref().is_some_and(|f| own_writes_seen(&known, r, f)),
+            };
+            match inventory_source::source(facts) {
+                inventory_source::Source::List => return None,
+                inventory_source::Source::Cache { searched_only } => searched_only,
+            }
+        };
+        let in_scope = |m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
+            !searched_only || m.namespace.as_ref().is_some_and(|n| namespaces.contains(n))
+        };
+        Some(
+            found?
+                .into_iter()
+                .filter(in_scope)
+                .map(|m| json!({"apiVersion": r.api_version, "kind": r.kind, "metadata": m}))
+                .collect(),
+        )
+    };
+    let search = live::Search { namespaces: &namespaces, answers: Some((&ctx.list_answers, &who)) };
+    // A drift check does not read again what nothing can have changed (unchanged.rs), unless
+    // an operator asks for a reconcile: that reads everything.
+    let kept = if from_cache && !requested { known.clone() } else { Arc::default() };
     let now = std::time::Instant::now();
     let skipped = std::sync::Mutex::new(BTreeMap::new());
     let recheckable = std::sync::Mutex::new(BTreeMap::new());
@@ -169,4 +196,23 @@ pub(super) async fn plan(
         secrets,
         fresh: !from_cache,
     }))
+}
+
+/// Whether `found` (a watch cache's objects of `r` for the Application) holds every object of
+/// that kind the Application's last plans applied or found unchanged here (`known`): the watch
+/// has caught up with this replica's own writes.
+fn own_writes_seen(
+    known: &BTreeMap<String, unchanged::Known>,
+    r: &ApiResource,
+    found: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta],
+) -> bool {
+    let prefix = format!("{}/{}/", r.group, r.kind);
+    let cached: BTreeSet<(&str, &str)> = found
+        .iter()
+        .map(|m| (m.namespace.as_deref().unwrap_or_default(), m.name.as_deref().unwrap_or_default()))
+        .collect();
+    known.keys().filter_map(|id| id.strip_prefix(&prefix)).all(|rest| {
+        let (ns, name) = rest.split_once('/').unwrap_or(("", rest));
+        cached.contains(&(ns, name))
+    })
 }

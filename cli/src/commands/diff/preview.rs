@@ -273,7 +273,7 @@ pub async fn preview(cluster: &Cluster, shared: &Shared, app: &Application, ask:
     let managed_kinds = app.status.as_ref().map(|s| s.managed_kinds.clone()).unwrap_or_default();
     let selector = inventory::selector(&ns, &name);
     let adopt = spec.sync.conflict_policy == ConflictPolicy::Adopt;
-    let search = live::Search { namespaces: &namespaces, narrow: None };
+    let search = live::Search { namespaces: &namespaces, answers: None };
     let needed = live::Needed { desired: &prepared.objects, managed_kinds: &managed_kinds, selector: &selector, adopt };
     let read = live::read(&sa, &shared.scopes, needed, search, &live::uncached, None).await.map_err(|e| {
         redact(format!("reading the live state as the service account {}: {e}", spec.service_account_name), &secrets)

@@ -183,8 +183,9 @@ pub struct Context {
     pub(super) redeploys: redeploys::Redeploys,
     /// Our applies, so their watch events trigger no reconcile.
     pub(super) echoes: echoes::Echoes,
-    /// Kinds each service account may not list across the cluster.
-    pub(super) narrow_lists: crate::live::NarrowLists,
+    /// What each service account was answered when it listed a kind (refused across the
+    /// cluster; allowed across it or in a namespace).
+    pub(super) list_answers: crate::live::ListAnswers,
     /// What the last plans found unchanged: a drift check does not read it again.
     pub(super) unchanged: unchanged::Unchanged,
     pub(super) scopes: crate::watch::discovery::Snapshots,
@@ -233,7 +234,7 @@ impl Context {
             failures: Default::default(),
             redeploys: Default::default(),
             echoes: Default::default(),
-            narrow_lists: Default::default(),
+            list_answers: Default::default(),
             unchanged: Default::default(),
             scopes: Default::default(),
             clients: moka::sync::Cache::builder().max_capacity(MAX_CLIENTS).time_to_idle(CLIENT_IDLE).build(),

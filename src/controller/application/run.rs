@@ -89,6 +89,7 @@ pub async fn run_shard(
     );
     let (c1, c2) = (ctx.clone(), ctx.clone());
     let (c3, deps_store) = (ctx.clone(), store.clone());
+    let current = store.clone();
     let (c5, pods_store) = (ctx.clone(), store.clone());
     let (c4, hc_store) = (ctx.clone(), store.clone());
     let extra = watched::extra_triggers(client, ctx.kinds.subscribe(), selector.clone(), ctx.inventory.clone(), shard)
@@ -168,7 +169,7 @@ pub async fn run_shard(
             shutdown.await;
             let _ = stop_tx.send(true);
         })
-        .run(move |app, ctx| reconcile_tracked(app, ctx, stopping.clone()), error_policy, ctx.clone())
+        .run(move |app, ctx| reconcile_tracked(app, ctx, stopping.clone(), current.clone()), error_policy, ctx.clone())
         .for_each(|r| async move {
             if let Err(e) = r {
                 tracing::debug!(error = %e, "application reconcile");
@@ -200,11 +201,13 @@ fn tracked<M: kube::Resource<DynamicType = ()>>(
 const OWNER_WAIT: Duration = Duration::from_secs(30);
 
 /// [`reconcile`] in one of the replica's slots ([`crate::controller::queue`]), recorded for the
-/// queue and staleness metrics.
+/// queue and staleness metrics. It reconciles the shard store's copy as it is once the slot is
+/// free, not the copy it was handed when it became due.
 async fn reconcile_tracked(
     app: Arc<Application>,
     ctx: Arc<Context>,
     mut stopping: tokio::sync::watch::Receiver<bool>,
+    store: reflector::Store<Application>,
 ) -> Result<Action, Error> {
     let r = ObjectRef::from_obj(&*app);
     // A shard whose Lease is late to renew: wait for the renewal (or the shard to stop) before
@@ -225,6 +228,12 @@ async fn reconcile_tracked(
         // The shard stops: whoever owns it next reconciles this Application.
         _ = stopping.wait_for(|s| *s) => return Ok(Action::await_change()),
     };
+    // The wait for a slot can be seconds in a cold start, and the copy handed over when the
+    // reconcile became due may predate our last status write by then. `written` matches only the
+    // copy that write was computed from, and forgets it once the store shows a newer one: so a
+    // copy older than the store's would be reconciled as is, and its status write refused (409)
+    // and planned again. Gone from the store: deleted, or its shard label moved.
+    let Some(app) = store.get(&r) else { return Ok(Action::await_change()) };
     ctx.progress.started(&r);
     let started = Instant::now();
     let span = tracing::info_span!(

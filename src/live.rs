@@ -346,47 +346,55 @@ type ListKey = (String, String, String, Option<String>);
 /// (403), so that the next plans list in each namespace at once instead of being refused first,
 /// one request fewer per kind and plan; and the lists it was allowed, across the cluster or in a
 /// namespace, so that a plan may take the kind from the watch cache
-/// ([`ListAnswers::listed`]).
+/// ([`ListAnswers::listed`]). The last answer per key is kept, and forgotten once too old.
 #[derive(Default)]
 pub struct ListAnswers {
-    refused: std::sync::Mutex<std::collections::HashMap<(String, String, String), std::time::Instant>>,
-    allowed: std::sync::Mutex<std::collections::HashMap<ListKey, std::time::Instant>>,
+    /// When the list was answered, and whether it was allowed.
+    answers: std::sync::Mutex<std::collections::HashMap<ListKey, (std::time::Instant, bool)>>,
 }
 
 impl ListAnswers {
-    fn key(who: &str, r: &ApiResource) -> (String, String, String) {
-        (who.to_string(), r.group.clone(), r.kind.clone())
-    }
-
-    fn list_key(who: &str, r: &ApiResource, ns: Option<&str>) -> ListKey {
+    fn key(who: &str, r: &ApiResource, ns: Option<&str>) -> ListKey {
         (who.to_string(), r.group.clone(), r.kind.clone(), ns.map(str::to_string))
     }
 
-    /// Whether `who` was refused the cluster-wide list of `r` less than [`NARROW_FOR`] ago.
-    fn refused(&self, who: &str, r: &ApiResource) -> bool {
-        let mut refused = self.refused.lock().expect("list answers lock");
-        let key = Self::key(who, r);
-        match refused.get(&key) {
-            Some(at) if at.elapsed() < NARROW_FOR => true,
-            Some(_) => {
-                refused.remove(&key);
+    /// Whether the last answer to `key` was `allowed` less than `within` ago; an answer older
+    /// than that is forgotten.
+    fn answered(
+        answers: &mut std::collections::HashMap<ListKey, (std::time::Instant, bool)>,
+        key: &ListKey,
+        allowed: bool,
+        within: std::time::Duration,
+    ) -> bool {
+        match answers.get(key) {
+            Some((at, _)) if at.elapsed() >= within => {
+                answers.remove(key);
                 false
             }
+            Some((_, was)) => *was == allowed,
             None => false,
         }
     }
 
+    /// Whether `who` was refused the cluster-wide list of `r` less than [`NARROW_FOR`] ago.
+    fn refused(&self, who: &str, r: &ApiResource) -> bool {
+        let mut answers = self.answers.lock().expect("list answers lock");
+        Self::answered(&mut answers, &Self::key(who, r, None), false, NARROW_FOR)
+    }
+
     /// `who` was refused the list of `r` across the cluster (`ns` `None`) or in `ns`.
     fn note_refused(&self, who: &str, r: &ApiResource, ns: Option<&str>) {
-        if ns.is_none() {
-            self.refused.lock().expect("list answers lock").insert(Self::key(who, r), std::time::Instant::now());
-        }
-        self.allowed.lock().expect("list answers lock").remove(&Self::list_key(who, r, ns));
+        self.note(who, r, ns, false);
     }
 
     /// `who` listed `r` across the cluster (`ns` `None`) or in `ns`.
     fn note_allowed(&self, who: &str, r: &ApiResource, ns: Option<&str>) {
-        self.allowed.lock().expect("list answers lock").insert(Self::list_key(who, r, ns), std::time::Instant::now());
+        self.note(who, r, ns, true);
+    }
+
+    fn note(&self, who: &str, r: &ApiResource, ns: Option<&str>, allowed: bool) {
+        let key = Self::key(who, r, ns);
+        self.answers.lock().expect("list answers lock").insert(key, (std::time::Instant::now(), allowed));
     }
 
     /// What `who` was answered, less than [`TRUST_LIST_FOR`] ago, when it listed `r` where a
@@ -400,21 +408,11 @@ impl ListAnswers {
         namespaces: &BTreeSet<String>,
     ) -> crate::decisions::inventory::Listed {
         use crate::decisions::inventory::Listed;
-        let mut allowed = self.allowed.lock().expect("list answers lock");
-        let mut fresh = |ns: Option<&str>| {
-            let key = Self::list_key(who, r, ns);
-            match allowed.get(&key) {
-                Some(at) if at.elapsed() < TRUST_LIST_FOR => true,
-                Some(_) => {
-                    allowed.remove(&key);
-                    false
-                }
-                None => false,
-            }
-        };
-        if fresh(None) {
+        let mut answers = self.answers.lock().expect("list answers lock");
+        let mut allowed = |ns: Option<&str>| Self::answered(&mut answers, &Self::key(who, r, ns), true, TRUST_LIST_FOR);
+        if allowed(None) {
             Listed::Everywhere
-        } else if namespaced && !namespaces.is_empty() && namespaces.iter().all(|ns| fresh(Some(ns))) {
+        } else if namespaced && !namespaces.is_empty() && namespaces.iter().all(|ns| allowed(Some(ns))) {
             Listed::InEach
         } else {
             Listed::Unknown
@@ -641,12 +639,12 @@ mod tests {
         }
         // A refusal older than NARROW_FOR is asked again.
         answers
-            .refused
+            .answers
             .lock()
             .unwrap()
-            .insert(ListAnswers::key("a/deployer", &cm), std::time::Instant::now() - NARROW_FOR);
+            .insert(ListAnswers::key("a/deployer", &cm, None), (std::time::Instant::now() - NARROW_FOR, false));
         assert!(!answers.refused("a/deployer", &cm));
-        assert!(answers.refused.lock().unwrap().is_empty(), "an expired refusal is forgotten");
+        assert!(answers.answers.lock().unwrap().is_empty(), "an expired refusal is forgotten");
     }
 
     fn resource(group: &str, kind: &str) -> ApiResource {
@@ -689,13 +687,10 @@ mod tests {
         a.note_refused("a/deployer", &cm, Some("a"));
         assert_eq!(a.listed("a/deployer", &cm, true, &searched(&["a"])), Unknown);
         // A list older than TRUST_LIST_FOR says nothing any more, and is forgotten.
-        a.note_allowed("a/deployer", &cm, Some("a"));
-        a.allowed
-            .lock()
-            .unwrap()
-            .insert(ListAnswers::list_key("a/deployer", &cm, Some("a")), std::time::Instant::now() - TRUST_LIST_FOR);
+        let key = ListAnswers::key("a/deployer", &cm, Some("a"));
+        a.answers.lock().unwrap().insert(key.clone(), (std::time::Instant::now() - TRUST_LIST_FOR, true));
         assert_eq!(a.listed("a/deployer", &cm, true, &searched(&["a"])), Unknown);
-        assert!(a.allowed.lock().unwrap().is_empty(), "an expired list is forgotten");
+        assert!(!a.answers.lock().unwrap().contains_key(&key), "an expired list is forgotten");
     }
 
     use kube::core::response::{StatusCause, StatusDetails};

@@ -63,7 +63,7 @@ pub enum Source {
 /// The cache never answers *more* than the list would: it is label-selected to the shard's
 /// objects, a subset of what the service account's list by the Application's labels finds.
 pub fn source(f: Facts) -> Source {
-    if !f.cache_ready || f.requested || !f.own_writes_seen {
+    if !worth_looking(f.listed, f.requested) || !f.cache_ready || !f.own_writes_seen {
         return Source::List;
     }
     match f.listed {
@@ -71,6 +71,12 @@ pub fn source(f: Facts) -> Source {
         Listed::InEach => Source::Cache { searched_only: true },
         Listed::Unknown => Source::List,
     }
+}
+
+/// Whether the cache could answer at all, on what is known before the store is searched: when
+/// not, [`source`] says [`Source::List`] whatever the store holds, so the search is spared.
+pub fn worth_looking(listed: Listed, requested: bool) -> bool {
+    !requested && listed != Listed::Unknown
 }
 
 #[cfg(test)]
@@ -103,6 +109,9 @@ mod tests {
         for ((cache_ready, listed, requested, own_writes_seen), want) in cases {
             let f = Facts { cache_ready, listed, requested, own_writes_seen };
             assert_eq!(source(f), want, "{f:?}");
+            if !worth_looking(listed, requested) {
+                assert_eq!(want, list, "{f:?}: the store is not searched, so it must not be needed");
+            }
         }
     }
 }

@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::Api;
 use kube::core::ApiResource;
 use serde_json::{Value, json};
@@ -56,32 +57,28 @@ pub(super) async fn plan(
     // where the service account's own lists and this replica's writes vouch for it
     // (decisions::inventory).
     let cached = |r: &ApiResource| -> Option<Vec<Value>> {
+        if from_cache {
+            let found = ctx.inventory.lookup(shard_key, &r.group, &r.kind, &selector)?;
+            return Some(found.into_iter().map(|m| as_object(r, m)).collect());
+        }
+        let namespaced = validate::Scopes::namespaced(&*scopes, &r.group, &r.kind).unwrap_or(true);
+        let listed = ctx.list_answers.listed(&who, r, namespaced, &namespaces);
+        if !inventory_source::worth_looking(listed, requested) {
+            return None;
+        }
         let found = ctx.inventory.lookup(shard_key, &r.group, &r.kind, &selector);
-        let searched_only = if from_cache {
-            false
-        } else {
-            let namespaced = validate::Scopes::namespaced(&*scopes, &r.group, &r.kind).unwrap_or(true);
-            let facts = inventory_source::Facts {
-                cache_ready: found.is_some(),
-                listed: ctx.list_answers.listed(&who, r, namespaced, &namespaces),
-                requested,
-                own_writes_seen: found.as_deref().is_some_and(|f| own_writes_seen(&known, r, f)),
-            };
-            match inventory_source::source(facts) {
-                inventory_source::Source::List => return None,
-                inventory_source::Source::Cache { searched_only } => searched_only,
-            }
+        let facts = inventory_source::Facts {
+            cache_ready: found.is_some(),
+            listed,
+            requested,
+            own_writes_seen: found.as_deref().is_some_and(|f| own_writes_seen(&known, &managed_kinds, r, f)),
         };
-        let in_scope = |m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
-            !searched_only || m.namespace.as_ref().is_some_and(|n| namespaces.contains(n))
+        let searched_only = match inventory_source::source(facts) {
+            inventory_source::Source::List => return None,
+            inventory_source::Source::Cache { searched_only } => searched_only,
         };
-        Some(
-            found?
-                .into_iter()
-                .filter(in_scope)
-                .map(|m| json!({"apiVersion": r.api_version, "kind": r.kind, "metadata": m}))
-                .collect(),
-        )
+        let in_scope = |m: &ObjectMeta| !searched_only || m.namespace.as_ref().is_some_and(|n| namespaces.contains(n));
+        Some(found?.into_iter().filter(in_scope).map(|m| as_object(r, m)).collect())
     };
     let search = live::Search { namespaces: &namespaces, answers: Some((&ctx.list_answers, &who)) };
     // A drift check does not read again what nothing can have changed (unchanged.rs), unless
@@ -198,21 +195,81 @@ pub(super) async fn plan(
     }))
 }
 
+/// A watch cache's metadata of an object of `r`, shaped as a listed managed object.
+fn as_object(r: &ApiResource, m: ObjectMeta) -> Value {
+    json!({"apiVersion": r.api_version, "kind": r.kind, "metadata": m})
+}
+
 /// Whether `found` (a watch cache's objects of `r` for the Application) holds every object of
 /// that kind the Application's last plans applied or found unchanged here (`known`): the watch
 /// has caught up with this replica's own writes.
+///
+/// Keeping nothing of a kind the Application's status names among its managed kinds
+/// (`managed_kinds`) vouches for nothing: what was kept may have been evicted, or this replica
+/// has restarted or taken the shard over since the objects were written.
 fn own_writes_seen(
     known: &BTreeMap<String, unchanged::Known>,
+    managed_kinds: &[crate::api::common::GroupVersionKind],
     r: &ApiResource,
-    found: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta],
+    found: &[ObjectMeta],
 ) -> bool {
     let prefix = format!("{}/{}/", r.group, r.kind);
+    let mut kept = known.keys().filter_map(|id| id.strip_prefix(&prefix)).peekable();
+    if kept.peek().is_none() {
+        return !managed_kinds.iter().any(|k| k.group == r.group && k.kind == r.kind);
+    }
     let cached: BTreeSet<(&str, &str)> = found
         .iter()
         .map(|m| (m.namespace.as_deref().unwrap_or_default(), m.name.as_deref().unwrap_or_default()))
         .collect();
-    known.keys().filter_map(|id| id.strip_prefix(&prefix)).all(|rest| {
+    kept.all(|rest| {
         let (ns, name) = rest.split_once('/').unwrap_or(("", rest));
         cached.contains(&(ns, name))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::common::GroupVersionKind;
+
+    #[test]
+    fn own_writes_are_seen_only_when_the_cache_holds_every_kept_object_and_something_is_kept() {
+        let cm = ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());
+        let known = |ids: &[&str]| -> BTreeMap<String, unchanged::Known> {
+            let k = unchanged::Known {
+                digest: 0,
+                resource_version: "1".into(),
+                live: "{}".into(),
+                checked: std::time::Instant::now(),
+            };
+            ids.iter().map(|id| (id.to_string(), k.clone())).collect()
+        };
+        let meta = |ns: &str, name: &str| ObjectMeta {
+            namespace: Some(ns.into()),
+            name: Some(name.into()),
+            ..Default::default()
+        };
+        let managed = vec![GroupVersionKind { group: String::new(), version: "v1".into(), kind: "ConfigMap".into() }];
+        let secret_only = vec![GroupVersionKind { group: String::new(), version: "v1".into(), kind: "Secret".into() }];
+        // (kept, the status's managed kinds, the cache) → seen
+        type Case<'a> = (&'a [&'a str], &'a [GroupVersionKind], &'a [ObjectMeta], bool);
+        let cases: [Case; 7] = [
+            (&["/ConfigMap/n/a", "/ConfigMap/n/b"], &managed, &[meta("n", "a"), meta("n", "b")], true),
+            // The watch has not shown `b`, applied just now.
+            (&["/ConfigMap/n/a", "/ConfigMap/n/b"], &managed, &[meta("n", "a")], false),
+            (&["/ConfigMap/n/a"], &managed, &[meta("m", "a")], false),
+            // Kept objects of other kinds say nothing of this one.
+            (&["/Secret/n/s"], &managed, &[], false),
+            // Nothing kept of a kind the Application manages: evicted, or written before a
+            // restart or a takeover.
+            (&[], &managed, &[meta("n", "a")], false),
+            // Nothing kept, nothing of the kind deployed: a first rollout has written nothing.
+            (&[], &[], &[], true),
+            (&["/Secret/n/s"], &secret_only, &[], true),
+        ];
+        for (kept, managed_kinds, found, want) in cases {
+            assert_eq!(own_writes_seen(&known(kept), managed_kinds, &cm, found), want, "{kept:?} {managed_kinds:?}");
+        }
+    }
 }

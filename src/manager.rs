@@ -504,9 +504,6 @@ fn run_controllers(args: RunArgs) -> Result<()> {
             format!("{host}-{}", std::process::id())
         });
         let timing = sharding::lease::Timing::new(args.lease_duration);
-        let leases = |identity: &str| {
-            sharding::lease::Leases::new(kube::Api::namespaced(lease_client.clone(), &lease_ns), identity, timing)
-        };
         // Shard Leases are renewed on a thread of their own, over a client of their own
         // (`sharding::thread`): a runtime saturated by reconciles must not make a renewal late.
         let lease_thread = sharding::thread::LeaseThread::start("ksync-leases")
@@ -514,14 +511,17 @@ fn run_controllers(args: RunArgs) -> Result<()> {
         let renewal_client = lease_thread
             .client(renewal_config)
             .map_err(|e| Error::Startup(format!("connecting to the Kubernetes API: {e}")))?;
+        // The leader Lease is renewed there too (`sharding::leader::spawn_elected_fenced`).
+        let leader_leases =
+            sharding::lease::Leases::new(kube::Api::namespaced(renewal_client.clone(), &lease_ns), identity.as_str(), timing)
+                .with_shards(shards);
         let shard_leases =
             sharding::lease::Leases::new(kube::Api::namespaced(renewal_client, &lease_ns), identity.as_str(), timing);
         let (coordinator, ownership) =
             sharding::coordinator::Coordinator::new(shard_leases, args.lease_prefix.clone(), shards);
-        // A write needs a tenth of the Lease duration to spare (1.5 s of the default 15 s) on top
-        // of the Lease's own margin: enough for a request in flight, while a renewal delayed by
-        // a busy machine does not stop the shard's work between two renewals.
-        applications.fence = Some(sharding::coordinator::Fence::new(ownership, args.lease_duration / 10));
+        // A write needs a tenth of the Lease duration to spare on top of the Lease's own margin
+        // (`Timing::fence_spare`).
+        applications.fence = Some(sharding::coordinator::Fence::new(ownership, timing.fence_spare()));
         // Notifications are delivered by the replica owning each Application's shard.
         let notifications = std::sync::Arc::new(crate::controller::notifications::Context::new(
             client.clone(),
@@ -551,13 +551,12 @@ fn run_controllers(args: RunArgs) -> Result<()> {
                 }
             }
         });
-        let leader_leases = leases(&identity).with_shards(shards);
         let leader_name = format!("{}-leader", args.lease_prefix);
         let (prefix, duration) = (args.lease_prefix.clone(), args.lease_duration);
         // Every write of the leader's singleton work is fenced by the leader Lease, as a
         // reconcile's are by its shard's: a deposed leader lands nothing.
         let (term, term_rx) = tokio::sync::watch::channel(None);
-        let leader_fence = sharding::leader::LeaderFence::new(term_rx, args.lease_duration / 10);
+        let leader_fence = sharding::leader::LeaderFence::new(term_rx, timing.fence_spare());
         let fenced = crate::client::Fenced::new(move || leader_fence.until());
         let connect = |e: kube::Error| Error::Startup(format!("connecting to the Kubernetes API: {e}"));
         let leader_client = settings_limiter.fenced_client(leader_config.clone(), fenced.clone()).map_err(connect)?;
@@ -574,9 +573,10 @@ fn run_controllers(args: RunArgs) -> Result<()> {
             )
             .with_charts(charts.clone()),
         );
-        let singleton = |rx: tokio::sync::watch::Receiver<bool>| {
+        let lease_ns_for_leader = lease_ns.clone();
+        let singleton = move |rx: tokio::sync::watch::Receiver<bool>| {
             let (repositories, client) = (repositories.clone(), leader_client.clone());
-            let (lease_ns, prefix) = (lease_ns.clone(), prefix.clone());
+            let (lease_ns, prefix) = (lease_ns_for_leader.clone(), prefix.clone());
             let labels_client = leader_unbudgeted.clone();
             async move {
                 tokio::join!(
@@ -588,6 +588,15 @@ fn run_controllers(args: RunArgs) -> Result<()> {
             }
         };
         let coordinating = lease_thread.spawn(coordinator.run(workers, on_stop(stopped.clone())));
+        let leading = sharding::leader::spawn_elected_fenced(
+            &lease_thread,
+            leader_leases,
+            leader_name,
+            may_lead,
+            singleton,
+            on_stop(stopped.clone()),
+            term,
+        );
         tokio::join!(
             crate::controller::notifications::run(notifications, on_stop(stopped.clone())),
             crate::controller::application::progress::report(
@@ -600,14 +609,11 @@ fn run_controllers(args: RunArgs) -> Result<()> {
                     tracing::error!(error = %e, "the shard coordinator stopped");
                 }
             },
-            sharding::leader::run_elected_fenced(
-                &leader_leases,
-                &leader_name,
-                may_lead,
-                singleton,
-                on_stop(stopped),
-                &term
-            ),
+            async move {
+                if let Err(e) = leading.await {
+                    tracing::error!(error = %e, "the leader election stopped");
+                }
+            },
             webhook,
         );
         drop(lease_thread);

@@ -112,8 +112,16 @@ pub const RECEIVER_REQUESTS_TOTAL: &str = "ksync_receiver_requests_total";
 /// Counter: Repositories a verified push asked to fetch (those with a request already pending are not counted).
 pub const RECEIVER_TRIGGERED_TOTAL: &str = "ksync_receiver_triggered_total";
 
+/// Histogram: Time between the sends of two successful renewals of a Lease the replica held throughout. Labels: `role`: `shard`, `member`, `leader`.
+pub const LEASE_RENEWAL_GAP_SECONDS: &str = sharding::lease::RENEWAL_GAP_SECONDS;
+
+/// Counter: Lease renewals answered after the fence limit of the renewal before (its writes stopped in between). Labels: `role`.
+pub const LEASE_RENEWALS_LATE_TOTAL: &str = sharding::lease::RENEWALS_LATE_TOTAL;
+
 /// Every name above, for the tests that check them against the docs.
 pub const ALL: &[&str] = &[
+    LEASE_RENEWAL_GAP_SECONDS,
+    LEASE_RENEWALS_LATE_TOTAL,
     API_REQUESTS_TOTAL,
     API_RETRIES_TOTAL,
     API_THROTTLE_SECONDS,

@@ -69,6 +69,33 @@ async fn holding_every_shard(
     (own, fence, history)
 }
 
+/// Each renewal of `valid` ((when seen, valid until), in order) was seen before the fence of
+/// the one before closed (`spare` before its end); the closest it came to closing.
+fn fence_never_closed(valid: &[(Instant, Instant)], spare: Duration, what: &str) -> Duration {
+    let mut closest = Duration::MAX;
+    for pair in valid.windows(2) {
+        let ((_, before), (renewed, _)) = (pair[0], pair[1]);
+        assert!(
+            renewed < before - spare,
+            "{what}: its fence closed {:?} before the next renewal was seen",
+            renewed - (before - spare)
+        );
+        closest = closest.min((before - spare) - renewed);
+    }
+    closest
+}
+
+/// Saturate the main runtime (the test's two workers and the thread driving it, which calls
+/// this) for `blocked_for`, as reconciles rendering large charts would; when it is free again.
+async fn block_the_main_runtime(blocked_for: Duration) -> Instant {
+    let blockers: Vec<_> = (0..2).map(|_| tokio::spawn(async move { std::thread::sleep(blocked_for) })).collect();
+    std::thread::sleep(blocked_for);
+    for b in blockers {
+        b.await.unwrap();
+    }
+    Instant::now()
+}
+
 /// Every worker of the replica's main runtime (and the thread driving it) is blocked for two
 /// Lease durations, as reconciles rendering large charts block them: the shard Leases are renewed
 /// on their cadence all the same and no shard's fence closes. Without the thread of its own (the
@@ -87,14 +114,8 @@ fn renewals_keep_their_cadence_while_the_main_runtime_is_saturated(cluster: Clus
     main.block_on(async {
         let (own, _fence, history) = holding_every_shard(&cluster, NS, "sat", timing, SHARDS, spare).await;
         let held_from = Instant::now();
-        // Saturate: both workers and this thread do nothing else for two Lease durations.
         let blocked_for = 2 * duration;
-        let blockers: Vec<_> = (0..2).map(|_| tokio::spawn(async move { std::thread::sleep(blocked_for) })).collect();
-        std::thread::sleep(blocked_for);
-        for b in blockers {
-            b.await.unwrap();
-        }
-        let blocked_until = Instant::now();
+        let blocked_until = block_the_main_runtime(blocked_for).await;
         let history = history.lock().unwrap().clone();
         drop(own);
 
@@ -112,15 +133,7 @@ fn renewals_keep_their_cadence_while_the_main_runtime_is_saturated(cluster: Clus
             let during = valid.iter().filter(|(seen, _)| *seen > held_from && *seen < blocked_until).count();
             assert!(during >= 3, "shard {k}: {during} renewals while the main runtime was blocked");
             renewals_blocked += during;
-            for pair in valid.windows(2) {
-                let ((_, before), (renewed, _)) = (pair[0], pair[1]);
-                assert!(
-                    renewed < before - spare,
-                    "shard {k}: its fence closed {:?} before the next renewal was seen",
-                    renewed - (before - spare)
-                );
-                closest = closest.min((before - spare) - renewed);
-            }
+            closest = closest.min(fence_never_closed(&valid, spare, &format!("shard {k}")));
             let (_, last) = valid.last().copied().expect("renewals");
             assert!(last - spare > blocked_until, "shard {k}: fenced when the main runtime was free again");
         }
@@ -171,14 +184,7 @@ fn a_slow_server_delays_a_round_by_one_renewal_not_one_per_shard(cluster: Cluste
                     valid.push((*at, *v));
                 }
             }
-            for pair in valid.windows(2) {
-                let ((_, before), (renewed, _)) = (pair[0], pair[1]);
-                assert!(
-                    renewed < before - spare,
-                    "shard {k}: its fence closed {:?} before the next renewal was seen",
-                    renewed - (before - spare)
-                );
-            }
+            fence_never_closed(&valid, spare, &format!("shard {k}"));
         }
     });
 }
@@ -189,3 +195,82 @@ mod a_slow_server_delays_a_round_by_one_renewal_not_one_per_shard {
         super::a_slow_server_delays_a_round_by_one_renewal_not_one_per_shard(testkit::Cluster::start());
     }
 }
+
+/// A leader term as published: when seen, and until when valid (`None`: not leading).
+type Term = (Instant, Option<Instant>);
+
+/// The leader Lease is renewed on the Lease thread as the shard Leases are
+/// (`sharding::leader::spawn_elected_fenced`): with every worker of the main runtime and its
+/// driving thread blocked for two Lease durations, the leader's term is renewed on its cadence
+/// and its fence never closes, while the singleton work itself runs on the main runtime. With the
+/// election on the main runtime (as before) no renewal is sent while it is blocked and the fence
+/// closes.
+fn the_leader_lease_keeps_its_cadence_while_the_main_runtime_is_saturated(cluster: Cluster) {
+    const NS: &str = "saturated-leader";
+    let duration = Duration::from_secs(if cluster.sim().is_some() { 6 } else { 12 });
+    let timing = Timing::new(duration);
+    let spare = timing.fence_spare();
+    testkit::runtime().block_on(async {
+        let client = cluster.client().await;
+        apply_as(&client, "test", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})).await;
+        let own = LeaseThread::start("test-leases").expect("the Lease thread");
+        let renewals = own.client(cluster.config().await).expect("the renewal client");
+        let leases = Leases::new(Api::namespaced(renewals, NS), "a", timing);
+        let (term, term_rx) = tokio::sync::watch::channel(None);
+        // Every term published: (when seen, valid until; None when not leading).
+        let history: Arc<Mutex<Vec<Term>>> = Arc::default();
+        let (mut rx, out) = (term_rx.clone(), history.clone());
+        own.spawn(async move {
+            loop {
+                let now = rx.borrow_and_update().as_ref().map(|h: &sharding::lease::Held| h.valid_until);
+                out.lock().unwrap().push((Instant::now(), now));
+                if rx.changed().await.is_err() {
+                    return;
+                }
+            }
+        });
+        let worked_on: Arc<Mutex<Option<String>>> = Arc::default();
+        let w = worked_on.clone();
+        let work = move |_stop: tokio::sync::watch::Receiver<bool>| {
+            let w = w.clone();
+            async move {
+                *w.lock().unwrap() = std::thread::current().name().map(str::to_string);
+            }
+        };
+        let allowed = tokio::sync::watch::channel(true).1;
+        let fence = sharding::leader::LeaderFence::new(term_rx, spare);
+        let _leading = sharding::leader::spawn_elected_fenced(
+            &own,
+            leases,
+            "test-leader".into(),
+            allowed,
+            work,
+            std::future::pending::<()>(),
+            term,
+        );
+        eventually("the replica to lead", WAIT, || async { fence.until().map(|_| ()) }).await;
+        eventually("the singleton work to run", WAIT, || async { worked_on.lock().unwrap().clone() }).await;
+        let ran_on = worked_on.lock().unwrap().clone();
+        assert_ne!(ran_on.as_deref(), Some("test-leases"), "the singleton work runs on the main runtime");
+        let held_from = Instant::now();
+        let blocked_for = 2 * duration;
+        let blocked_until = block_the_main_runtime(blocked_for).await;
+        let history = history.lock().unwrap().clone();
+        drop(own);
+
+        let mut valid: Vec<(Instant, Instant)> = Vec::new();
+        for (seen, v) in history.iter().skip_while(|(_, v)| v.is_none()) {
+            let v = v.unwrap_or_else(|| panic!("the leader's term ended at {seen:?}: {history:?}"));
+            if valid.last().is_none_or(|(_, last)| *last != v) {
+                valid.push((*seen, v));
+            }
+        }
+        let during = valid.iter().filter(|(seen, _)| *seen > held_from && *seen < blocked_until).count();
+        assert!(during >= 3, "{during} leader renewals while the main runtime was blocked");
+        fence_never_closed(&valid, spare, "the leader");
+        let (_, last) = valid.last().copied().expect("renewals");
+        assert!(last - spare > blocked_until, "fenced when the main runtime was free again");
+    });
+}
+
+testkit::both!(the_leader_lease_keeps_its_cadence_while_the_main_runtime_is_saturated);

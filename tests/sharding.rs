@@ -684,6 +684,13 @@ fn a_commit_reaches_every_application_after_a_replica_dies(cluster: Cluster, kil
         // Both servers apply API Priority and Fairness: the default budget was lifted.
         let budget: Vec<&str> = after.lines().filter(|l| l.starts_with("ksync_api_budget_qps")).collect();
         assert_eq!(budget, ["ksync_api_budget_qps 0"], "the survivor's client-side budget");
+        // The survivor measures its own renewals: of the shards it held throughout, and of its
+        // membership.
+        let lease_lines: Vec<&str> = after.lines().filter(|l| l.starts_with("ksync_lease_")).collect();
+        for role in ["shard", "member"] {
+            let renewals = sample(&after, &format!("ksync_lease_renewal_gap_seconds_count{{role=\"{role}\"}}"));
+            assert!(renewals > 0.0, "{role} renewals measured: {lease_lines:?}");
+        }
         // The new leader deletes the dead replica's membership Lease once it has expired.
         eventually("the dead replica's membership Lease deleted", WAIT, || async {
             let gone = leases.get_opt(&format!("kuvryn-sync-member-{killed}")).await.ok()?.is_none();

@@ -8,6 +8,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use crate::lease::{Held, Leases};
+use crate::thread::LeaseThread;
 
 /// Run `work` while this replica holds the Lease `name`, until `shutdown`. `work` receives a
 /// channel that turns `true` when it must stop; it is awaited before the Lease is released.
@@ -119,4 +120,33 @@ pub async fn run_elected_fenced<F, Fut>(
     if let Err(e) = leases.release(name).await {
         tracing::warn!(lease = name, error = %e, "releasing the leader Lease");
     }
+}
+
+/// [`run_elected_fenced`] run on `thread` (the Lease thread, with `leases` on a client built
+/// there), so that the leader Lease is renewed, and its term published to the
+/// [`LeaderFence`], however busy the caller's runtime is. `work` is spawned on the runtime this
+/// is called from: the singleton work never runs on the Lease thread.
+pub fn spawn_elected_fenced<F, Fut>(
+    thread: &LeaseThread,
+    leases: Leases,
+    name: String,
+    allowed: watch::Receiver<bool>,
+    mut work: F,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    term: watch::Sender<Option<Held>>,
+) -> tokio::task::JoinHandle<()>
+where
+    F: FnMut(watch::Receiver<bool>) -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let main = tokio::runtime::Handle::current();
+    thread.spawn(async move {
+        let on_main = move |rx| {
+            let task = main.spawn(work(rx));
+            async move {
+                let _ = task.await;
+            }
+        };
+        run_elected_fenced(&leases, &name, allowed, on_main, shutdown, &term).await;
+    })
 }

@@ -27,6 +27,15 @@ pub const ROLE_LABEL: &str = "sync.kuvryn.io/lease-role";
 /// this replica's own only if it names this identity *and* this count ([`crate::count`]).
 pub const SHARDS_ANNOTATION: &str = "sync.kuvryn.io/shards";
 
+/// Histogram: time between the sends of two successful renewals of a Lease this replica held
+/// throughout. Labels: `role` ([`ROLE_LABEL`]'s values).
+pub const RENEWAL_GAP_SECONDS: &str = "ksync_lease_renewal_gap_seconds";
+
+/// Counter: renewals answered after the fence limit: the validity of the renewal before, less
+/// [`Timing::fence_spare`], had already run out, so the holder's writes stopped in between.
+/// Labels: `role`.
+pub const RENEWALS_LATE_TOTAL: &str = "ksync_lease_renewals_late_total";
+
 /// A Lease this process holds.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Held {
@@ -63,6 +72,26 @@ impl Timing {
     /// How often to renew: a third of the duration.
     pub fn renew_every(&self) -> Duration {
         self.duration / 3
+    }
+
+    /// How long a holder may act on a write of its Lease, from when the write was sent.
+    pub fn valid_for(&self) -> Duration {
+        self.duration.saturating_sub(self.margin)
+    }
+
+    /// Whether a renewal answered at `answered` came after the fence limit of the one before it,
+    /// sent at `before`: that one's validity less [`Timing::fence_spare`] had run out, so every
+    /// write fenced by the Lease stopped in between.
+    pub fn late(&self, before: Instant, answered: Instant) -> bool {
+        answered > before + self.valid_for().saturating_sub(self.fence_spare())
+    }
+
+    /// How much of a held Lease's validity a write must have to spare to be sent (the fence of a
+    /// shard's and of the leader's writes): a tenth of the duration, enough for a request in
+    /// flight, while a renewal delayed by a busy machine does not stop the work between two
+    /// renewals.
+    pub fn fence_spare(&self) -> Duration {
+        self.duration / 10
     }
 
     /// How long one Lease request may take: a third of the duration. An answer later than that
@@ -104,6 +133,9 @@ pub struct Leases {
     /// The Leases we hold as we last wrote them: a renewal replaces from this copy (one request,
     /// conditioned on its `resourceVersion`) and reads the Lease only when that copy is stale.
     written: Mutex<HashMap<String, Lease>>,
+    /// When the last successful write of each Lease we hold was sent (what [`RENEWAL_GAP_SECONDS`]
+    /// measures from).
+    renewed: Mutex<HashMap<String, Instant>>,
 }
 
 /// Why a Lease operation failed (other than losing a race, which is `Ok(None)`).
@@ -123,6 +155,7 @@ impl Leases {
             shards: None,
             observed: Mutex::new(HashMap::new()),
             written: Mutex::new(HashMap::new()),
+            renewed: Mutex::new(HashMap::new()),
         }
     }
 
@@ -226,9 +259,10 @@ impl Leases {
         let held = |lease: &Lease| Held {
             name: name.to_string(),
             epoch: lease.spec.as_ref().and_then(|s| s.lease_transitions).unwrap_or(0),
-            valid_until: sent + self.timing.duration.saturating_sub(self.timing.margin),
+            valid_until: sent + self.timing.valid_for(),
         };
         if let Some(renewed) = self.renew_written(name).await? {
+            self.note_renewed(name, role, sent, true);
             return Ok(Some(held(&renewed)));
         }
         let Some(current) = self.bounded("read", || format!("Lease {name}"), self.api.get_opt(name)).await? else {
@@ -251,7 +285,10 @@ impl Leases {
                 .bounded("create", || format!("Lease {name}"), self.api.create(&PostParams::default(), &lease))
                 .await
             {
-                Ok(created) => Ok(Some(self.remember(created, held))),
+                Ok(created) => {
+                    self.note_renewed(name, role, sent, false);
+                    Ok(Some(self.remember(created, held)))
+                }
                 Err(kube::Error::Api(s)) if s.code == 409 => Ok(None),
                 Err(e) => Err(e),
             };
@@ -272,10 +309,24 @@ impl Leases {
         {
             Ok(replaced) => {
                 self.observed.lock().expect("observed lock").remove(name);
+                self.note_renewed(name, role, sent, ours);
                 Ok(Some(self.remember(replaced, held)))
             }
             Err(kube::Error::Api(s)) if s.code == 409 => Ok(None),
             Err(e) => Err(e),
+        }
+    }
+
+    /// A write of `name` sent at `sent` succeeded. `renewal`: we held it already (else it was
+    /// just created or taken over, and there is no gap to measure).
+    fn note_renewed(&self, name: &str, role: &str, sent: Instant, renewal: bool) {
+        let before = self.renewed.lock().expect("renewed lock").insert(name.to_string(), sent);
+        let Some(before) = before.filter(|_| renewal) else { return };
+        let role = role.to_string();
+        metrics::histogram!(RENEWAL_GAP_SECONDS, "role" => role.clone())
+            .record(sent.duration_since(before).as_secs_f64());
+        if self.timing.late(before, Instant::now()) {
+            metrics::counter!(RENEWALS_LATE_TOTAL, "role" => role).increment(1);
         }
     }
 
@@ -318,6 +369,7 @@ impl Leases {
     /// Release `name` if we hold it (graceful hand-over: no one has to wait for expiry).
     pub async fn release(&self, name: &str) -> Result<()> {
         self.written.lock().expect("written lock").remove(name);
+        self.renewed.lock().expect("renewed lock").remove(name);
         let Some(current) = self.bounded("read", || format!("Lease {name}"), self.api.get_opt(name)).await? else {
             return Ok(());
         };
@@ -438,4 +490,23 @@ pub struct Seen {
     pub live: bool,
     /// Renewed within its duration by the wall clock (how members are picked, never fencing).
     pub renewed: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_renewal_is_late_once_the_fence_of_the_one_before_has_closed() {
+        // 15 s Leases: valid for 10 s from each send, writes stop 1.5 s before: 8.5 s.
+        let timing = Timing::new(Duration::from_secs(15));
+        assert_eq!(timing.valid_for(), Duration::from_secs(10));
+        assert_eq!(timing.fence_spare(), Duration::from_millis(1500));
+        let before = Instant::now();
+        // (answered this long after the renewal before was sent, late)
+        let cases = [(0, false), (5_000, false), (8_500, false), (8_501, true), (10_000, true), (60_000, true)];
+        for (ms, late) in cases {
+            assert_eq!(timing.late(before, before + Duration::from_millis(ms)), late, "{ms} ms");
+        }
+    }
 }

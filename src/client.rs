@@ -24,7 +24,10 @@
 //! [`crate::apply::Writer`]) is checked in [`tower::Service::call`], after the budget let it go
 //! and immediately before it is sent: when the fence is closed it is never sent
 //! ([`FenceClosed`]), and otherwise it must complete before the fence's deadline
-//! ([`FenceDeadline`]), so a replica that lost its shard cannot land a write queued earlier.
+//! ([`FenceDeadline`]), so a replica that lost its shard cannot land a write queued earlier. The
+//! deadline is read again when it passes: a renewal that landed meanwhile moves it (the Lease was
+//! held throughout, so the write still lands within the holding), while a fence closed by then
+//! abandons the request.
 //!
 //! Metrics: `ksync_api_requests_total{verb}` (verb as in audit logs: get, list, watch, create,
 //! update, patch, delete; `dry_run` for dry-run requests) and `ksync_api_throttle_seconds`
@@ -395,10 +398,11 @@ where
         self.permitted = false;
         // The fence is read here, after the budget let the request go: a wait for a token can
         // outlast the shard's Lease.
-        let deadline = match request.extensions().get::<Fenced>().map(Fenced::until) {
+        let fence = request.extensions().get::<Fenced>().cloned();
+        let deadline = match fence.as_ref().map(|f| (f, f.until())) {
             None => None,
-            Some(Some(until)) => Some(until),
-            Some(None) => {
+            Some((f, Some(until))) => Some((f.clone(), until)),
+            Some((_, None)) => {
                 metrics::counter!(crate::metric_names::FENCED_REQUESTS_TOTAL, crate::metric_names::label::RESULT => "closed").increment(1);
                 return Box::pin(std::future::ready(Err(Box::new(FenceClosed) as BoxError)));
             }
@@ -409,20 +413,38 @@ where
         Box::pin(async move {
             let answered = match deadline {
                 None => sent.await.map_err(Into::into),
-                Some(until) => match tokio::time::timeout_at(until.into(), sent).await {
-                    Ok(r) => r.map_err(Into::into),
-                    Err(_) => {
-                        metrics::counter!(crate::metric_names::FENCED_REQUESTS_TOTAL, crate::metric_names::label::RESULT => "deadline")
-                            .increment(1);
-                        Err(Box::new(FenceDeadline) as BoxError)
-                    }
-                },
+                Some((fence, until)) => within_fence(sent, &fence, until).await,
             };
             if let (Some(bucket), Ok(response)) = (&bucket, &answered) {
                 bucket.observe(response.headers());
             }
             answered
         })
+    }
+}
+
+/// `sent`'s answer if it comes before `fence`'s deadline (first `until`). When the deadline
+/// passes, the fence is read again: a later deadline (the Lease was renewed meanwhile, so it was
+/// held throughout) is waited for in turn; a closed fence, or the same deadline, abandons the
+/// request ([`FenceDeadline`]).
+async fn within_fence<F, R, E>(sent: F, fence: &Fenced, mut until: Instant) -> Result<R, BoxError>
+where
+    F: Future<Output = Result<R, E>>,
+    E: Into<BoxError>,
+{
+    tokio::pin!(sent);
+    loop {
+        match tokio::time::timeout_at(until.into(), &mut sent).await {
+            Ok(r) => return r.map_err(Into::into),
+            Err(_) => match fence.until() {
+                Some(later) if later > until => until = later,
+                _ => {
+                    metrics::counter!(crate::metric_names::FENCED_REQUESTS_TOTAL, crate::metric_names::label::RESULT => "deadline")
+                        .increment(1);
+                    return Err(Box::new(FenceDeadline) as BoxError);
+                }
+            },
+        }
     }
 }
 
@@ -525,13 +547,45 @@ mod tests {
         let open = || Fenced::new(|| Some(Instant::now() + Duration::from_secs(60)));
         let closed = || Fenced::new(|| None);
         let past = || Fenced::new(|| Some(Instant::now() - Duration::from_millis(1)));
-        let soon = || Fenced::new(|| Some(Instant::now() + Duration::from_millis(100)));
+        // A deadline 100 ms away that no renewal moves.
+        let soon = || {
+            let at = Instant::now() + Duration::from_millis(100);
+            Fenced::new(move || Some(at))
+        };
+        // The first read gives 100 ms; every later one what `then` says (a renewal landed, or
+        // the Lease was lost).
+        let moving = |then: Option<Duration>| {
+            let first = std::sync::OnceLock::new();
+            let reads = std::sync::atomic::AtomicUsize::new(0);
+            Fenced::new(move || {
+                let first = *first.get_or_init(|| Instant::now() + Duration::from_millis(100));
+                match reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst) {
+                    0 => Some(first),
+                    _ => then.map(|d| first + d),
+                }
+            })
+        };
         let cases: Vec<(&str, Option<Fenced>, Duration, usize, &str)> = vec![
             ("no fence: a read or an unfenced write", None, Duration::ZERO, 1, "ok"),
             ("open", Some(open()), Duration::ZERO, 1, "ok"),
             ("closed", Some(closed()), Duration::ZERO, 0, "closed"),
             ("deadline already passed", Some(past()), Duration::ZERO, 0, "closed"),
             ("the server answers after the deadline", Some(soon()), Duration::from_secs(30), 1, "deadline"),
+            (
+                "renewed while in flight: the later deadline",
+                Some(moving(Some(Duration::from_secs(60)))),
+                Duration::from_millis(400),
+                1,
+                "ok",
+            ),
+            (
+                "renewed, but answered after the later deadline too",
+                Some(moving(Some(Duration::from_millis(100)))),
+                Duration::from_secs(30),
+                1,
+                "deadline",
+            ),
+            ("closed while in flight", Some(moving(None)), Duration::from_millis(400), 1, "deadline"),
         ];
         for (what, fence, delay, want_sent, want) in cases {
             let (sent, inner) = counting(delay);

@@ -17,6 +17,8 @@ pub const KEPT: &[&str] = &[
     "ksync_reconcile_duration_seconds_count",
     "ksync_reconcile_queue_seconds_sum",
     "ksync_render_cache_requests_total",
+    "ksync_lease_renewal_gap_seconds_count",
+    "ksync_lease_renewals_late_total",
 ];
 
 /// Sum every sample of each [`KEPT`] series in Prometheus text exposition `text`, and count

@@ -700,20 +700,15 @@ impl Report {
                 cells.push(format!("{name} {} ({} peak), {:.0} CPU s", mib(u.rss_kib), mib(u.hwm_kib), u.cpu_s));
             }
             let _ = writeln!(out, "| RSS {} | {} |", p.phase, cells.join("; "));
-            let get = |m: &BTreeMap<String, f64>, k: &str| m.get(k).copied().unwrap_or(0.0);
-            let cells: Vec<String> = p
-                .metrics
-                .iter()
-                .map(|(name, m)| {
-                    format!(
-                        "{name} {:.0} ({:.0} s waiting for the budget), {:.0} ({:.0} s)",
-                        get(m, "ksync_api_requests_total"),
-                        get(m, "ksync_api_throttle_seconds_sum"),
-                        get(m, "ksync_reconciles_total"),
-                        get(m, "ksync_reconcile_duration_seconds_sum")
-                    )
-                })
-                .collect();
+            let cells = per_replica(&p.metrics, |get| {
+                format!(
+                    "{:.0} ({:.0} s waiting for the budget), {:.0} ({:.0} s)",
+                    get("ksync_api_requests_total"),
+                    get("ksync_api_throttle_seconds_sum"),
+                    get("ksync_reconciles_total"),
+                    get("ksync_reconcile_duration_seconds_sum")
+                )
+            });
             if !cells.is_empty() {
                 let _ = writeln!(
                     out,
@@ -849,6 +844,23 @@ impl Report {
             "| longest shard Lease renewal gap (fence limit {:.1} s; gaps over it) | {:.1} s ({}) |",
             o.fence_limit_s, o.longest_renewal_gap_s, o.gaps_over_limit
         );
+        // The replicas' own count, from their last `/metrics` (a replica killed before it is
+        // not counted).
+        if let Some(last) = self.usage.last().filter(|u| !u.metrics.is_empty()) {
+            let cells = per_replica(&last.metrics, |get| {
+                format!(
+                    "{:.0} of {:.0}",
+                    get("ksync_lease_renewals_late_total"),
+                    get("ksync_lease_renewal_gap_seconds_count")
+                )
+            });
+            let _ = writeln!(
+                out,
+                "| Lease renewals late by the replicas' own count (`ksync_lease_renewals_late_total` of the renewals measured), {} | {} |",
+                last.phase,
+                cells.join("; ")
+            );
+        }
         let counts =
             |m: &BTreeMap<String, usize>| m.iter().map(|(r, n)| format!("{r}: {n}")).collect::<Vec<_>>().join(", ");
         let _ = writeln!(out, "| reconciles stopped by the shard fence (logged) | {} |", counts(&o.fence_stops));
@@ -866,6 +878,14 @@ impl Report {
     }
 }
 
+/// One cell per replica, `name` then what `cell` makes of its metrics (a missing series is 0).
+fn per_replica(
+    metrics: &BTreeMap<String, BTreeMap<String, f64>>,
+    cell: impl Fn(&dyn Fn(&str) -> f64) -> String,
+) -> Vec<String> {
+    metrics.iter().map(|(name, m)| format!("{name} {}", cell(&|k: &str| m.get(k).copied().unwrap_or(0.0)))).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -877,7 +897,16 @@ mod tests {
         r.usage.push(PhaseUsage {
             phase: "after convergence".into(),
             processes: [("ksync-0".to_string(), Usage { hwm_kib: 2048, rss_kib: 1024, cpu_s: 3.0 })].into(),
-            metrics: [("ksync-0".to_string(), [("ksync_api_requests_total".to_string(), 42.0)].into())].into(),
+            metrics: [(
+                "ksync-0".to_string(),
+                [
+                    ("ksync_api_requests_total".to_string(), 42.0),
+                    ("ksync_lease_renewal_gap_seconds_count".to_string(), 30.0),
+                    ("ksync_lease_renewals_late_total".to_string(), 1.0),
+                ]
+                .into(),
+            )]
+            .into(),
         });
         r.takeover = Some(Takeover { victim: "ksync-0".into(), target_s: 20.0, ..Default::default() });
         r.requests_per_app = [("all".to_string(), 5.5), ("get configmaps".to_string(), 1.0)].into();
@@ -887,6 +916,7 @@ mod tests {
         assert!(t.contains("target 20 s: met"));
         assert!(t.contains("ksync-0 42 (0 s waiting for the budget)"));
         assert!(t.contains("| drift detected"));
+        assert!(t.contains("measured), after convergence | ksync-0 1 of 30 |"), "{t}");
         assert!(t.contains("all kinds (goal ≤ 6) | 5.5 (get configmaps 1.00) |"), "{t}");
     }
 

@@ -222,7 +222,7 @@ async fn reconcile_tracked(
             }
         }
     }
-    let finishing = crate::controller::queue::finishing(&app);
+    let finishing = finishing(&ctx.written, store.get(&r), app);
     let _slot = tokio::select! {
         slot = ctx.queue.enter(r.namespace.as_deref().unwrap_or_default(), finishing) => slot,
         // The shard stops: whoever owns it next reconciles this Application.
@@ -268,6 +268,16 @@ async fn reconcile_tracked(
     result
 }
 
+/// Whether a reconcile finishes an attempt in flight ([`crate::controller::queue::finishing`]),
+/// judged on the newest copy this replica knows when it asks for a slot: the store's (`now`),
+/// or the copy our own status write returned that the store does not show yet. The copy handed
+/// over when the reconcile became due can predate that write (under load the Application
+/// watch lags behind our writes by seconds), and a reconcile classified on it would wait behind
+/// all new work although it only has to look at its objects' health.
+fn finishing(written: &replica::written::Written, now: Option<Arc<Application>>, handed: Arc<Application>) -> bool {
+    crate::controller::queue::finishing(&written.latest(now.unwrap_or(handed)))
+}
+
 /// What a broadcast receiver gets, until its sender is gone: `None` when messages were missed.
 fn received<T: Clone + Send + 'static>(
     rx: tokio::sync::broadcast::Receiver<T>,
@@ -292,4 +302,60 @@ fn error_policy(app: Arc<Application>, error: &Error, ctx: Arc<Context>) -> Acti
     let retry = crate::controller::with_jitter(crate::controller::retry_after(failures), &app.name_any());
     tracing::warn!(application = %app.name_any(), namespace = ?app.namespace(), error = %error, failures, retry_in = ?retry, "reconcile failed");
     Action::requeue(retry)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An Application at resourceVersion `rv`, with `Ready` `Unknown`/`Progressing` when `progressing`.
+    fn app(rv: &str, progressing: bool) -> Application {
+        let conditions = if progressing {
+            serde_json::json!([{"type": "Ready", "status": "Unknown", "reason": "Progressing", "message": "",
+                                "lastTransitionTime": "2026-12-06T10:00:00Z"}])
+        } else {
+            serde_json::json!([{"type": "Ready", "status": "True", "reason": "Healthy", "message": "",
+                                "lastTransitionTime": "2026-12-06T10:00:00Z"}])
+        };
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "Application",
+            "metadata": {"name": "web", "namespace": "team", "resourceVersion": rv},
+            "spec": {"source": {"repository": "platform", "path": "web"}, "serviceAccountName": "deployer",
+                     "destination": {"namespace": "team"}},
+            "status": {"conditions": conditions},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_reconcile_is_classified_on_the_newest_copy_the_replica_knows() {
+        // (case, handed over, the store's copy now, our status write not shown yet
+        // (computed from, returned), finishing)
+        // A copy: (resourceVersion, Progressing).
+        type Copy = (&'static str, bool);
+        type Case = (&'static str, Copy, Option<Copy>, Option<(&'static str, Copy)>, bool);
+        let cases: &[Case] = &[
+            (
+                "our Progressing write not watched yet",
+                ("10", false),
+                Some(("10", false)),
+                Some(("10", ("11", true))),
+                true,
+            ),
+            ("the store shows our write, the handed copy predates it", ("10", false), Some(("11", true)), None, true),
+            ("the store shows the attempt ended since it became due", ("10", true), Some(("12", false)), None, false),
+            ("someone wrote after our write", ("10", false), Some(("12", false)), Some(("10", ("11", true))), false),
+            ("gone from the store: the handed copy", ("10", true), None, None, true),
+            ("no attempt anywhere", ("10", false), Some(("10", false)), None, false),
+        ];
+        for (what, handed, now, write, want) in cases {
+            let written = replica::written::Written::default();
+            if let Some((before, (rv, progressing))) = write {
+                written.record(Some((*before).to_string()), app(rv, *progressing), false);
+            }
+            let now = now.map(|(rv, p)| Arc::new(app(rv, p)));
+            let got = finishing(&written, now, Arc::new(app(handed.0, handed.1)));
+            assert_eq!(got, *want, "{what}");
+        }
+    }
 }

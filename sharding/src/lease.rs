@@ -32,8 +32,9 @@ pub const SHARDS_ANNOTATION: &str = "sync.kuvryn.io/shards";
 pub const RENEWAL_GAP_SECONDS: &str = "ksync_lease_renewal_gap_seconds";
 
 /// Counter: renewals answered after the fence limit: the validity of the renewal before, less
-/// [`Timing::fence_spare`], had already run out, so the holder's writes stopped in between.
-/// Labels: `role`.
+/// [`Timing::fence_spare`], had already run out, so the holder's writes stopped in between. A
+/// held Lease whose renewals fail past that limit, or that is lost without a renewal, counts
+/// once when the failure or the loss is seen ([`Renewed::late`]). Labels: `role`.
 pub const RENEWALS_LATE_TOTAL: &str = "ksync_lease_renewals_late_total";
 
 /// A Lease this process holds.
@@ -133,9 +134,29 @@ pub struct Leases {
     /// The Leases we hold as we last wrote them: a renewal replaces from this copy (one request,
     /// conditioned on its `resourceVersion`) and reads the Lease only when that copy is stale.
     written: Mutex<HashMap<String, Lease>>,
-    /// When the last successful write of each Lease we hold was sent (what [`RENEWAL_GAP_SECONDS`]
-    /// measures from).
-    renewed: Mutex<HashMap<String, Instant>>,
+    /// The last successful write of each Lease we hold (what [`RENEWAL_GAP_SECONDS`] measures
+    /// from).
+    renewed: Mutex<HashMap<String, Renewed>>,
+}
+
+/// The last successful write of a Lease we hold.
+#[derive(Clone, Copy, Debug)]
+struct Renewed {
+    /// When it was sent.
+    sent: Instant,
+    /// Whether the gap since has been counted late already (a failed renewal saw it).
+    counted: bool,
+}
+
+impl Renewed {
+    /// Whether the gap since this write, seen at `now`, is to be counted late now: past the
+    /// fence limit ([`Timing::late`]) and not counted yet. Contract: one gap counts at most once,
+    /// however many failed renewals see it before one succeeds or the Lease is lost.
+    fn late(&mut self, timing: Timing, now: Instant) -> bool {
+        let count = !self.counted && timing.late(self.sent, now);
+        self.counted |= count;
+        count
+    }
 }
 
 /// Why a Lease operation failed (other than losing a race, which is `Ok(None)`).
@@ -255,6 +276,16 @@ impl Leases {
     /// Acquire or renew `name` (created labelled [`ROLE_LABEL`]`=role`). `Ok(None)`: someone
     /// else holds it (or won a race).
     pub async fn acquire(&self, name: &str, role: &str) -> Result<Option<Held>> {
+        let result = self.try_acquire(name, role).await;
+        match &result {
+            Ok(Some(_)) => {}
+            Ok(None) => self.note_failed(name, role, true),
+            Err(_) => self.note_failed(name, role, false),
+        }
+        result
+    }
+
+    async fn try_acquire(&self, name: &str, role: &str) -> Result<Option<Held>> {
         let sent = Instant::now();
         let held = |lease: &Lease| Held {
             name: name.to_string(),
@@ -320,13 +351,28 @@ impl Leases {
     /// A write of `name` sent at `sent` succeeded. `renewal`: we held it already (else it was
     /// just created or taken over, and there is no gap to measure).
     fn note_renewed(&self, name: &str, role: &str, sent: Instant, renewal: bool) {
-        let before = self.renewed.lock().expect("renewed lock").insert(name.to_string(), sent);
-        let Some(before) = before.filter(|_| renewal) else { return };
+        let before =
+            self.renewed.lock().expect("renewed lock").insert(name.to_string(), Renewed { sent, counted: false });
+        let Some(mut before) = before.filter(|_| renewal) else { return };
         let role = role.to_string();
         metrics::histogram!(RENEWAL_GAP_SECONDS, "role" => role.clone())
-            .record(sent.duration_since(before).as_secs_f64());
-        if self.timing.late(before, Instant::now()) {
+            .record(sent.duration_since(before.sent).as_secs_f64());
+        if before.late(self.timing, Instant::now()) {
             metrics::counter!(RENEWALS_LATE_TOTAL, "role" => role).increment(1);
+        }
+    }
+
+    /// An acquire of `name` failed (`lost`: someone else holds it now). A Lease we held whose
+    /// last successful write is past the fence limit counts late once; a lost one is no longer
+    /// ours, and its next write is a takeover, not a renewal.
+    fn note_failed(&self, name: &str, role: &str, lost: bool) {
+        let mut renewed = self.renewed.lock().expect("renewed lock");
+        let Some(r) = renewed.get_mut(name) else { return };
+        if r.late(self.timing, Instant::now()) {
+            metrics::counter!(RENEWALS_LATE_TOTAL, "role" => role.to_string()).increment(1);
+        }
+        if lost {
+            renewed.remove(name);
         }
     }
 
@@ -507,6 +553,24 @@ mod tests {
         let cases = [(0, false), (5_000, false), (8_500, false), (8_501, true), (10_000, true), (60_000, true)];
         for (ms, late) in cases {
             assert_eq!(timing.late(before, before + Duration::from_millis(ms)), late, "{ms} ms");
+        }
+    }
+
+    #[test]
+    fn a_gap_past_the_fence_limit_counts_once_however_many_failures_see_it() {
+        let timing = Timing::new(Duration::from_secs(15));
+        let sent = Instant::now();
+        // (what, ms after the write each failure or success is seen, counts at each)
+        let cases: &[(&str, &[u64], &[bool])] = &[
+            ("failures within the limit", &[3_000, 8_000], &[false, false]),
+            ("a failure past the limit, then the renewal", &[3_000, 9_000, 9_500], &[false, true, false]),
+            ("failures past the limit, then the loss", &[9_000, 12_000, 30_000], &[true, false, false]),
+            ("the first look is past the limit", &[20_000], &[true]),
+        ];
+        for (what, seen, want) in cases {
+            let mut r = Renewed { sent, counted: false };
+            let got: Vec<bool> = seen.iter().map(|ms| r.late(timing, sent + Duration::from_millis(*ms))).collect();
+            assert_eq!(got, *want, "{what}");
         }
     }
 }

@@ -66,6 +66,10 @@ pub enum Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 fn parse_duration(s: &str) -> std::result::Result<Duration, String> {
+    // A bare 0, as the flags that take 0 for "none" say.
+    if s.trim() == "0" {
+        return Ok(Duration::ZERO);
+    }
     kuvryn_sync::api::duration::parse(s)
 }
 

@@ -175,6 +175,10 @@ mod tests {
         assert_eq!((a.apps, a.replicas, a.chaos_duration, a.edits), (40, 3, Duration::from_secs(120), 0));
         assert!(a.no_takeover);
         assert_eq!(parsed(&["loadtest", "--scenario", "chaos"]).chaos_duration, Duration::from_secs(600));
+        // 0 is "none" where the help says so, bare or with a unit.
+        for zero in ["0", "0s"] {
+            assert_eq!(parsed(&["loadtest", "--calibration-step", zero]).calibration_step, Duration::ZERO, "{zero}");
+        }
         // No scenario: the flags' defaults.
         let plain = Args::parse_from(["loadtest"]);
         assert_eq!((plain.apps, plain.idle, plain.monorepo_commit), (1000, Duration::ZERO, false));

@@ -38,6 +38,11 @@ fn the_model_answers_for_each_size_from_the_measured_costs() {
     // One row per measured run, one per size asked for.
     assert!(text.contains("| 1,000 | simcluster | 3 × 32 |"), "{text}");
     assert!(text.contains("| 3,000 | simcluster | 3 × 32 |"), "{text}");
+    // Renewals past the fence: the replicas' own count, then the load test's watch; "—" for a
+    // report without the replicas' metrics.
+    let row = |apps: &str| text.lines().find(|l| l.starts_with(&format!("| {apps} |"))).unwrap_or_default();
+    assert!(row("3,000").contains("| 2 (0) |"), "{text}");
+    assert!(row("1,000").contains("| — (0) |"), "{text}");
     let model: Vec<&str> =
         text.lines().filter(|l| l.starts_with("| 10,000 |") || l.starts_with("| 100,000 |")).collect();
     assert_eq!(model.len(), 2, "{text}");

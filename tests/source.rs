@@ -119,6 +119,11 @@ async fn branches_tags_commits_and_force_pushes() {
         assert!(e.to_string().contains(want), "{reference}: {e}");
     }
 
+    // Reads open the repository once and share it: this one is opened before the fetch below.
+    let before = cache.checkout(&url, &none(), &two, "").await.unwrap();
+    assert_eq!(std::fs::read_to_string(before.path().join("a.txt")).unwrap(), "2\n");
+    assert_eq!(cache.commit_subject(&url, &none(), &two).await.as_deref(), Some("two"));
+
     // Force-push: main moves to a commit that does not descend from the old one.
     work.git(&["reset", "--quiet", "--hard", &one]);
     work.write("b.txt", "rewritten\n");
@@ -130,6 +135,12 @@ async fn branches_tags_commits_and_force_pushes() {
     let checkout = cache.checkout(&url, &none(), &rewritten, "").await.unwrap();
     assert_eq!(std::fs::read_to_string(checkout.path().join("b.txt")).unwrap(), "rewritten\n");
     assert_eq!(std::fs::read_to_string(checkout.path().join("a.txt")).unwrap(), "1\n");
+    // Objects fetched after the shared reader was opened are found through it.
+    assert_eq!(
+        cache.read_file(&url, &none(), &rewritten, "b.txt").await.unwrap().as_deref(),
+        Some(&b"rewritten\n"[..])
+    );
+    assert_eq!(cache.commit_subject(&url, &none(), &rewritten).await.as_deref(), Some("rewritten"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -134,6 +134,27 @@ struct RepoEntry {
     /// Held during network operations; remembers the last result per reference and when
     /// the operation that produced it finished.
     memo: tokio::sync::Mutex<Memo>,
+    /// The repository opened once for reads ([`RepoEntry::reader`]), once something was fetched
+    /// into it.
+    reader: Mutex<Option<gix::ThreadSafeRepository>>,
+}
+
+impl RepoEntry {
+    /// A handle for reading objects by id. Opened once and shared: opened for every read, each
+    /// reconcile loaded the pack indexes again and swapped the object database's table of them
+    /// (a 1,000 cold sync: 10 % less replica CPU shared, docs/performance.md). Objects a later
+    /// fetch adds are found all the same: a lookup that misses makes the shared object database
+    /// look for new packs before it answers (`tests/source.rs` reads a force-pushed commit
+    /// through a handle opened before its fetch).
+    fn reader(&self) -> Result<gix::Repository> {
+        let mut reader = self.reader.lock().expect("reader lock");
+        if let Some(repo) = reader.as_ref() {
+            return Ok(repo.to_thread_local());
+        }
+        let repo = git::open_existing(&self.dir)?;
+        *reader = Some(repo.clone().into_sync());
+        Ok(repo)
+    }
 }
 
 struct Inner {
@@ -205,7 +226,7 @@ impl GitCache {
         let mut repos = self.inner.repos.lock().expect("repos lock");
         let entry = repos.entry((remote.key.clone(), id.clone())).or_insert_with(|| {
             let dir = self.inner.config.dir.join("repos").join(remote.dir_name(&id));
-            Arc::new(RepoEntry { remote, dir, memo: tokio::sync::Mutex::new(HashMap::new()) })
+            Arc::new(RepoEntry { remote, dir, memo: tokio::sync::Mutex::new(HashMap::new()), reader: Mutex::new(None) })
         });
         Ok(entry.clone())
     }
@@ -291,9 +312,8 @@ impl GitCache {
         let entry = self.entry(url, credentials)?;
         let id = Self::commit_id(commit)?;
         let path = checkout::clean_relative_path(path)?;
-        let dir = entry.dir.clone();
         tokio::task::spawn_blocking(move || {
-            let repo = git::open_existing(&dir)?;
+            let repo = entry.reader()?;
             git::read_file(&repo, id, &path)
         })
         .await
@@ -304,8 +324,7 @@ impl GitCache {
     pub async fn commit_subject(&self, url: &str, credentials: &Credentials, commit: &str) -> Option<String> {
         let entry = self.entry(url, credentials).ok()?;
         let id = Self::commit_id(commit).ok()?;
-        let dir = entry.dir.clone();
-        tokio::task::spawn_blocking(move || git::commit_subject(&git::open_existing(&dir).ok()?, id)).await.ok()?
+        tokio::task::spawn_blocking(move || git::commit_subject(&entry.reader().ok()?, id)).await.ok()?
     }
 
     /// A directory holding exactly the tree of `path` in `commit` (already in the cache for
@@ -324,7 +343,7 @@ impl GitCache {
         let this = self.clone();
         let credential_id = self.credential_id(credentials);
         tokio::task::spawn_blocking(move || {
-            let repo = git::open_existing(&entry.dir)?;
+            let repo = entry.reader()?;
             let tree = git::tree_at(&repo, id, &path)?;
             let mut missed = false;
             let label = if path.is_empty() { format!("commit {commit_short}", commit_short = &id.to_string()[..12]) } else { format!("{path}@{}", &id.to_string()[..12]) };

@@ -34,7 +34,7 @@ pub const RENEWAL_GAP_SECONDS: &str = "ksync_lease_renewal_gap_seconds";
 /// Counter: renewals answered after the fence limit: the validity of the renewal before, less
 /// [`Timing::fence_spare`], had already run out, so the holder's writes stopped in between. A
 /// held Lease whose renewals fail past that limit, or that is lost without a renewal, counts
-/// once when the failure or the loss is seen ([`Renewed::late`]). Labels: `role`.
+/// once when the failure or the loss is seen (`Renewed::late`). Labels: `role`.
 pub const RENEWALS_LATE_TOTAL: &str = "ksync_lease_renewals_late_total";
 
 /// A Lease this process holds.

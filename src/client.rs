@@ -399,9 +399,12 @@ where
         // The fence is read here, after the budget let the request go: a wait for a token can
         // outlast the shard's Lease.
         let fence = request.extensions().get::<Fenced>().cloned();
-        let deadline = match fence.as_ref().map(|f| (f, f.until())) {
+        let deadline = match fence.map(|f| {
+            let until = f.until();
+            (f, until)
+        }) {
             None => None,
-            Some((f, Some(until))) => Some((f.clone(), until)),
+            Some((f, Some(until))) => Some((f, until)),
             Some((_, None)) => {
                 metrics::counter!(crate::metric_names::FENCED_REQUESTS_TOTAL, crate::metric_names::label::RESULT => "closed").increment(1);
                 return Box::pin(std::future::ready(Err(Box::new(FenceClosed) as BoxError)));

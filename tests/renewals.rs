@@ -274,3 +274,85 @@ fn the_leader_lease_keeps_its_cadence_while_the_main_runtime_is_saturated(cluste
 }
 
 testkit::both!(the_leader_lease_keeps_its_cadence_while_the_main_runtime_is_saturated);
+
+/// This process's count of late renewals for `role` ([`sharding::lease::RENEWALS_LATE_TOTAL`]),
+/// read from a Prometheus recorder installed once per process, as the manager installs its own.
+fn late_renewals(role: &str) -> u64 {
+    static RECORDER: std::sync::OnceLock<metrics_exporter_prometheus::PrometheusHandle> = std::sync::OnceLock::new();
+    let handle = RECORDER.get_or_init(|| {
+        metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder().expect("the test's recorder")
+    });
+    let series = format!("{}{{role=\"{role}\"}} ", sharding::lease::RENEWALS_LATE_TOTAL);
+    handle.render().lines().find_map(|l| l.strip_prefix(&series)?.trim().parse().ok()).unwrap_or(0)
+}
+
+/// A replica's shard Lease is taken over while it is not renewing (a replica paused past its
+/// Lease): the renewal that finds it lost counts as late once (`Leases::acquire` reports the
+/// loss), and the attempts after it do not count again. Without the wiring, a Lease lost to a gap
+/// shows only as a hand-over and the count stays at 0.
+fn a_lease_lost_to_a_gap_counts_one_late_renewal(cluster: Cluster) {
+    const NS: &str = "lost-lease";
+    const ROLE: &str = "lost-test";
+    let duration = Duration::from_secs(if cluster.sim().is_some() { 3 } else { 12 });
+    let timing = Timing::new(duration);
+    testkit::runtime().block_on(async {
+        let client = cluster.client().await;
+        apply_as(&client, "test", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})).await;
+        let a = Leases::new(Api::namespaced(client.clone(), NS), "a", timing);
+        let b = Leases::new(Api::namespaced(client.clone(), NS), "b", timing);
+        eventually("a to hold the Lease", WAIT, || async { a.acquire("shard-0", ROLE).await.ok().flatten() }).await;
+        assert_eq!(late_renewals(ROLE), 0, "no renewal is due yet");
+        // b may take it once it has seen it unchanged for a whole duration: past a's fence limit.
+        eventually("b to take the Lease over", WAIT, || async { b.acquire("shard-0", ROLE).await.ok().flatten() })
+            .await;
+        eventually("a to see the Lease lost", WAIT, || async {
+            matches!(a.acquire("shard-0", ROLE).await, Ok(None)).then_some(())
+        })
+        .await;
+        assert_eq!(late_renewals(ROLE), 1, "the gap that lost the Lease counts once");
+        assert!(matches!(a.acquire("shard-0", ROLE).await, Ok(None) | Err(_)), "b holds it");
+        assert_eq!(late_renewals(ROLE), 1, "a Lease no longer held has no renewal to be late");
+    });
+}
+
+testkit::both!(a_lease_lost_to_a_gap_counts_one_late_renewal);
+
+/// The server refuses a held Lease's renewals past the fence limit, then answers again: the gap
+/// counts once, when the first refusal past the limit is seen, and not again at the renewal
+/// that ends it. Without the wiring of failures in `Leases::acquire` only the late renewal
+/// would count, and only if it came.
+fn refused_renewals_past_the_limit_count_once(cluster: Cluster) {
+    const NS: &str = "refused-lease";
+    const ROLE: &str = "refused-test";
+    let sim = cluster.sim().expect("simcluster: the test injects errors");
+    let timing = Timing::new(Duration::from_secs(3));
+    testkit::runtime().block_on(async {
+        let client = cluster.client().await;
+        apply_as(&client, "test", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})).await;
+        let a = Leases::new(Api::namespaced(client.clone(), NS), "a", timing);
+        eventually("a to hold the Lease", WAIT, || async { a.acquire("shard-0", ROLE).await.ok().flatten() }).await;
+        sim.add_fault(simcluster::faults::FaultRule {
+            verb: Some("update".into()),
+            resource: Some("leases".into()),
+            namespace: Some(NS.into()),
+            action: Some(simcluster::faults::FaultAction::Status { code: 500 }),
+            ..Default::default()
+        });
+        eventually("a refusal past the fence limit to count", WAIT, || async {
+            assert!(a.acquire("shard-0", ROLE).await.is_err(), "the server refuses every renewal");
+            (late_renewals(ROLE) == 1).then_some(())
+        })
+        .await;
+        assert!(a.acquire("shard-0", ROLE).await.is_err(), "still refused");
+        sim.clear_faults();
+        eventually("a to renew again", WAIT, || async { a.acquire("shard-0", ROLE).await.ok().flatten() }).await;
+        assert_eq!(late_renewals(ROLE), 1, "one gap, counted once");
+    });
+}
+
+mod refused_renewals_past_the_limit_count_once {
+    #[test]
+    fn simcluster() {
+        super::refused_renewals_past_the_limit_count_once(testkit::Cluster::start());
+    }
+}

@@ -362,9 +362,10 @@ impl Leases {
         }
     }
 
-    /// An acquire of `name` failed (`lost`: someone else holds it now). A Lease we held whose
-    /// last successful write is past the fence limit counts late once; a lost one is no longer
-    /// ours, and its next write is a takeover, not a renewal.
+    /// An acquire of `name` failed (`lost`: someone else holds it now, or won the race to
+    /// write it: a 409 on a Lease we held counts as a loss). A Lease we held whose last
+    /// successful write is past the fence limit counts late once; a lost one is no longer ours,
+    /// and its next write is a takeover, not a renewal.
     fn note_failed(&self, name: &str, role: &str, lost: bool) {
         let mut renewed = self.renewed.lock().expect("renewed lock");
         let Some(r) = renewed.get_mut(name) else { return };

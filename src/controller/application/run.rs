@@ -310,21 +310,12 @@ mod tests {
 
     /// An Application at resourceVersion `rv`, with `Ready` `Unknown`/`Progressing` when `progressing`.
     fn app(rv: &str, progressing: bool) -> Application {
-        let conditions = if progressing {
-            serde_json::json!([{"type": "Ready", "status": "Unknown", "reason": "Progressing", "message": "",
-                                "lastTransitionTime": "2026-12-06T10:00:00Z"}])
-        } else {
-            serde_json::json!([{"type": "Ready", "status": "True", "reason": "Healthy", "message": "",
-                                "lastTransitionTime": "2026-12-06T10:00:00Z"}])
-        };
-        serde_json::from_value(serde_json::json!({
-            "apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "Application",
-            "metadata": {"name": "web", "namespace": "team", "resourceVersion": rv},
-            "spec": {"source": {"repository": "platform", "path": "web"}, "serviceAccountName": "deployer",
-                     "destination": {"namespace": "team"}},
-            "status": {"conditions": conditions},
-        }))
-        .unwrap()
+        let (status, reason) = if progressing { ("Unknown", "Progressing") } else { ("True", "Healthy") };
+        replica::written::test_app(
+            rv,
+            serde_json::json!({"conditions": [{"type": "Ready", "status": status, "reason": reason, "message": "",
+                                               "lastTransitionTime": "2026-12-06T10:00:00Z"}]}),
+        )
     }
 
     #[test]

@@ -8,6 +8,10 @@
 //! object the write returned is kept until the watch shows a newer copy, and a reconcile of the
 //! copy it replaced runs on it instead.
 //!
+//! Both readers of a reconcile's copy go through [`Written::latest`]: the reconcile itself
+//! (`application/mod.rs`, before anything is read from the copy) and the queue's classification
+//! (`run.rs`, deciding whether the reconcile finishes an attempt).
+//!
 //! Contract ([`Written::latest`]): the written copy replaces the cached one only when the
 //! cached one's resourceVersion is exactly the one the write was computed from (compared for
 //! equality only, as the API allows); any other copy is newer than the write or the write's own
@@ -86,19 +90,26 @@ impl Written {
     }
 }
 
+/// An Application `team/web` at resourceVersion `rv` with `status`, for the tests of the copies
+/// a reconcile runs on (here and in `run.rs`).
+#[cfg(test)]
+pub(crate) fn test_app(rv: &str, status: serde_json::Value) -> Application {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "Application",
+        "metadata": {"name": "web", "namespace": "team", "resourceVersion": rv},
+        "spec": {"source": {"repository": "platform", "path": "web"}, "serviceAccountName": "deployer",
+                 "destination": {"namespace": "team"}},
+        "status": status,
+    }))
+    .unwrap()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn app(rv: &str, desired: Option<&str>) -> Application {
-        serde_json::from_value(serde_json::json!({
-            "apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "Application",
-            "metadata": {"name": "web", "namespace": "team", "resourceVersion": rv},
-            "spec": {"source": {"repository": "platform", "path": "web"}, "serviceAccountName": "deployer",
-                     "destination": {"namespace": "team"}},
-            "status": {"desiredRevision": desired},
-        }))
-        .unwrap()
+        test_app(rv, serde_json::json!({"desiredRevision": desired}))
     }
 
     fn desired(a: &Application) -> Option<&str> {

@@ -91,6 +91,7 @@ pub async fn run_shard(
     let (c3, deps_store) = (ctx.clone(), store.clone());
     let current = store.clone();
     let (c5, pods_store) = (ctx.clone(), store.clone());
+    let (c6, echo_store) = (ctx.clone(), store.clone());
     let (c4, hc_store) = (ctx.clone(), store.clone());
     let extra = watched::extra_triggers(client, ctx.kinds.subscribe(), selector.clone(), ctx.inventory.clone(), shard)
         .map(move |r| noted(r, &c1));
@@ -141,6 +142,15 @@ pub async fn run_shard(
         };
         futures_util::stream::iter(apps)
     });
+    // A managed object's event held while our apply of it was sent, that was not our apply's.
+    let echo_triggers = received(ctx.echoes.triggers()).flat_map(move |r: Option<ObjectRef<Application>>| {
+        let apps: Vec<_> = match r {
+            Some(r) => echo_store.get(&r).map(|_| noted(r, &c6)).into_iter().collect(),
+            // Missed: every Application of the shard.
+            None => echo_store.state().iter().map(|a| noted(ObjectRef::from_obj(&**a), &c6)).collect(),
+        };
+        futures_util::stream::iter(apps)
+    });
     // A Pod of a managed workload: its Application, when this shard has it. The workload is
     // found through the Pod's owner chain in this shard's store of managed workloads.
     let pods = crate::watch::pods::events(&ctx.client);
@@ -165,6 +175,7 @@ pub async fn run_shard(
         .reconcile_on(repo_triggers)
         .reconcile_on(hc_triggers)
         .reconcile_on(dep_triggers)
+        .reconcile_on(echo_triggers)
         .graceful_shutdown_on(async move {
             shutdown.await;
             let _ = stop_tx.send(true);
@@ -181,17 +192,18 @@ pub async fn run_shard(
 }
 
 /// Maps a managed object's watch event to its Application, counting the trigger. Our own
-/// apply coming back ([`echoes`]) triggers nothing.
+/// apply coming back ([`echoes`]) triggers nothing; an event while our apply is sent waits for
+/// its answer.
 fn tracked<M: kube::Resource<DynamicType = ()>>(
     ctx: &Arc<Context>,
 ) -> impl Fn(M) -> Option<ObjectRef<Application>> + Send + Sync + 'static {
     let ctx = ctx.clone();
     move |m: M| {
         let id = format!("{}/{}/{}/{}", M::group(&()), M::kind(&()), m.namespace().unwrap_or_default(), m.name_any());
-        if ctx.echoes.is_echo(&id, m.resource_version().as_deref()) {
+        let r = watched::owner_app(&m)?;
+        if ctx.echoes.is_echo(&id, m.resource_version().as_deref(), &r) {
             return None;
         }
-        let r = watched::owner_app(&m)?;
         ctx.progress.triggered(&r);
         Some(r)
     }

@@ -3,42 +3,123 @@
 //! nothing the rollout did not know, and a reconcile for it would plan again (a read and a
 //! server-side dry-run per object) for nothing. Any other version of the object (someone
 //! else's edit, a controller's status update) still triggers a reconcile.
+//!
+//! An apply's event can come before the apply's answer is handled: a wave's objects are applied
+//! one after the other and their answers noted together, and a watch event may overtake even one
+//! answer. So the objects of a wave are noted as being sent before the first request
+//! ([`Echoes::sending`]); an event of one of them meanwhile is held, and once the answers are in
+//! it is dropped if it is the version an apply answered, and otherwise triggers its Application
+//! then ([`Echoes::triggers`]).
+//!
+//! Contract: an event that is not the version our apply answered always triggers its
+//! Application, at once or when the wave's answers are in; an event that is triggers nothing.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+use kube::runtime::reflector::ObjectRef;
+use tokio::sync::broadcast;
+
+use crate::api::application::Application;
 use crate::watch::managed::WATCHED_BY_DEFAULT;
 
-/// Object identity (`group/kind/namespace/name`) → the resourceVersion our last apply of it
-/// answered, for the kinds every shard watches. An entry goes with the first watch event of
-/// its object, ours or not, so there is at most one per object applied.
-#[derive(Default)]
-pub struct Echoes(Mutex<HashMap<String, String>>);
+/// What is known of one object's apply.
+#[derive(Debug)]
+enum Entry {
+    /// Its apply is being sent: the versions its watch has shown meanwhile, each with the
+    /// Application it names.
+    Sending(Vec<(Option<String>, ObjectRef<Application>)>),
+    /// Its apply answered this resourceVersion; the watch has not shown it yet.
+    Applied(String),
+}
+
+/// Object identity (`group/kind/namespace/name`) → what is known of our last apply of it, for the
+/// kinds every shard watches. An entry goes with the first watch event of its object after its
+/// apply was answered, ours or not, so there is at most one per object applied.
+pub struct Echoes {
+    entries: Mutex<HashMap<String, Entry>>,
+    triggers: broadcast::Sender<ObjectRef<Application>>,
+}
+
+impl Default for Echoes {
+    fn default() -> Self {
+        Echoes { entries: Mutex::default(), triggers: broadcast::channel(1024).0 }
+    }
+}
+
+/// Whether `group`/`kind` is a kind every shard watches (only their events can be echoes).
+fn watched(group: &str, kind: &str) -> bool {
+    WATCHED_BY_DEFAULT.contains(&(group, kind))
+}
 
 impl Echoes {
-    /// Note that an apply of `id` (of `group`/`kind`) answered `resource_version`.
-    pub fn applied(&self, group: &str, kind: &str, id: String, resource_version: Option<&str>) {
-        let Some(rv) = resource_version.filter(|rv| !rv.is_empty()) else { return };
-        if !WATCHED_BY_DEFAULT.contains(&(group, kind)) {
-            return;
-        }
-        self.0.lock().expect("echoes lock").insert(id, rv.to_string());
+    /// The Applications to reconcile for events held while their objects' applies were sent.
+    pub fn triggers(&self) -> broadcast::Receiver<ObjectRef<Application>> {
+        self.triggers.subscribe()
     }
 
-    /// Whether a watch event of `id` at `resource_version` is our own apply coming back (so it
-    /// triggers nothing). Either way the object's entry is gone afterwards.
-    pub fn is_echo(&self, id: &str, resource_version: Option<&str>) -> bool {
-        let mut echoes = self.0.lock().expect("echoes lock");
-        match echoes.remove(id) {
-            Some(rv) => resource_version == Some(rv.as_str()),
+    /// The applies of `ids` (`(group, kind, identity)`) are about to be sent: events of them are
+    /// held until [`Sending::applied`] or the end of the returned guard decides about them.
+    pub fn sending<'a>(&'a self, ids: impl IntoIterator<Item = (&'a str, &'a str, String)>) -> Sending<'a> {
+        let mut entries = self.entries.lock().expect("echoes lock");
+        let ids: Vec<String> = ids
+            .into_iter()
+            .filter(|(g, k, _)| watched(g, k))
+            .map(|(_, _, id)| {
+                entries.insert(id.clone(), Entry::Sending(Vec::new()));
+                id
+            })
+            .collect();
+        Sending { echoes: self, ids }
+    }
+
+    /// Note that an apply of `id` (of `group`/`kind`) answered `resource_version`. Events held
+    /// meanwhile at any other version trigger their Application now.
+    pub fn applied(&self, group: &str, kind: &str, id: String, resource_version: Option<&str>) {
+        if !watched(group, kind) {
+            return;
+        }
+        let rv = resource_version.filter(|rv| !rv.is_empty());
+        let mut entries = self.entries.lock().expect("echoes lock");
+        let held = match entries.remove(&id) {
+            Some(Entry::Sending(held)) => held,
+            _ => Vec::new(),
+        };
+        let mut echoed = false;
+        for (seen, app) in held {
+            if rv.is_some() && seen.as_deref() == rv {
+                echoed = true;
+            } else {
+                drop(self.triggers.send(app));
+            }
+        }
+        if let Some(rv) = rv.filter(|_| !echoed) {
+            entries.insert(id, Entry::Applied(rv.to_string()));
+        }
+    }
+
+    /// Whether a watch event of `id` at `resource_version`, naming `app`, is to trigger no
+    /// reconcile now: our own apply coming back, or an event held while the apply is sent.
+    pub fn is_echo(&self, id: &str, resource_version: Option<&str>, app: &ObjectRef<Application>) -> bool {
+        let mut entries = self.entries.lock().expect("echoes lock");
+        match entries.get_mut(id) {
+            Some(Entry::Sending(held)) => {
+                held.push((resource_version.map(str::to_string), app.clone()));
+                true
+            }
+            Some(Entry::Applied(rv)) => {
+                let echo = resource_version == Some(rv.as_str());
+                entries.remove(id);
+                echo
+            }
             None => false,
         }
     }
 
-    /// Objects applied whose watch event has not come yet.
+    /// Objects applied whose watch event has not come yet, or being sent.
     #[cfg(test)]
     pub fn len(&self) -> usize {
-        self.0.lock().expect("echoes lock").len()
+        self.entries.lock().expect("echoes lock").len()
     }
 
     /// Whether no apply is waiting for its watch event.
@@ -48,14 +129,42 @@ impl Echoes {
     }
 }
 
+/// Applies being sent ([`Echoes::sending`]). Dropped, every object whose apply did not answer
+/// (not applied after all, or failed) gives up its held events: each triggers its Application.
+pub struct Sending<'a> {
+    echoes: &'a Echoes,
+    ids: Vec<String>,
+}
+
+impl Drop for Sending<'_> {
+    fn drop(&mut self) {
+        let mut entries = self.echoes.entries.lock().expect("echoes lock");
+        for id in &self.ids {
+            if !matches!(entries.get(id), Some(Entry::Sending(_))) {
+                continue;
+            }
+            if let Some(Entry::Sending(held)) = entries.remove(id) {
+                for (_, app) in held {
+                    drop(self.echoes.triggers.send(app));
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn app(name: &str) -> ObjectRef<Application> {
+        ObjectRef::new(name).within("team")
+    }
 
     #[test]
     fn only_the_version_applied_is_an_echo() {
         let echoes = Echoes::default();
         let id = "/ConfigMap/ns/a".to_string();
+        let web = app("web");
         // (what was applied, the event's version, is it an echo)
         let cases: &[(Option<&str>, Option<&str>, bool)] = &[
             (Some("10"), Some("10"), true),
@@ -66,13 +175,54 @@ mod tests {
         ];
         for (applied, event, echo) in cases {
             echoes.applied("", "ConfigMap", id.clone(), *applied);
-            assert_eq!(echoes.is_echo(&id, *event), *echo, "applied {applied:?}, event {event:?}");
+            assert_eq!(echoes.is_echo(&id, *event, &web), *echo, "applied {applied:?}, event {event:?}");
             assert!(echoes.is_empty(), "the first event takes the entry");
         }
         // The next event of the same object, even at the same version, is no echo any more.
         echoes.applied("", "ConfigMap", id.clone(), Some("12"));
-        assert!(echoes.is_echo(&id, Some("12")));
-        assert!(!echoes.is_echo(&id, Some("12")));
+        assert!(echoes.is_echo(&id, Some("12"), &web));
+        assert!(!echoes.is_echo(&id, Some("12"), &web));
+    }
+
+    #[test]
+    fn events_while_the_apply_is_sent_trigger_only_if_they_are_not_its_answer() {
+        let cm = "/ConfigMap/ns/a".to_string();
+        // (the events' versions while sending, what the apply answered (None: no answer), the
+        // triggers, an entry left for a later event)
+        type Case = (&'static [&'static str], Option<&'static str>, usize, bool);
+        let cases: &[Case] = &[
+            // The apply's own event came before its answer was handled.
+            (&["10"], Some("10"), 0, false),
+            // Someone else's version only: it triggers, and the echo is still to come.
+            (&["9"], Some("10"), 1, true),
+            // An earlier version, then our own.
+            (&["9", "10"], Some("10"), 1, false),
+            // Nothing seen: the echo is still to come.
+            (&[], Some("10"), 0, true),
+            // The apply failed or was not sent: whatever was seen triggers.
+            (&["10"], None, 1, false),
+            (&[], None, 0, false),
+        ];
+        for (seen, answered, triggered, left) in cases {
+            let echoes = Echoes::default();
+            let mut rx = echoes.triggers();
+            {
+                let _sending = echoes.sending([("", "ConfigMap", cm.clone())]);
+                for rv in *seen {
+                    assert!(echoes.is_echo(&cm, Some(rv), &app("web")), "held while sending");
+                }
+                if let Some(rv) = answered {
+                    echoes.applied("", "ConfigMap", cm.clone(), Some(rv));
+                }
+            }
+            let mut got = 0;
+            while let Ok(r) = rx.try_recv() {
+                assert_eq!(r, app("web"));
+                got += 1;
+            }
+            assert_eq!(got, *triggered, "seen {seen:?}, answered {answered:?}");
+            assert_eq!(echoes.len(), usize::from(*left), "seen {seen:?}, answered {answered:?}");
+        }
     }
 
     #[test]
@@ -81,5 +231,8 @@ mod tests {
         echoes.applied("example.com", "Widget", "example.com/Widget/ns/a".into(), Some("1"));
         echoes.applied("apps", "Deployment", "apps/Deployment/ns/a".into(), Some("1"));
         assert_eq!(echoes.len(), 1);
+        let sending = echoes.sending([("example.com", "Widget", "example.com/Widget/ns/b".to_string())]);
+        assert_eq!(echoes.len(), 1);
+        drop(sending);
     }
 }

@@ -56,6 +56,12 @@ impl Rollout<'_> {
         let span = tracing::info_span!("apply", wave = ?wave, objects = plan.entries.len());
         // Workloads stamped by an earlier version keep the stamp (nothing restarts).
         let desired = crate::live::with_kept_stamps(&planned.desired, &planned.kept_stamps);
+        // Their watch events may come before the answers are noted below.
+        let sending = self.ctx.echoes.sending(
+            plan.entries.iter().filter(|e| matches!(e.action, PlanAction::Create | PlanAction::Update)).map(|e| {
+                (e.group.as_str(), e.kind.as_str(), format!("{}/{}/{}/{}", e.group, e.kind, e.namespace, e.name))
+            }),
+        );
         let result =
             apply::apply(&writer, &self.ctx.client, &planned.scopes, rediscover, plan, &desired, planned.adopt)
                 .instrument(span)
@@ -85,6 +91,7 @@ impl Rollout<'_> {
             self.ctx.echoes.applied(group, kind, id.clone(), obj["metadata"]["resourceVersion"].as_str());
             live.insert(id, obj);
         }
+        drop(sending);
         // Record what we now manage before pruning, so a failed prune loses nothing.
         self.record_kinds(planned, live, managed_left);
         if !last {

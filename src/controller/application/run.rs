@@ -200,10 +200,11 @@ fn tracked<M: kube::Resource<DynamicType = ()>>(
     let ctx = ctx.clone();
     move |m: M| {
         let id = format!("{}/{}/{}/{}", M::group(&()), M::kind(&()), m.namespace().unwrap_or_default(), m.name_any());
-        let r = watched::owner_app(&m)?;
-        if ctx.echoes.is_echo(&id, m.resource_version().as_deref(), &r) {
+        let r = watched::owner_app(&m);
+        if ctx.echoes.is_echo(&id, m.resource_version().as_deref(), r.as_ref()) {
             return None;
         }
+        let r = r?;
         ctx.progress.triggered(&r);
         Some(r)
     }

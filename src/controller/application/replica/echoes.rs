@@ -59,14 +59,19 @@ impl Echoes {
     }
 
     /// The applies of `ids` (`(group, kind, identity)`) are about to be sent: events of them are
-    /// held until [`Sending::applied`] or the end of the returned guard decides about them.
+    /// held until [`Echoes::applied`] or the end of the returned guard decides about them. An
+    /// object already being sent keeps the events it holds; an answer still waiting for its
+    /// event is forgotten, since this apply will answer another version.
     pub fn sending<'a>(&'a self, ids: impl IntoIterator<Item = (&'a str, &'a str, String)>) -> Sending<'a> {
         let mut entries = self.entries.lock().expect("echoes lock");
         let ids: Vec<String> = ids
             .into_iter()
             .filter(|(g, k, _)| watched(g, k))
             .map(|(_, _, id)| {
-                entries.insert(id.clone(), Entry::Sending(Vec::new()));
+                let entry = entries.entry(id.clone()).or_insert_with(|| Entry::Sending(Vec::new()));
+                if matches!(entry, Entry::Applied(_)) {
+                    *entry = Entry::Sending(Vec::new());
+                }
                 id
             })
             .collect();
@@ -99,12 +104,16 @@ impl Echoes {
     }
 
     /// Whether a watch event of `id` at `resource_version`, naming `app`, is to trigger no
-    /// reconcile now: our own apply coming back, or an event held while the apply is sent.
-    pub fn is_echo(&self, id: &str, resource_version: Option<&str>, app: &ObjectRef<Application>) -> bool {
+    /// reconcile now: our own apply coming back, or an event held while the apply is sent. An
+    /// event that names no Application still takes the entry of an answered apply, so that none
+    /// lingers; while the apply is sent it has nothing to hold.
+    pub fn is_echo(&self, id: &str, resource_version: Option<&str>, app: Option<&ObjectRef<Application>>) -> bool {
         let mut entries = self.entries.lock().expect("echoes lock");
         match entries.get_mut(id) {
             Some(Entry::Sending(held)) => {
-                held.push((resource_version.map(str::to_string), app.clone()));
+                if let Some(app) = app {
+                    held.push((resource_version.map(str::to_string), app.clone()));
+                }
                 true
             }
             Some(Entry::Applied(rv)) => {
@@ -175,13 +184,17 @@ mod tests {
         ];
         for (applied, event, echo) in cases {
             echoes.applied("", "ConfigMap", id.clone(), *applied);
-            assert_eq!(echoes.is_echo(&id, *event, &web), *echo, "applied {applied:?}, event {event:?}");
+            assert_eq!(echoes.is_echo(&id, *event, Some(&web)), *echo, "applied {applied:?}, event {event:?}");
             assert!(echoes.is_empty(), "the first event takes the entry");
         }
         // The next event of the same object, even at the same version, is no echo any more.
         echoes.applied("", "ConfigMap", id.clone(), Some("12"));
-        assert!(echoes.is_echo(&id, Some("12"), &web));
-        assert!(!echoes.is_echo(&id, Some("12"), &web));
+        assert!(echoes.is_echo(&id, Some("12"), Some(&web)));
+        assert!(!echoes.is_echo(&id, Some("12"), Some(&web)));
+        // An event that names no Application (its annotation removed) takes the entry too.
+        echoes.applied("", "ConfigMap", id.clone(), Some("13"));
+        assert!(!echoes.is_echo(&id, Some("14"), None));
+        assert!(echoes.is_empty(), "an event without an owner takes the entry");
     }
 
     #[test]
@@ -209,7 +222,7 @@ mod tests {
             {
                 let _sending = echoes.sending([("", "ConfigMap", cm.clone())]);
                 for rv in *seen {
-                    assert!(echoes.is_echo(&cm, Some(rv), &app("web")), "held while sending");
+                    assert!(echoes.is_echo(&cm, Some(rv), Some(&app("web"))), "held while sending");
                 }
                 if let Some(rv) = answered {
                     echoes.applied("", "ConfigMap", cm.clone(), Some(rv));
@@ -222,6 +235,39 @@ mod tests {
             }
             assert_eq!(got, *triggered, "seen {seen:?}, answered {answered:?}");
             assert_eq!(echoes.len(), usize::from(*left), "seen {seen:?}, answered {answered:?}");
+        }
+    }
+
+    #[test]
+    fn sending_keeps_what_is_held_and_forgets_an_answer_still_waiting() {
+        let cm = "/ConfigMap/ns/a".to_string();
+        // (an answer waiting for its event, a second guard of the same object, the version seen
+        // after the first guard, triggers once the guards end without an answer)
+        type Case = (Option<&'static str>, bool, &'static str, usize);
+        let cases: &[Case] = &[
+            // Held by the first guard: a second one keeps it, and it triggers.
+            (None, true, "9", 1),
+            // The answer "10" still waiting is no echo of the new apply: held, and it triggers.
+            (Some("10"), false, "10", 1),
+            (Some("10"), true, "10", 1),
+        ];
+        for (waiting, twice, seen, triggered) in cases {
+            let echoes = Echoes::default();
+            let mut rx = echoes.triggers();
+            if let Some(rv) = waiting {
+                echoes.applied("", "ConfigMap", cm.clone(), Some(rv));
+            }
+            let first = echoes.sending([("", "ConfigMap", cm.clone())]);
+            assert!(echoes.is_echo(&cm, Some(seen), Some(&app("web"))), "held while sending");
+            let second = twice.then(|| echoes.sending([("", "ConfigMap", cm.clone())]));
+            drop(second);
+            drop(first);
+            let mut got = 0;
+            while rx.try_recv().is_ok() {
+                got += 1;
+            }
+            assert_eq!(got, *triggered, "waiting {waiting:?}, twice {twice}");
+            assert!(echoes.is_empty());
         }
     }
 

@@ -152,19 +152,39 @@ async fn one(
     adopt: bool,
     prior: Option<&Value>,
 ) -> Result<One, Error> {
+    match get(client, resource, desired).await? {
+        None => Ok(One::Absent),
+        Some(live) => judge(client, resource, desired, adopt, prior, live).await,
+    }
+}
+
+/// The live object of `desired`, if there is one.
+async fn get(client: &Client, resource: &ApiResource, desired: &Value) -> Result<Option<Value>, Error> {
+    let ns = desired["metadata"]["namespace"].as_str();
+    let name = desired["metadata"]["name"].as_str().unwrap_or_default();
+    match api_for(client, resource, ns).get_opt(name).await {
+        Ok(o) => Ok(o.map(|o| serde_json::to_value(o).unwrap_or_default())),
+        Err(kube::Error::Api(s)) if s.code == 403 => {
+            Err(Error::Forbidden(format!("reading {}: {}", what(desired), s.message)))
+        }
+        // A namespace that does not exist yet holds nothing.
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// `desired` against its `live` object: dry-run, unless only its status moved since `prior`.
+async fn judge(
+    client: &Client,
+    resource: &ApiResource,
+    desired: &Value,
+    adopt: bool,
+    prior: Option<&Value>,
+    live: Value,
+) -> Result<One, Error> {
     let ns = desired["metadata"]["namespace"].as_str();
     let name = desired["metadata"]["name"].as_str().unwrap_or_default();
     let api = api_for(client, resource, ns);
-    let live = match api.get_opt(name).await {
-        Ok(None) => return Ok(One::Absent),
-        Ok(Some(o)) => serde_json::to_value(o).unwrap_or_default(),
-        Err(kube::Error::Api(s)) if s.code == 403 => {
-            return Err(Error::Forbidden(format!("reading {}: {}", what(desired), s.message)));
-        }
-        // A namespace that does not exist yet holds nothing.
-        Err(kube::Error::Api(s)) if s.code == 404 => return Ok(One::Absent),
-        Err(e) => return Err(e.into()),
-    };
     let kept = inventory::with_kept_pod_stamp(desired, &live);
     let desired = kept.as_ref().unwrap_or(desired);
     if prior.is_some_and(|p| same_but_status(desired, p, &live)) {
@@ -191,6 +211,58 @@ async fn one(
     Ok(One::Present { live, dry_run, conflicts, spared: false, kept })
 }
 
+/// The objects of `to_read` read, and dry-run unless every one of them is found as
+/// `status.sync.unchanged` (`vouched`) records: then none is ([`unchanged_digest`]).
+async fn vouched_or_judged(
+    client: &Client,
+    scopes: &ClusterScopes,
+    to_read: Vec<&Value>,
+    adopt: bool,
+    vouched: &str,
+) -> Vec<(String, Result<One, Error>)> {
+    let gets: Vec<_> = to_read
+        .into_iter()
+        .map(|d| async move {
+            let read = match resource_of(scopes, d) {
+                None => Ok(None),
+                Some(r) => get(client, r, d).await,
+            };
+            (d, read)
+        })
+        .collect();
+    let got: Vec<(&Value, Result<Option<Value>, Error>)> =
+        futures_util::stream::iter(gets).buffer_unordered(CONCURRENCY).collect().await;
+    let contents: Option<BTreeMap<String, [u8; 32]>> =
+        got.iter().map(|(d, r)| Some((validate::identity(d), content(d, r.as_ref().ok()?.as_ref()?)))).collect();
+    if contents.is_some_and(|c| unchanged_digest(&c) == vouched) {
+        return got
+            .into_iter()
+            .filter_map(|(d, r)| {
+                let live = r.ok()??;
+                let kept = inventory::with_kept_pod_stamp(d, &live);
+                let dry_run = Some(live.clone());
+                Some((
+                    validate::identity(d),
+                    Ok(One::Present { live, dry_run, conflicts: Vec::new(), spared: true, kept }),
+                ))
+            })
+            .collect();
+    }
+    let judged: Vec<_> = got
+        .into_iter()
+        .map(|(d, r)| async move {
+            let id = validate::identity(d);
+            let one = match (r, resource_of(scopes, d)) {
+                (Ok(Some(live)), Some(res)) => judge(client, res, d, adopt, None, live).await,
+                (Ok(_), _) => Ok(One::Absent),
+                (Err(e), _) => Err(e),
+            };
+            (id, one)
+        })
+        .collect();
+    futures_util::stream::iter(judged).buffer_unordered(CONCURRENCY).collect().await
+}
+
 fn refused(desired: &Value, e: kube::Error) -> Error {
     match e {
         kube::Error::Api(s) if s.code == 403 => {
@@ -203,20 +275,31 @@ fn refused(desired: &Value, e: kube::Error) -> Error {
     }
 }
 
-/// Read the live objects and dry-run results of `desired`. Objects of kinds the cluster does
-/// not serve yet (a CRD in the same plan) are absent. A `known` object is not read: its live
-/// object is the one given, and, as it was found unchanged, so is its dry run. A `prior` one
-/// (the live object a plan found unchanged) is read, and not dry-run when only its status
-/// moved since ([`same_but_status`]).
-pub async fn read_desired(
+/// What earlier plans found unchanged, to spare reads and dry runs ([`read_desired`]).
+#[derive(Clone, Copy)]
+struct Earlier<'a> {
+    /// Objects not read: their live object is the one given, and, as it was found unchanged,
+    /// so is its dry run.
+    known: &'a BTreeMap<String, std::sync::Arc<Value>>,
+    /// Objects read, and not dry-run when only their status moved since this live object
+    /// ([`same_but_status`]).
+    prior: &'a BTreeMap<String, Value>,
+    /// With nothing known or prior: every object is read first, and none is dry-run if they
+    /// match this digest ([`unchanged_digest`]).
+    vouched: Option<&'a str>,
+}
+
+/// Read the live objects and dry-run results of `desired`, sparing what `earlier` allows.
+/// Objects of kinds the cluster does not serve yet (a CRD in the same plan) are absent.
+async fn read_desired(
     client: &Client,
     scopes: &ClusterScopes,
     desired: &[Value],
     adopt: bool,
-    known: &BTreeMap<String, std::sync::Arc<Value>>,
-    prior: &BTreeMap<String, Value>,
+    earlier: Earlier<'_>,
     out: &mut Live,
 ) -> Result<(), Error> {
+    let Earlier { known, prior, vouched } = earlier;
     let mut to_read = Vec::new();
     for d in desired {
         let id = validate::identity(d);
@@ -235,21 +318,27 @@ pub async fn read_desired(
         .increment(known.len() as u64);
     metrics::counter!(crate::metric_names::DESIRED_READS_TOTAL, crate::metric_names::label::SOURCE => "api")
         .increment(to_read.len() as u64);
-    let requests: Vec<_> = to_read
-        .into_iter()
-        .map(|d| async move {
-            let id = validate::identity(d);
-            match resource_of(scopes, d) {
-                None => (id, Ok(One::Absent)),
-                Some(r) => {
-                    let read = one(client, r, d, adopt, prior.get(&id)).await;
-                    (id, read)
-                }
-            }
-        })
-        .collect();
-    let results: Vec<(String, Result<One, Error>)> =
-        futures_util::stream::iter(requests).buffer_unordered(CONCURRENCY).collect().await;
+    let results: Vec<(String, Result<One, Error>)> = match vouched {
+        Some(vouched) if known.is_empty() && prior.is_empty() => {
+            vouched_or_judged(client, scopes, to_read, adopt, vouched).await
+        }
+        _ => {
+            let requests: Vec<_> = to_read
+                .into_iter()
+                .map(|d| async move {
+                    let id = validate::identity(d);
+                    match resource_of(scopes, d) {
+                        None => (id, Ok(One::Absent)),
+                        Some(r) => {
+                            let read = one(client, r, d, adopt, prior.get(&id)).await;
+                            (id, read)
+                        }
+                    }
+                })
+                .collect();
+            futures_util::stream::iter(requests).buffer_unordered(CONCURRENCY).collect().await
+        }
+    };
     let spared = results.iter().filter(|(_, r)| matches!(r, Ok(One::Present { spared: true, .. }))).count();
     metrics::counter!(crate::metric_names::DRY_RUNS_SPARED_TOTAL).increment(spared as u64);
     let mut invalid = Vec::new();
@@ -544,6 +633,10 @@ pub struct Needed<'a> {
     pub selector: &'a str,
     /// `conflictPolicy: Adopt`: conflicts are fields to take over.
     pub adopt: bool,
+    /// `status.sync.unchanged`'s digest, when nothing of this Application is kept in memory
+    /// (a replica that took it over or restarted): if the objects read match it, none is
+    /// dry-run.
+    pub vouched: Option<&'a str>,
 }
 
 /// Read everything the plan needs (managed objects from `cached` where it answers). With
@@ -557,7 +650,7 @@ pub async fn read(
     cached: Cached<'_>,
     skip: Option<Skip<'_>>,
 ) -> Result<Live, Error> {
-    let Needed { desired, managed_kinds, selector, adopt } = needed;
+    let Needed { desired, managed_kinds, selector, adopt, vouched } = needed;
     let mut out = Live::default();
     let kinds = kinds_to_search(managed_kinds, desired);
     match skip {
@@ -578,10 +671,12 @@ pub async fn read(
                 (known, prior)
             })
             .await;
-            read_desired(client, scopes, desired, adopt, &known, &prior, &mut out).await?;
+            let earlier = Earlier { known: &known, prior: &prior, vouched: None };
+            read_desired(client, scopes, desired, adopt, earlier, &mut out).await?;
         }
         None => {
-            read_desired(client, scopes, desired, adopt, &BTreeMap::new(), &BTreeMap::new(), &mut out).await?;
+            let earlier = Earlier { known: &BTreeMap::new(), prior: &BTreeMap::new(), vouched };
+            read_desired(client, scopes, desired, adopt, earlier, &mut out).await?;
             read_managed(client, scopes, &kinds, selector, search, cached, &mut out).await?;
         }
     }
@@ -601,25 +696,55 @@ pub async fn read(
 /// an annotation. Ownership alone (`managedFields`) cannot make a no-op apply conflict: a
 /// conflict needs a value to change.
 pub fn same_but_status(desired: &Value, kept: &Value, live: &Value) -> bool {
+    comparable(desired, kept) == comparable(desired, live)
+}
+
+/// `obj` (a live object of `desired`) as [`same_but_status`] compares it: without `status`,
+/// `metadata.resourceVersion`, `metadata.managedFields` and the annotations `desired` does not
+/// declare.
+fn comparable(desired: &Value, obj: &Value) -> Value {
     let declared = desired["metadata"]["annotations"].as_object();
-    let strip = |o: &Value| -> Value {
-        let mut o = o.clone();
-        if let Some(top) = o.as_object_mut() {
-            top.remove("status");
-            if let Some(meta) = top.get_mut("metadata").and_then(Value::as_object_mut) {
-                meta.remove("resourceVersion");
-                meta.remove("managedFields");
-                if let Some(a) = meta.get_mut("annotations").and_then(Value::as_object_mut) {
-                    a.retain(|k, _| declared.is_some_and(|d| d.contains_key(k)));
-                    if a.is_empty() {
-                        meta.remove("annotations");
-                    }
+    let mut o = obj.clone();
+    if let Some(top) = o.as_object_mut() {
+        top.remove("status");
+        if let Some(meta) = top.get_mut("metadata").and_then(Value::as_object_mut) {
+            meta.remove("resourceVersion");
+            meta.remove("managedFields");
+            if let Some(a) = meta.get_mut("annotations").and_then(Value::as_object_mut) {
+                a.retain(|k, _| declared.is_some_and(|d| d.contains_key(k)));
+                if a.is_empty() {
+                    meta.remove("annotations");
                 }
             }
         }
-        o
-    };
-    strip(kept) == strip(live)
+    }
+    o
+}
+
+/// A digest of `desired` and its live object `live` as [`same_but_status`] compares it: equal
+/// for the same desired object and a live object that differs from the other only where
+/// [`same_but_status`] allows.
+pub fn content(desired: &Value, live: &Value) -> [u8; 32] {
+    use sha2::Digest;
+    let mut h = sha2::Sha256::new();
+    // serde_json's maps are ordered: the same object prints the same.
+    h.update(desired.to_string());
+    h.update([0]);
+    h.update(comparable(desired, live).to_string());
+    h.finalize().into()
+}
+
+/// One digest (`sha256:<hex>`) over the [`content`] of each of an Application's desired
+/// objects, by identity: what `status.sync.unchanged` records.
+pub fn unchanged_digest<'a>(contents: impl IntoIterator<Item = (&'a String, &'a [u8; 32])>) -> String {
+    use sha2::Digest;
+    let mut h = sha2::Sha256::new();
+    for (id, c) in contents {
+        h.update(id);
+        h.update([0]);
+        h.update(c);
+    }
+    format!("sha256:{}", crate::plan::revision::hex(&h.finalize()))
 }
 
 #[cfg(test)]

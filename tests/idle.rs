@@ -5,7 +5,9 @@
 //! asks for reads everything. Nor is its Revision read again while the Revision watch shows the
 //! copy last read or written unchanged (`src/controller/application/revision_cache.rs`). A
 //! Deployment whose status alone moved since (its controller's bookkeeping) is read but not
-//! dry-run again. simcluster only: its audit log shows every write and dry run.
+//! dry-run again. Nor, once a restarted manager (or one a shard moved to) has read an
+//! Application's objects, those that are as `status.sync.unchanged` records. simcluster, whose
+//! audit log shows every write and dry run; the restart also on the real server.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -68,7 +70,11 @@ fn requests(m: &Samples) -> BTreeMap<String, f64> {
 /// Application `web` (path `web`) deploying to `ns`: the cluster, the server, its URL and a work
 /// tree to commit the manifests in.
 fn platform(ns: &str) -> (Cluster, GitServer, String, WorkTree) {
-    let cluster = Cluster::start();
+    platform_on(Cluster::start(), ns)
+}
+
+/// [`platform`] on `cluster`.
+fn platform_on(cluster: Cluster, ns: &str) -> (Cluster, GitServer, String, WorkTree) {
     let server = GitServer::start();
     let url = server.create_repo("platform");
     let work = WorkTree::clone(&url);
@@ -77,6 +83,20 @@ fn platform(ns: &str) -> (Cluster, GitServer, String, WorkTree) {
         &format!("metadata: {{name: web}}\nspec: {{source: {{repository: platform, path: web}}, serviceAccountName: deployer, destination: {{namespace: {ns}}}}}\n"),
     );
     (cluster, server, url, work)
+}
+
+/// Application `web` of a ConfigMap, a Service and a Deployment (no replicas), committed.
+fn three_objects(work: &WorkTree) {
+    work.write("web/cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: web}\ndata: {greeting: hello}\n");
+    work.write(
+        "web/svc.yaml",
+        "apiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec: {selector: {app: web}, ports: [{port: 80}]}\n",
+    );
+    work.write(
+        "web/deploy.yaml",
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec:\n  replicas: 0\n  selector: {matchLabels: {app: web}}\n  template:\n    metadata: {labels: {app: web}}\n    spec: {containers: [{name: web, image: nginx:1.27}]}\n",
+    );
+    work.commit_and_push("web");
 }
 
 /// The Repository `platform` of `url` in `ns`.
@@ -94,16 +114,7 @@ async fn create_repository(client: &kube::Client, ns: &str, url: &str) {
 fn an_idle_application_is_not_read_again_until_something_changes() {
     let (cluster, _server, url, work) = platform(NS);
     let sim = cluster.sim().expect("simcluster");
-    work.write("web/cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: web}\ndata: {greeting: hello}\n");
-    work.write(
-        "web/svc.yaml",
-        "apiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec: {selector: {app: web}, ports: [{port: 80}]}\n",
-    );
-    work.write(
-        "web/deploy.yaml",
-        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec:\n  replicas: 0\n  selector: {matchLabels: {app: web}}\n  template:\n    metadata: {labels: {app: web}}\n    spec: {containers: [{name: web, image: nginx:1.27}]}\n",
-    );
-    work.commit_and_push("web");
+    three_objects(&work);
     let port = free_port();
     let runtime = testkit::runtime();
     runtime.block_on(async {
@@ -252,3 +263,68 @@ fn a_rollouts_own_applies_trigger_no_reconcile_while_its_wave_is_applied() {
         assert!(by_configmaps.is_empty(), "the rollout's own applies triggered reconciles: {by_configmaps:#?}");
     });
 }
+
+/// A manager that starts with nothing of an Application in memory (it restarted, or took the
+/// shard over) reads its objects, and dry-runs none of them when they are as
+/// `status.sync.unchanged` records; an object edited meanwhile is dry-run (and found Drifted).
+/// On simcluster its audit log shows the dry runs; on the real server, the spared ones say that
+/// the objects read again give the recorded digest there too.
+fn a_restarted_manager_dry_runs_only_what_changed_since_status_vouched_for_it(cluster: Cluster) {
+    const NS: &str = "restarted";
+    let (cluster, _server, url, work) = platform_on(cluster, NS);
+    let sim = cluster.sim();
+    three_objects(&work);
+    let runtime = testkit::runtime();
+    runtime.block_on(async {
+        let client = cluster.client().await;
+        install_crds(&client).await;
+        testkit::deployer_namespace(&client, NS).await;
+        let args = ["--enable-webhooks", "false", "--drift-resync-interval", "1s"];
+        let first = Manager::start_with_metrics(&cluster, &args, &[], Some(free_port()));
+        create_repository(&client, NS, &url).await;
+        let apps: Api<Application> = Api::namespaced(client.clone(), NS);
+        let vouched = || async {
+            let sync = apps.get("web").await.ok()?.status?.sync?;
+            (sync.status == SyncState::Synced).then_some(sync.unchanged?)
+        };
+        let recorded = eventually("web Synced, its unchanged objects recorded", Duration::from_secs(90), || async {
+            vouched().await
+        })
+        .await;
+        assert!(recorded.digest.starts_with("sha256:"), "{recorded:?}");
+
+        // Restarted with nothing changed: every object read, none dry-run.
+        drop(first);
+        let mark = sim.map(|s| s.audit_log().len());
+        let port = free_port();
+        let _second = Manager::start_with_metrics(&cluster, &args, &[], Some(port));
+        let after =
+            metrics_until(port, "a drift check that read web's objects", |m| read(m) >= 3.0 && reconciles(m) >= 1.0)
+                .await;
+        if let (Some(sim), Some(mark)) = (sim, mark) {
+            let seen = dry_runs_in(sim, NS, mark);
+            assert!(seen.is_empty(), "objects the status vouched for were dry-run again: {seen:?}");
+        }
+        assert!(value(&after, "ksync_dry_runs_spared_total", &[]) >= 3.0, "no dry run was spared");
+        drop(_second);
+
+        // Restarted after a hand edit: the objects no longer match, so they are dry-run, and the
+        // edit is found.
+        let cms: Api<ConfigMap> = Api::namespaced(client.clone(), NS);
+        let by_hand = PatchParams { field_manager: Some("kubectl-edit".into()), ..Default::default() };
+        cms.patch("web", &by_hand, &Patch::Merge(json!({"data": {"greeting": "edited"}}))).await.unwrap();
+        let mark = sim.map(|s| s.audit_log().len());
+        let _third = Manager::start_with_metrics(&cluster, &args, &[], Some(free_port()));
+        eventually("web Drifted by the edit made while no manager ran", Duration::from_secs(60), || async {
+            let sync = apps.get("web").await.ok()?.status?.sync?;
+            (sync.status == SyncState::Drifted).then_some(())
+        })
+        .await;
+        if let (Some(sim), Some(mark)) = (sim, mark) {
+            let seen: BTreeSet<String> = dry_runs_in(sim, NS, mark).into_iter().map(|(resource, _)| resource).collect();
+            assert!(seen.contains("configmaps"), "the edited ConfigMap was not dry-run: {seen:?}");
+        }
+    });
+}
+
+testkit::both!(a_restarted_manager_dry_runs_only_what_changed_since_status_vouched_for_it);

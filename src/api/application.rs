@@ -548,6 +548,25 @@ pub struct SyncStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 80))]
     pub plan_digest: Option<String>,
+    /// What the last plans found unchanged, for a replica that takes the Application over (or
+    /// restarts): it reads the objects and, where they still match, does not dry-run them again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unchanged: Option<UnchangedDigest>,
+}
+
+/// `status.sync.unchanged`: every desired object, and the live object a plan found it
+/// unchanged against, as one digest.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct UnchangedDigest {
+    /// `sha256:<hex>` over each desired object and its live object without `status`,
+    /// `metadata.resourceVersion`, `metadata.managedFields` and the annotations the desired
+    /// object does not declare.
+    #[schemars(length(max = 80))]
+    pub digest: String,
+    /// When a server-side dry run last confirmed the oldest of them (RFC 3339).
+    #[schemars(length(max = 40))]
+    pub checked_at: String,
 }
 
 /// `status.health`.

@@ -46,7 +46,7 @@ pub fn charts_digest(charts: &[crate::api::revision::ChartVersion]) -> String {
     hex(&h.finalize())
 }
 
-fn hex(bytes: &[u8]) -> String {
+pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 

@@ -100,9 +100,14 @@ pub(super) async fn plan(
         *recheckable.lock().expect("recheckable lock") = recheck;
         spare
     };
+    // Nothing kept in memory (a replica that took the Application over, or restarted): a drift
+    // check reads the objects, and dry-runs none if they are as the last plans found them.
+    let vouched = if from_cache && !requested && known.is_empty() { vouched(app, now) } else { None };
     let read = {
         let skip: Option<live::Skip<'_>> = if from_cache && !kept.is_empty() { Some(&skip) } else { None };
-        let needed = live::Needed { desired: &desired, managed_kinds: &managed_kinds, selector: &selector, adopt };
+        let vouched = vouched.as_ref().map(|(digest, _)| digest.as_str());
+        let needed =
+            live::Needed { desired: &desired, managed_kinds: &managed_kinds, selector: &selector, adopt, vouched };
         live::read(&sa_client, &scopes, needed, search, &cached, skip).await
     };
     let skipped = skipped.into_inner().expect("skipped lock");
@@ -125,6 +130,14 @@ pub(super) async fn plan(
         Err(live::Error::Api(e)) => return Err(e.into()),
     };
     rechecked.retain(|id, _| live.rechecked.contains(id));
+    if let Some((_, checked)) = vouched {
+        for d in desired.iter() {
+            let id = validate::identity(d);
+            if let (true, Some(l)) = (live.rechecked.contains(&id), live.live.get(&id)) {
+                rechecked.entry(id).or_insert_with(|| unchanged::known(d, l, checked));
+            }
+        }
+    }
     // One object, one Application: an object another Application manages is refused, naming
     // it, unless that Application is gone (its objects were orphaned and may be taken over).
     // The annotation naming it is the tenant's to write: another namespace's Application is
@@ -195,6 +208,16 @@ pub(super) async fn plan(
     }))
 }
 
+/// `status.sync.unchanged` of `app`, with when it was last really checked as an instant of
+/// this process, unless that is [`unchanged::TRUST_FOR`] ago or more (or cannot be read).
+fn vouched(app: &Application, now: std::time::Instant) -> Option<(String, std::time::Instant)> {
+    let u = app.status.as_ref()?.sync.as_ref()?.unchanged.as_ref()?;
+    let checked: jiff::Timestamp = u.checked_at.parse().ok()?;
+    let age = jiff::Timestamp::now().duration_since(checked);
+    let age = std::time::Duration::try_from(age).ok()?;
+    (age < unchanged::TRUST_FOR).then(|| Some((u.digest.clone(), now.checked_sub(age)?))).flatten()
+}
+
 /// A watch cache's metadata of an object of `r`, shaped as a listed managed object.
 fn as_object(r: &ApiResource, m: ObjectMeta) -> Value {
     json!({"apiVersion": r.api_version, "kind": r.kind, "metadata": m})
@@ -242,6 +265,7 @@ mod tests {
                 resource_version: "1".into(),
                 live: "{}".into(),
                 checked: std::time::Instant::now(),
+                content: [0; 32],
             };
             ids.iter().map(|id| (id.to_string(), k.clone())).collect()
         };

@@ -199,6 +199,7 @@ pub(super) async fn enter(
             commit: Some(source.commit.clone()),
             drifted: Vec::new(),
             plan_digest: None,
+            unchanged: None,
         });
     }
     status.desired_revision = Some(rev_name.to_string());

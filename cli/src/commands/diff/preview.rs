@@ -274,7 +274,13 @@ pub async fn preview(cluster: &Cluster, shared: &Shared, app: &Application, ask:
     let selector = inventory::selector(&ns, &name);
     let adopt = spec.sync.conflict_policy == ConflictPolicy::Adopt;
     let search = live::Search { namespaces: &namespaces, answers: None };
-    let needed = live::Needed { desired: &prepared.objects, managed_kinds: &managed_kinds, selector: &selector, adopt };
+    let needed = live::Needed {
+        desired: &prepared.objects,
+        managed_kinds: &managed_kinds,
+        selector: &selector,
+        adopt,
+        vouched: None,
+    };
     let read = live::read(&sa, &shared.scopes, needed, search, &live::uncached, None).await.map_err(|e| {
         redact(format!("reading the live state as the service account {}: {e}", spec.service_account_name), &secrets)
     })?;

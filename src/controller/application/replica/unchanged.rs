@@ -41,6 +41,8 @@ pub struct Known {
     pub live: Arc<str>,
     /// When a real read (`GET` and dry run) last found it unchanged.
     pub checked: Instant,
+    /// [`crate::live::content`] of the desired object and the live object.
+    pub content: [u8; 32],
 }
 
 /// A desired object's digest: any change to it (a new commit, new values) changes it.
@@ -153,13 +155,34 @@ pub fn applied(desired: &[Value], objects: &BTreeMap<String, Value>, now: Instan
 /// `live` (which has a resourceVersion), compared with `desired` at `checked`, as kept: without
 /// `metadata.managedFields`, often its largest part, which nothing planned from a kept object
 /// reads (conflicts come from dry runs, which a skipped object does not get).
-fn known(desired: &Value, live: &Value, checked: Instant) -> Known {
+/// `desired`, found unchanged against `live` by a real read at `checked`.
+pub fn known(desired: &Value, live: &Value, checked: Instant) -> Known {
     Known {
         digest: digest(desired),
         resource_version: resource_version(live).unwrap_or_default().into(),
         live: serde_json::to_string(&WithoutManagedFields(live)).unwrap_or_default().into(),
         checked,
+        content: crate::live::content(desired, live),
     }
+}
+
+/// What `status.sync.unchanged` records of `known` for `desired`: the digest of every desired
+/// object with the live object it was found unchanged against, and when the oldest of them was
+/// really checked. `None` unless every desired object is kept for this very desired object.
+///
+/// Contract: a replica that reads the objects again and finds the same digest
+/// ([`crate::live::unchanged_digest`]) holds what [`crate::live::same_but_status`] would hold
+/// of each: nothing a dry run could find differently has changed since.
+pub fn vouch(known: &BTreeMap<String, Known>, desired: &[Value]) -> Option<(String, Instant)> {
+    let mut contents = BTreeMap::new();
+    let mut oldest: Option<Instant> = None;
+    for d in desired {
+        let id = validate::identity(d);
+        let k = known.get(&id).filter(|k| k.digest == digest(d))?;
+        oldest = Some(oldest.map_or(k.checked, |o| o.min(k.checked)));
+        contents.insert(id, k.content);
+    }
+    Some((crate::live::unchanged_digest(&contents), oldest?))
 }
 
 /// An object printed without `metadata.managedFields`, and without copying it first (this
@@ -252,6 +275,55 @@ mod tests {
     use super::*;
     use crate::live::same_but_status;
     use serde_json::json;
+
+    #[test]
+    fn the_recorded_digest_matches_objects_read_again_only_where_a_dry_run_could_not_differ() {
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": "ns"}, "data": {"k": "v"}});
+        let svc = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "a", "namespace": "ns"}, "spec": {"ports": [{"port": 80}]}});
+        let live = |d: &Value, rv: &str| {
+            let mut l = d.clone();
+            l["metadata"]["resourceVersion"] = json!(rv);
+            l["metadata"]["uid"] = json!("u");
+            l
+        };
+        let now = Instant::now();
+        let desired = vec![cm.clone(), svc.clone()];
+        let kept: BTreeMap<String, Known> =
+            desired.iter().map(|d| (validate::identity(d), known(d, &live(d, "1"), now))).collect();
+        let (recorded, oldest) = vouch(&kept, &desired).expect("every desired object is kept");
+        assert_eq!(oldest, now);
+        // What a replica reads later: (the ConfigMap read, the digest is the recorded one)
+        let with = |f: &dyn Fn(&mut Value)| {
+            let mut l = live(&cm, "7");
+            f(&mut l);
+            l
+        };
+        let cases: Vec<(&str, Value, bool)> = vec![
+            ("only the resourceVersion moved", with(&|_| {}), true),
+            ("only its status", with(&|l| l["status"] = json!({"x": 1})), true),
+            ("an annotation it does not declare", with(&|l| l["metadata"]["annotations"] = json!({"x": "y"})), true),
+            ("its data edited", with(&|l| l["data"]["k"] = json!("edited")), false),
+            ("a label added", with(&|l| l["metadata"]["labels"] = json!({"x": "y"})), false),
+            ("recreated", with(&|l| l["metadata"]["uid"] = json!("other")), false),
+        ];
+        for (what, read, same) in cases {
+            let contents: BTreeMap<String, [u8; 32]> = [
+                (validate::identity(&cm), crate::live::content(&cm, &read)),
+                (validate::identity(&svc), crate::live::content(&svc, &live(&svc, "9"))),
+            ]
+            .into();
+            assert_eq!(crate::live::unchanged_digest(&contents) == recorded, same, "{what}");
+            // The same verdict as the per-object comparison a kept object gets.
+            assert_eq!(same_but_status(&cm, &live(&cm, "1"), &read), same, "{what}");
+        }
+        // Not every desired object kept, or a desired object changed: nothing to record.
+        let mut partial = kept.clone();
+        partial.remove(&validate::identity(&svc));
+        assert!(vouch(&partial, &desired).is_none());
+        let mut changed = cm.clone();
+        changed["data"]["k"] = json!("new");
+        assert!(vouch(&kept, &[changed, svc.clone()]).is_none());
+    }
 
     /// The skipped part of [`split`], as the read gets it.
     fn skippable(

@@ -12,8 +12,9 @@ use serde_json::Value;
 
 use super::super::Reconcile;
 use super::super::flow::{Failure, Planned, reason_const, redact};
+use super::super::replica::unchanged;
 use super::Rollout;
-use crate::api::application::{HealthSummary, ResourceRef, SyncState};
+use crate::api::application::{HealthSummary, ResourceRef, SyncState, UnchangedDigest};
 use crate::api::common::GroupVersionKind;
 use crate::api::conditions;
 use crate::api::names;
@@ -156,6 +157,26 @@ impl Rollout<'_> {
         } else {
             Vec::new()
         };
+        if state == SyncState::Synced {
+            self.record_unchanged(planned);
+        }
+    }
+
+    /// `status.sync.unchanged` from what the plans kept ([`unchanged::vouch`]), when every
+    /// desired object is kept. Otherwise what was recorded stays: a replica that takes the
+    /// Application over checks it against the objects it reads, so an older record costs at
+    /// most their dry runs, and a write is not spent on clearing it. The same digest keeps its
+    /// time, so a real check of an object again writes nothing.
+    fn record_unchanged(&mut self, planned: &Planned) {
+        let known = self.ctx.unchanged.get(&format!("{}/{}", self.ns, self.name));
+        let Some((digest, checked)) = unchanged::vouch(&known, &planned.desired) else { return };
+        let Some(sync) = self.status.sync.as_mut() else { return };
+        if sync.unchanged.as_ref().is_some_and(|u| u.digest == digest) {
+            return;
+        }
+        let age = jiff::SignedDuration::try_from(checked.elapsed()).unwrap_or_default();
+        let checked_at = Timestamp::now().checked_sub(age).unwrap_or_else(|_| Timestamp::now());
+        sync.unchanged = Some(UnchangedDigest { digest, checked_at: checked_at.to_string() });
     }
 
     /// Whether this reconcile notices drift of the deployed desired state anew

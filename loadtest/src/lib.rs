@@ -149,6 +149,12 @@ pub struct Args {
     /// Quiet period after convergence over which idle CPU is measured.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub settle: Duration,
+    /// The takeover asks for no reconcile: each moved Application counts as handled at its first
+    /// reconcile on a survivor after the kill, read from the replicas' logs (their log filter
+    /// gets `kube_runtime::controller=debug`). A requested reconcile reads and dry-runs every
+    /// object; this measures the takeover a SIGKILL alone costs.
+    #[arg(long)]
+    pub takeover_unrequested: bool,
     /// `--drift-resync-interval` of every replica (default: the controller's, 5m).
     #[arg(long, value_parser = parse_duration)]
     pub drift_resync_interval: Option<Duration>,

@@ -370,6 +370,10 @@ pub struct Takeover {
     /// Shards whose holder changed in all (the victim's, and any the new split moved between
     /// survivors).
     pub shards_moved: usize,
+    /// Whether a reconcile of each moved Application was asked for right after the kill (and
+    /// `reconciled` is when its status echoed the request); without, `reconciled` is its first
+    /// reconcile on a survivor, from their logs (`--takeover-unrequested`).
+    pub requested: bool,
 }
 
 /// One row of the goals table: what, the goal, the figure, and whether it is met (`None`: no
@@ -733,7 +737,8 @@ impl Report {
             let verdict = if t.missed == 0 && t.reconciled.max <= t.target_s { "met" } else { "missed" };
             let _ = writeln!(
                 out,
-                "| kill to each of its Applications reconciled by a survivor (p50 / p90 / p99 / max; target {:.0} s: {verdict}) | {} |",
+                "| kill to each of its Applications reconciled by a survivor ({}; p50 / p90 / p99 / max; target {:.0} s: {verdict}) | {} |",
+                if t.requested { "a reconcile requested" } else { "none requested, its first reconcile in the logs" },
                 t.target_s,
                 t.reconciled.cell_s()
             );

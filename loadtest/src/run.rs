@@ -496,12 +496,16 @@ impl Fleet {
         if let Some(qps) = self.args.kube_api_qps {
             extra.push(format!("--kube-api-qps={qps}"));
         }
+        let mut log_filter = self.args.controller_log.clone();
+        if self.args.takeover_unrequested {
+            log_filter.push_str(",kube_runtime::controller=debug");
+        }
         let options = fleet::ReplicaOptions {
             bin: &self.controller_bin,
             shards: self.args.shards,
             lease_duration: self.args.lease_duration,
             concurrency: self.args.concurrent_applications,
-            log_filter: &self.args.controller_log,
+            log_filter: &log_filter,
             extra: &extra,
             tools: tools.as_deref(),
         };
@@ -1012,13 +1016,16 @@ impl Fleet {
             self.apps.iter().filter(|d| shards.contains(&d.shard(self.args.shards))).cloned().collect();
         say!("killing {victim} (shards {shards:?}, {} Applications; leader {leader:?})", apps.len());
 
-        let killed = Instant::now();
+        let (killed, killed_at) = (Instant::now(), jiff::Timestamp::now());
         if let Some(p) = self.replicas.iter_mut().find(|p| p.name == victim) {
             p.kill();
         }
         let token = format!("takeover-{}", jiff::Timestamp::now());
-        self.request_reconcile(apps.iter(), &token).await?;
-        say!("{} Applications annotated {:.1} s after the kill", apps.len(), killed.elapsed().as_secs_f64());
+        let requested = !self.args.takeover_unrequested;
+        if requested {
+            self.request_reconcile(apps.iter(), &token).await?;
+            say!("{} Applications annotated {:.1} s after the kill", apps.len(), killed.elapsed().as_secs_f64());
+        }
 
         let deadline = killed + Duration::from_secs(120).max(self.args.lease_duration * 8);
         let lease_keys: Vec<String> = shards.iter().map(|k| Self::shard_lease_key(*k)).collect();
@@ -1033,27 +1040,31 @@ impl Fleet {
             })
             .await;
         let keys: Vec<String> = apps.iter().map(|d| key(&d.namespace, &d.name)).collect();
-        let handled = |s: &AppSeen| s.handled.as_deref() == Some(token.as_str());
-        let mut last_said = Instant::now();
-        let all = self
-            .app_seen
-            .until(deadline, |j| {
-                let times: Vec<Option<Instant>> = keys.iter().map(|k| j.first_since(k, killed, handled)).collect();
-                if last_said.elapsed() > Duration::from_secs(5) {
-                    last_said = Instant::now();
-                    let n = times.iter().flatten().count();
-                    say!("{n}/{} reconciled after {:.0} s", keys.len(), killed.elapsed().as_secs_f64());
-                }
-                times.into_iter().collect::<Option<Vec<Instant>>>()
-            })
-            .await;
-        let times: Vec<Duration> = match all {
-            Some(t) => t.into_iter().map(|at| at.saturating_duration_since(killed)).collect(),
-            None => keys
-                .iter()
-                .filter_map(|k| self.app_seen.first_since(k, killed, handled))
-                .map(|at| at.saturating_duration_since(killed))
-                .collect(),
+        let times: Vec<Duration> = if requested {
+            let handled = |s: &AppSeen| s.handled.as_deref() == Some(token.as_str());
+            let mut last_said = Instant::now();
+            let all = self
+                .app_seen
+                .until(deadline, |j| {
+                    let times: Vec<Option<Instant>> = keys.iter().map(|k| j.first_since(k, killed, handled)).collect();
+                    if last_said.elapsed() > Duration::from_secs(5) {
+                        last_said = Instant::now();
+                        let n = times.iter().flatten().count();
+                        say!("{n}/{} reconciled after {:.0} s", keys.len(), killed.elapsed().as_secs_f64());
+                    }
+                    times.into_iter().collect::<Option<Vec<Instant>>>()
+                })
+                .await;
+            match all {
+                Some(t) => t.into_iter().map(|at| at.saturating_duration_since(killed)).collect(),
+                None => keys
+                    .iter()
+                    .filter_map(|k| self.app_seen.first_since(k, killed, handled))
+                    .map(|at| at.saturating_duration_since(killed))
+                    .collect(),
+            }
+        } else {
+            self.reconciled_in_logs(&victim, &apps, killed_at, deadline).await
         };
         let after = self.holders();
         let takeover = Takeover {
@@ -1065,6 +1076,7 @@ impl Fleet {
             reconciled: Summary::of(&times),
             target_s: self.args.lease_duration.as_secs_f64() + 5.0,
             shards_moved: before.iter().filter(|(k, h)| after.get(k) != Some(h)).count(),
+            requested,
             victim,
         };
         say!(
@@ -1077,11 +1089,95 @@ impl Fleet {
         self.report.takeover = Some(takeover);
         Ok(())
     }
+
+    /// From `killed_at` until each of `apps` was first reconciled by a replica other than
+    /// `victim`, from their logs (the Application controller logs `reconciled` once a reconcile
+    /// returns, inside `kube_runtime::controller`'s span that names the object), read every
+    /// second until all are there or `deadline`.
+    async fn reconciled_in_logs(
+        &self,
+        victim: &str,
+        apps: &[AppDef],
+        killed_at: jiff::Timestamp,
+        deadline: Instant,
+    ) -> Vec<Duration> {
+        let wanted: HashMap<String, usize> =
+            apps.iter().enumerate().map(|(i, d)| (format!("/{}.{}", d.name, d.namespace), i)).collect();
+        let mut first: Vec<Option<Duration>> = vec![None; apps.len()];
+        let mut last_said = Instant::now();
+        loop {
+            for p in self.replicas.iter().filter(|p| p.name != victim) {
+                let log = std::fs::read_to_string(&p.log).unwrap_or_default();
+                for line in log.lines().filter(|l| l.contains("reconciled")) {
+                    let Some((at, i)) = reconciled_line(&without_colours(line), &wanted) else { continue };
+                    let Ok(since) = Duration::try_from(at.duration_since(killed_at)) else { continue };
+                    if first[i].is_none_or(|f| since < f) {
+                        first[i] = Some(since);
+                    }
+                }
+            }
+            let n = first.iter().flatten().count();
+            if n == apps.len() || Instant::now() >= deadline {
+                return first.into_iter().flatten().collect();
+            }
+            if last_said.elapsed() > Duration::from_secs(5) {
+                last_said = Instant::now();
+                say!("{n}/{} reconciled by a survivor (logs)", apps.len());
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+}
+
+/// `line` without terminal colour sequences.
+fn without_colours(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\x1b' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// A replica's log line of a reconcile that returned: when, and which of `wanted` (by
+/// `/<name>.<namespace>`, the tail of kube's object reference) it was for.
+fn reconciled_line(line: &str, wanted: &HashMap<String, usize>) -> Option<(jiff::Timestamp, usize)> {
+    if !line.contains("reconciled result=") {
+        return None;
+    }
+    let at: jiff::Timestamp = line.split_whitespace().next()?.parse().ok()?;
+    let r = line.split("object.ref=").nth(1)?;
+    let r = r.split(|c: char| c.is_whitespace() || c == '}' || c == ',').next()?;
+    let tail = &r[r.find('/')?..];
+    Some((at, *wanted.get(tail)?))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_reconcile_is_found_in_a_replica_log_line() {
+        let wanted: HashMap<String, usize> = [("/app-7.team-1".to_string(), 3)].into();
+        // As a replica logs it (kube_runtime's span, the Application controller's event).
+        let line = "\x1b[2m2026-12-06T17:30:01.5Z\x1b[0m \x1b[34mDEBUG\x1b[0m reconciling object{\x1b[3mobject.ref\x1b[0m\x1b[2m=\x1b[0mApplication.v1alpha1.sync.kuvryn.io/app-7.team-1 \x1b[3mobject.reason\x1b[0m\x1b[2m=\x1b[0mobject updated}:reconcile{\x1b[3mapplication\x1b[0m\x1b[2m=\x1b[0mapp-7}: \x1b[2mkuvryn_sync::controller::application::run\x1b[0m\x1b[2m:\x1b[0m reconciled \x1b[3mresult\x1b[0m\x1b[2m=\x1b[0m\"ok\"";
+        let plain = without_colours(line);
+        let (at, i) = reconciled_line(&plain, &wanted).expect("found");
+        assert_eq!((at.to_string().as_str(), i), ("2026-12-06T17:30:01.5Z", 3));
+        let other = plain.replace("app-7.team-1", "app-70.team-1");
+        assert!(reconciled_line(&other, &wanted).is_none());
+        // The span alone (a reconcile starting, or any other event in it) is no reconcile done.
+        let started = plain.replace("reconciled result=", "planning");
+        assert!(reconciled_line(&started, &wanted).is_none());
+    }
 
     #[test]
     fn requests_per_application_count_only_what_grew() {

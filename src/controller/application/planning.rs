@@ -102,7 +102,8 @@ pub(super) async fn plan(
     };
     // Nothing kept in memory (a replica that took the Application over, or restarted): a drift
     // check reads the objects, and dry-runs none if they are as the last plans found them.
-    let vouched = if from_cache && !requested && known.is_empty() { vouched(app, now) } else { None };
+    let vouched =
+        if from_cache && !requested && known.is_empty() { vouched(app, now, jiff::Timestamp::now()) } else { None };
     let read = {
         let skip: Option<live::Skip<'_>> = if from_cache && !kept.is_empty() { Some(&skip) } else { None };
         let vouched = vouched.as_ref().map(|(digest, _)| digest.as_str());
@@ -209,13 +210,20 @@ pub(super) async fn plan(
 }
 
 /// `status.sync.unchanged` of `app`, with when it was last really checked as an instant of
-/// this process, unless that is [`unchanged::TRUST_FOR`] ago or more (or cannot be read).
-fn vouched(app: &Application, now: std::time::Instant) -> Option<(String, std::time::Instant)> {
+/// this process (`now` is `wall` on the wall clock).
+///
+/// Contract: `None` unless the record was checked less than [`unchanged::TRUST_FOR`] before
+/// `wall`; a time that cannot be read, that lies in the future (another replica's clock ahead
+/// of ours), or that this process's clock cannot express (a machine up for less time than the
+/// record's age) is not trusted either. Not trusted, every object is dry-run.
+fn vouched(app: &Application, now: std::time::Instant, wall: jiff::Timestamp) -> Option<(String, std::time::Instant)> {
     let u = app.status.as_ref()?.sync.as_ref()?.unchanged.as_ref()?;
     let checked: jiff::Timestamp = u.checked_at.parse().ok()?;
-    let age = jiff::Timestamp::now().duration_since(checked);
-    let age = std::time::Duration::try_from(age).ok()?;
-    (age < unchanged::TRUST_FOR).then(|| Some((u.digest.clone(), now.checked_sub(age)?))).flatten()
+    let age = std::time::Duration::try_from(wall.duration_since(checked)).ok()?;
+    if age >= unchanged::TRUST_FOR {
+        return None;
+    }
+    Some((u.digest.clone(), now.checked_sub(age)?))
 }
 
 /// A watch cache's metadata of an object of `r`, shaped as a listed managed object.
@@ -255,6 +263,35 @@ fn own_writes_seen(
 mod tests {
     use super::*;
     use crate::api::common::GroupVersionKind;
+
+    #[test]
+    fn a_record_is_trusted_only_within_the_hour_after_its_check() {
+        use std::time::Duration;
+        let wall: jiff::Timestamp = "2026-12-06T12:00:00Z".parse().unwrap();
+        let now = std::time::Instant::now();
+        let app = |checked_at: &str| {
+            let status =
+                json!({"sync": {"status": "Synced", "unchanged": {"digest": "sha256:ab", "checkedAt": checked_at}}});
+            super::super::replica::written::test_app("1", status)
+        };
+        // (checkedAt, how long ago it counts as checked; None: not trusted)
+        let cases: &[(&str, Option<u64>)] = &[
+            ("2026-12-06T11:50:00Z", Some(600)),
+            ("2026-12-06T11:00:01Z", Some(3599)),
+            ("2026-12-06T11:00:00Z", None),
+            ("2026-12-06T09:00:00Z", None),
+            ("2026-12-06T12:00:05Z", None),
+            ("yesterday", None),
+        ];
+        for (checked_at, ago) in cases {
+            let got = vouched(&app(checked_at), now, wall);
+            let want =
+                ago.and_then(|s| now.checked_sub(Duration::from_secs(s))).map(|at| ("sha256:ab".to_string(), at));
+            assert_eq!(got, want, "{checked_at}");
+        }
+        let none = super::super::replica::written::test_app("1", json!({"sync": {"status": "Synced"}}));
+        assert_eq!(vouched(&none, now, wall), None);
+    }
 
     #[test]
     fn own_writes_are_seen_only_when_the_cache_holds_every_kept_object_and_something_is_kept() {

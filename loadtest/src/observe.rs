@@ -190,6 +190,32 @@ pub fn shard_leases(client: &kube::Client, namespace: &str) -> Arc<Journal<Optio
     follow(Api::<Lease>::namespaced(client.clone(), namespace), watcher::Config::default().labels(&shards), holder)
 }
 
+/// A shard Lease's holder and `renewTime` (the holder's clock when it sent the renewal).
+fn renewal(lease: &Lease) -> Option<(String, jiff::Timestamp)> {
+    Some((holder(lease)?, lease.spec.as_ref()?.renew_time.as_ref()?.0))
+}
+
+/// The shard Leases in `namespace`: their holder and `renewTime`.
+pub fn shard_renewals(client: &kube::Client, namespace: &str) -> Arc<Journal<Option<(String, jiff::Timestamp)>>> {
+    let shards = format!("{}=shard", sharding::lease::ROLE_LABEL);
+    follow(Api::<Lease>::namespaced(client.clone(), namespace), watcher::Config::default().labels(&shards), renewal)
+}
+
+/// The gaps, in seconds, between consecutive renewals of one Lease by the same holder, from
+/// their `renewTime`s (`seen`: what a journal of [`renewal`]s holds for one Lease, in order).
+pub fn renew_time_gaps(seen: &[Option<(String, jiff::Timestamp)>]) -> Vec<f64> {
+    let mut gaps = Vec::new();
+    for pair in seen.windows(2) {
+        if let (Some((a, at)), Some((b, bt))) = (&pair[0], &pair[1])
+            && a == b
+            && bt > at
+        {
+            gaps.push(bt.duration_since(*at).as_secs_f64());
+        }
+    }
+    gaps
+}
+
 /// The writes the cluster's own controllers (and kubelets) make in the fleet's namespaces, as
 /// their watch events show them: every stored change of a ReplicaSet, Pod, EndpointSlice or
 /// Endpoints object, and every change of a Deployment that left its generation as it was (a
@@ -270,4 +296,27 @@ fn count<K>(
             }
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renew_time_gaps_are_between_renewals_by_the_same_holder() {
+        let at = |s: &str| -> jiff::Timestamp { format!("2026-12-06T12:00:{s}Z").parse().unwrap() };
+        let by = |h: &str, s: &str| Some((h.to_string(), at(s)));
+        let seen = vec![
+            by("a", "00"),
+            by("a", "03"),
+            // The same renewal seen again (a resync, another field's write): no gap.
+            by("a", "03"),
+            by("a", "12.5"),
+            // Released, then taken by another holder: its first renewal is no gap of a's.
+            None,
+            by("b", "20"),
+            by("b", "22"),
+        ];
+        assert_eq!(renew_time_gaps(&seen), vec![3.0, 9.5, 2.0]);
+    }
 }

@@ -295,6 +295,12 @@ pub struct Ownership {
     pub fence_limit_s: f64,
     /// Renewal gaps over the limit.
     pub gaps_over_limit: usize,
+    /// The same gaps from the Leases' `renewTime`s (when each holder sent its renewal, by its
+    /// clock) rather than from when the load test's watch saw them: a watch that lags behind a
+    /// busy server shows gaps the replicas did not make.
+    pub longest_renew_time_gap_s: f64,
+    /// Of those, over the limit.
+    pub renew_time_gaps_over_limit: usize,
     /// By replica: reconciles that stopped because the fence said the shard was not owned
     /// (`this replica no longer owns the Application's shard` in its log, at debug level; a
     /// reconcile refused at its start is not logged).
@@ -848,6 +854,11 @@ impl Report {
             out,
             "| longest shard Lease renewal gap (fence limit {:.1} s; gaps over it) | {:.1} s ({}) |",
             o.fence_limit_s, o.longest_renewal_gap_s, o.gaps_over_limit
+        );
+        let _ = writeln!(
+            out,
+            "| the same from the Leases' `renewTime`s (when the holders sent them; gaps over the limit) | {:.1} s ({}) |",
+            o.longest_renew_time_gap_s, o.renew_time_gaps_over_limit
         );
         // The replicas' own count, from their last `/metrics` (a replica killed before it is
         // not counted).

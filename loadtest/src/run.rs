@@ -83,6 +83,8 @@ struct Fleet {
     app_seen: Arc<Journal<AppSeen>>,
     cm_seen: Arc<Journal<Option<String>>>,
     lease_seen: Arc<Journal<Option<String>>>,
+    /// The shard Leases' holders and `renewTime`s.
+    renewal_seen: Arc<Journal<Option<(String, jiff::Timestamp)>>>,
     started: Instant,
     /// When each phase started (wall clock, to place audit events).
     phases: Vec<(String, jiff::Timestamp)>,
@@ -196,6 +198,7 @@ pub fn run(args: &Args) -> Result<Report> {
             app_seen: observe::Journal::empty(),
             cm_seen: observe::configmaps(&client),
             lease_seen: observe::shard_leases(&client, SYSTEM),
+            renewal_seen: observe::shard_renewals(&client, SYSTEM),
             lease_versions: chaos::lease_versions(&client, SYSTEM),
             cluster_writes: observe::cluster_writes(&client, "team-"),
             client,
@@ -731,6 +734,14 @@ impl Fleet {
         o.fence_limit_s = limit;
         o.longest_renewal_gap_s = gaps.iter().copied().fold(0.0, f64::max);
         o.gaps_over_limit = gaps.iter().filter(|g| **g > limit).count();
+        let sent: Vec<f64> = self
+            .renewal_seen
+            .history()
+            .into_values()
+            .flat_map(|seen| observe::renew_time_gaps(&seen.into_iter().map(|(_, v)| v).collect::<Vec<_>>()))
+            .collect();
+        o.longest_renew_time_gap_s = sent.iter().copied().fold(0.0, f64::max);
+        o.renew_time_gaps_over_limit = sent.iter().filter(|g| **g > limit).count();
         for p in &self.replicas {
             // A replica the chaos run restarted left its earlier logs as `<log>.<n>`.
             let earlier = (1..).map(|n| p.log.with_extension(format!("log.{n}"))).take_while(|l| l.exists());

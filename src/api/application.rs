@@ -510,6 +510,25 @@ pub enum SyncState {
     Unknown,
 }
 
+impl ApplicationStatus {
+    /// Whether `self` and `other` differ in nothing but `sync.unchanged`. That record rides
+    /// along with a status write made for something else and is never a write of its own: a
+    /// drift check that finds nothing to change writes nothing, even when an object's harmless
+    /// change (a label the desired object does not declare) moved the digest.
+    pub fn same_but_unchanged(&self, other: &ApplicationStatus) -> bool {
+        match (self.sync.as_ref(), other.sync.as_ref()) {
+            (Some(a), Some(b)) if a.unchanged != b.unchanged => {
+                let mut same = other.clone();
+                if let Some(sync) = same.sync.as_mut() {
+                    sync.unchanged.clone_from(&a.unchanged);
+                }
+                same == *self
+            }
+            _ => self == other,
+        }
+    }
+}
+
 impl SyncState {
     /// Every state.
     pub const ALL: [SyncState; 4] = [SyncState::Synced, SyncState::OutOfSync, SyncState::Drifted, SyncState::Unknown];
@@ -632,4 +651,32 @@ pub struct DiagnosisStep {
     /// The object does not exist (a missing Secret, ConfigMap, claim...).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub missing: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_unchanged_record_alone_is_no_write() {
+        let record = |d: &str| Some(UnchangedDigest { digest: d.into(), checked_at: "2026-12-06T00:00:00Z".into() });
+        let status = |state: SyncState, unchanged: Option<UnchangedDigest>| ApplicationStatus {
+            sync: Some(SyncStatus { status: state, unchanged, ..Default::default() }),
+            ..Default::default()
+        };
+        // (old, new, the same but the record: no write)
+        let cases = [
+            (status(SyncState::Synced, record("a")), status(SyncState::Synced, record("b")), true),
+            (status(SyncState::Synced, None), status(SyncState::Synced, record("b")), true),
+            (status(SyncState::Synced, record("a")), status(SyncState::Synced, record("a")), true),
+            // Something else changed too: written, the record with it.
+            (status(SyncState::Drifted, record("a")), status(SyncState::Synced, record("b")), false),
+            (status(SyncState::Drifted, None), status(SyncState::Synced, record("b")), false),
+            (status(SyncState::Drifted, record("a")), status(SyncState::Synced, record("a")), false),
+            (ApplicationStatus::default(), status(SyncState::Synced, record("a")), false),
+        ];
+        for (old, new, same) in cases {
+            assert_eq!(old.same_but_unchanged(&new), same, "{old:?} -> {new:?}");
+        }
+    }
 }

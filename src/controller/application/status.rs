@@ -86,7 +86,7 @@ async fn write_if_changed(
     new: &ApplicationStatus,
     quiet: bool,
 ) -> Result<bool, Error> {
-    if old == new || only_unchanged_moved(old, new) {
+    if old.same_but_unchanged(new) {
         return Ok(true);
     }
     fenced(ctx, app)?;
@@ -116,48 +116,5 @@ async fn write_if_changed(
             Ok(false)
         }
         Err(e) => Err(e.into()),
-    }
-}
-
-/// Whether `new` differs from `old` only in `status.sync.unchanged`: that record rides along
-/// with a write made for something else, and is never a write of its own (a drift check that
-/// finds nothing to change writes nothing, even when an object's harmless change, such as a
-/// label the desired object does not declare, moved the digest).
-fn only_unchanged_moved(old: &ApplicationStatus, new: &ApplicationStatus) -> bool {
-    let (Some(o), Some(n)) = (old.sync.as_ref(), new.sync.as_ref()) else { return false };
-    if o.unchanged == n.unchanged {
-        return false;
-    }
-    let mut same = new.clone();
-    if let Some(sync) = same.sync.as_mut() {
-        sync.unchanged.clone_from(&o.unchanged);
-    }
-    same == *old
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::api::application::{SyncState, SyncStatus, UnchangedDigest};
-
-    #[test]
-    fn the_unchanged_record_alone_is_no_write() {
-        let record = |d: &str| Some(UnchangedDigest { digest: d.into(), checked_at: "2026-12-06T00:00:00Z".into() });
-        let status = |state: SyncState, unchanged: Option<UnchangedDigest>| ApplicationStatus {
-            sync: Some(SyncStatus { status: state, unchanged, ..Default::default() }),
-            ..Default::default()
-        };
-        // (old, new, the write is spared)
-        let cases = [
-            (status(SyncState::Synced, record("a")), status(SyncState::Synced, record("b")), true),
-            (status(SyncState::Synced, None), status(SyncState::Synced, record("b")), true),
-            // Something else changed too: written, the record with it.
-            (status(SyncState::Drifted, record("a")), status(SyncState::Synced, record("b")), false),
-            (status(SyncState::Drifted, None), status(SyncState::Synced, record("b")), false),
-            (status(SyncState::Synced, record("a")), status(SyncState::Synced, record("a")), false),
-        ];
-        for (old, new, spared) in cases {
-            assert_eq!(only_unchanged_moved(&old, &new), spared, "{old:?} -> {new:?}");
-        }
     }
 }

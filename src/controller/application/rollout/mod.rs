@@ -71,6 +71,9 @@ pub(super) struct Rollout<'a> {
     pub rollback: Option<&'a crate::decisions::rollback::Request>,
     /// What this reconcile may still spend on HealthCheck expressions.
     pub cel: health::cel::Budget,
+    /// The plan found the Application `Synced`: `status.sync.unchanged` may be recorded if the
+    /// status is written for something else ([`Rollout::record_unchanged`]).
+    pub vouch: bool,
 }
 
 impl<'a> Rollout<'a> {
@@ -99,6 +102,7 @@ impl<'a> Rollout<'a> {
             hold,
             rollback,
             cel: health::cel::Budget::per_reconcile(),
+            vouch: false,
         }
     }
 
@@ -117,7 +121,10 @@ impl<'a> Rollout<'a> {
         self.status.sync = Some(sync);
         self.secrets = planned.secrets.clone();
         let hash = planned.hash.clone();
-        let action = self.run(planned).await?;
+        let action = self.run(&planned).await?;
+        if self.vouch {
+            self.record_unchanged(&planned);
+        }
         let healthy = self.rs.phase == RevisionPhase::Healthy
             && is_deployed(self.rs, &hash)
             && self.status.last_healthy_revision.as_deref() == Some(self.rev)
@@ -127,7 +134,7 @@ impl<'a> Rollout<'a> {
 
     /// Run the step the Revision is at. An attempt starts only on a plan made from a fresh list
     /// (`planned.fresh`): otherwise nothing is written and `Err(Error::Stale)` asks for one.
-    pub async fn run(&mut self, planned: Planned) -> Result<Action, Error> {
+    pub async fn run(&mut self, planned: &Planned) -> Result<Action, Error> {
         let policy = self.policy.clone();
         let changes = planned.plan.changes();
         // A failed attempt running its SyncFail hooks keeps its failure.
@@ -151,23 +158,23 @@ impl<'a> Rollout<'a> {
         if let Some(verdict) = self.hold
             && matches!(step, Step::Start { .. })
         {
-            return self.wait_for_dependencies(&planned, &planned.live, changes, verdict).await;
+            return self.wait_for_dependencies(planned, &planned.live, changes, verdict).await;
         }
         if matches!(step, Step::Start { .. }) && !planned.fresh {
             return Err(Error::Stale);
         }
         // Before the attempt is recorded: its own start is not a failure of the desired state.
-        let new_drift = self.drift_is_new(&planned);
+        let new_drift = self.drift_is_new(planned);
         let mut live = planned.live.clone();
         let mut managed_left: Vec<Value> = planned.managed.clone();
         // The inventory is what exists: recomputed every time from the cluster.
-        self.record_kinds(&planned, &live, &managed_left);
+        self.record_kinds(planned, &live, &managed_left);
         let deadline = match step {
             Step::AwaitApproval => {
                 self.rs.phase = RevisionPhase::AwaitingApproval;
                 // The plan shown for approval (`ksync plan`, `ksync sync`) is the one waiting.
                 self.rs.plan = Some(planned.stored.clone());
-                self.set_sync(pending(&planned), &planned);
+                self.set_sync(pending(planned), planned);
                 let mut message = format!(
                     "Revision {} waits for approval (spec.sync.automatic is false): {}; approve plan {} with ksync sync",
                     self.rev,
@@ -188,31 +195,31 @@ impl<'a> Rollout<'a> {
                     let changed = matches!(approval, approval::Verdict::TargetChanged { .. });
                     self.approval_stale(&why, changed).await;
                 }
-                self.observe_health(&planned, &live, false).await;
+                self.observe_health(planned, &live, false).await;
                 return Ok(Action::requeue(with_jitter(self.ctx.settings.resync, self.name)));
             }
             Step::Retry { at } => {
                 self.rs.phase = RevisionPhase::Failed;
-                self.set_sync(pending(&planned), &planned);
+                self.set_sync(pending(planned), planned);
                 let failure = self.last_failure(&policy, Some(at));
                 failure.report(&self.reconcile(), self.status, false);
                 // Between attempts the evidence moves on (a crash loop backs off): kept current.
-                let pods = self.pods_of(&planned, &live, None).await;
-                let summary = self.summarize(&planned, &live, &pods, true, None).await;
-                self.status.diagnosis = diagnosis::diagnose(&planned, &live, &summary).await;
+                let pods = self.pods_of(planned, &live, None).await;
+                let summary = self.summarize(planned, &live, &pods, true, None).await;
+                self.status.diagnosis = diagnosis::diagnose(planned, &live, &summary).await;
                 let wait = self.now.duration_until(at).unsigned_abs();
                 return Ok(Action::requeue(wait.max(Duration::from_millis(200))));
             }
             Step::Paused => {
                 self.rs.phase = RevisionPhase::Failed;
-                self.set_sync(pending(&planned), &planned);
+                self.set_sync(pending(planned), planned);
                 let failure = self.last_failure(&policy, None);
                 failure.report(&self.reconcile(), self.status, true);
-                self.observe_health(&planned, &live, false).await;
+                self.observe_health(planned, &live, false).await;
                 return Ok(Action::requeue(with_jitter(self.ctx.settings.resync, self.name)));
             }
             Step::Observe => {
-                return self.observe(&planned, &live, changes).await;
+                return self.observe(planned, &live, changes).await;
             }
             Step::Watch { deadline, .. } => deadline,
             Step::Start { number } => {
@@ -228,18 +235,18 @@ impl<'a> Rollout<'a> {
                     }
                     self.rs.approval = Some(rev::Approval { attempt: Some(number), ..a });
                 }
-                let started = self.start(number, &planned, &policy, &mut live, &mut managed_left).await?;
+                let started = self.start(number, planned, &policy, &mut live, &mut managed_left).await?;
                 if new_drift {
                     // A self-heal (or an approved repair) of drift no reconcile reported yet.
                     metrics::counter!(crate::metric_names::DRIFT_DETECTED_TOTAL).increment(1);
                 }
                 match started {
                     Some(deadline) => deadline,
-                    None => return self.failed_at_once(&planned, &policy).await,
+                    None => return self.failed_at_once(planned, &policy).await,
                 }
             }
         };
-        self.watch(&planned, &mut live, &mut managed_left, deadline, &policy).await
+        self.watch(planned, &mut live, &mut managed_left, deadline, &policy).await
     }
 
     /// An attempt would start but the dependencies are not ready: a deployed desired state is

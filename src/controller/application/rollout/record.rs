@@ -157,25 +157,32 @@ impl Rollout<'_> {
         } else {
             Vec::new()
         };
-        if state == SyncState::Synced {
-            self.record_unchanged(planned);
-        }
+        self.vouch = state == SyncState::Synced;
     }
 
-    /// `status.sync.unchanged` from what the plans kept ([`unchanged::vouch`]), when every
-    /// desired object is kept. Otherwise what was recorded stays: a replica that takes the
-    /// Application over checks it against the objects it reads, so an older record costs at
-    /// most their dry runs, and a write is not spent on clearing it. The same digest keeps its
-    /// time, so a real check of an object again writes nothing.
-    fn record_unchanged(&mut self, planned: &Planned) {
+    /// `status.sync.unchanged` from what the plans kept ([`unchanged::vouch`]), once the plan
+    /// found the Application `Synced` ([`Rollout::vouch`]) and the status is written for
+    /// something else: the record is never a write of its own, so it is not computed (every
+    /// desired object serialized again) for a drift check that writes nothing.
+    ///
+    /// It is set only when every desired object is kept. Otherwise what was recorded stays: a
+    /// replica that takes the Application over checks it against the objects it reads, so an
+    /// older record costs at most their dry runs, and a write is not spent on clearing it. The
+    /// same digest keeps its time, so a real check of an object again writes nothing. A check
+    /// time that cannot be told records nothing: a record never claims a later check than the
+    /// real one.
+    pub(super) fn record_unchanged(&mut self, planned: &Planned) {
+        if self.old.same_but_unchanged(self.status) {
+            return;
+        }
         let known = self.ctx.unchanged.get(&format!("{}/{}", self.ns, self.name));
         let Some((digest, checked)) = unchanged::vouch(&known, &planned.desired) else { return };
         let Some(sync) = self.status.sync.as_mut() else { return };
         if sync.unchanged.as_ref().is_some_and(|u| u.digest == digest) {
             return;
         }
-        let age = jiff::SignedDuration::try_from(checked.elapsed()).unwrap_or_default();
-        let checked_at = Timestamp::now().checked_sub(age).unwrap_or_else(|_| Timestamp::now());
+        let Ok(age) = jiff::SignedDuration::try_from(checked.elapsed()) else { return };
+        let Ok(checked_at) = Timestamp::now().checked_sub(age) else { return };
         sync.unchanged = Some(UnchangedDigest { digest, checked_at: checked_at.to_string() });
     }
 

@@ -145,19 +145,6 @@ enum One {
     },
 }
 
-async fn one(
-    client: &Client,
-    resource: &ApiResource,
-    desired: &Value,
-    adopt: bool,
-    prior: Option<&Value>,
-) -> Result<One, Error> {
-    match get(client, resource, desired).await? {
-        None => Ok(One::Absent),
-        Some(live) => judge(client, resource, desired, adopt, prior, live).await,
-    }
-}
-
 /// The live object of `desired`, if there is one.
 async fn get(client: &Client, resource: &ApiResource, desired: &Value) -> Result<Option<Value>, Error> {
     let ns = desired["metadata"]["namespace"].as_str();
@@ -248,14 +235,30 @@ async fn vouched_or_judged(
             })
             .collect();
     }
-    let judged: Vec<_> = got
-        .into_iter()
-        .map(|(d, r)| async move {
+    judged(client, scopes, adopt, &BTreeMap::new(), got.into_iter().map(|(d, r)| (d, Some(r)))).await
+}
+
+/// Each object of `objects` judged ([`judge`]) against its live object: the one given, or read
+/// (`GET`) when none is given. `prior` spares dry runs as [`Earlier::prior`] says.
+async fn judged<'a>(
+    client: &Client,
+    scopes: &ClusterScopes,
+    adopt: bool,
+    prior: &BTreeMap<String, Value>,
+    objects: impl Iterator<Item = (&'a Value, Option<Result<Option<Value>, Error>>)>,
+) -> Vec<(String, Result<One, Error>)> {
+    let judged: Vec<_> = objects
+        .map(|(d, read)| async move {
             let id = validate::identity(d);
-            let one = match (r, resource_of(scopes, d)) {
-                (Ok(Some(live)), Some(res)) => judge(client, res, d, adopt, None, live).await,
-                (Ok(_), _) => Ok(One::Absent),
-                (Err(e), _) => Err(e),
+            let Some(res) = resource_of(scopes, d) else { return (id, Ok(One::Absent)) };
+            let read = match read {
+                Some(read) => read,
+                None => get(client, res, d).await,
+            };
+            let one = match read {
+                Ok(Some(live)) => judge(client, res, d, adopt, prior.get(&id), live).await,
+                Ok(None) => Ok(One::Absent),
+                Err(e) => Err(e),
             };
             (id, one)
         })
@@ -322,22 +325,7 @@ async fn read_desired(
         Some(vouched) if known.is_empty() && prior.is_empty() => {
             vouched_or_judged(client, scopes, to_read, adopt, vouched).await
         }
-        _ => {
-            let requests: Vec<_> = to_read
-                .into_iter()
-                .map(|d| async move {
-                    let id = validate::identity(d);
-                    match resource_of(scopes, d) {
-                        None => (id, Ok(One::Absent)),
-                        Some(r) => {
-                            let read = one(client, r, d, adopt, prior.get(&id)).await;
-                            (id, read)
-                        }
-                    }
-                })
-                .collect();
-            futures_util::stream::iter(requests).buffer_unordered(CONCURRENCY).collect().await
-        }
+        _ => judged(client, scopes, adopt, prior, to_read.into_iter().map(|d| (d, None))).await,
     };
     let spared = results.iter().filter(|(_, r)| matches!(r, Ok(One::Present { spared: true, .. }))).count();
     metrics::counter!(crate::metric_names::DRY_RUNS_SPARED_TOTAL).increment(spared as u64);

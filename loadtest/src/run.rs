@@ -1116,9 +1116,11 @@ impl Fleet {
             apps.iter().enumerate().map(|(i, d)| (format!("/{}.{}", d.name, d.namespace), i)).collect();
         let mut first: Vec<Option<Duration>> = vec![None; apps.len()];
         let mut last_said = Instant::now();
+        let survivors: Vec<_> = self.replicas.iter().filter(|p| p.name != victim).collect();
+        let mut read = vec![0; survivors.len()];
         loop {
-            for p in self.replicas.iter().filter(|p| p.name != victim) {
-                let log = std::fs::read_to_string(&p.log).unwrap_or_default();
+            for (p, offset) in survivors.iter().zip(&mut read) {
+                let log = new_lines(&p.log, offset);
                 for line in log.lines().filter(|l| l.contains("reconciled")) {
                     let Some((at, i)) = reconciled_line(&without_colours(line), &wanted) else { continue };
                     let Ok(since) = Duration::try_from(at.duration_since(killed_at)) else { continue };
@@ -1138,6 +1140,22 @@ impl Fleet {
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
     }
+}
+
+/// The complete lines written to `path` since byte `offset`, which moves past them: the logs
+/// grow to megabytes while the takeover they measure runs, and are not read again from the
+/// start every second. A line still being written is left for the next call.
+fn new_lines(path: &std::path::Path, offset: &mut u64) -> String {
+    use std::io::{Read, Seek, SeekFrom};
+    let Ok(mut f) = std::fs::File::open(path) else { return String::new() };
+    let mut bytes = Vec::new();
+    if f.seek(SeekFrom::Start(*offset)).is_err() || f.read_to_end(&mut bytes).is_err() {
+        return String::new();
+    }
+    let Some(end) = bytes.iter().rposition(|b| *b == b'\n') else { return String::new() };
+    bytes.truncate(end + 1);
+    *offset += bytes.len() as u64;
+    String::from_utf8_lossy(&bytes).into_owned()
 }
 
 /// `line` without terminal colour sequences.
@@ -1174,6 +1192,23 @@ fn reconciled_line(line: &str, wanted: &HashMap<String, usize>) -> Option<(jiff:
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_log_is_read_once_and_a_line_only_when_complete() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ksync.log");
+        let mut f = std::fs::File::create(&path).unwrap();
+        let mut offset = 0;
+        assert_eq!(new_lines(&dir.path().join("absent.log"), &mut offset), "");
+        write!(f, "one\ntw").unwrap();
+        assert_eq!(new_lines(&path, &mut offset), "one\n");
+        assert_eq!(new_lines(&path, &mut offset), "", "a line being written waits");
+        write!(f, "o\nthree\n").unwrap();
+        assert_eq!(new_lines(&path, &mut offset), "two\nthree\n");
+        assert_eq!(new_lines(&path, &mut offset), "");
+        assert_eq!(offset, std::fs::metadata(&path).unwrap().len());
+    }
 
     #[test]
     fn a_reconcile_is_found_in_a_replica_log_line() {

@@ -20,6 +20,25 @@ use crate::health::cel::Rules;
 /// before would apply the built-in rules to kinds that have a HealthCheck.
 const FIRST_LIST: Duration = Duration::from_secs(10);
 
+/// Whether the first list of HealthChecks has been stored, for every shard that waits for it
+/// at once. Not kube's `Store::wait_until_ready`: in kube-runtime 5.0 only the last of several
+/// concurrent waiters is woken (one oneshot receiver, one waker), and the others went on only
+/// at their [`FIRST_LIST`] timeout: a replica's shards after the first started 10 s late.
+#[derive(Clone, Default)]
+struct FirstList(Arc<tokio::sync::watch::Sender<bool>>);
+
+impl FirstList {
+    fn done(&self) {
+        self.0.send_replace(true);
+    }
+
+    /// Whether the list came within `limit`.
+    async fn wait(&self, limit: Duration) -> bool {
+        let mut rx = self.0.subscribe();
+        matches!(tokio::time::timeout(limit, rx.wait_for(|listed| *listed)).await, Ok(Ok(_)))
+    }
+}
+
 /// A HealthCheck that changed: the namespace and the API group and kind it targets.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct Changed {
@@ -34,6 +53,7 @@ type Compiled = HashMap<(String, String), (Option<i64>, Option<String>, Arc<Rule
 /// One watch of every HealthCheck per replica.
 pub(crate) struct HealthChecks {
     store: Store<HealthCheck>,
+    listed: FirstList,
     pub(crate) events: tokio::sync::broadcast::Sender<Changed>,
     compiled: Mutex<Compiled>,
     task: tokio::task::JoinHandle<()>,
@@ -42,6 +62,8 @@ pub(crate) struct HealthChecks {
 impl HealthChecks {
     pub(crate) fn start(client: Client) -> HealthChecks {
         let (store, writer) = reflector::store();
+        let listed = FirstList::default();
+        let lister = listed.clone();
         let (events, _) = tokio::sync::broadcast::channel(1024);
         let tx = events.clone();
         let task = tokio::spawn(async move {
@@ -54,7 +76,12 @@ impl HealthChecks {
                 let (hc, deleted) = match event {
                     Ok(watcher::Event::Apply(hc) | watcher::Event::InitApply(hc)) => (hc, false),
                     Ok(watcher::Event::Delete(hc)) => (hc, true),
-                    Ok(watcher::Event::Init | watcher::Event::InitDone) => continue,
+                    // The reflector has stored the list before passing its end on.
+                    Ok(watcher::Event::InitDone) => {
+                        lister.done();
+                        continue;
+                    }
+                    Ok(watcher::Event::Init) => continue,
                     Err(e) => {
                         tracing::debug!(error = %e, "watching HealthChecks");
                         continue;
@@ -75,12 +102,12 @@ impl HealthChecks {
                 }
             }
         });
-        HealthChecks { store, events, compiled: Mutex::new(HashMap::new()), task }
+        HealthChecks { store, listed, events, compiled: Mutex::new(HashMap::new()), task }
     }
 
     /// Wait, up to [`FIRST_LIST`], for the first list of HealthChecks.
     pub(crate) async fn ready(&self) {
-        if tokio::time::timeout(FIRST_LIST, self.store.wait_until_ready()).await.is_err() {
+        if !self.listed.wait(FIRST_LIST).await {
             tracing::warn!("HealthChecks not listed yet; the built-in health rules apply until they are");
         }
     }
@@ -109,5 +136,35 @@ impl HealthChecks {
 impl Drop for HealthChecks {
     fn drop(&mut self) {
         self.task.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every waiter goes on when the list comes, not at its limit. Time is paused: it moves
+    /// only when every task waits, so a waiter not woken would return at the limit.
+    #[tokio::test(start_paused = true)]
+    async fn every_shard_waiting_for_the_first_list_goes_on_when_it_comes() {
+        let listed = FirstList::default();
+        let start = tokio::time::Instant::now();
+        let waiters: Vec<_> = (0..4)
+            .map(|_| {
+                let listed = listed.clone();
+                tokio::spawn(async move { (listed.wait(FIRST_LIST).await, start.elapsed()) })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        listed.done();
+        for w in waiters {
+            assert_eq!(w.await.unwrap(), (true, Duration::from_secs(1)));
+        }
+        // After the list, at once; without it, not before the limit.
+        assert!(listed.wait(FIRST_LIST).await);
+        let never = FirstList::default();
+        let start = tokio::time::Instant::now();
+        assert!(!never.wait(FIRST_LIST).await);
+        assert_eq!(start.elapsed(), FIRST_LIST);
     }
 }

@@ -6,10 +6,11 @@
 //! round robin); this runs the whole path, and asserts that the small tenant is served in turn:
 //! fewer than a sixth of the busy Applications go first. The count starts when the small
 //! tenant's Application has its shard label (the leader's labeller is outside the queue). Runs
-//! count 5 to 7. With the former per-shard queues, 15 to 24; with shards whose controllers
-//! started late, every busy Application of the shards that started first (a third to a half:
-//! the HealthCheck list waited for with kube's `Store::wait_until_ready` woke one shard of four,
-//! the others at its 10 s timeout; `replica/healthchecks.rs FirstList`).
+//! count 3 to 6 (5 to 7 when the queue was made; 15 to 24 with the former per-shard queues).
+//! With shards whose controllers started late, every busy Application of the shards that
+//! started first went first, 27 to 49: the HealthCheck list, waited for with kube's
+//! `Store::wait_until_ready`, woke one shard of four and the others at its 10 s timeout
+//! (`replica/healthchecks.rs FirstList`).
 //!
 //! A reconcile that waited for its slot runs on the store's copy as it is then, not on the one it
 //! was handed when it fell due (`run.rs reconcile_tracked`).

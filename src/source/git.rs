@@ -351,10 +351,9 @@ fn http_options(repo: &gix::Repository, access: &Access<'_>) -> Result<Option<Bo
 
 /// The TLS configuration reqwest builds by default (the platform's roots, through
 /// `rustls-platform-verifier`), built once per process. Built by reqwest, it reads every
-/// certificate of the system's store from disk for each connection gix opens, that is each
-/// poll of each Repository: about 300 files a fetch, several percent of the leader's CPU at 50
-/// Repositories polled every 15 s. `None` when it cannot be built (no readable store): reqwest
-/// then builds its own and reports why. A Secret's `ca.crt` still builds its own (tenants choose
+/// certificate of the system's store from disk (a 219 KB bundle and about 290 files) for each
+/// connection gix opens to an HTTPS remote, that is each poll of each Repository. `None` when
+/// it cannot be built (no readable store): reqwest then builds its own and reports why. A Secret's `ca.crt` still builds its own (tenants choose
 /// it: not kept).
 fn platform_tls() -> Option<&'static rustls::ClientConfig> {
     static TLS: std::sync::OnceLock<Option<rustls::ClientConfig>> = std::sync::OnceLock::new();

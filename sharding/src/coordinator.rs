@@ -401,9 +401,18 @@ impl Coordinator {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tokio::pin!(shutdown);
         loop {
+            // A dead holder's Leases are taken when they become takeable, not up to a renewal
+            // period later: a takeover's shards move that much sooner.
+            let takeable = self.leases.takeable_at(|name| {
+                self.shard_of_lease(name).is_some() || name.starts_with(&format!("{}-member-", self.prefix))
+            });
             tokio::select! {
                 _ = &mut shutdown => break,
                 _ = tick.tick() => self.round(&mut workers, &mut state).await,
+                _ = wake_at(takeable) => {
+                    tracing::debug!("a Lease of another replica became takeable");
+                    self.round(&mut workers, &mut state).await;
+                }
             }
         }
         let all: Vec<u32> = state.owned.keys().copied().collect();
@@ -422,6 +431,14 @@ impl Coordinator {
             tracing::warn!(error = %e, "releasing the membership Lease");
         }
         self.set_status(Status::Starting);
+    }
+}
+
+/// Sleeps until `at`, or forever when `None`.
+pub(crate) async fn wake_at(at: Option<std::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await,
+        None => std::future::pending().await,
     }
 }
 

@@ -107,9 +107,12 @@ pub async fn run_elected_fenced<F, Fut>(
         if give_up && let Err(e) = leases.release(name).await {
             tracing::warn!(lease = name, error = %e, "releasing the leader Lease");
         }
+        // A dead leader's Lease is taken when it becomes takeable, not up to `every` later.
+        let takeable = if leading { None } else { leases.takeable_at(|n| n == name) };
         tokio::select! {
             _ = &mut shutdown => break,
             _ = tokio::time::sleep(every) => {}
+            _ = crate::coordinator::wake_at(takeable) => {}
         }
     }
     if let Some((tx, task)) = running.take() {

@@ -129,8 +129,8 @@ pub struct Leases {
     timing: Timing,
     /// The shard count written on every Lease ([`SHARDS_ANNOTATION`]); `None` writes none.
     shards: Option<u32>,
-    /// Foreign Leases: name → (resourceVersion, when we first saw that version).
-    observed: Mutex<HashMap<String, (String, Instant)>>,
+    /// Foreign Leases: name → (resourceVersion, when we first saw that version, its duration).
+    observed: Mutex<HashMap<String, (String, Instant, Duration)>>,
     /// The Leases we hold as we last wrote them: a renewal replaces from this copy (one request,
     /// conditioned on its `resourceVersion`) and reads the Lease only when that copy is stale.
     written: Mutex<HashMap<String, Lease>>,
@@ -237,19 +237,38 @@ impl Leases {
             .lease_duration_seconds
             .map(|s| Duration::from_secs(u64::try_from(s).unwrap_or(0)))
             .unwrap_or(self.timing.duration);
-        self.observe(lease) >= duration
+        self.observe(lease, duration) >= duration
     }
 
-    /// Note `lease`'s `resourceVersion` as seen now; how long this process has seen it unchanged.
-    fn observe(&self, lease: &Lease) -> Duration {
+    /// Note `lease`'s `resourceVersion` (and `duration`) as seen now; how long this process has
+    /// seen it unchanged.
+    fn observe(&self, lease: &Lease, duration: Duration) -> Duration {
         let rv = lease.metadata.resource_version.clone().unwrap_or_default();
         let name = lease.metadata.name.clone().unwrap_or_default();
         let mut observed = self.observed.lock().expect("observed lock");
-        let entry = observed.entry(name).or_insert_with(|| (rv.clone(), Instant::now()));
+        let entry = observed.entry(name).or_insert_with(|| (rv.clone(), Instant::now(), duration));
         if entry.0 != rv {
-            *entry = (rv, Instant::now());
+            *entry = (rv, Instant::now(), duration);
         }
+        entry.2 = duration;
         entry.1.elapsed()
+    }
+
+    /// The earliest moment still to come at which a foreign Lease named as `names` selects,
+    /// observed held, becomes takeable ([`Leases::takeable`]) unless its holder renews it first:
+    /// when to look again to take over a dead holder's Lease at once instead of at the next
+    /// renewal round, up to a third of the duration later. Contract: only moments after now
+    /// (a passed one was looked at, or its Lease was released), so each observation wakes a
+    /// caller at most once.
+    pub fn takeable_at(&self, names: impl Fn(&str) -> bool) -> Option<Instant> {
+        let now = Instant::now();
+        let observed = self.observed.lock().expect("observed lock");
+        observed
+            .iter()
+            .filter(|(name, _)| names(name))
+            .map(|(_, (_, seen, duration))| *seen + *duration)
+            .filter(|at| *at > now)
+            .min()
     }
 
     /// `request`, failing with [`TimedOut`] if the server has not answered within
@@ -447,7 +466,7 @@ impl Leases {
         for l in &list.items {
             let holder = l.spec.as_ref().and_then(|s| s.holder_identity.as_deref()).unwrap_or_default();
             if !holder.is_empty() && !self.ours(l) {
-                self.observe(l);
+                self.takeable(l);
             }
         }
         Ok(list
@@ -573,5 +592,41 @@ mod tests {
             let got: Vec<bool> = seen.iter().map(|ms| r.late(timing, sent + Duration::from_millis(*ms))).collect();
             assert_eq!(got, *want, "{what}");
         }
+    }
+
+    #[tokio::test]
+    async fn a_dead_holders_lease_is_looked_at_again_when_it_becomes_takeable() {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().expect("url"));
+        let client = kube::Client::try_from(config).expect("client");
+        let leases = Leases::new(Api::namespaced(client, "ns"), "me", Timing::new(Duration::from_secs(15)));
+        let lease = |name: &str, rv: &str, seconds: i32| Lease {
+            metadata: ObjectMeta {
+                name: Some(name.to_string()),
+                resource_version: Some(rv.to_string()),
+                ..Default::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: Some("other".to_string()),
+                lease_duration_seconds: Some(seconds),
+                ..Default::default()
+            }),
+        };
+        let all = |_: &str| true;
+        assert_eq!(leases.takeable_at(all), None, "nothing observed");
+        let before = Instant::now();
+        assert!(!leases.takeable(&lease("a", "1", 15)));
+        let a = leases.takeable_at(all).expect("a observed");
+        assert!(a >= before + Duration::from_secs(15) && a <= Instant::now() + Duration::from_secs(15));
+        assert!(!leases.takeable(&lease("a", "1", 15)));
+        assert_eq!(leases.takeable_at(all), Some(a), "seen unchanged: the same moment");
+        assert!(!leases.takeable(&lease("b", "7", 5)));
+        let b = leases.takeable_at(all).expect("b observed");
+        assert!(b < a, "the earliest of several");
+        assert_eq!(leases.takeable_at(|n| n == "a"), Some(a), "only the Leases selected");
+        assert!(!leases.takeable(&lease("a", "2", 15)));
+        assert!(leases.takeable_at(|n| n == "a") > Some(a), "renewed: later");
+        // A moment passed is not returned, so it wakes nobody twice.
+        assert!(leases.takeable(&lease("c", "1", 0)));
+        assert_eq!(leases.takeable_at(|n| n == "c"), None);
     }
 }

@@ -31,7 +31,7 @@ use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use serde_json::json;
@@ -107,7 +107,9 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl std::future::Future<Output = 
     let (events, ev_writer) = reflector::store::<Event>();
     let mut ev_watch = reflector::reflector(
         ev_writer,
-        watcher(Api::<Event>::all(ctx.client.clone()), watcher::Config::default()).default_backoff(),
+        watcher(Api::<Event>::all(ctx.client.clone()), watcher::Config::default().fields(&routable_selector()))
+            .default_backoff()
+            .modify(|e| e.metadata.managed_fields = None),
     )
     .boxed();
     let mut rescan = tokio::time::interval((ctx.stale_after / 3).max(Duration::from_secs(1)));
@@ -117,22 +119,34 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl std::future::Future<Output = 
             () = &mut shutdown => return,
             () = &mut ntf_watch => return,
             item = ev_watch.next() => match item {
-                Some(Ok(watcher::Event::Apply(ev) | watcher::Event::InitApply(ev))) => visit(&ctx, &notifications, ev),
+                Some(Ok(watcher::Event::Apply(ev) | watcher::Event::InitApply(ev))) => {
+                    visit(&ctx, &notifications.state(), &ev);
+                }
                 Some(Ok(_)) => {}
                 Some(Err(e)) => tracing::debug!(error = %e, "watching Events"),
                 None => return,
             },
             _ = rescan.tick() => {
-                for ev in events.state() {
-                    visit(&ctx, &notifications, (*ev).clone());
+                let routes = notifications.state();
+                if !routes.is_empty() {
+                    for ev in events.state() {
+                        visit(&ctx, &routes, &ev);
+                    }
                 }
             }
         }
     }
 }
 
-/// Start the deliveries `ev` may need (cheap checks first: most Events are not ours).
-fn visit(ctx: &Arc<Context>, notifications: &Store<Notification>, ev: Event) {
+/// The field selector of the Events watched: only those a Notification may route (the
+/// Application lifecycle Events this controller reports), so a replica neither decodes nor keeps
+/// the rest of the cluster's Events. [`visit`] checks the same again.
+fn routable_selector() -> String {
+    format!("reportingController={},regarding.kind=Application", names::FIELD_MANAGER)
+}
+
+/// Start the deliveries `ev` may need through `notifications` (cheap checks first).
+fn visit(ctx: &Arc<Context>, notifications: &[Arc<Notification>], ev: &Event) {
     let regarding = ev.regarding.clone().unwrap_or_default();
     if ev.reporting_controller.as_deref() != Some(names::FIELD_MANAGER)
         || regarding.kind.as_deref() != Some("Application")
@@ -143,9 +157,9 @@ fn visit(ctx: &Arc<Context>, notifications: &Store<Notification>, ev: Event) {
     let ns = regarding.namespace.clone().unwrap_or_default();
     let now = jiff::Timestamp::now().as_second();
     let no_labels = BTreeMap::new();
-    let seen = seen(&ev, &ns, regarding.name.as_deref().unwrap_or_default(), &no_labels);
-    for ntf in notifications.state() {
-        if !route::may_route(&awake(&ntf), &seen) {
+    let seen = seen(ev, &ns, regarding.name.as_deref().unwrap_or_default(), &no_labels);
+    for ntf in notifications {
+        if !route::may_route(&awake(ntf), &seen) {
             continue;
         }
         let value = ev.annotations().get(&claim::key(&ntf.name_any())).cloned();
@@ -160,7 +174,7 @@ fn visit(ctx: &Arc<Context>, notifications: &Store<Notification>, ev: Event) {
         tracing::trace!(event = %ev.name_any(), notification = %ntf.name_any(), "visiting");
         let lane = (notification, format!("{ns}/{}", regarding.name.as_deref().unwrap_or_default()));
         let order = (happened(&ev).map_or(0, |t| t.as_microsecond()), key.0);
-        if ctx.lanes.push(&lane, order, (ev.clone(), (*ntf).clone())) {
+        if ctx.lanes.push(&lane, order, (ev.clone(), Notification::clone(ntf))) {
             tokio::spawn(drain(ctx.clone(), lane));
         }
     }

@@ -155,6 +155,10 @@ pub struct Args {
     /// object; this measures the takeover a SIGKILL alone costs.
     #[arg(long)]
     pub takeover_unrequested: bool,
+    /// The takeover SIGKILLs the leader (the replica holding the leader Lease) instead of the
+    /// replica holding most shards: a takeover that also moves the leader's singleton work.
+    #[arg(long)]
+    pub kill_leader: bool,
     /// `--drift-resync-interval` of every replica (default: the controller's, 5m).
     #[arg(long, value_parser = parse_duration)]
     pub drift_resync_interval: Option<Duration>,

@@ -355,7 +355,7 @@ pub struct PhaseUsage {
 /// How the survivors took over a killed replica's shards.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Takeover {
-    /// The replica killed (the one holding most shards).
+    /// The replica killed (the one holding most shards, or the leader with `--kill-leader`).
     pub victim: String,
     /// Whether it also held the leader Lease.
     pub victim_was_leader: bool,

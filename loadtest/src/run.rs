@@ -20,7 +20,7 @@
 //!    field manager `kubectl-edit`). Without selfHeal: time to the Application's `Drifted`, then
 //!    the edit is undone and the time to `Synced` taken. With selfHeal: time to the ConfigMap
 //!    holding Git's value again.
-//! 5. **Takeover**: the replica holding most shards is SIGKILLed; right after, every Application
+//! 5. **Takeover**: the replica holding most shards (the leader with `--kill-leader`) is SIGKILLed; right after, every Application
 //!    of its shards gets a new `sync.kuvryn.io/reconcile-requested-at`; the clock runs from
 //!    the kill until each one's `status.lastHandledReconcileAt` echoes it (only a survivor can
 //!    write it). The target is lease duration + 5 s.
@@ -1015,14 +1015,18 @@ impl Fleet {
             *count.entry(h.clone()).or_default() += 1;
         }
         let names = self.replica_names();
-        let victim = names.iter().max_by_key(|n| (count.get(*n).copied().unwrap_or(0), std::cmp::Reverse(*n))).cloned();
-        let Some(victim) = victim else { return Ok(()) };
-        let shards: BTreeSet<u32> =
-            before.iter().filter(|(_, h)| h.as_deref() == Some(victim.as_str())).map(|(k, _)| *k).collect();
         let leader = Api::<Lease>::namespaced(self.client.clone(), SYSTEM)
             .get_opt(&format!("{LEASE_PREFIX}-leader"))
             .await?
             .and_then(|l| l.spec?.holder_identity);
+        let victim = if self.args.kill_leader {
+            leader.clone().filter(|l| names.contains(l))
+        } else {
+            names.iter().max_by_key(|n| (count.get(*n).copied().unwrap_or(0), std::cmp::Reverse(*n))).cloned()
+        };
+        let Some(victim) = victim else { return Ok(()) };
+        let shards: BTreeSet<u32> =
+            before.iter().filter(|(_, h)| h.as_deref() == Some(victim.as_str())).map(|(k, _)| *k).collect();
         let apps: Vec<AppDef> =
             self.apps.iter().filter(|d| shards.contains(&d.shard(self.args.shards))).cloned().collect();
         say!("killing {victim} (shards {shards:?}, {} Applications; leader {leader:?})", apps.len());

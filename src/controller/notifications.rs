@@ -150,7 +150,7 @@ fn visit(ctx: &Arc<Context>, notifications: &[Arc<Notification>], ev: &Event) {
     let regarding = ev.regarding.clone().unwrap_or_default();
     if ev.reporting_controller.as_deref() != Some(names::FIELD_MANAGER)
         || regarding.kind.as_deref() != Some("Application")
-        || age(&ev).is_none_or(|a| a > MAX_AGE)
+        || age(ev).is_none_or(|a| a > MAX_AGE)
     {
         return;
     }
@@ -173,7 +173,7 @@ fn visit(ctx: &Arc<Context>, notifications: &[Arc<Notification>], ev: &Event) {
         }
         tracing::trace!(event = %ev.name_any(), notification = %ntf.name_any(), "visiting");
         let lane = (notification, format!("{ns}/{}", regarding.name.as_deref().unwrap_or_default()));
-        let order = (happened(&ev).map_or(0, |t| t.as_microsecond()), key.0);
+        let order = (happened(ev).map_or(0, |t| t.as_microsecond()), key.0);
         if ctx.lanes.push(&lane, order, (ev.clone(), Notification::clone(ntf))) {
             tokio::spawn(drain(ctx.clone(), lane));
         }

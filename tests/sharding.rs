@@ -325,6 +325,52 @@ fn an_orphaned_shard_is_reported_on_its_applications(cluster: Cluster) {
     });
 }
 
+/// Every Application ends with its own shard's label, whatever a tenant wrote there: none, a
+/// shard beyond the count or no shard at all (the leader's labeller, which watches only those),
+/// or another valid shard (that shard's owner corrects it); and its own shard's owner then
+/// reconciles it.
+fn an_application_labelled_for_another_shard_gets_its_own(cluster: Cluster) {
+    let runtime = testkit::runtime();
+    runtime.block_on(async {
+        let fleet = fleet(&cluster, "labels").await;
+        let client = fleet.client.clone();
+        let _solo = fleet.start(&cluster, "ksync-solo", replica(2, "3s", &[])).await;
+        let in_shard = |shard: u32, skip: usize| {
+            (0..)
+                .map(|i| format!("app-{i}"))
+                .filter(|n| sharding::ring::shard_of(&sharding::ring::application_key(FLEET, n), 2) == shard)
+                .nth(skip)
+                .unwrap()
+        };
+        // (name, the label written at create), each shard's own label being "0" or "1".
+        let cases = [
+            (in_shard(0, 0), None),
+            (in_shard(0, 1), Some("7")),
+            (in_shard(1, 0), Some("not-a-shard")),
+            (in_shard(0, 2), Some("1")),
+            (in_shard(1, 1), Some("0")),
+        ];
+        let apps: Api<Application> = Api::namespaced(client.clone(), FLEET);
+        for (name, label) in &cases {
+            let labels = label.map(|l| json!({names::labels::SHARD: l})).unwrap_or(json!({}));
+            let app: Application = serde_json::from_value(json!({"apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "Application",
+                "metadata": {"name": name, "namespace": FLEET, "labels": labels},
+                "spec": {"source": {"repository": "missing"}, "serviceAccountName": "deployer", "destination": {"namespace": FLEET}}}))
+            .unwrap();
+            apps.create(&PostParams::default(), &app).await.unwrap();
+        }
+        for (name, label) in &cases {
+            let own = sharding::ring::shard_of(&sharding::ring::application_key(FLEET, name), 2).to_string();
+            eventually(&format!("{name} (created with {label:?}) labelled {own} and reconciled"), WAIT, || async {
+                let a = apps.get(name).await.ok()?;
+                let reason = a.status.as_ref().and_then(|s| conditions::get(&s.conditions, names::conditions::READY))?.reason.clone();
+                (a.labels().get(names::labels::SHARD) == Some(&own) && reason == names::reasons::SOURCE_FAILURE).then_some(())
+            })
+            .await;
+        }
+    });
+}
+
 /// Counts starts; a stop never finishes (a reconcile stuck in flight).
 struct Stuck;
 
@@ -918,6 +964,7 @@ testkit::both!(
     a_hand_over_that_does_not_drain_holds_up_no_renewal,
     a_shard_still_draining_is_not_started_again,
     an_orphaned_shard_is_reported_on_its_applications,
+    an_application_labelled_for_another_shard_gets_its_own,
 );
 
 /// GET `path` from 127.0.0.1:`port` (the replica's metrics server); `None` until it answers.

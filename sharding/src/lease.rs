@@ -250,7 +250,6 @@ impl Leases {
         if entry.0 != rv {
             *entry = (rv, Instant::now(), duration);
         }
-        entry.2 = duration;
         entry.1.elapsed()
     }
 

@@ -223,6 +223,24 @@ async fn reconcile_tracked(
     store: reflector::Store<Application>,
 ) -> Result<Action, Error> {
     let r = ObjectRef::from_obj(&*app);
+    // A label naming another shard than the Application's own (a tenant's edit, a smaller shard
+    // count's) put it in this shard: its owner gives it its own, fenced by this shard, and the
+    // owner of that one reconciles it (the leader's labeller sees only invalid labels).
+    if let Some(fence) = &ctx.fence
+        && let Some(labelled) = app.labels().get(names::labels::SHARD).and_then(|s| s.parse::<u32>().ok())
+    {
+        let ns = r.namespace.as_deref().unwrap_or_default();
+        let own = replica::shard_of(&ctx, ns, &r.name);
+        if labelled != own {
+            let fence = fence.clone();
+            let writer = crate::apply::Writer::new(
+                ctx.client.clone(),
+                Some(crate::client::Fenced::new(move || fence.until(labelled))),
+            );
+            crate::controller::labeller::relabel(&writer, ns, &r.name, own).await?;
+            return Ok(Action::await_change());
+        }
+    }
     // A shard whose Lease is late to renew: wait for the renewal (or the shard to stop) before
     // taking a slot, instead of retrying every second.
     if let Some(fence) = &ctx.fence {

@@ -312,7 +312,7 @@ pub(super) fn fenced(ctx: &Context, app: &Application) -> Result<(), Error> {
 
 /// The shard of the Application `namespace/name`.
 pub fn shard_of(ctx: &Context, namespace: &str, name: &str) -> u32 {
-    sharding::ring::shard_of(&sharding::ring::application_key(namespace, name), ctx.settings.shards.max(1))
+    crate::controller::labeller::shard_of(namespace, name, ctx.settings.shards)
 }
 
 /// Whether this replica may write for `app` now (it owns the Application's shard).

@@ -190,7 +190,15 @@ impl Fleet {
         );
         watch.abort();
         {
-            let t = tracker.lock().expect("tracker");
+            let mut t = tracker.lock().expect("tracker");
+            // The tracker's watch may lag the journal's (both resume from the same faults): what
+            // the journal saw counts too, so a change deployed is not reported lost because one
+            // watch was behind when the run ended.
+            for (k, kept) in self.app_seen.history() {
+                for (at, s) in kept {
+                    t.seen(&k, s.commit.as_deref(), s.converged(), at);
+                }
+            }
             report.commit_to_deployed = Summary::of(&t.latencies);
             report.superseded = t.superseded;
             let never = t.never_deployed();

@@ -105,34 +105,15 @@
 //! Any "no request on a cached pull" guarantee is the controller's to make; the servers'
 //! `requests()` show it.
 
-use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::{Tools, free_port, private_ca, repo_root, run, temp_dir};
+use crate::{Tools, private_ca, repo_root, run, temp_dir};
 
-/// Start `spawn(port)` on free ports until one accepts TCP connections within 20 s (a port picked
-/// free can be taken before the server binds it, then the server exits and another is tried).
-fn start_on_free_port(what: &str, mut spawn: impl FnMut(u16) -> Child) -> (Child, u16) {
-    for _ in 0..5 {
-        let port = free_port();
-        let mut child = spawn(port);
-        let addr: SocketAddr = ([127, 0, 0, 1], port).into();
-        let end = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < end {
-            if let Ok(Some(_)) = child.try_wait() {
-                break;
-            }
-            if TcpStream::connect_timeout(&addr, Duration::from_millis(100)).is_ok() {
-                return (child, port);
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = child.kill();
-        let _ = child.wait();
-    }
-    panic!("{what} did not start");
+/// Start `spawn(port)` on free ports until the child listens on one within 20 s.
+fn start_on_free_port(what: &str, spawn: impl FnMut(u16) -> Child) -> (Child, u16) {
+    crate::start_on_free_port(Duration::from_secs(20), spawn).unwrap_or_else(|| panic!("{what} did not start"))
 }
 
 /// `helm package CHART_DIR -d DEST` in a scratch home; returns the package's path.

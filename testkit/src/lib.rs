@@ -46,11 +46,12 @@ pub mod ksync;
 pub mod manager;
 pub mod manifests;
 pub mod metrics;
+pub mod ports;
 pub mod replica;
 pub mod sinks;
 pub mod ssh;
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -148,10 +149,7 @@ impl Tools {
     }
 }
 
-/// A free loopback port (bound, read, released).
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
-}
+pub use ports::{free_port, start_on_free_port};
 
 /// A real `git daemon` on loopback serving every bare repository under its base folder.
 pub struct GitServer {
@@ -165,13 +163,11 @@ impl GitServer {
     /// Start `git daemon` on a free loopback port and wait until it accepts connections.
     pub fn start() -> GitServer {
         let base = temp_dir("git");
-        // A port picked free can be taken before git binds it: try a few.
-        for _ in 0..5 {
-            let port = free_port();
+        let started = start_on_free_port(Duration::from_secs(10), |port| {
             let log = std::fs::File::create(base.path().join("daemon.log")).expect("daemon log");
             // `git daemon` would run `git-daemon` as a child that outlives a kill of `git`:
             // start the daemon itself.
-            let mut child = Command::new(git_daemon())
+            Command::new(git_daemon())
                 .args(["--verbose", "--reuseaddr", "--export-all", "--enable=receive-pack", "--informative-errors"])
                 .arg(format!("--base-path={}", base.path().display()))
                 .arg("--listen=127.0.0.1")
@@ -181,22 +177,10 @@ impl GitServer {
                 .stdout(Stdio::null())
                 .stderr(log)
                 .spawn()
-                .expect("git daemon (is git installed?)");
-            let addr: SocketAddr = ([127, 0, 0, 1], port).into();
-            let end = Instant::now() + Duration::from_secs(10);
-            while Instant::now() < end {
-                if let Ok(Some(_)) = child.try_wait() {
-                    break; // it exited (port taken): try another port
-                }
-                if TcpStream::connect_timeout(&addr, Duration::from_millis(100)).is_ok() {
-                    return GitServer { base, child, addr };
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        panic!("git daemon did not start");
+                .expect("git daemon (is git installed?)")
+        });
+        let (child, port) = started.expect("git daemon did not start");
+        GitServer { base, child, addr: ([127, 0, 0, 1], port).into() }
     }
 
     /// Start a server with the empty repository `name`, and a work tree of it.
@@ -299,8 +283,11 @@ impl GitHttpServer {
         let base = temp_dir("git-http");
         let tls = options.tls.then(private_ca);
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("git_http.py");
-        for _ in 0..5 {
-            let port = free_port();
+        if let Some((_, cert, key)) = &tls {
+            std::fs::write(base.path().join("cert.pem"), cert).expect("cert");
+            std::fs::write(base.path().join("key.pem"), key).expect("key");
+        }
+        let started = start_on_free_port(Duration::from_secs(20), |port| {
             let mut cmd = Command::new("python3");
             cmd.arg(&script)
                 .arg("--root")
@@ -318,29 +305,14 @@ impl GitHttpServer {
             if let Some(d) = options.delay {
                 cmd.arg("--delay-ms").arg(d.as_millis().to_string());
             }
-            if let Some((_, cert, key)) = &tls {
-                std::fs::write(base.path().join("cert.pem"), cert).expect("cert");
-                std::fs::write(base.path().join("key.pem"), key).expect("key");
+            if tls.is_some() {
                 cmd.arg("--tls-cert").arg(base.path().join("cert.pem"));
                 cmd.arg("--tls-key").arg(base.path().join("key.pem"));
             }
-            let mut child =
-                cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("python3");
-            let addr: SocketAddr = ([127, 0, 0, 1], port).into();
-            let end = Instant::now() + Duration::from_secs(20);
-            while Instant::now() < end {
-                if let Ok(Some(_)) = child.try_wait() {
-                    break;
-                }
-                if TcpStream::connect_timeout(&addr, Duration::from_millis(100)).is_ok() {
-                    return GitHttpServer { base, child, port, ca_pem: tls.map(|t| t.0) };
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        panic!("the git http server did not start");
+            cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("python3")
+        });
+        let (child, port) = started.expect("the git http server did not start");
+        GitHttpServer { base, child, port, ca_pem: tls.map(|t| t.0) }
     }
 
     /// Create an empty bare repository `name`; returns its folder (push there directly).

@@ -7,12 +7,11 @@
 //! server is killed on drop. The server is the system's `/usr/sbin/sshd`, or the one
 //! `scripts/install-tools` unpacks into `tools/openssh` where there is none (no root needed).
 
-use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use super::{free_port, run, temp_dir};
+use super::{run, temp_dir};
 
 /// Where Debian (and most distributions) install the OpenSSH server.
 pub const SSHD: &str = "/usr/sbin/sshd";
@@ -89,9 +88,7 @@ impl SshServer {
         std::fs::create_dir(dir.join("repos")).expect("repos folder");
         let host_public_key = host.public.split_whitespace().take(2).collect::<Vec<_>>().join(" ");
 
-        // A port picked free can be taken before sshd binds it: try a few.
-        for _ in 0..5 {
-            let port = free_port();
+        let started = crate::start_on_free_port(Duration::from_secs(10), |port| {
             let config = dir.join("sshd_config");
             std::fs::write(
                 &config,
@@ -120,7 +117,7 @@ impl SshServer {
             if !libs.is_empty() {
                 command.env("LD_LIBRARY_PATH", &libs);
             }
-            let mut child = command
+            command
                 .arg("-D")
                 .arg("-e")
                 .arg("-f")
@@ -129,22 +126,15 @@ impl SshServer {
                 .stdout(Stdio::null())
                 .stderr(log)
                 .spawn()
-                .unwrap_or_else(|e| panic!("starting {}: {e}", sshd.display()));
-            let addr: SocketAddr = ([127, 0, 0, 1], port).into();
-            let end = Instant::now() + Duration::from_secs(10);
-            while Instant::now() < end {
-                if let Ok(Some(_)) = child.try_wait() {
-                    break; // it exited (port taken, or a configuration error): see the log
-                }
-                if TcpStream::connect_timeout(&addr, Duration::from_millis(100)).is_ok() {
-                    return SshServer { base, child, port, user, client, host_public_key };
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        panic!("sshd did not start; its log:\n{}", std::fs::read_to_string(dir.join("sshd.log")).unwrap_or_default());
+                .unwrap_or_else(|e| panic!("starting {}: {e}", sshd.display()))
+        });
+        let Some((child, port)) = started else {
+            panic!(
+                "sshd did not start; its log:\n{}",
+                std::fs::read_to_string(dir.join("sshd.log")).unwrap_or_default()
+            );
+        };
+        SshServer { base, child, port, user, client, host_public_key }
     }
 
     /// The port sshd listens on.

@@ -24,7 +24,8 @@ const MARKER: &str = "SECRETMARKER";
 testkit::both!(
     a_failed_rollout_notifies_each_sink_once,
     one_delivery_when_the_delivering_replica_is_killed,
-    one_applications_events_are_delivered_one_at_a_time_in_the_order_they_happened
+    one_applications_events_are_delivered_one_at_a_time_in_the_order_they_happened,
+    events_are_watched_from_the_first_notification_and_again_after_the_last_is_deleted
 );
 
 fn spec(ns: &str) -> Value {
@@ -321,6 +322,69 @@ fn one_applications_events_are_delivered_one_at_a_time_in_the_order_they_happene
         assert!(hook.problems().is_empty(), "{:?}", hook.problems());
         let got = reasons_of(&hook);
         assert_eq!(got, reasons, "statuses {:?}", hook.received().iter().map(|r| r.status).collect::<Vec<_>>());
+    });
+}
+
+/// An Application lifecycle Event of `app` that happened at `at`, as the controller reports it.
+fn lifecycle_event(ns: &str, name: &str, reason: &str, at: jiff::Timestamp) -> Event {
+    serde_json::from_value(json!({
+        "apiVersion": "events.k8s.io/v1", "kind": "Event",
+        "metadata": {"name": name, "namespace": ns},
+        "eventTime": at.to_string(),
+        "reportingController": "kuvryn-sync", "reportingInstance": "test",
+        "action": "Reconcile", "reason": reason, "type": "Normal", "note": name,
+        "regarding": {"apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "Application", "namespace": ns, "name": "app"},
+    }))
+    .unwrap()
+}
+
+fn events_are_watched_from_the_first_notification_and_again_after_the_last_is_deleted(cluster: Cluster) {
+    const NS: &str = "notify-watch";
+    let runtime = testkit::runtime();
+    runtime.block_on(async {
+        let env = Env::without_controllers(&cluster, NS).await;
+        let token = format!("{MARKER}-token");
+        let hook = Sink::start(Kind::Webhook { key: token.clone() }, "hook/").await;
+        env.secret("hook", &[("address", &hook.url), ("token", &token)]).await;
+        env.create_app("app", spec(NS)).await;
+        // The engine runs before any Notification exists, so it watches no Events yet.
+        let _stop = env.start_notifications();
+        let events: Api<Event> = Api::namespaced(env.client.clone(), NS);
+        let ago = jiff::Timestamp::now() - jiff::SignedDuration::from_secs(30);
+        events.create(&PostParams::default(), &lifecycle_event(NS, "before", "NewRevision", ago)).await.unwrap();
+
+        // The first Notification starts the watch: an Event after it is delivered, the one
+        // from before it is not.
+        let routes_all = || json!({"provider": {"type": "Webhook", "secretRef": {"name": "hook"}}});
+        env.notification("first", routes_all()).await;
+        let now = jiff::Timestamp::now();
+        events.create(&PostParams::default(), &lifecycle_event(NS, "after-first", "Progressing", now)).await.unwrap();
+        let sent = || reasons_of(&hook);
+        eventually("the Event after the first Notification delivered", Duration::from_secs(60), || async {
+            sent().contains(&"Progressing".to_string()).then_some(())
+        })
+        .await;
+
+        // Deleting the last Notification stops the watch; the next one starts it again.
+        let ntfs = ntfs_api(&env);
+        ntfs.delete("first", &Default::default()).await.unwrap();
+        eventually("the first Notification gone", Duration::from_secs(30), || async {
+            ntfs.get_opt("first").await.unwrap().is_none().then_some(())
+        })
+        .await;
+        env.notification("second", routes_all()).await;
+        let now = jiff::Timestamp::now();
+        events.create(&PostParams::default(), &lifecycle_event(NS, "after-second", "Succeeded", now)).await.unwrap();
+        eventually("the Event after the second Notification delivered", Duration::from_secs(60), || async {
+            sent().contains(&"Succeeded".to_string()).then_some(())
+        })
+        .await;
+        assert!(
+            !sent().contains(&"NewRevision".to_string()),
+            "an Event older than every Notification was sent: {:?}",
+            sent()
+        );
+        assert!(hook.problems().is_empty(), "{:?}", hook.problems());
     });
 }
 

@@ -15,6 +15,8 @@
 //!
 //! The watch and a rescan every third of the claim bound visit every Event again: a shard that
 //! moves to this replica has its pending Events delivered once the dead holder's claim is stale.
+//! Events are watched only while at least one Notification exists: the first one starts the
+//! watch (its list visits every Event kept), the last one's deletion stops it and drops them.
 //!
 //! # Guarantees
 //! - never sent: Events older than [`MAX_AGE`] or than the Notification, observations
@@ -99,26 +101,28 @@ impl Context {
 /// Run until `shutdown`.
 pub async fn run(ctx: Arc<Context>, shutdown: impl std::future::Future<Output = ()>) {
     let (notifications, writer) = reflector::store();
-    let ntf_watch = reflector::reflector(
+    let mut ntf_watch = reflector::reflector(
         writer,
         watcher(Api::<Notification>::all(ctx.client.clone()), watcher::Config::default()).default_backoff(),
     )
-    .for_each(|_| async {});
-    let (events, ev_writer) = reflector::store::<Event>();
-    let mut ev_watch = reflector::reflector(
-        ev_writer,
-        watcher(Api::<Event>::all(ctx.client.clone()), watcher::Config::default().fields(&routable_selector()))
-            .default_backoff()
-            .modify(|e| e.metadata.managed_fields = None),
-    )
     .boxed();
+    let mut events: Option<EventWatch> = None;
     let mut rescan = tokio::time::interval((ctx.stale_after / 3).max(Duration::from_secs(1)));
-    tokio::pin!(shutdown, ntf_watch);
+    tokio::pin!(shutdown);
     loop {
         tokio::select! {
             () = &mut shutdown => return,
-            () = &mut ntf_watch => return,
-            item = ev_watch.next() => match item {
+            item = ntf_watch.next() => match item {
+                // Events are watched and kept only while a Notification may route them: a
+                // cluster without Notifications pays nothing for its Events.
+                Some(_) => match (notifications.is_empty(), events.is_some()) {
+                    (false, false) => events = Some(EventWatch::start(&ctx.client)),
+                    (true, true) => events = None,
+                    _ => {}
+                },
+                None => return,
+            },
+            item = next_event(&mut events) => match item {
                 Some(Ok(watcher::Event::Apply(ev) | watcher::Event::InitApply(ev))) => {
                     visit(&ctx, &notifications.state(), &ev);
                 }
@@ -128,13 +132,41 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl std::future::Future<Output = 
             },
             _ = rescan.tick() => {
                 let routes = notifications.state();
-                if !routes.is_empty() {
-                    for ev in events.state() {
+                if let (false, Some(watch)) = (routes.is_empty(), &events) {
+                    for ev in watch.store.state() {
                         visit(&ctx, &routes, &ev);
                     }
                 }
             }
         }
+    }
+}
+
+/// The watch of the routable Events and what it keeps.
+struct EventWatch {
+    store: reflector::Store<Event>,
+    stream: futures_util::stream::BoxStream<'static, Result<watcher::Event<Event>, watcher::Error>>,
+}
+
+impl EventWatch {
+    fn start(client: &Client) -> EventWatch {
+        let (store, writer) = reflector::store::<Event>();
+        let stream = reflector::reflector(
+            writer,
+            watcher(Api::<Event>::all(client.clone()), watcher::Config::default().fields(&routable_selector()))
+                .default_backoff()
+                .modify(|e| e.metadata.managed_fields = None),
+        )
+        .boxed();
+        EventWatch { store, stream }
+    }
+}
+
+/// The next item of the Event watch; never while there is none.
+async fn next_event(watch: &mut Option<EventWatch>) -> Option<Result<watcher::Event<Event>, watcher::Error>> {
+    match watch {
+        Some(w) => w.stream.next().await,
+        None => std::future::pending().await,
     }
 }
 

@@ -17,6 +17,7 @@ pub mod gather;
 pub mod graph;
 pub mod health;
 pub mod identity;
+pub mod impersonate;
 pub mod live;
 pub mod manager;
 pub mod metric_names;

@@ -9,23 +9,16 @@ use serde_json::Value;
 use super::Error;
 use crate::api::application::{ValuesKind, ValuesReference};
 
-/// A client acting as `system:serviceaccount:<namespace>:<name>`.
+/// A client acting as `system:serviceaccount:<namespace>:<name>` ([`crate::impersonate`]), with
+/// its own connections.
 pub fn impersonating(
     config: &kube::Config,
     namespace: &str,
     service_account: &str,
 ) -> Result<kube::Client, kube::Error> {
-    kube::Client::try_from(crate::client::without_retries(impersonation(config, namespace, service_account)))
-}
-
-/// `config` acting as `system:serviceaccount:<namespace>:<name>`. No groups are named: the API
-/// server gives an impersonated ServiceAccount its own groups, and naming them would need the
-/// right to impersonate any group (`system:masters` included).
-pub fn impersonation(config: &kube::Config, namespace: &str, service_account: &str) -> kube::Config {
-    let mut config = config.clone();
-    config.auth_info.impersonate = Some(format!("system:serviceaccount:{namespace}:{service_account}"));
-    config.auth_info.impersonate_groups = None;
-    config
+    let own = crate::impersonate::without_impersonation(&crate::client::without_retries(config.clone()));
+    let base = kube::Client::try_from(own)?;
+    crate::impersonate::client(&base, namespace, service_account, &config.default_namespace)
 }
 
 /// Values files read from Git Repositories, by (Repository, path): `None` when the commit has no

@@ -33,7 +33,7 @@ use crate::api::names;
 use crate::api::repository::Repository;
 use crate::apply::Writer;
 use crate::plan::validate;
-use crate::render::{self, Renderer};
+use crate::render::Renderer;
 use crate::source::GitCache;
 use crate::watch::discovery::ClusterScopes;
 use crate::watch::managed::{ExtraKinds, Inventory};
@@ -189,8 +189,11 @@ pub struct Context {
     /// What the last plans found unchanged: a drift check does not read it again.
     pub(super) unchanged: unchanged::Unchanged,
     pub(super) scopes: crate::watch::discovery::Snapshots,
-    /// Impersonating clients, per service account: each holds its own connections, so at most
-    /// [`MAX_CLIENTS`], and one unused for [`CLIENT_IDLE`] is dropped (made again when needed).
+    /// The client every service account's requests go through ([`crate::impersonate`]): the
+    /// controller's identity impersonating no one, with the budget, and one connection pool.
+    pub(super) as_tenants: Client,
+    /// Impersonating clients, per service account, over `as_tenants`: at most [`MAX_CLIENTS`],
+    /// and one unused for [`CLIENT_IDLE`] is dropped (made again when needed).
     pub(super) clients: moka::sync::Cache<(String, String), Client>,
     /// The commit each (URL, credential identity, `spec.source.revision`) last resolved to.
     pub(super) resolved: resolved::Resolved,
@@ -211,6 +214,7 @@ impl Context {
         settings: Settings,
     ) -> Result<Context, kube::Error> {
         let client = settings.limiter.client(config.clone())?;
+        let as_tenants = settings.limiter.client(crate::impersonate::without_impersonation(&config))?;
         let reporter = Reporter { controller: names::FIELD_MANAGER.to_string(), instance };
         let queue = crate::controller::queue::Queue::new(usize::from(settings.concurrency));
         Ok(Context {
@@ -237,6 +241,7 @@ impl Context {
             list_answers: Default::default(),
             unchanged: Default::default(),
             scopes: Default::default(),
+            as_tenants,
             clients: moka::sync::Cache::builder().max_capacity(MAX_CLIENTS).time_to_idle(CLIENT_IDLE).build(),
             resolved: Default::default(),
         })
@@ -274,7 +279,7 @@ impl Context {
         // `try_get_with`: concurrent misses of one key build one client, not one each.
         let key = (ns.to_string(), sa.to_string());
         self.clients
-            .try_get_with(key, || self.settings.limiter.client(render::values::impersonation(&self.config, ns, sa)))
+            .try_get_with(key, || crate::impersonate::client(&self.as_tenants, ns, sa, &self.config.default_namespace))
             .map_err(|e| match std::sync::Arc::try_unwrap(e) {
                 Ok(e) => e,
                 Err(shared) => kube::Error::Service(shared.to_string().into()),

@@ -50,6 +50,13 @@ pub fn client(
     Ok(kube::Client::new(AsServiceAccount { base: base.clone(), user }, default_namespace))
 }
 
+/// A client acting as `system:serviceaccount:<namespace>:<name>` over a base of its own made
+/// from `config` (for one-off use, as `ksync diff` does; a replica shares one base).
+pub fn standalone(config: &kube::Config, namespace: &str, name: &str) -> Result<kube::Client, kube::Error> {
+    let base = kube::Client::try_from(without_impersonation(config))?;
+    client(&base, namespace, name, &config.default_namespace)
+}
+
 /// `headers` as acting as `user`: every `Impersonate-*` header removed, then `Impersonate-User`
 /// set to `user`.
 pub fn as_service_account(headers: &mut HeaderMap, user: &HeaderValue) {

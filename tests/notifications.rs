@@ -297,15 +297,7 @@ fn one_applications_events_are_delivered_one_at_a_time_in_the_order_they_happene
         let events: Api<Event> = Api::namespaced(env.client.clone(), NS);
         let reasons = ["NewRevision", "Progressing", "Succeeded"];
         for (i, reason) in reasons.iter().enumerate() {
-            let ev: Event = serde_json::from_value(json!({
-                "apiVersion": "events.k8s.io/v1", "kind": "Event",
-                "metadata": {"name": format!("app.{i}"), "namespace": NS},
-                "eventTime": jiff::Timestamp::now().to_string(),
-                "reportingController": "kuvryn-sync", "reportingInstance": "test",
-                "action": "Reconcile", "reason": reason, "type": "Normal", "note": format!("step {i}"),
-                "regarding": {"apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "Application", "namespace": NS, "name": "app"},
-            }))
-            .unwrap();
+            let ev = lifecycle_event(NS, &format!("app.{i}"), reason, jiff::Timestamp::now());
             events.create(&PostParams::default(), &ev).await.unwrap();
             // The first is being throttled before the next happens.
             if i == 0 {

@@ -38,7 +38,7 @@ fn values_are_read_as_the_service_account(cluster: Cluster) {
                      "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "values-reader"},
                      "subjects": [{"kind": "ServiceAccount", "name": "deployer", "namespace": ns}]})).await;
 
-        let sa = values::impersonating(&cluster.config().await, ns, "deployer").unwrap();
+        let sa = kuvryn_sync::impersonate::standalone(&cluster.config().await, ns, "deployer").unwrap();
         let wanted =
             [r(ValuesKind::Secret, "helm-values", false), r(ValuesKind::ConfigMap, "public", false), r(ValuesKind::ConfigMap, "absent", true)];
         // A real API server authorizes from an informer's copy of RBAC: the RoleBinding takes

@@ -9,18 +9,6 @@ use serde_json::Value;
 use super::Error;
 use crate::api::application::{ValuesKind, ValuesReference};
 
-/// A client acting as `system:serviceaccount:<namespace>:<name>` ([`crate::impersonate`]), with
-/// its own connections.
-pub fn impersonating(
-    config: &kube::Config,
-    namespace: &str,
-    service_account: &str,
-) -> Result<kube::Client, kube::Error> {
-    let own = crate::impersonate::without_impersonation(&crate::client::without_retries(config.clone()));
-    let base = kube::Client::try_from(own)?;
-    crate::impersonate::client(&base, namespace, service_account, &config.default_namespace)
-}
-
 /// Values files read from Git Repositories, by (Repository, path): `None` when the commit has no
 /// such file. See [`repository_files`].
 pub type RepositoryFiles = std::collections::BTreeMap<(String, String), Option<String>>;

@@ -199,11 +199,7 @@ pub async fn preview(cluster: &Cluster, shared: &Shared, app: &Application, ask:
             Rendered::Checkout(c)
         }
     };
-    let sa = Client::try_from(kuvryn_sync::impersonate::without_impersonation(&cluster.config))
-        .and_then(|own| {
-            let (sa, default_ns) = (&spec.service_account_name, &cluster.config.default_namespace);
-            kuvryn_sync::impersonate::client(&own, &ns, sa, default_ns)
-        })
+    let sa = kuvryn_sync::impersonate::standalone(&cluster.config, &ns, &spec.service_account_name)
         .map_err(|e| format!("a client acting as the service account: {e}"))?;
     let packaged = match &rendered {
         Rendered::Packaged(p, _) => Some(p.clone()),

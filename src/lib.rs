@@ -23,6 +23,7 @@ pub mod manager;
 pub mod metric_names;
 pub mod notify;
 pub mod offload;
+pub mod packed;
 pub mod plan;
 pub mod read;
 pub mod receiver;

@@ -600,13 +600,13 @@ pub async fn read_managed(
 }
 
 /// What a read of the desired objects may spare, given the managed objects found (with their
-/// resourceVersions). Identity → the live object a plan found unchanged, as JSON text.
+/// resourceVersions). Identity → the live object a plan found unchanged, packed JSON ([`crate::packed`]).
 #[derive(Default)]
 pub struct Spare {
     /// Not read at all: planned against the kept object.
-    pub skip: BTreeMap<String, std::sync::Arc<str>>,
+    pub skip: BTreeMap<String, crate::packed::Packed>,
     /// Read, and not dry-run if only their status moved since.
-    pub recheck: BTreeMap<String, std::sync::Arc<str>>,
+    pub recheck: BTreeMap<String, crate::packed::Packed>,
 }
 
 /// Which desired objects need no read, or no dry run ([`Spare`]).
@@ -648,14 +648,14 @@ pub async fn read(
             // Parsed off the runtime (an Application's objects can be tens of megabytes); one
             // that does not parse is read (and dry-run) instead.
             let (known, prior) = crate::offload::offload(move || {
-                let parse = |text: &str| serde_json::from_str::<Value>(text).ok();
+                let parse = |packed: crate::packed::Packed| packed.parse::<Value>();
                 let known: BTreeMap<_, _> = spare
                     .skip
                     .into_iter()
-                    .filter_map(|(id, text)| Some((id, std::sync::Arc::new(parse(&text)?))))
+                    .filter_map(|(id, packed)| Some((id, std::sync::Arc::new(parse(packed)?))))
                     .collect();
                 let prior: BTreeMap<_, _> =
-                    spare.recheck.into_iter().filter_map(|(id, text)| Some((id, parse(&text)?))).collect();
+                    spare.recheck.into_iter().filter_map(|(id, packed)| Some((id, parse(packed)?))).collect();
                 (known, prior)
             })
             .await;

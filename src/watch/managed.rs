@@ -1,7 +1,12 @@
-//! Watches of the objects Applications manage: metadata only (`PartialObjectMeta`), and
-//! server-side label-selected to Kuvryn Sync's objects of one shard, so a replica receives
-//! events only for the shards it owns. An event names its Application through the
-//! `sync.kuvryn.io/application` annotation and triggers a drift check of that Application only.
+//! Watches of the objects Applications manage, server-side label-selected to Kuvryn Sync's
+//! objects of one shard, so a replica receives events only for the shards it owns. An event
+//! names its Application through the `sync.kuvryn.io/application` annotation and triggers a
+//! drift check of that Application only.
+//!
+//! Metadata only (`PartialObjectMeta`), except for workloads (Deployments, StatefulSets,
+//! DaemonSets: [`WithStatus`]), whose status is kept as well: their status moves on its own,
+//! many times in a rollout, and with it in the store a drift check plans a status-only change
+//! without reading the object again (`unchanged::split`).
 //!
 //! The watches are reflectors too: their stores ([`Inventory`]) answer a drift check's list of
 //! the Application's managed objects without a request to the API server.
@@ -50,29 +55,103 @@ pub fn selector(shard: Option<u32>) -> String {
     }
 }
 
-/// Metadata-only watch events of managed objects of kind `K` (a drift or health trigger: the
-/// object itself is read again by the reconcile), kept in `inventory` as `shard`'s store of the
-/// kind while the stream lives.
-pub fn touched<K>(
+/// Watch events of managed objects as `O` keeps them (`PartialObjectMeta<K>`: metadata only;
+/// [`WithStatus<K>`]: metadata and status), a drift or health trigger, kept in `inventory` as
+/// `shard`'s store of the kind while the stream lives.
+pub fn touched<O>(
     client: &Client,
     selector: &str,
     inventory: &Inventory,
     shard: Option<u32>,
-) -> impl Stream<Item = Result<PartialObjectMeta<K>, watcher::Error>> + Send + 'static
+) -> impl Stream<Item = Result<O, watcher::Error>> + Send + 'static
 where
-    K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    O: Observed<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
 {
-    let (store, writer) = reflector::store::<PartialObjectMeta<K>>();
-    let alive = inventory.insert(shard, &K::group(&()), &K::kind(&()), store, ());
-    // `Api<PartialObjectMeta<K>>` makes metadata-only requests.
-    watcher(Api::<PartialObjectMeta<K>>::all(client.clone()), watcher::Config::default().labels(selector))
+    let (store, writer) = reflector::store::<O>();
+    let alive = inventory.insert(shard, &O::group(&()), &O::kind(&()), store, ());
+    // `Api<PartialObjectMeta<K>>` makes metadata-only requests; `Api<WithStatus<K>>` full ones.
+    watcher(Api::<O>::all(client.clone()), watcher::Config::default().labels(selector))
         .default_backoff()
-        .modify(|o| o.metadata.managed_fields = None)
+        .modify(|o| o.meta_mut().managed_fields = None)
         .reflect(writer)
         .touched_objects()
         .inspect(move |_| {
             let _ = &alive;
         })
+}
+
+/// What a shard's store keeps of a managed object: its metadata, and for [`WithStatus`] its
+/// status.
+pub trait Observed: Resource {
+    /// The object's `status` as compact JSON, when the store keeps it.
+    fn status(&self) -> Option<&str> {
+        None
+    }
+}
+
+impl<K: Resource> Observed for PartialObjectMeta<K> {}
+
+/// A workload as its shard's store keeps it: its metadata (without `managedFields`) and its
+/// `status` as compact JSON, nothing of its spec (the Pod template is most of its size). A full
+/// watch: the API server has no partial view with the status.
+#[derive(Clone, Debug, serde::Deserialize)]
+#[serde(bound = "")]
+pub struct WithStatus<K> {
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    #[serde(default, deserialize_with = "compact")]
+    pub status: Option<Box<str>>,
+    #[serde(skip)]
+    kind: std::marker::PhantomData<K>,
+}
+
+/// A JSON value kept as its compact text (a parsed `Value` takes several times the memory).
+fn compact<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Box<str>>, D::Error> {
+    let v = <Option<serde_json::Value> as serde::Deserialize>::deserialize(d)?;
+    Ok(v.filter(|v| !v.is_null()).map(|v| v.to_string().into_boxed_str()))
+}
+
+impl<K: Resource<DynamicType = ()>> Resource for WithStatus<K> {
+    type DynamicType = ();
+    type Scope = K::Scope;
+
+    fn kind(dt: &()) -> std::borrow::Cow<'_, str> {
+        K::kind(dt)
+    }
+
+    fn group(dt: &()) -> std::borrow::Cow<'_, str> {
+        K::group(dt)
+    }
+
+    fn version(dt: &()) -> std::borrow::Cow<'_, str> {
+        K::version(dt)
+    }
+
+    fn plural(dt: &()) -> std::borrow::Cow<'_, str> {
+        K::plural(dt)
+    }
+
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+impl<K: Resource<DynamicType = ()>> Observed for WithStatus<K> {
+    fn status(&self) -> Option<&str> {
+        self.status.as_deref()
+    }
+}
+
+/// An object in a shard's store: its metadata, and its status when the store keeps it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Cached {
+    pub meta: ObjectMeta,
+    /// `status` as compact JSON ([`WithStatus`]).
+    pub status: Option<Box<str>>,
 }
 
 /// The label pairs of an equality-only selector (`k=v,k2=v2`), or `None` for anything else.
@@ -93,11 +172,11 @@ enum Query<'a> {
     Named { namespace: &'a str, name: &'a str },
 }
 
-type Lookup = Box<dyn Fn(Query<'_>) -> Option<Vec<ObjectMeta>> + Send + Sync>;
+type Lookup = Box<dyn Fn(Query<'_>) -> Option<Vec<Cached>> + Send + Sync>;
 /// Shard (`None`: not sharded), group and kind.
 type StoreKey = (Option<u32>, String, String);
 
-/// The metadata of managed objects as this replica's shard watches have it, by shard (`None`:
+/// Managed objects as this replica's shard watches have them ([`Cached`]), by shard (`None`:
 /// not sharded) and kind. A store answers only while its watch runs and once its first list is
 /// in.
 #[derive(Default)]
@@ -117,10 +196,11 @@ impl Inventory {
         dyntype: K::DynamicType,
     ) -> Arc<()>
     where
-        K: Resource + Clone + Send + Sync + 'static,
+        K: Observed + Clone + Send + Sync + 'static,
         K::DynamicType: std::hash::Hash + Eq + Clone + Send + Sync,
     {
         let alive = Arc::new(());
+        let cached = |o: &K| Cached { meta: o.meta().clone(), status: o.status().map(Box::from) };
         let lookup: Lookup = Box::new(move |query| {
             // Ready once the first list is in; an error means the watch is gone.
             store.wait_until_ready().now_or_never()?.ok()?;
@@ -132,11 +212,11 @@ impl Inventory {
                         let labels = o.meta().labels.as_ref();
                         want.iter().all(|(k, v)| labels.and_then(|l| l.get(*k)).map(String::as_str) == Some(*v))
                     })
-                    .map(|o| o.meta().clone())
+                    .map(|o| cached(o))
                     .collect(),
                 Query::Named { namespace, name } => {
                     let r = ObjectRef::new_with(name, dyntype.clone()).within(namespace);
-                    store.get(&r).map(|o| o.meta().clone()).into_iter().collect()
+                    store.get(&r).map(|o| cached(&o)).into_iter().collect()
                 }
             })
         });
@@ -149,7 +229,7 @@ impl Inventory {
 
     /// The objects of `group`/`kind` matching the equality-only `selector` in `shard`'s store,
     /// or `None` when no running, synced watch can say.
-    pub fn lookup(&self, shard: Option<u32>, group: &str, kind: &str, selector: &str) -> Option<Vec<ObjectMeta>> {
+    pub fn lookup(&self, shard: Option<u32>, group: &str, kind: &str, selector: &str) -> Option<Vec<Cached>> {
         let want = equalities(selector)?;
         let stores = self.stores.lock().expect("inventory lock");
         let (alive, lookup) = stores.get(&(shard, group.to_string(), kind.to_string()))?;
@@ -163,7 +243,7 @@ impl Inventory {
         let stores = self.stores.lock().expect("inventory lock");
         let (alive, lookup) = stores.get(&(shard, group.to_string(), kind.to_string()))?;
         alive.upgrade()?;
-        lookup(Query::Named { namespace, name })?.pop()
+        Some(lookup(Query::Named { namespace, name })?.pop()?.meta)
     }
 
     /// Forget the stores whose watches stopped (a later watch of the same shard and kind
@@ -381,7 +461,7 @@ mod tests {
         writer.apply_watcher_event(&Event::InitApply(object("b", "api")));
         writer.apply_watcher_event(&Event::InitDone);
         let found = lookup().expect("listed");
-        assert_eq!(found.iter().map(|m| m.name.clone().unwrap()).collect::<Vec<_>>(), vec!["a"]);
+        assert_eq!(found.iter().map(|c| c.meta.name.clone().unwrap()).collect::<Vec<_>>(), vec!["a"]);
         let named = |ns: &str, name: &str| inventory.get(Some(3), "", "ConfigMap", ns, name).and_then(|m| m.name);
         assert_eq!(named("team-a", "b").as_deref(), Some("b"));
         assert_eq!(named("team-a", "c"), None, "not in the store");

@@ -5,7 +5,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::Api;
 use kube::core::ApiResource;
 use serde_json::{Value, json};
@@ -19,6 +18,7 @@ use crate::api::names;
 use crate::decisions::inventory as inventory_source;
 use crate::live;
 use crate::plan::{self, inventory, revision, validate};
+use crate::watch::managed::Cached;
 
 /// Steps 6 and 7: read the live state and plan `desired`. `from_cache`: the managed inventory
 /// comes from the shard's watch caches (a drift check); such a plan is never acted on
@@ -59,7 +59,7 @@ pub(super) async fn plan(
     let cached = |r: &ApiResource| -> Option<Vec<Value>> {
         if from_cache {
             let found = ctx.inventory.lookup(shard_key, &r.group, &r.kind, &selector)?;
-            return Some(found.into_iter().map(|m| as_object(r, m)).collect());
+            return Some(found.into_iter().map(|c| as_object(r, c)).collect());
         }
         let namespaced = validate::Scopes::namespaced(&*scopes, &r.group, &r.kind).unwrap_or(true);
         let listed = ctx.list_answers.listed(&who, r, namespaced, &namespaces);
@@ -77,8 +77,8 @@ pub(super) async fn plan(
             inventory_source::Source::List => return None,
             inventory_source::Source::Cache { searched_only } => searched_only,
         };
-        let in_scope = |m: &ObjectMeta| !searched_only || m.namespace.as_ref().is_some_and(|n| namespaces.contains(n));
-        Some(found?.into_iter().filter(in_scope).map(|m| as_object(r, m)).collect())
+        let in_scope = |c: &Cached| !searched_only || c.meta.namespace.as_ref().is_some_and(|n| namespaces.contains(n));
+        Some(found?.into_iter().filter(in_scope).map(|c| as_object(r, c)).collect())
     };
     let search = live::Search { namespaces: &namespaces, answers: Some((&ctx.list_answers, &who)) };
     // A drift check does not read again what nothing can have changed (unchanged.rs), unless
@@ -88,14 +88,11 @@ pub(super) async fn plan(
     let skipped = std::sync::Mutex::new(BTreeMap::new());
     let recheckable = std::sync::Mutex::new(BTreeMap::new());
     let skip = |managed: &[Value]| {
-        let cached: BTreeMap<String, String> = managed
-            .iter()
-            .filter_map(|m| Some((validate::identity(m), m["metadata"]["resourceVersion"].as_str()?.to_string())))
-            .collect();
+        let cached: BTreeMap<String, &Value> = managed.iter().map(|m| (validate::identity(m), m)).collect();
         let (skip, recheck) = unchanged::split(&kept, &desired, &cached, now);
-        let text =
+        let packed =
             |m: &BTreeMap<String, unchanged::Known>| m.iter().map(|(id, k)| (id.clone(), k.live.clone())).collect();
-        let spare = live::Spare { skip: text(&skip), recheck: text(&recheck) };
+        let spare = live::Spare { skip: packed(&skip), recheck: packed(&recheck) };
         *skipped.lock().expect("skipped lock") = skip;
         *recheckable.lock().expect("recheckable lock") = recheck;
         spare
@@ -113,7 +110,7 @@ pub(super) async fn plan(
     };
     let skipped = skipped.into_inner().expect("skipped lock");
     let mut rechecked = recheckable.into_inner().expect("recheckable lock");
-    let kept_len = kept.len();
+    let kept_before = kept.clone();
     let live = match read {
         Ok(l) => l,
         Err(live::Error::Forbidden(m)) => {
@@ -184,8 +181,14 @@ pub(super) async fn plan(
         let plan = plan::build(&desired, &inputs);
         let stored = revision::stored(&plan, adopt);
         let keep = unchanged::to_keep(&desired, &plan, &inputs.live, &skipped, &rechecked, now);
-        // A drift check that skipped everything kept: what is kept stays as it is.
-        let same = from_cache && keep.len() == kept_len && keep.keys().all(|id| skipped.contains_key(id));
+        // A drift check that skipped everything kept, each at the resourceVersion kept: what is
+        // kept stays as it is (a workload whose status alone moved is kept at its new one).
+        let same = from_cache
+            && keep.len() == kept_before.len()
+            && keep.iter().all(|(id, k)| {
+                skipped.contains_key(id)
+                    && kept_before.get(id).is_some_and(|before| before.resource_version == k.resource_version)
+            });
         (plan, stored, desired, inputs, (!same).then_some(keep))
     })
     .await;
@@ -226,9 +229,14 @@ fn vouched(app: &Application, now: std::time::Instant, wall: jiff::Timestamp) ->
     Some((u.digest.clone(), now.checked_sub(age)?))
 }
 
-/// A watch cache's metadata of an object of `r`, shaped as a listed managed object.
-fn as_object(r: &ApiResource, m: ObjectMeta) -> Value {
-    json!({"apiVersion": r.api_version, "kind": r.kind, "metadata": m})
+/// A watch cache's object of `r` (its metadata, and its status when the store keeps it),
+/// shaped as a listed managed object.
+fn as_object(r: &ApiResource, c: Cached) -> Value {
+    let mut o = json!({"apiVersion": r.api_version, "kind": r.kind, "metadata": c.meta});
+    if let Some(status) = c.status.and_then(|s| serde_json::from_str::<Value>(&s).ok()) {
+        o["status"] = status;
+    }
+    o
 }
 
 /// Whether `found` (a watch cache's objects of `r` for the Application) holds every object of
@@ -242,7 +250,7 @@ fn own_writes_seen(
     known: &BTreeMap<String, unchanged::Known>,
     managed_kinds: &[crate::api::common::GroupVersionKind],
     r: &ApiResource,
-    found: &[ObjectMeta],
+    found: &[Cached],
 ) -> bool {
     let prefix = format!("{}/{}/", r.group, r.kind);
     let mut kept = known.keys().filter_map(|id| id.strip_prefix(&prefix)).peekable();
@@ -251,7 +259,7 @@ fn own_writes_seen(
     }
     let cached: BTreeSet<(&str, &str)> = found
         .iter()
-        .map(|m| (m.namespace.as_deref().unwrap_or_default(), m.name.as_deref().unwrap_or_default()))
+        .map(|c| (c.meta.namespace.as_deref().unwrap_or_default(), c.meta.name.as_deref().unwrap_or_default()))
         .collect();
     kept.all(|rest| {
         let (ns, name) = rest.split_once('/').unwrap_or(("", rest));
@@ -263,6 +271,7 @@ fn own_writes_seen(
 mod tests {
     use super::*;
     use crate::api::common::GroupVersionKind;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     #[test]
     fn a_record_is_trusted_only_within_the_hour_after_its_check() {
@@ -300,21 +309,20 @@ mod tests {
             let k = unchanged::Known {
                 digest: 0,
                 resource_version: "1".into(),
-                live: "{}".into(),
+                live: crate::packed::Packed::from_text("{}"),
                 checked: std::time::Instant::now(),
                 content: [0; 32],
             };
             ids.iter().map(|id| (id.to_string(), k.clone())).collect()
         };
-        let meta = |ns: &str, name: &str| ObjectMeta {
-            namespace: Some(ns.into()),
-            name: Some(name.into()),
-            ..Default::default()
+        let meta = |ns: &str, name: &str| Cached {
+            meta: ObjectMeta { namespace: Some(ns.into()), name: Some(name.into()), ..Default::default() },
+            status: None,
         };
         let managed = vec![GroupVersionKind { group: String::new(), version: "v1".into(), kind: "ConfigMap".into() }];
         let secret_only = vec![GroupVersionKind { group: String::new(), version: "v1".into(), kind: "Secret".into() }];
         // (kept, the status's managed kinds, the cache) → seen
-        type Case<'a> = (&'a [&'a str], &'a [GroupVersionKind], &'a [ObjectMeta], bool);
+        type Case<'a> = (&'a [&'a str], &'a [GroupVersionKind], &'a [Cached], bool);
         let cases: [Case; 7] = [
             (&["/ConfigMap/n/a", "/ConfigMap/n/b"], &managed, &[meta("n", "a"), meta("n", "b")], true),
             // The watch has not shown `b`, applied just now.

@@ -25,7 +25,7 @@ use crate::api::application::Application;
 use crate::api::names;
 use crate::api::repository::Repository;
 use crate::controller::EachWatchBacksOff;
-use crate::watch::managed as watched;
+use crate::watch::managed::{self as watched, WithStatus};
 
 /// Run the controller for every Application until `shutdown` completes.
 pub async fn run(ctx: Arc<Context>, shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static) {
@@ -164,12 +164,21 @@ pub async fn run_shard(
     };
     let inv = &ctx.inventory;
     controller
-        .watches_stream(watched::touched::<Deployment>(&ctx.client, &selector, inv, shard), tracked(&ctx))
-        .watches_stream(watched::touched::<StatefulSet>(&ctx.client, &selector, inv, shard), tracked(&ctx))
-        .watches_stream(watched::touched::<DaemonSet>(&ctx.client, &selector, inv, shard), tracked(&ctx))
-        .watches_stream(watched::touched::<ConfigMap>(&ctx.client, &selector, inv, shard), tracked(&ctx))
-        .watches_stream(watched::touched::<Secret>(&ctx.client, &selector, inv, shard), tracked(&ctx))
-        .watches_stream(watched::touched::<Service>(&ctx.client, &selector, inv, shard), tracked(&ctx))
+        .watches_stream(watched::touched::<WithStatus<Deployment>>(&ctx.client, &selector, inv, shard), tracked(&ctx))
+        .watches_stream(watched::touched::<WithStatus<StatefulSet>>(&ctx.client, &selector, inv, shard), tracked(&ctx))
+        .watches_stream(watched::touched::<WithStatus<DaemonSet>>(&ctx.client, &selector, inv, shard), tracked(&ctx))
+        .watches_stream(
+            watched::touched::<PartialObjectMeta<ConfigMap>>(&ctx.client, &selector, inv, shard),
+            tracked(&ctx),
+        )
+        .watches_stream(
+            watched::touched::<PartialObjectMeta<Secret>>(&ctx.client, &selector, inv, shard),
+            tracked(&ctx),
+        )
+        .watches_stream(
+            watched::touched::<PartialObjectMeta<Service>>(&ctx.client, &selector, inv, shard),
+            tracked(&ctx),
+        )
         .watches_stream(pods, pod_owner)
         .reconcile_on(extra)
         .reconcile_on(repo_triggers)

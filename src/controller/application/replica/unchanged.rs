@@ -10,8 +10,9 @@
 //!
 //! Bounded: [`MAX_BYTES`] of kept live objects per replica (the least recently used
 //! Applications go first, and are then read in full, as before). A kept object is compact JSON
-//! text, parsed again only when a check skips its read: as a parsed `Value` it would take
-//! about four times the memory (every key and string its own allocation).
+//! text, deflated ([`Packed`]: about a third of the text), parsed again only when a check skips
+//! its read: as a parsed `Value` it would take about four times the text's memory (every key
+//! and string its own allocation).
 
 use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
@@ -20,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use crate::packed::Packed;
 use crate::plan::{Action, Plan, validate};
 
 /// Bytes of kept live objects per replica (about 40,000 objects of 1.5 KiB).
@@ -37,8 +39,8 @@ pub struct Known {
     pub digest: u64,
     /// The live object's `metadata.resourceVersion`: which state of it was compared.
     pub resource_version: Box<str>,
-    /// The live object it was compared with, without `metadata.managedFields`, as compact JSON.
-    pub live: Arc<str>,
+    /// The live object it was compared with, without `metadata.managedFields`, as packed JSON.
+    pub live: Packed,
     /// When a real read (`GET` and dry run) last found it unchanged.
     pub checked: Instant,
     /// [`crate::live::content`] of the desired object and the live object.
@@ -57,37 +59,88 @@ fn resource_version(obj: &Value) -> Option<&str> {
     obj["metadata"]["resourceVersion"].as_str().filter(|rv| !rv.is_empty())
 }
 
+/// The kinds whose every change outside `metadata` and `status` moves `metadata.generation`:
+/// their only other field is `spec`, and the API server increments the generation on any
+/// change to it (apps/v1's registry strategies).
+pub const GENERATION_COVERS_SPEC: [(&str, &str); 3] =
+    [("apps", "Deployment"), ("apps", "StatefulSet"), ("apps", "DaemonSet")];
+
 /// The kept objects of `desired`, split: those whose read can be skipped (planned against the
-/// kept live object, compact JSON that the caller parses off the runtime), and those that are
+/// kept live object, packed JSON that the caller parses off the runtime), and those that are
 /// read but may have their dry run spared ([`crate::live::same_but_status`]).
 ///
 /// Contract: an object is skipped only when all of these hold:
 /// - it was kept ([`Known`]) for this Application;
 /// - its desired object is the one kept ([`digest`] equal);
-/// - the watch cache has it (`cached`: identity → resourceVersion) at the very resourceVersion
-///   of the kept live object: every write to an object, by anyone, moves its resourceVersion;
-/// - a real read found it unchanged less than [`TRUST_FOR`] before `now`.
+/// - a real read found it unchanged less than [`TRUST_FOR`] before `now`;
+/// - the watch cache has it (`cached`: identity → the cached object) either at the very
+///   resourceVersion of the kept live object (every write to an object, by anyone, moves its
+///   resourceVersion), or, for a kind of [`GENERATION_COVERS_SPEC`] whose cached copy carries
+///   its status, with metadata that [`crate::live::same_but_status`] holds the same as the kept
+///   one's (the same `generation`, so the same spec). It is then planned against the kept
+///   object with the cached metadata and status, and kept so ([`status_moved`]).
 ///
 /// Anything else (no watch for its kind, not labelled yet, an edit, a new commit) is read; of
 /// those, the second part holds the [`recheckable`] ones.
 pub fn split(
     known: &BTreeMap<String, Known>,
     desired: &[Value],
-    cached: &BTreeMap<String, String>,
+    cached: &BTreeMap<String, &Value>,
     now: Instant,
 ) -> (BTreeMap<String, Known>, BTreeMap<String, Known>) {
-    recheckable(known, desired, now)
-        .into_iter()
-        .partition(|(id, k)| cached.get(id).is_some_and(|rv| **rv == *k.resource_version))
+    let (mut skip, mut recheck) = (BTreeMap::new(), BTreeMap::new());
+    for (id, d, k) in recheckable(known, desired, now) {
+        let seen = cached.get(&id).copied();
+        if seen.is_some_and(|c| resource_version(c) == Some(&*k.resource_version)) {
+            skip.insert(id, k);
+        } else if let Some(moved) = seen.and_then(|c| status_moved(d, &k, c)) {
+            skip.insert(id, moved);
+        } else {
+            recheck.insert(id, k);
+        }
+    }
+    (skip, recheck)
 }
 
-/// The kept objects whose verdict may still hold: kept with a resourceVersion for the same
-/// desired object ([`digest`] equal), and really checked less than [`TRUST_FOR`] before `now`.
-/// Those the watch cache shows at the kept resourceVersion are skipped ([`split`]); the others are
-/// read (`GET`), and if the read finds only what [`crate::live::same_but_status`] allows changed, the kept
-/// verdict (unchanged, no conflict) still holds and their dry run is spared.
-fn recheckable(known: &BTreeMap<String, Known>, desired: &[Value], now: Instant) -> BTreeMap<String, Known> {
-    let mut out = BTreeMap::new();
+/// `k` with its live object's metadata and status taken from `seen` (the watch cache's copy of
+/// the object, at another resourceVersion), when only they can have moved: `desired` is of a
+/// [`GENERATION_COVERS_SPEC`] kind, `seen` carries its status, and the kept object with them
+/// is what [`crate::live::same_but_status`] holds the same (equal `generation`, labels,
+/// declared annotations, owners, no deletion). The trust ([`Known::checked`]) is not renewed.
+fn status_moved(desired: &Value, k: &Known, seen: &Value) -> Option<Known> {
+    let group = validate::group_of(desired["apiVersion"].as_str()?);
+    let kind = desired["kind"].as_str()?;
+    if !GENERATION_COVERS_SPEC.contains(&(group, kind)) {
+        return None;
+    }
+    let status = seen.get("status")?;
+    resource_version(seen)?;
+    let kept: Value = k.live.parse()?;
+    let mut now = kept.clone();
+    now["metadata"] = seen["metadata"].clone();
+    now["status"] = status.clone();
+    if !crate::live::same_but_status(desired, &kept, &now) {
+        return None;
+    }
+    Some(Known {
+        resource_version: resource_version(&now)?.into(),
+        live: Packed::of(&WithoutManagedFields(&now))?,
+        ..k.clone()
+    })
+}
+
+/// The kept objects whose verdict may still hold, with their desired objects: kept with a
+/// resourceVersion for the same desired object ([`digest`] equal), and really checked less than
+/// [`TRUST_FOR`] before `now`. Those the watch cache shows unchanged are skipped ([`split`]); the
+/// others are read (`GET`), and if the read finds only what [`crate::live::same_but_status`]
+/// allows changed, the kept verdict (unchanged, no conflict) still holds and their dry run is
+/// spared.
+fn recheckable<'a>(
+    known: &BTreeMap<String, Known>,
+    desired: &'a [Value],
+    now: Instant,
+) -> Vec<(String, &'a Value, Known)> {
+    let mut out = Vec::new();
     for d in desired {
         let id = validate::identity(d);
         let Some(k) = known.get(&id) else { continue };
@@ -95,7 +148,7 @@ fn recheckable(known: &BTreeMap<String, Known>, desired: &[Value], now: Instant)
             && k.digest == digest(d)
             && now.saturating_duration_since(k.checked) < TRUST_FOR
         {
-            out.insert(id, k.clone());
+            out.push((id, d, k.clone()));
         }
     }
     out
@@ -160,7 +213,7 @@ pub fn known(desired: &Value, live: &Value, checked: Instant) -> Known {
     Known {
         digest: digest(desired),
         resource_version: resource_version(live).unwrap_or_default().into(),
-        live: serde_json::to_string(&WithoutManagedFields(live)).unwrap_or_default().into(),
+        live: Packed::of(&WithoutManagedFields(live)).unwrap_or_else(|| Packed::from_text("")),
         checked,
         content: crate::live::content(desired, live),
     }
@@ -329,10 +382,12 @@ mod tests {
     fn skippable(
         known: &BTreeMap<String, Known>,
         desired: &[Value],
-        cached: &BTreeMap<String, String>,
+        cached: &BTreeMap<String, Value>,
         now: Instant,
     ) -> BTreeMap<String, Arc<str>> {
-        split(known, desired, cached, now).0.into_iter().map(|(id, k)| (id, k.live)).collect()
+        let cached = cached.iter().map(|(id, v)| (id.clone(), v)).collect();
+        let cached = &cached;
+        split(known, desired, cached, now).0.into_iter().map(|(id, k)| (id, k.live.text().into())).collect()
     }
 
     fn cm(data: &str) -> Value {
@@ -350,7 +405,7 @@ mod tests {
         let kept = |rv: &str, desired: &Value, age: Duration| {
             BTreeMap::from([(id.clone(), known(desired, &live(rv), now - age))])
         };
-        let cached = |rv: Option<&str>| rv.map(|rv| BTreeMap::from([(id.clone(), rv.to_string())])).unwrap_or_default();
+        let cached = |rv: Option<&str>| rv.map(|rv| BTreeMap::from([(id.clone(), live(rv))])).unwrap_or_default();
         let fresh = Duration::from_secs(10);
         // (case, kept, desired now, resourceVersion in the watch cache, skipped)
         let cases = [
@@ -439,6 +494,66 @@ mod tests {
     }
 
     #[test]
+    fn a_workload_whose_status_alone_moved_is_planned_from_the_watch_cache() {
+        let desired = deployment("app:1");
+        let id = validate::identity(&desired);
+        let checked = Instant::now() - Duration::from_secs(60);
+        let kept = BTreeMap::from([(id.clone(), known(&desired, &applied_deployment(), checked))]);
+        // The watch cache's copy: metadata and status, no spec.
+        let seen = |f: &dyn Fn(&mut Value)| {
+            let a = applied_deployment();
+            let mut c = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": a["metadata"].clone(),
+                               "status": {"observedGeneration": 1, "availableReplicas": 0,
+                                          "conditions": [{"type": "Available", "status": "True"}]}});
+            c["metadata"]["resourceVersion"] = json!("9");
+            f(&mut c);
+            c
+        };
+        // (case, cached copy, skipped)
+        let cases: Vec<(&str, Value, bool)> = vec![
+            ("its status moved", seen(&|_| {}), true),
+            (
+                "its status and an annotation it does not declare",
+                seen(&|c| c["metadata"]["annotations"]["deployment.kubernetes.io/revision"] = json!("1")),
+                true,
+            ),
+            ("a new generation: its spec may have changed", seen(&|c| c["metadata"]["generation"] = json!(2)), false),
+            ("a label added", seen(&|c| c["metadata"]["labels"] = json!({"x": "y"})), false),
+            ("an annotation it declares", seen(&|c| c["metadata"]["annotations"]["team"] = json!("b")), false),
+            ("deleted and created again", seen(&|c| c["metadata"]["uid"] = json!("u-2")), false),
+            ("being deleted", seen(&|c| c["metadata"]["deletionTimestamp"] = json!("2026-12-04T00:00:00Z")), false),
+            ("a metadata-only store: no status", seen(&|c| drop(c.as_object_mut().unwrap().remove("status"))), false),
+            (
+                "no resourceVersion",
+                seen(&|c| drop(c["metadata"].as_object_mut().unwrap().remove("resourceVersion"))),
+                false,
+            ),
+        ];
+        for (case, cached, skipped) in cases {
+            let (skip, recheck) =
+                split(&kept, std::slice::from_ref(&desired), &BTreeMap::from([(id.clone(), &cached)]), Instant::now());
+            assert_eq!(skip.contains_key(&id), skipped, "{case}");
+            assert_eq!(recheck.contains_key(&id), !skipped, "{case}");
+            let Some(k) = skip.get(&id) else { continue };
+            let live: Value = k.live.parse().unwrap();
+            assert_eq!(live["status"], cached["status"], "{case}: the cached status");
+            assert_eq!(live["spec"], applied_deployment()["spec"], "{case}: the kept spec");
+            assert_eq!(&*k.resource_version, "9", "{case}");
+            assert_eq!(
+                (k.checked, k.content, k.digest),
+                (kept[&id].checked, kept[&id].content, kept[&id].digest),
+                "{case}"
+            );
+        }
+        // Another kind: a new resourceVersion says nothing of the rest of it.
+        let mut cm_seen = live("8");
+        cm_seen["status"] = json!({});
+        let cm_kept = BTreeMap::from([(validate::identity(&cm("1")), known(&cm("1"), &live("7"), checked))]);
+        let cm_cached = BTreeMap::from([(validate::identity(&cm("1")), &cm_seen)]);
+        assert!(split(&cm_kept, &[cm("1")], &cm_cached, Instant::now()).0.is_empty(), "a ConfigMap is read");
+    }
+
+    #[test]
     fn only_objects_kept_for_the_same_desired_object_and_trusted_are_recheckable() {
         let id = validate::identity(&cm("1"));
         let now = Instant::now();
@@ -453,7 +568,8 @@ mod tests {
             ("never planned", BTreeMap::new(), cm("1"), false),
         ];
         for (case, kept, desired, expected) in cases {
-            assert_eq!(recheckable(&kept, &[desired], now).contains_key(&id), expected, "{case}");
+            let found = recheckable(&kept, &[desired], now).iter().any(|(i, _, _)| *i == id);
+            assert_eq!(found, expected, "{case}");
         }
         // Kept again as read, with when it was last really checked.
         let earlier = now - Duration::from_secs(60);
@@ -504,7 +620,7 @@ mod tests {
         }
         // Then skipped while the watch cache has it at that resourceVersion, and read once it moved.
         let out = applied(&[cm("1")], &BTreeMap::from([(id.clone(), live("8"))]), now);
-        let at = |rv: &str| BTreeMap::from([(id.clone(), rv.to_string())]);
+        let at = |rv: &str| BTreeMap::from([(id.clone(), live(rv))]);
         assert!(skippable(&out, &[cm("1")], &at("8"), now).contains_key(&id));
         assert!(!skippable(&out, &[cm("1")], &at("9"), now).contains_key(&id));
         // Kept with what a plan kept of the Application's other objects.
@@ -531,11 +647,11 @@ mod tests {
             ("kept by a plan", to_keep(&[cm("1")], &plan, &live_map, &BTreeMap::new(), &BTreeMap::new(), now)),
             ("kept after an apply", applied(&[cm("1")], &objects, now)),
         ] {
-            let kept: Value = serde_json::from_str(&out[&id].live).expect("kept as JSON");
+            let kept: Value = out[&id].live.parse().expect("kept as JSON");
             assert!(kept["metadata"].get("managedFields").is_none(), "{how}: {kept}");
             assert_eq!(kept, live("8"), "{how}: everything else is kept");
             // And it is what a skipped read is planned against.
-            let skipped = skippable(&out, &[cm("1")], &BTreeMap::from([(id.clone(), "8".to_string())]), now);
+            let skipped = skippable(&out, &[cm("1")], &BTreeMap::from([(id.clone(), live("8"))]), now);
             assert_eq!(serde_json::from_str::<Value>(&skipped[&id]).unwrap(), live("8"), "{how}");
         }
     }

@@ -1328,9 +1328,11 @@ fn a_replica_taking_over_an_application_nothing_changed_writes_nothing(cluster: 
 
 /// A ConfigMap, a Service and a Deployment of no replicas, as the load test's fleet has: the
 /// Deployment is Healthy once its controller reports the generation, which comes after the
-/// rollout's first look, and that report alone (no Pod, no resync within the test) must turn
-/// the Application Ready: within seconds of the report, not at the rollout's next poll (30 s for
-/// watched kinds, `decisions::rollout::WATCHED_POLL`), which a lost trigger would wait for.
+/// apply, and that report alone (no Pod, no resync within the test) must turn the Application
+/// Ready: within seconds of the report, not at the rollout's next poll (30 s for watched kinds,
+/// `decisions::rollout::WATCHED_POLL`), which a lost trigger would wait for. The rollout's first
+/// look awaits that report from the shard's watch (`rollout/observed.rs`): the reconcile that
+/// applied the objects saw them Healthy and told it in one Event.
 fn a_deployment_of_no_replicas_turns_ready_on_its_controllers_report(cluster: Cluster) {
     const SERVICE: &str =
         "apiVersion: v1\nkind: Service\nmetadata:\n  name: web\nspec:\n  selector: {app: web}\n  ports: [{port: 80}]\n";
@@ -1370,6 +1372,15 @@ fn a_deployment_of_no_replicas_turns_ready_on_its_controllers_report(cluster: Cl
             after < jiff::SignedDuration::from_secs(10),
             "Ready {ready_at}, {after:?} after the Deployment controller's report ({reported_at}): woken by a poll, not by the report"
         );
+        let rev = app.status.and_then(|s| s.desired_revision).expect("a desired Revision");
+        let events = env.events("web").await;
+        let about: Vec<&(String, String, String)> = events.iter().filter(|e| e.2.contains(rev.as_str())).collect();
+        assert_eq!(about.len(), 1, "the first rollout took more than one reconcile: {events:#?}");
+        let (kind, reason, note) = about[0];
+        assert_eq!((kind.as_str(), reason.as_str()), ("Normal", "Succeeded"), "{note}");
+        for step in ["attempt 1: applying".to_string(), format!("Revision {rev} is Healthy")] {
+            assert!(note.contains(&step), "{step:?} missing from {note:?}");
+        }
     });
 }
 

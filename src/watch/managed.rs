@@ -69,6 +69,7 @@ where
 {
     let (store, writer) = reflector::store::<O>();
     let alive = inventory.insert(shard, &O::group(&()), &O::kind(&()), store, ());
+    let changes = inventory.changes.clone();
     // `Api<PartialObjectMeta<K>>` makes metadata-only requests; `Api<WithStatus<K>>` full ones.
     watcher(Api::<O>::all(client.clone()), watcher::Config::default().labels(selector))
         .default_backoff()
@@ -77,6 +78,8 @@ where
         .touched_objects()
         .inspect(move |_| {
             let _ = &alive;
+            // Seen in the store by now: whoever waits for a change looks again.
+            changes.send_replace(());
         })
 }
 
@@ -179,9 +182,16 @@ type StoreKey = (Option<u32>, String, String);
 /// Managed objects as this replica's shard watches have them ([`Cached`]), by shard (`None`:
 /// not sharded) and kind. A store answers only while its watch runs and once its first list is
 /// in.
-#[derive(Default)]
 pub struct Inventory {
     stores: Mutex<HashMap<StoreKey, (Weak<()>, Lookup)>>,
+    /// Sent on every watch event any store took in ([`Inventory::changes`]).
+    changes: Arc<tokio::sync::watch::Sender<()>>,
+}
+
+impl Default for Inventory {
+    fn default() -> Inventory {
+        Inventory { stores: Mutex::default(), changes: Arc::new(tokio::sync::watch::Sender::new(())) }
+    }
 }
 
 impl Inventory {
@@ -240,10 +250,29 @@ impl Inventory {
     /// The object `namespace/name` of `group`/`kind` in `shard`'s store: `None` when the store
     /// does not have it, or no running, synced watch can say. One hash lookup.
     pub fn get(&self, shard: Option<u32>, group: &str, kind: &str, namespace: &str, name: &str) -> Option<ObjectMeta> {
+        Some(self.cached(shard, group, kind, namespace, name)?.meta)
+    }
+
+    /// [`Inventory::get`], with the status when the store keeps it.
+    pub fn cached(&self, shard: Option<u32>, group: &str, kind: &str, namespace: &str, name: &str) -> Option<Cached> {
         let stores = self.stores.lock().expect("inventory lock");
         let (alive, lookup) = stores.get(&(shard, group.to_string(), kind.to_string()))?;
         alive.upgrade()?;
-        Some(lookup(Query::Named { namespace, name })?.pop()?.meta)
+        lookup(Query::Named { namespace, name })?.pop()
+    }
+
+    /// Whether `shard`'s watch of `group`/`kind` runs and has its first list in.
+    pub fn watching(&self, shard: Option<u32>, group: &str, kind: &str) -> bool {
+        let stores = self.stores.lock().expect("inventory lock");
+        let Some((alive, lookup)) = stores.get(&(shard, group.to_string(), kind.to_string())) else { return false };
+        // No object has an empty name: the store only says whether it can answer.
+        alive.upgrade().is_some() && lookup(Query::Named { namespace: "", name: "" }).is_some()
+    }
+
+    /// A receiver told of every watch event any store takes in, after the store has it: look,
+    /// then await `changed()` to look again after the next.
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<()> {
+        self.changes.subscribe()
     }
 
     /// Forget the stores whose watches stopped (a later watch of the same shard and kind
@@ -449,6 +478,7 @@ mod tests {
         let alive = inventory.insert(Some(3), "", "ConfigMap", store, ());
         let lookup = || inventory.lookup(Some(3), "", "ConfigMap", "app=web");
         assert_eq!(lookup(), None, "not listed yet");
+        assert!(!inventory.watching(Some(3), "", "ConfigMap"), "not listed yet");
         let object = |name: &str, app: &str| {
             let mut o = PartialObjectMeta::<ConfigMap>::default();
             o.metadata.name = Some(name.into());
@@ -461,6 +491,8 @@ mod tests {
         writer.apply_watcher_event(&Event::InitApply(object("b", "api")));
         writer.apply_watcher_event(&Event::InitDone);
         let found = lookup().expect("listed");
+        assert!(inventory.watching(Some(3), "", "ConfigMap"));
+        assert!(!inventory.watching(Some(4), "", "ConfigMap"), "another shard");
         assert_eq!(found.iter().map(|c| c.meta.name.clone().unwrap()).collect::<Vec<_>>(), vec!["a"]);
         let named = |ns: &str, name: &str| inventory.get(Some(3), "", "ConfigMap", ns, name).and_then(|m| m.name);
         assert_eq!(named("team-a", "b").as_deref(), Some("b"));
@@ -475,6 +507,7 @@ mod tests {
         assert_eq!(inventory.len(), 2, "both watches run");
         drop(alive);
         assert_eq!(lookup(), None, "the watch stopped");
+        assert!(!inventory.watching(Some(3), "", "ConfigMap"), "the watch stopped");
         inventory.forget_stopped();
         assert_eq!(inventory.len(), 1, "only the running watch's store is kept");
         drop(later);

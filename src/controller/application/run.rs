@@ -263,7 +263,7 @@ async fn reconcile_tracked(
         }
     }
     let finishing = finishing(&ctx.written, store.get(&r), app);
-    let _slot = tokio::select! {
+    let slot = tokio::select! {
         slot = ctx.queue.enter(r.namespace.as_deref().unwrap_or_default(), finishing) => slot,
         // The shard stops: whoever owns it next reconciles this Application.
         _ = stopping.wait_for(|s| *s) => return Ok(Action::await_change()),
@@ -290,7 +290,10 @@ async fn reconcile_tracked(
     // Boxed: every Application due (all of a shard's at once when it starts) has one of these
     // futures waiting for a slot above, and inline each would also carry the whole state of a
     // reconcile (kilobytes) while it waits.
-    let result = Box::pin(reconcile(app, ctx.clone())).instrument(span.clone()).await;
+    let ns = r.namespace.as_deref().unwrap_or_default();
+    let result =
+        crate::controller::queue::holding(slot, ns, Box::pin(reconcile(app, ctx.clone())).instrument(span.clone()))
+            .await;
     if result.is_ok() {
         ctx.failures.succeeded(&r);
     }

@@ -8,7 +8,9 @@
 //!
 //! Each shard's controller keeps its own scheduling (debounce, one reconcile per Application at
 //! a time, requeues) and lets every due reconcile start; a reconcile first waits here for a
-//! [`Slot`], and gives it back when it ends or is dropped.
+//! [`Slot`], and gives it back when it ends or is dropped. A reconcile that waits for another
+//! controller (a Deployment's to observe what it applied) gives its slot back meanwhile
+//! ([`away`]) and comes back as finishing work.
 
 pub mod turns;
 
@@ -124,6 +126,31 @@ impl Queue {
     }
 }
 
+tokio::task_local! {
+    /// The slot the reconcile running in this task holds, and its Application's namespace.
+    static HELD: std::cell::RefCell<Option<(Slot, String)>>;
+}
+
+/// Run `reconcile` holding `slot` (taken for an Application of namespace `ns`): [`away`], called
+/// within it, can give the slot back for a while.
+pub async fn holding<F: std::future::Future>(slot: Slot, ns: &str, reconcile: F) -> F::Output {
+    HELD.scope(std::cell::RefCell::new(Some((slot, ns.to_string()))), reconcile).await
+}
+
+/// Await `wait` with the slot of the reconcile running in this task given back, then wait for a
+/// slot again as finishing work (it goes before new work). Outside [`holding`], or if the slot
+/// is already away, just `wait`.
+pub async fn away<F: std::future::Future>(wait: F) -> F::Output {
+    let held = HELD.try_with(|h| h.borrow_mut().take()).ok().flatten();
+    let Some((slot, ns)) = held else { return wait.await };
+    let queue = slot.queue.clone();
+    drop(slot);
+    let out = wait.await;
+    let slot = queue.enter(&ns, true).await;
+    let _ = HELD.try_with(|h| *h.borrow_mut() = Some((slot, ns)));
+    out
+}
+
 /// Whether reconciling `app` completes work in flight: its status says an attempt is running
 /// (`Ready` is `Unknown` for `Progressing`), so this look at its health may end it.
 pub fn finishing(app: &crate::api::application::Application) -> bool {
@@ -174,6 +201,43 @@ mod tests {
         assert_eq!(q.counts(), (0, 0), "every slot given back");
         let _again = q.enter("d", false).await;
         assert_eq!(q.counts(), (1, 0));
+    }
+
+    #[tokio::test]
+    async fn a_reconcile_away_gives_its_slot_to_another_and_comes_back_before_new_work() {
+        let q = Queue::new(1);
+        let slot = q.enter("a", false).await;
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let (order_tx, mut order) = tokio::sync::mpsc::unbounded_channel();
+        let (q2, back) = (q.clone(), order_tx.clone());
+        let reconcile = tokio::spawn(holding(slot, "a", async move {
+            away(async move { rx.await.unwrap() }).await;
+            assert_eq!(q2.counts().0, 1, "the slot is held again");
+            back.send("back").unwrap();
+        }));
+        // Another reconcile gets the slot while the first is away.
+        let other =
+            tokio::time::timeout(Duration::from_secs(10), q.enter("b", false)).await.expect("the slot was given back");
+        // New work queued before the first comes back: the one coming back still goes first.
+        let q3 = q.clone();
+        let new_work = tokio::spawn(async move {
+            let _slot = q3.enter("c", false).await;
+            order_tx.send("new").unwrap();
+        });
+        while q.counts().1 < 1 {
+            tokio::task::yield_now().await;
+        }
+        tx.send(()).unwrap();
+        while q.counts().1 < 2 {
+            tokio::task::yield_now().await;
+        }
+        drop(other);
+        reconcile.await.unwrap();
+        new_work.await.unwrap();
+        assert_eq!([order.recv().await.unwrap(), order.recv().await.unwrap()], ["back", "new"]);
+        assert_eq!(q.counts(), (0, 0), "every slot given back");
+        // Outside a reconcile, away just waits.
+        assert_eq!(away(async { 7 }).await, 7);
     }
 
     #[test]

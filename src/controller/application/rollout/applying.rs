@@ -92,6 +92,7 @@ impl Rollout<'_> {
             live.insert(id, obj);
         }
         drop(sending);
+        self.applied = true;
         // Record what we now manage before pruning, so a failed prune loses nothing.
         self.record_kinds(planned, live, managed_left);
         if !last {

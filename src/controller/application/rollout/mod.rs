@@ -9,7 +9,8 @@
 //! 1. `record.rs`: what an attempt, its health and the sync state leave on the statuses, and the
 //!    Events they tell.
 //! 2. `summary.rs`: the managed resources' health, read and summarized (with `diagnosis.rs`);
-//!    `applying.rs`: one group of objects applied (prune runs with the last wave).
+//!    `applying.rs`: one group of objects applied (prune runs with the last wave);
+//!    `observed.rs`: the first look after an apply, awaiting the workloads' controllers.
 //! 3. `end.rs`: how an attempt ends (failed after its SyncFail hooks, held, succeeded).
 //! 4. `stages.rs`: the order of an attempt's stages (sync hooks and waves).
 //! 5. This file: the step the Revision is at ([`Rollout::run`]), an attempt's start, drift.
@@ -17,6 +18,7 @@
 mod applying;
 mod diagnosis;
 mod end;
+mod observed;
 mod record;
 mod stages;
 mod summary;
@@ -74,6 +76,9 @@ pub(super) struct Rollout<'a> {
     /// The plan found the Application `Synced`: `status.sync.unchanged` may be recorded if the
     /// status is written for something else ([`Rollout::record_unchanged`]).
     pub vouch: bool,
+    /// This reconcile applied a group whose health has not had its first look yet
+    /// ([`Rollout::first_look`]).
+    pub applied: bool,
 }
 
 impl<'a> Rollout<'a> {
@@ -103,6 +108,7 @@ impl<'a> Rollout<'a> {
             rollback,
             cel: health::cel::Budget::per_reconcile(),
             vouch: false,
+            applied: false,
         }
     }
 

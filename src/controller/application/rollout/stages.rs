@@ -345,20 +345,26 @@ impl Rollout<'_> {
                     return self.failed_at_once(planned, policy).await;
                 }
                 _ => {
+                    let waited: Vec<&Entry> = planned
+                        .plan
+                        .entries
+                        .iter()
+                        .filter(|e| e.action != crate::plan::Action::Delete && e.warnings.is_empty() && !e.is_hook())
+                        .filter(|e| upto.is_none_or(|w| e.wave <= w))
+                        .collect();
+                    // Just applied: its workloads' controllers observe it within a moment (no
+                    // Sync hooks: looking again would run them again).
+                    if stage.ran.is_empty() && self.first_look(&waited, live).await {
+                        continue;
+                    }
                     // On its way, within its deadline: no cause to name yet.
                     self.status.diagnosis = None;
                     self.rs.phase = RevisionPhase::Progressing;
                     self.set_sync(SyncState::Synced, planned);
                     let message = format!("Revision {}: {}", self.rev, in_wave(format!("waiting for {message}")));
                     self.progressing(&message);
-                    let waited = planned
-                        .plan
-                        .entries
-                        .iter()
-                        .filter(|e| e.action != crate::plan::Action::Delete && e.warnings.is_empty() && !e.is_hook())
-                        .filter(|e| upto.is_none_or(|w| e.wave <= w));
                     let hooks_done = stage.ran.iter().all(|r| !matches!(r.completion, Completion::Running(_)));
-                    let watched = hooks_done && self.all_watched(waited);
+                    let watched = hooks_done && self.all_watched(waited.into_iter());
                     return Ok(Action::requeue(self.health_poll(watched, deadline)));
                 }
             }

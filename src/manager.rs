@@ -239,6 +239,7 @@ impl RunArgs {
             extra_hosts: self.webhook_cert_hosts.clone(),
             cert_validity: self.webhook_cert_validity,
             check_interval: self.webhook_check_interval,
+            shards: self.shards,
         })
     }
 }

@@ -14,6 +14,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kuvryn_sync::api::application::{Application, Strategy, SyncPolicy};
 use kuvryn_sync::api::names::annotations as a;
+use kuvryn_sync::api::names::labels::SHARD;
 use kuvryn_sync::api::revision::Revision;
 use kuvryn_sync::webhook::certs;
 use serde_json::{Value, json};
@@ -589,7 +590,42 @@ fn startup_logs_pending_rollback_requests_with_a_requester() {
     });
 }
 
+/// A new Application is labelled with its shard at admission: the create's answer carries the
+/// label, so the shard's owner sees it at once and the labeller writes nothing. A label the
+/// tenant gave is left (the shard's owner corrects a wrong one, `tests/sharding.rs`).
+fn a_new_application_gets_its_shard_label_at_admission(cluster: Cluster) {
+    testkit::runtime().block_on(async {
+        let admin = setup(&cluster).await;
+        let manager = Manager::start(&cluster, &["--shards", "32"], &[]);
+        install_configuration(&cluster, &admin, manager.port).await;
+        wait_until_served(&admin, &manager).await;
+        let shard = |app: &Application| app.metadata.labels.as_ref().and_then(|l| l.get(SHARD).cloned());
+        for name in ["web", "api", "batch"] {
+            let created = create_app(&admin, name, json!({})).await.expect("create");
+            let own = kuvryn_sync::controller::labeller::shard_of(NS, name, 32).to_string();
+            assert_eq!(shard(&created), Some(own), "{name}: the create's answer");
+            let by_labeller = created
+                .metadata
+                .managed_fields
+                .iter()
+                .flatten()
+                .any(|m| m.manager.as_deref() == Some(kuvryn_sync::controller::labeller::MANAGER));
+            assert!(!by_labeller, "{name}: labelled by a write of its own");
+        }
+        let app: Application = serde_json::from_value(json!({
+            "apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "Application",
+            "metadata": {"name": "chosen", "namespace": NS, "labels": {SHARD: "31"}},
+            "spec": {"source": {"repository": "platform", "path": "apps/web"}, "serviceAccountName": "deployer",
+                     "destination": {"namespace": NS}, "suspend": true},
+        }))
+        .unwrap();
+        let created = Api::<Application>::namespaced(admin.clone(), NS).create(&PostParams::default(), &app).await;
+        assert_eq!(shard(&created.expect("create")).as_deref(), Some("31"), "the tenant's label is left at admission");
+    });
+}
+
 testkit::both!(
+    a_new_application_gets_its_shard_label_at_admission,
     the_managers_own_identity_never_decides,
     rollback_requests_are_checked_and_recorded_from_the_request,
     replicas_racing_for_the_secret_agree_on_one_certificate

@@ -188,6 +188,11 @@ pub struct Args {
     /// Skip killing a replica.
     #[arg(long)]
     pub no_takeover: bool,
+    /// Install no admission webhook configuration (the chart installs one by default): new
+    /// Applications are then labelled with their shard by the leader, a write each. Without
+    /// `--kubeconfig` only (the replicas serve it on loopback).
+    #[arg(long)]
+    pub no_webhook: bool,
     /// An extra argument for every replica's `ksync-controller run` (repeat for more), e.g.
     /// `--controller-arg=--kube-api-qps=0`.
     #[arg(long, allow_hyphen_values = true)]

@@ -28,6 +28,9 @@ pub struct Report {
     pub load: Vec<(String, [f64; 3])>,
     /// From the replicas' start until they held every shard, split evenly.
     pub setup_s: f64,
+    /// Then until the admission webhook labelled a new Application with its shard (`None`: not
+    /// installed).
+    pub webhook_s: Option<f64>,
     /// Then until every Repository had resolved the pushed commit.
     pub repositories_s: f64,
     /// Creating the Applications and waiting until all are Synced, Healthy and Ready.
@@ -652,6 +655,11 @@ impl Report {
         let _ = writeln!(out, "| What | Figure |\n|---|---|");
         let c = &self.convergence;
         let _ = writeln!(out, "| replicas started until every shard held, split evenly | {:.1} s |", self.setup_s);
+        let webhook = match self.webhook_s {
+            Some(s) => format!("served {s:.1} s after (new Applications labelled with their shard at admission)"),
+            None => "not installed (`--no-webhook` or `--kubeconfig`): the leader labels each new Application".into(),
+        };
+        let _ = writeln!(out, "| the admission webhook | {webhook} |");
         let _ = writeln!(out, "| then every Repository resolved the commit | {:.1} s |", self.repositories_s);
         // A scale-out run converges in two batches, reported on their own rows.
         if self.scale_out.is_none() {

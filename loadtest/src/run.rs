@@ -51,6 +51,9 @@ use crate::stats::Summary;
 use crate::{Args, Error, Result};
 use testkit::{Cluster, GitServer, WorkTree};
 
+/// The admission webhook configuration a run installs.
+const WEBHOOK_CONFIGURATION: &str = "kuvryn-sync-loadtest";
+
 /// Progress, on stderr.
 macro_rules! say {
     ($($t:tt)*) => { eprintln!("loadtest: {}", format!($($t)*)) };
@@ -96,6 +99,8 @@ struct Fleet {
     dir: PathBuf,
     /// The `ksync-controller` binary.
     controller_bin: PathBuf,
+    /// Each replica's webhook port on loopback, by index (none: no webhook installed).
+    webhook_ports: Vec<u16>,
     /// Every shard, member and leader Lease version seen: (name, resourceVersion) to holder.
     lease_versions: chaos::LeaseVersions,
 }
@@ -213,6 +218,7 @@ pub fn run(args: &Args) -> Result<Report> {
             kubeconfigs: Vec::new(),
             dir: PathBuf::new(),
             controller_bin: PathBuf::new(),
+            webhook_ports: Vec::new(),
         };
         fleet.describe();
         fleet.report.server = server_info;
@@ -452,8 +458,57 @@ impl Fleet {
         self.controller_bin = bin.to_path_buf();
         // A scale-out run starts with one replica; the others join later.
         let initial = if self.args.scale_out { 1 } else { self.args.replicas };
+        if !self.args.no_webhook && self.args.kubeconfig.is_none() {
+            self.webhook_ports = (0..self.args.replicas).map(|_| testkit::free_port()).collect();
+        }
         self.report.setup_s = self.start_replicas(initial).await?;
+        if !self.webhook_ports.is_empty() {
+            self.report.webhook_s = Some(self.install_webhook().await?);
+        }
         Ok(())
+    }
+
+    /// Install the admission webhook's configuration (as the chart does), reaching the first
+    /// replica's webhook, and wait until it labels a new Application (a dry-run create) with
+    /// its shard; the seconds that took.
+    async fn install_webhook(&mut self) -> Result<f64> {
+        let start = Instant::now();
+        let url = format!("https://127.0.0.1:{}", self.webhook_ports[0]);
+        let yaml = testkit::run(std::process::Command::new(&self.controller_bin).args([
+            "webhook-configuration",
+            "--name",
+            WEBHOOK_CONFIGURATION,
+            "--url",
+            &url,
+        ]));
+        let config: serde_json::Value = kuvryn_sync::yaml::from_str(&yaml)
+            .map_err(|e| Error::Timeout(Duration::ZERO, format!("the webhook configuration printed: {e}")))?;
+        testkit::apply_as(&self.client, "loadtest", &config).await;
+        let probe = AppDef {
+            namespace: fleet::namespaces(self.args.namespaces)[0].clone(),
+            name: "webhook-probe".into(),
+            self_heal: false,
+            deployment: false,
+            three: false,
+            prune: false,
+        };
+        let probe: Application = serde_json::from_value(probe.object()).expect("an Application");
+        let apps: Api<Application> = Api::namespaced(self.client.clone(), &probe.metadata.namespace.clone().unwrap());
+        let dry_run = PostParams { dry_run: true, ..Default::default() };
+        let wait = Duration::from_secs(120);
+        loop {
+            let labelled = apps.create(&dry_run, &probe).await.ok().and_then(|a| a.metadata.labels);
+            if labelled.is_some_and(|l| l.contains_key(names::labels::SHARD)) {
+                break;
+            }
+            if start.elapsed() > wait {
+                return Err(Error::Timeout(wait, "the admission webhook to label a new Application".into()));
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        let took = start.elapsed().as_secs_f64();
+        say!("the admission webhook labels new Applications after {took:.1} s");
+        Ok(took)
     }
 
     /// Start the replicas up to the `upto`-th, then wait until the running ones hold every shard,
@@ -498,6 +553,15 @@ impl Fleet {
         }
         if let Some(qps) = self.args.kube_api_qps {
             extra.push(format!("--kube-api-qps={qps}"));
+        }
+        if let Some(port) = self.webhook_ports.get(i) {
+            extra.extend([
+                format!("--webhook-bind-address=127.0.0.1:{port}"),
+                format!("--webhook-namespace={SYSTEM}"),
+                format!("--webhook-configuration-name={WEBHOOK_CONFIGURATION}"),
+                "--webhook-cert-host=127.0.0.1".to_string(),
+                "--webhook-check-interval=1s".to_string(),
+            ]);
         }
         let mut log_filter = self.args.controller_log.clone();
         if self.args.takeover_unrequested {

@@ -15,6 +15,12 @@
 //! rollback request or an approval is never blocked by the webhook being down. `failurePolicy:
 //! Fail` (a request the webhook cannot check is refused, never let through unrecorded),
 //! `sideEffects: None`, `timeoutSeconds: 5`.
+//!
+//! A second webhook of the same configuration, [`SHARD_WEBHOOK_NAME`], sees only the CREATE of an
+//! Application without a `sync.kuvryn.io/shard` label and gives it its shard's label
+//! ([`SHARD_PATH`]), so no write of the labeller is needed. It decides nothing: `failurePolicy:
+//! Ignore` (the webhook down, the Application is created unlabelled and the labeller labels it),
+//! `reinvocationPolicy: Never`.
 
 use serde_json::{Value, json};
 
@@ -26,6 +32,13 @@ pub const WEBHOOK_NAME: &str = "applications.sync.kuvryn.io";
 pub const PATH: &str = "/mutate-applications";
 /// The webhook's `timeoutSeconds`.
 pub const TIMEOUT_SECONDS: i32 = 5;
+/// The shard-labelling webhook's name inside the configuration.
+pub const SHARD_WEBHOOK_NAME: &str = "shard-labels.applications.sync.kuvryn.io";
+/// The HTTPS path the manager labels new Applications at.
+pub const SHARD_PATH: &str = "/label-applications";
+/// The shard-labelling webhook's `timeoutSeconds`: a create waits no longer for a label the
+/// labeller would give anyway.
+pub const SHARD_TIMEOUT_SECONDS: i32 = 2;
 
 /// Where the API server reaches the webhook.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -47,11 +60,11 @@ pub enum Target {
 /// (`<namespace>/<Certificate>`), cert-manager's CA injector fills `caBundle`; otherwise the
 /// manager does.
 pub fn configuration(name: &str, target: &Target, inject_ca_from: Option<&str>) -> Value {
-    let client_config = match target {
+    let client_config = |path: &str| match target {
         Target::Service { name, namespace, port } => {
-            json!({"service": {"name": name, "namespace": namespace, "path": PATH, "port": port}})
+            json!({"service": {"name": name, "namespace": namespace, "path": path, "port": port}})
         }
-        Target::Url(url) => json!({"url": format!("{}{PATH}", url.trim_end_matches('/'))}),
+        Target::Url(url) => json!({"url": format!("{}{path}", url.trim_end_matches('/'))}),
     };
     let has = |obj: &str| {
         format!(
@@ -70,7 +83,7 @@ pub fn configuration(name: &str, target: &Target, inject_ca_from: Option<&str>) 
         "webhooks": [{
             "name": WEBHOOK_NAME,
             "admissionReviewVersions": ["v1"],
-            "clientConfig": client_config,
+            "clientConfig": client_config(PATH),
             "rules": [{
                 "apiGroups": [names::GROUP],
                 "apiVersions": [names::VERSION],
@@ -87,6 +100,29 @@ pub fn configuration(name: &str, target: &Target, inject_ca_from: Option<&str>) 
             "sideEffects": "None",
             "timeoutSeconds": TIMEOUT_SECONDS,
             "reinvocationPolicy": "IfNeeded",
+        }, {
+            "name": SHARD_WEBHOOK_NAME,
+            "admissionReviewVersions": ["v1"],
+            "clientConfig": client_config(SHARD_PATH),
+            "rules": [{
+                "apiGroups": [names::GROUP],
+                "apiVersions": [names::VERSION],
+                "operations": ["CREATE"],
+                "resources": ["applications"],
+                "scope": "Namespaced",
+            }],
+            "matchConditions": [{
+                "name": "no-shard-label",
+                "expression": format!(
+                    "!has(object.metadata.labels) || !('{}' in object.metadata.labels)",
+                    names::labels::SHARD
+                ),
+            }],
+            "failurePolicy": "Ignore",
+            "matchPolicy": "Equivalent",
+            "sideEffects": "None",
+            "timeoutSeconds": SHARD_TIMEOUT_SECONDS,
+            "reinvocationPolicy": "Never",
         }],
     })
 }
@@ -114,5 +150,13 @@ mod tests {
         );
         assert_eq!(cm["metadata"]["annotations"]["cert-manager.io/inject-ca-from"], "n/ksync-webhook");
         assert_eq!(cm["webhooks"][0]["clientConfig"]["service"]["path"], PATH);
+        // The shard labels: only creates, never blocking one.
+        let l = &c["webhooks"][1];
+        assert_eq!(l["name"], SHARD_WEBHOOK_NAME);
+        assert_eq!(l["rules"][0]["operations"], json!(["CREATE"]));
+        assert_eq!(l["rules"][0]["resources"], json!(["applications"]));
+        assert_eq!(l["failurePolicy"], "Ignore");
+        assert_eq!(l["clientConfig"]["url"], "https://127.0.0.1:9443/label-applications");
+        assert_eq!(cm["webhooks"][1]["clientConfig"]["service"]["path"], SHARD_PATH);
     }
 }

@@ -70,6 +70,9 @@ pub struct Settings {
     pub cert_validity: Duration,
     /// How often the configuration, the certificates and the bundle are checked.
     pub check_interval: Duration,
+    /// Shards the Applications are split into (`--shards`): a new Application gets its shard
+    /// label at admission.
+    pub shards: u32,
 }
 
 impl Settings {
@@ -88,6 +91,8 @@ struct Handler {
     client: kube::Client,
     /// The manager, whose own requests never approve or ask for a manual rollback.
     manager: Arc<record::Manager>,
+    /// Shards the Applications are split into.
+    shards: u32,
 }
 
 /// Run the webhook until `stop` (see the module's expected flow).
@@ -100,7 +105,8 @@ pub async fn run(client: kube::Client, settings: Settings, stop: impl Future<Out
     let slot = Arc::new(server::CertSlot::default());
     let router = axum::Router::new()
         .route(configuration::PATH, axum::routing::post(review))
-        .with_state(Handler { client: client.clone(), manager });
+        .route(configuration::SHARD_PATH, axum::routing::post(label))
+        .with_state(Handler { client: client.clone(), manager, shards: settings.shards });
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut serving = false;
     let mut state = LoopState::default();
@@ -304,6 +310,44 @@ async fn may_read_revision(
     Ok(answer.status.is_some_and(|s| s.allowed))
 }
 
+/// The shard-labelling webhook ([`configuration::SHARD_WEBHOOK_NAME`]): a new Application
+/// without a shard label gets its own. Allows everything, denies nothing.
+async fn label(State(h): State<Handler>, body: axum::body::Bytes) -> Answer {
+    let review: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let req = &review["request"];
+    let mut response = json!({"uid": req["uid"].clone(), "allowed": true});
+    let ours = req["resource"]["group"] == crate::api::names::GROUP && req["resource"]["resource"] == "applications";
+    if ours && req["operation"] == "CREATE" && !req["subResource"].is_string() {
+        let object = &req["object"];
+        let name = object["metadata"]["name"].as_str().or(req["name"].as_str()).unwrap_or_default();
+        let namespace = req["namespace"].as_str().unwrap_or_default();
+        if let Some(labels) = shard_labelled(object, namespace, name, h.shards) {
+            use base64::Engine as _;
+            let patch = json!([{"op": "add", "path": "/metadata/labels", "value": labels}]);
+            response["patchType"] = json!("JSONPatch");
+            response["patch"] = json!(base64::engine::general_purpose::STANDARD.encode(patch.to_string()));
+        }
+    }
+    let review = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response});
+    ([(http::header::CONTENT_TYPE, "application/json")], review.to_string())
+}
+
+/// The labels of `object`, a new Application `namespace/name`, with its shard's label
+/// ([`crate::controller::labeller::shard_of`]) when it has none: set at admission, the shard's
+/// owner sees it at once and the labeller has nothing to write. `None` when it has one (a
+/// tenant's, corrected by the shard's owner if wrong) or no name yet (`generateName`: the
+/// labeller labels it).
+fn shard_labelled(object: &Value, namespace: &str, name: &str, shards: u32) -> Option<serde_json::Map<String, Value>> {
+    use crate::api::names::labels::SHARD;
+    let mut labels = object["metadata"]["labels"].as_object().cloned().unwrap_or_default();
+    if name.is_empty() || namespace.is_empty() || labels.contains_key(SHARD) {
+        return None;
+    }
+    let shard = crate::controller::labeller::shard_of(namespace, name, shards);
+    labels.insert(SHARD.to_string(), Value::String(shard.to_string()));
+    Some(labels)
+}
+
 fn annotations_of(obj: &Value) -> Annotations {
     obj["metadata"]["annotations"]
         .as_object()
@@ -398,4 +442,33 @@ async fn review(State(h): State<Handler>, body: axum::body::Bytes) -> Answer {
         "patchType": "JSONPatch",
         "patch": base64::engine::general_purpose::STANDARD.encode(patch.to_string()),
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::names::labels::SHARD;
+
+    #[test]
+    fn a_new_application_without_a_shard_label_gets_its_own() {
+        let own = crate::controller::labeller::shard_of("team", "web", 32).to_string();
+        // (what, object, namespace, name, the labels set)
+        let cases: Vec<(&str, Value, &str, &str, Option<Value>)> = vec![
+            ("no labels", json!({"metadata": {"name": "web"}}), "team", "web", Some(json!({SHARD: own}))),
+            (
+                "other labels kept",
+                json!({"metadata": {"name": "web", "labels": {"team": "payments"}}}),
+                "team",
+                "web",
+                Some(json!({"team": "payments", SHARD: own})),
+            ),
+            ("a label of its own is left", json!({"metadata": {"labels": {SHARD: "7"}}}), "team", "web", None),
+            ("no name yet (generateName)", json!({"metadata": {"generateName": "web-"}}), "team", "", None),
+            ("no namespace", json!({"metadata": {"name": "web"}}), "", "web", None),
+        ];
+        for (what, object, ns, name, want) in cases {
+            let got = shard_labelled(&object, ns, name, 32).map(Value::Object);
+            assert_eq!(got, want, "{what}");
+        }
+    }
 }

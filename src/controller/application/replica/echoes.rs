@@ -11,8 +11,15 @@
 //! it is dropped if it is the version an apply answered, and otherwise triggers its Application
 //! then ([`Echoes::triggers`]).
 //!
-//! Contract: an event that is not the version our apply answered always triggers its
-//! Application, at once or when the wave's answers are in; an event that is triggers nothing.
+//! A rollout's first look after its apply waits for the workloads' controllers through the
+//! watch ([`Echoes::looking`]): their events are held meanwhile, and those at or before the
+//! version the look took in say nothing the reconcile did not see. Without this, every status
+//! write a controller made during the look triggered a reconcile after it, which found nothing
+//! to do.
+//!
+//! Contract: an event that is not the version our apply answered, nor a version at or before
+//! one a first look took in, always triggers its Application, at once or when the wave's answers
+//! are in (the look ended); an event that is triggers nothing.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -125,6 +132,31 @@ impl Echoes {
         }
     }
 
+    /// A first look waits for the controllers of `ids` (`(group, kind, identity)`, applied by
+    /// this reconcile): their events are held until the returned guard ends, and then those at
+    /// or before the version [`Looking::took`] names are dropped (and our apply's own, still to
+    /// come or held), the others trigger.
+    pub fn looking<'a>(&'a self, ids: impl IntoIterator<Item = (&'a str, &'a str, String)>) -> Looking<'a> {
+        let mut entries = self.entries.lock().expect("echoes lock");
+        let ids = ids
+            .into_iter()
+            .filter(|(g, k, _)| watched(g, k))
+            .map(|(_, _, id)| {
+                let echo = match entries.remove(&id) {
+                    Some(Entry::Applied(rv)) => Some(rv),
+                    Some(Entry::Sending(held)) => {
+                        entries.insert(id.clone(), Entry::Sending(held));
+                        return (id, None);
+                    }
+                    None => None,
+                };
+                entries.insert(id.clone(), Entry::Sending(Vec::new()));
+                (id, echo)
+            })
+            .collect();
+        Looking { echoes: self, ids, took: HashMap::new() }
+    }
+
     /// Objects applied whose watch event has not come yet, or being sent.
     #[cfg(test)]
     pub fn len(&self) -> usize {
@@ -156,6 +188,61 @@ impl Drop for Sending<'_> {
                 for (_, app) in held {
                     drop(self.echoes.triggers.send(app));
                 }
+            }
+        }
+    }
+}
+
+/// A first look's held events ([`Echoes::looking`]).
+pub struct Looking<'a> {
+    echoes: &'a Echoes,
+    /// Each object, with the version our apply answered when its event had not come yet.
+    ids: Vec<(String, Option<String>)>,
+    /// Identity → the version the look took in.
+    took: HashMap<String, String>,
+}
+
+impl Looking<'_> {
+    /// The look took object `id` in at `resource_version`.
+    pub fn took(&mut self, id: &str, resource_version: &str) {
+        self.took.insert(id.to_string(), resource_version.to_string());
+    }
+}
+
+impl Drop for Looking<'_> {
+    fn drop(&mut self) {
+        let mut entries = self.echoes.entries.lock().expect("echoes lock");
+        for (id, echo) in &self.ids {
+            let Some(Entry::Sending(held)) = entries.remove(id) else { continue };
+            let took = self.took.get(id);
+            // An object's events pass here in its order. The version taken in was in the store
+            // before the look ended, so held events after it are newer; if it is not held, its
+            // event is still to come and every held one is older.
+            let upto = match took {
+                Some(rv) => {
+                    held.iter().rposition(|(seen, _)| seen.as_deref() == Some(rv.as_str())).or(Some(usize::MAX))
+                }
+                None => None,
+            };
+            let mut echoed = false;
+            for (i, (seen, app)) in held.into_iter().enumerate() {
+                if upto.is_some_and(|u| u == usize::MAX || i <= u) {
+                    continue;
+                }
+                if echo.is_some() && seen == *echo {
+                    echoed = true;
+                    continue;
+                }
+                drop(self.echoes.triggers.send(app));
+            }
+            // A version still to come that says nothing new.
+            let later = match (took, upto) {
+                (Some(rv), Some(usize::MAX)) => Some(rv.clone()),
+                (None, _) => echo.clone().filter(|_| !echoed),
+                _ => None,
+            };
+            if let Some(rv) = later {
+                entries.insert(id.clone(), Entry::Applied(rv));
             }
         }
     }
@@ -268,6 +355,58 @@ mod tests {
             }
             assert_eq!(got, *triggered, "waiting {waiting:?}, twice {twice}");
             assert!(echoes.is_empty());
+        }
+    }
+
+    #[test]
+    fn a_first_look_drops_the_events_up_to_the_version_it_took_in() {
+        let d = "apps/Deployment/ns/web".to_string();
+        // (our apply's answer still to come, the events' versions during the look, the version
+        // taken in, the triggers once it ends, the version still to come that triggers nothing)
+        type Case = (Option<&'static str>, &'static [&'static str], Option<&'static str>, usize, Option<&'static str>);
+        let cases: &[Case] = &[
+            // The controller's writes up to the version taken in: nothing new.
+            (None, &["11", "12"], Some("12"), 0, None),
+            // A write after it: newer than what the reconcile saw.
+            (None, &["11", "12", "13"], Some("12"), 1, None),
+            // The version taken in has not come through yet: all held are older, and it is
+            // dropped when it comes.
+            (None, &["11"], Some("12"), 0, Some("12")),
+            // Our apply's answer among them.
+            (Some("10"), &["10", "11"], Some("11"), 0, None),
+            // The look ran out: the controller's writes trigger, our apply's answer does not.
+            (Some("10"), &["10", "11"], None, 1, None),
+            (Some("10"), &[], None, 0, Some("10")),
+            (None, &["11"], None, 1, None),
+        ];
+        for (answered, seen, took, triggered, left) in cases {
+            let echoes = Echoes::default();
+            let mut rx = echoes.triggers();
+            if let Some(rv) = answered {
+                echoes.applied("apps", "Deployment", d.clone(), Some(rv));
+            }
+            {
+                let mut looking = echoes.looking([("apps", "Deployment", d.clone())]);
+                for rv in *seen {
+                    assert!(echoes.is_echo(&d, Some(rv), Some(&app("web"))), "held while looking");
+                }
+                if let Some(rv) = took {
+                    looking.took(&d, rv);
+                }
+            }
+            let mut got = 0;
+            while rx.try_recv().is_ok() {
+                got += 1;
+            }
+            let what = format!("answered {answered:?}, seen {seen:?}, took {took:?}");
+            assert_eq!(got, *triggered, "{what}");
+            match left {
+                Some(rv) => {
+                    assert!(echoes.is_echo(&d, Some(rv), Some(&app("web"))), "{what}: {rv} still to come");
+                    assert!(echoes.is_empty());
+                }
+                None => assert!(echoes.is_empty(), "{what}"),
+            }
         }
     }
 

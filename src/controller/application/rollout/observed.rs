@@ -106,6 +106,10 @@ impl Rollout<'_> {
             }
             Some(Some(observed))
         };
+        // Their controllers' writes seen here trigger no reconcile after this one.
+        let ctx = self.ctx;
+        let mut looking =
+            ctx.echoes.looking(waited.iter().map(|(id, e)| (e.group.as_str(), e.kind.as_str(), id.clone())));
         let mut changes = inventory.changes();
         let wait = async {
             loop {
@@ -123,6 +127,12 @@ impl Rollout<'_> {
         let timed = crate::controller::queue::away(tokio::time::timeout(FIRST_LOOK, wait)).await;
         self.now = jiff::Timestamp::now();
         let Ok(Some(observed)) = timed else { return false };
+        for (id, o) in &observed {
+            if let Some(rv) = o["metadata"]["resourceVersion"].as_str() {
+                looking.took(id, rv);
+            }
+        }
+        drop(looking);
         live.extend(observed);
         true
     }

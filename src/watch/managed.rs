@@ -69,7 +69,7 @@ where
 {
     let (store, writer) = reflector::store::<O>();
     let alive = inventory.insert(shard, &O::group(&()), &O::kind(&()), store, ());
-    let changes = inventory.changes.clone();
+    let changes = inventory.signal(shard, &O::group(&()), &O::kind(&()));
     // `Api<PartialObjectMeta<K>>` makes metadata-only requests; `Api<WithStatus<K>>` full ones.
     watcher(Api::<O>::all(client.clone()), watcher::Config::default().labels(selector))
         .default_backoff()
@@ -182,16 +182,11 @@ type StoreKey = (Option<u32>, String, String);
 /// Managed objects as this replica's shard watches have them ([`Cached`]), by shard (`None`:
 /// not sharded) and kind. A store answers only while its watch runs and once its first list is
 /// in.
+#[derive(Default)]
 pub struct Inventory {
     stores: Mutex<HashMap<StoreKey, (Weak<()>, Lookup)>>,
-    /// Sent on every watch event any store took in ([`Inventory::changes`]).
-    changes: Arc<tokio::sync::watch::Sender<()>>,
-}
-
-impl Default for Inventory {
-    fn default() -> Inventory {
-        Inventory { stores: Mutex::default(), changes: Arc::new(tokio::sync::watch::Sender::new(())) }
-    }
+    /// Per store, sent on every watch event it took in ([`Inventory::changes`]).
+    signals: Mutex<HashMap<StoreKey, Arc<tokio::sync::watch::Sender<()>>>>,
 }
 
 impl Inventory {
@@ -269,10 +264,18 @@ impl Inventory {
         alive.upgrade().is_some() && lookup(Query::Named { namespace: "", name: "" }).is_some()
     }
 
-    /// A receiver told of every watch event any store takes in, after the store has it: look,
-    /// then await `changed()` to look again after the next.
-    pub fn changes(&self) -> tokio::sync::watch::Receiver<()> {
-        self.changes.subscribe()
+    /// A receiver told of every watch event `shard`'s store of `group`/`kind` takes in, after
+    /// the store has it: look, then await `changed()` to look again after the next. One signal
+    /// per store, so a waiter wakes only for its own kind and shard.
+    pub fn changes(&self, shard: Option<u32>, group: &str, kind: &str) -> tokio::sync::watch::Receiver<()> {
+        self.signal(shard, group, kind).subscribe()
+    }
+
+    /// The signal of `shard`'s store of `group`/`kind` (kept across its watch's restarts).
+    fn signal(&self, shard: Option<u32>, group: &str, kind: &str) -> Arc<tokio::sync::watch::Sender<()>> {
+        let mut signals = self.signals.lock().expect("inventory lock");
+        let key = (shard, group.to_string(), kind.to_string());
+        signals.entry(key).or_insert_with(|| Arc::new(tokio::sync::watch::Sender::new(()))).clone()
     }
 
     /// Forget the stores whose watches stopped (a later watch of the same shard and kind
@@ -511,6 +514,20 @@ mod tests {
         inventory.forget_stopped();
         assert_eq!(inventory.len(), 1, "only the running watch's store is kept");
         drop(later);
+    }
+
+    #[test]
+    fn a_stores_changes_wake_only_its_own_waiters() {
+        let inventory = Inventory::default();
+        let mut mine = inventory.changes(Some(3), "apps", "Deployment");
+        let mut other_shard = inventory.changes(Some(4), "apps", "Deployment");
+        let mut other_kind = inventory.changes(Some(3), "apps", "StatefulSet");
+        inventory.signal(Some(3), "apps", "Deployment").send_replace(());
+        assert!(mine.has_changed().unwrap());
+        assert!(!other_shard.has_changed().unwrap());
+        assert!(!other_kind.has_changed().unwrap());
+        mine.borrow_and_update();
+        assert!(!mine.has_changed().unwrap(), "seen");
     }
 
     #[test]

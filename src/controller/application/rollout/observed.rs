@@ -110,16 +110,21 @@ impl Rollout<'_> {
         let ctx = self.ctx;
         let mut looking =
             ctx.echoes.looking(waited.iter().map(|(id, e)| (e.group.as_str(), e.kind.as_str(), id.clone())));
-        let mut changes = inventory.changes();
+        let kinds: std::collections::BTreeSet<(&str, &str)> =
+            waited.iter().map(|(_, e)| (e.group.as_str(), e.kind.as_str())).collect();
+        let mut changes: Vec<_> = kinds.into_iter().map(|(g, k)| inventory.changes(shard, g, k)).collect();
         let wait = async {
             loop {
-                changes.borrow_and_update();
+                for c in &mut changes {
+                    c.borrow_and_update();
+                }
                 match look(live) {
                     Some(Some(observed)) => return Some(observed),
                     None => return None,
                     Some(None) => {}
                 }
-                if changes.changed().await.is_err() {
+                let next = changes.iter_mut().map(|c| Box::pin(c.changed()));
+                if futures_util::future::select_all(next).await.0.is_err() {
                     return None;
                 }
             }

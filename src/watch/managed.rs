@@ -520,8 +520,8 @@ mod tests {
     fn a_stores_changes_wake_only_its_own_waiters() {
         let inventory = Inventory::default();
         let mut mine = inventory.changes(Some(3), "apps", "Deployment");
-        let mut other_shard = inventory.changes(Some(4), "apps", "Deployment");
-        let mut other_kind = inventory.changes(Some(3), "apps", "StatefulSet");
+        let other_shard = inventory.changes(Some(4), "apps", "Deployment");
+        let other_kind = inventory.changes(Some(3), "apps", "StatefulSet");
         inventory.signal(Some(3), "apps", "Deployment").send_replace(());
         assert!(mine.has_changed().unwrap());
         assert!(!other_shard.has_changed().unwrap());

@@ -290,6 +290,8 @@ struct Earlier<'a> {
     /// With nothing known or prior: every object is read first, and none is dry-run if they
     /// match this digest ([`unchanged_digest`]).
     vouched: Option<&'a str>,
+    /// Objects taken as absent without reading them ([`crate::decisions::absent`]).
+    presumed: &'a BTreeSet<String>,
 }
 
 /// Read the live objects and dry-run results of `desired`, sparing what `earlier` allows.
@@ -302,10 +304,13 @@ async fn read_desired(
     earlier: Earlier<'_>,
     out: &mut Live,
 ) -> Result<(), Error> {
-    let Earlier { known, prior, vouched } = earlier;
+    let Earlier { known, prior, vouched, presumed } = earlier;
     let mut to_read = Vec::new();
     for d in desired {
         let id = validate::identity(d);
+        if presumed.contains(&id) {
+            continue;
+        }
         match known.get(&id) {
             Some(live) => {
                 if let Some(k) = inventory::with_kept_pod_stamp(d, live) {
@@ -321,6 +326,8 @@ async fn read_desired(
         .increment(known.len() as u64);
     metrics::counter!(crate::metric_names::DESIRED_READS_TOTAL, crate::metric_names::label::SOURCE => "api")
         .increment(to_read.len() as u64);
+    metrics::counter!(crate::metric_names::DESIRED_READS_TOTAL, crate::metric_names::label::SOURCE => "presumed_absent")
+        .increment(presumed.len() as u64);
     let results: Vec<(String, Result<One, Error>)> = match vouched {
         Some(vouched) if known.is_empty() && prior.is_empty() => {
             vouched_or_judged(client, scopes, to_read, adopt, vouched).await
@@ -625,6 +632,8 @@ pub struct Needed<'a> {
     /// (a replica that took it over or restarted): if the objects read match it, none is
     /// dry-run.
     pub vouched: Option<&'a str>,
+    /// Desired objects taken as absent without a `GET` ([`crate::decisions::absent`]).
+    pub presumed: &'a BTreeSet<String>,
 }
 
 /// Read everything the plan needs (managed objects from `cached` where it answers). With
@@ -638,7 +647,7 @@ pub async fn read(
     cached: Cached<'_>,
     skip: Option<Skip<'_>>,
 ) -> Result<Live, Error> {
-    let Needed { desired, managed_kinds, selector, adopt, vouched } = needed;
+    let Needed { desired, managed_kinds, selector, adopt, vouched, presumed } = needed;
     let mut out = Live::default();
     let kinds = kinds_to_search(managed_kinds, desired);
     match skip {
@@ -659,11 +668,11 @@ pub async fn read(
                 (known, prior)
             })
             .await;
-            let earlier = Earlier { known: &known, prior: &prior, vouched: None };
+            let earlier = Earlier { known: &known, prior: &prior, vouched: None, presumed };
             read_desired(client, scopes, desired, adopt, earlier, &mut out).await?;
         }
         None => {
-            let earlier = Earlier { known: &BTreeMap::new(), prior: &BTreeMap::new(), vouched };
+            let earlier = Earlier { known: &BTreeMap::new(), prior: &BTreeMap::new(), vouched, presumed };
             read_desired(client, scopes, desired, adopt, earlier, &mut out).await?;
             read_managed(client, scopes, &kinds, selector, search, cached, &mut out).await?;
         }

@@ -19,7 +19,7 @@ pub const API_BUDGET_QPS: &str = "ksync_api_budget_qps";
 /// Counter: Writes a fence stopped. Labels: `result`: `closed`, `deadline`.
 pub const FENCED_REQUESTS_TOTAL: &str = "ksync_fenced_requests_total";
 
-/// Counter: Desired objects a plan compared without reading them again, or read and dry-run. Labels: `source`: `unchanged`, `api`.
+/// Counter: Desired objects a plan compared without reading them again, read and dry-run, or took as absent unread. Labels: `source`: `unchanged`, `api`, `presumed_absent`.
 pub const DESIRED_READS_TOTAL: &str = "ksync_desired_reads_total";
 
 /// Counter: Desired objects read again but not dry-run (only their status moved).

@@ -12,7 +12,7 @@ struct Kind {
     plural: &'static str,
     namespaced: bool,
     body: Value,
-    /// Whether the real server refuses a PUT without `metadata.resourceVersion`.
+    /// Whether the real server refuses a PUT without `metadata.resource_version`.
     needs_resource_version: bool,
 }
 
@@ -62,8 +62,8 @@ fn kinds() -> Vec<Kind> {
     ]
 }
 
-/// A PUT without `metadata.resourceVersion` is an unconditional overwrite for most kinds, and
-/// refused (422, `metadata.resourceVersion: Invalid value: 0: must be specified for an update`)
+/// A PUT without `metadata.resource_version` is an unconditional overwrite for most kinds, and
+/// refused (422, `metadata.resource_version: Invalid value: 0: must be specified for an update`)
 /// for those whose strategy forbids it: Leases among them, which the shard fence relies on.
 fn an_update_without_resource_version_is_refused_where_the_server_refuses_it(cluster: Cluster) {
     const NS: &str = "parity";
@@ -94,7 +94,7 @@ fn an_update_without_resource_version_is_refused_where_the_server_refuses_it(clu
                     assert_eq!((s.code, s.reason.as_str()), (422, "Invalid"), "{k}: {s:?}");
                     assert!(
                         s.message
-                            .ends_with("metadata.resourceVersion: Invalid value: 0: must be specified for an update"),
+                            .ends_with("metadata.resource_version: Invalid value: 0: must be specified for an update"),
                         "{k}: {}",
                         s.message
                     );
@@ -491,3 +491,48 @@ fn pod_updates_may_change_only_what_the_real_server_allows(cluster: Cluster) {
 }
 
 testkit::both!(pod_updates_may_change_only_what_the_real_server_allows);
+
+/// The create-only apply a plan makes of an object it takes as absent
+/// (`kuvryn_sync::decisions::absent`): a Server-Side Apply carrying `metadata.resource_version:
+/// "1"` creates a missing object (and keeps no trace of the precondition), and is refused with
+/// `409 Conflict` where the object exists, whoever owns its fields, forced or not.
+fn a_create_only_apply_creates_what_is_missing_and_is_refused_where_it_exists(cluster: Cluster) {
+    use kube::api::{Patch, PatchParams};
+    use kuvryn_sync::decisions::absent::PRECONDITION;
+    const NS: &str = "parity-absent";
+    let runtime = testkit::runtime();
+    runtime.block_on(async {
+        let client = cluster.client().await;
+        apply_as(&client, "test", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})).await;
+        let api: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), NS);
+        let cm = |color: &str| {
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                   "metadata": {"name": "presumed", "namespace": NS, "resourceVersion": PRECONDITION},
+                   "data": {"color": color}})
+        };
+        let ours = PatchParams::apply("kuvryn-sync");
+        let created = api.patch("presumed", &ours, &Patch::Apply(cm("blue"))).await.expect("created");
+        assert_ne!(created.metadata.resource_version.as_deref(), Some(PRECONDITION));
+        let fields = serde_json::to_string(&created.metadata.managed_fields).unwrap();
+        assert!(!fields.contains("resourceVersion"), "{fields}");
+        let refused = |answer: kube::Result<k8s_openapi::api::core::v1::ConfigMap>| match answer {
+            Err(kube::Error::Api(s)) => (s.code, s.reason),
+            other => panic!("not refused: {other:?}"),
+        };
+        // The same object again, another value, another manager, forced: refused, unchanged.
+        for (params, color) in [
+            (ours.clone(), "blue"),
+            (ours.clone(), "red"),
+            (PatchParams::apply("someone").force(), "red"),
+            (ours.clone().force(), "red"),
+        ] {
+            let answer = api.patch("presumed", &params, &Patch::Apply(cm(color))).await;
+            assert_eq!(refused(answer), (409, "Conflict".to_string()), "{params:?} {color}");
+        }
+        let now = api.get("presumed").await.unwrap();
+        assert_eq!(now.data.unwrap()["color"], "blue");
+        assert_eq!(now.metadata.resource_version, created.metadata.resource_version);
+    });
+}
+
+testkit::both!(a_create_only_apply_creates_what_is_missing_and_is_refused_where_it_exists);

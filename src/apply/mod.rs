@@ -49,6 +49,10 @@ pub enum Error {
     /// The kind of an object is not served (its CRD did not become Established).
     #[error("{0}")]
     Unserved(String),
+    /// An object applied as presumed absent exists: the API server refused the create-only
+    /// precondition ([`crate::decisions::absent`]). Nothing of it was written.
+    #[error("{0}")]
+    Exists(String),
     /// Any other API failure (retried).
     #[error("{0}")]
     Api(#[from] kube::Error),
@@ -76,8 +80,18 @@ fn resource_of<'a>(scopes: &ClusterScopes, obj: &'a Value) -> Option<(ApiResourc
     Some((resource.clone(), ns))
 }
 
+/// Whether `obj` is applied as presumed absent: it carries the create-only precondition.
+fn presumed(obj: &Value) -> bool {
+    obj["metadata"]["resourceVersion"] == crate::decisions::absent::PRECONDITION
+}
+
 fn refused(action: &str, obj: &Value, e: kube::Error) -> Error {
     match e {
+        // It exists (refused for the precondition, or for a field another manager owns): read
+        // and planned as it is, by the next plan.
+        kube::Error::Api(s) if s.code == 409 && presumed(obj) => {
+            Error::Exists(format!("{action} {}: {}", what(obj), s.message))
+        }
         kube::Error::Api(s) if s.code == 409 => Error::Conflict(format!("{action} {}: {}", what(obj), s.message)),
         kube::Error::Api(s) if (400..500).contains(&s.code) && s.code != 429 => {
             Error::Refused(format!("{action} {}: {}", what(obj), s.message))
@@ -266,4 +280,51 @@ async fn prune_one(
         rv = now["metadata"]["resourceVersion"].as_str().map(str::to_string);
     }
     Ok(Pruned::Kept(format!("changed {PRUNE_REREADS} times while being pruned; tried again at the next rollout")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_refused_create_only_apply_says_the_object_exists_and_nothing_else_does() {
+        let status = |code: u16, causes: Value| {
+            let s: kube::core::Status = serde_json::from_value(json!({
+                "status": "Failure", "message": "refused", "reason": "Conflict", "code": code,
+                "details": {"name": "a", "kind": "configmaps", "causes": causes},
+            }))
+            .unwrap();
+            kube::Error::Api(s.boxed())
+        };
+        let field = || json!([{"reason": "FieldManagerConflict", "message": "conflict with \"kubectl\"", "field": ".data.color"}]);
+        let none = || json!([]);
+        let cm = |rv: Option<&str>| {
+            let mut o = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": "n"}});
+            if let Some(rv) = rv {
+                o["metadata"]["resourceVersion"] = json!(rv);
+            }
+            o
+        };
+        let presumed = cm(Some(crate::decisions::absent::PRECONDITION));
+        // (case, object, error) → the kind of answer
+        let cases = [
+            ("presumed, refused for the precondition", &presumed, status(409, none()), "exists"),
+            ("presumed, refused for a field another manager owns", &presumed, status(409, field()), "exists"),
+            ("read before, a field conflict", &cm(None), status(409, field()), "conflict"),
+            ("read before, at another resourceVersion", &cm(Some("42")), status(409, none()), "conflict"),
+            ("presumed, invalid", &presumed, status(422, none()), "refused"),
+            ("presumed, the server failed", &presumed, status(500, none()), "api"),
+        ];
+        for (case, obj, e, want) in cases {
+            let got = match refused("applying", obj, e) {
+                Error::Exists(_) => "exists",
+                Error::Conflict(_) => "conflict",
+                Error::Refused(_) => "refused",
+                Error::Unserved(_) => "unserved",
+                Error::Api(_) => "api",
+            };
+            assert_eq!(got, want, "{case}");
+        }
+    }
 }

@@ -7,9 +7,12 @@
 //! - [`approval`]: whether a manual-sync plan is approved, and by whom.
 //! - [`rollback`]: the rollback request annotations and what they ask.
 //! - [`dependencies`]: whether an Application's `dependsOn` are ready.
+//! - [`absent`]: whether a plan that may be acted on takes a desired object as absent without
+//!   reading it, and the precondition its apply carries.
 //! - [`inventory`]: whether a plan that may be acted on takes the managed objects from the
 //!   shard's watch cache or lists them as the service account.
 
+pub mod absent;
 pub mod approval;
 pub mod dependencies;
 pub mod inventory;

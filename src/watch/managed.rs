@@ -248,6 +248,15 @@ impl Inventory {
         Some(self.cached(shard, group, kind, namespace, name)?.meta)
     }
 
+    /// Whether `shard`'s store of `group`/`kind` holds `namespace/name`: `None` when no
+    /// running, synced watch can say.
+    pub fn holds(&self, shard: Option<u32>, group: &str, kind: &str, namespace: &str, name: &str) -> Option<bool> {
+        let stores = self.stores.lock().expect("inventory lock");
+        let (alive, lookup) = stores.get(&(shard, group.to_string(), kind.to_string()))?;
+        alive.upgrade()?;
+        Some(!lookup(Query::Named { namespace, name })?.is_empty())
+    }
+
     /// [`Inventory::get`], with the status when the store keeps it.
     pub fn cached(&self, shard: Option<u32>, group: &str, kind: &str, namespace: &str, name: &str) -> Option<Cached> {
         let stores = self.stores.lock().expect("inventory lock");
@@ -482,6 +491,7 @@ mod tests {
         let lookup = || inventory.lookup(Some(3), "", "ConfigMap", "app=web");
         assert_eq!(lookup(), None, "not listed yet");
         assert!(!inventory.watching(Some(3), "", "ConfigMap"), "not listed yet");
+        assert_eq!(inventory.holds(Some(3), "", "ConfigMap", "team-a", "a"), None, "not listed yet");
         let object = |name: &str, app: &str| {
             let mut o = PartialObjectMeta::<ConfigMap>::default();
             o.metadata.name = Some(name.into());
@@ -501,6 +511,11 @@ mod tests {
         assert_eq!(named("team-a", "b").as_deref(), Some("b"));
         assert_eq!(named("team-a", "c"), None, "not in the store");
         assert_eq!(named("team-b", "b"), None, "another namespace");
+        let holds = |shard: u32, ns: &str, name: &str| inventory.holds(Some(shard), "", "ConfigMap", ns, name);
+        assert_eq!(holds(3, "team-a", "b"), Some(true));
+        assert_eq!(holds(3, "team-a", "c"), Some(false), "listed, and not there");
+        assert_eq!(holds(3, "team-b", "b"), Some(false), "another namespace");
+        assert_eq!(holds(5, "team-a", "b"), None, "no watch of that shard");
         assert_eq!(inventory.lookup(Some(4), "", "ConfigMap", "app=web"), None, "another shard");
         assert_eq!(inventory.lookup(Some(3), "", "Secret", "app=web"), None, "another kind");
         assert_eq!(inventory.lookup(Some(3), "", "ConfigMap", "app!=web"), None, "not an equality");
@@ -511,6 +526,7 @@ mod tests {
         drop(alive);
         assert_eq!(lookup(), None, "the watch stopped");
         assert!(!inventory.watching(Some(3), "", "ConfigMap"), "the watch stopped");
+        assert_eq!(inventory.holds(Some(3), "", "ConfigMap", "team-a", "b"), None, "the watch stopped");
         inventory.forget_stopped();
         assert_eq!(inventory.len(), 1, "only the running watch's store is kept");
         drop(later);

@@ -18,6 +18,10 @@ pub enum Error {
     /// [`super::reconcile`]: such plans are made again from a fresh list before anything is written).
     #[error("a rollout needs a plan made from a fresh list")]
     Stale,
+    /// An object the plan took as absent exists (the API server refused its create-only
+    /// apply, [`crate::decisions::absent`]): planned again at once, reading every object.
+    #[error("an object taken as absent exists: planning again from what is there")]
+    Presumed,
 }
 
 impl Error {
@@ -28,6 +32,7 @@ impl Error {
             Error::NotOwner => "not_owner",
             // A rollout about to act on a plan from the watch caches: a bug, counted apart.
             Error::Stale => "stale_plan",
+            Error::Presumed => "presumed_absent",
         }
     }
 }
@@ -52,6 +57,7 @@ mod tests {
             (Error::NoNamespace, "error"),
             (Error::NotOwner, "not_owner"),
             (Error::Stale, "stale_plan"),
+            (Error::Presumed, "presumed_absent"),
         ];
         for (e, want) in cases {
             assert_eq!(e.metric_label(), want, "{e}");

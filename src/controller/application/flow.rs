@@ -96,6 +96,9 @@ pub(super) struct Planned {
     /// Made from lists as the service account, not from watch caches: what a rollout writes and
     /// prunes may be decided from it.
     pub(super) fresh: bool,
+    /// Desired objects taken as absent without reading them: their applies carry the
+    /// create-only precondition ([`crate::decisions::absent`]).
+    pub(super) presumed: std::collections::BTreeSet<String>,
 }
 
 /// How a failed step is reported.

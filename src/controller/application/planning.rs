@@ -101,11 +101,42 @@ pub(super) async fn plan(
     // check reads the objects, and dry-runs none if they are as the last plans found them.
     let vouched =
         if from_cache && !requested && known.is_empty() { vouched(app, now, jiff::Timestamp::now()) } else { None };
+    let found_existing = ctx.found_existing.contains_key(&app_key);
+    let presumed: BTreeSet<String> = desired
+        .iter()
+        .filter(|d| {
+            let (group, kind) = (validate::group_of(d["apiVersion"].as_str().unwrap_or_default()), d["kind"].as_str());
+            let (kind, ns, name) =
+                (kind.unwrap_or_default(), d["metadata"]["namespace"].as_str(), &d["metadata"]["name"]);
+            let facts = crate::decisions::absent::Facts {
+                acted_on: !from_cache,
+                requested,
+                namespaced: ns.is_some() && validate::Scopes::namespaced(&*scopes, group, kind).unwrap_or(false),
+                watched: ctx.inventory.holds(
+                    shard_key,
+                    group,
+                    kind,
+                    ns.unwrap_or_default(),
+                    name.as_str().unwrap_or_default(),
+                ),
+                written_here: known.contains_key(&validate::identity(d)),
+                found_existing,
+            };
+            crate::decisions::absent::presume_absent(facts)
+        })
+        .map(validate::identity)
+        .collect();
     let read = {
         let skip: Option<live::Skip<'_>> = if from_cache && !kept.is_empty() { Some(&skip) } else { None };
         let vouched = vouched.as_ref().map(|(digest, _)| digest.as_str());
-        let needed =
-            live::Needed { desired: &desired, managed_kinds: &managed_kinds, selector: &selector, adopt, vouched };
+        let needed = live::Needed {
+            desired: &desired,
+            managed_kinds: &managed_kinds,
+            selector: &selector,
+            adopt,
+            vouched,
+            presumed: &presumed,
+        };
         live::read(&sa_client, &scopes, needed, search, &cached, skip).await
     };
     let skipped = skipped.into_inner().expect("skipped lock");
@@ -209,6 +240,7 @@ pub(super) async fn plan(
         adopt,
         secrets,
         fresh: !from_cache,
+        presumed,
     }))
 }
 

@@ -341,6 +341,10 @@ fn error_policy(app: Arc<Application>, error: &Error, ctx: Arc<Context>) -> Acti
     if matches!(error, Error::NotOwner) {
         return Action::requeue(NOT_OWNER_RETRY);
     }
+    // Not a failure: the next plan reads what the last one took as absent.
+    if matches!(error, Error::Presumed) {
+        return Action::requeue(std::time::Duration::ZERO);
+    }
     let failures = ctx.failures.failed(ObjectRef::from_obj(&*app));
     let retry = crate::controller::with_jitter(crate::controller::retry_after(failures), &app.name_any());
     tracing::warn!(application = %app.name_any(), namespace = ?app.namespace(), error = %error, failures, retry_in = ?retry, "reconcile failed");

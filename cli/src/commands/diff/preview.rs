@@ -280,6 +280,8 @@ pub async fn preview(cluster: &Cluster, shared: &Shared, app: &Application, ask:
         selector: &selector,
         adopt,
         vouched: None,
+        // A preview reads every object: it has no watch to presume from.
+        presumed: &BTreeSet::new(),
     };
     let read = live::read(&sa, &shared.scopes, needed, search, &live::uncached, None).await.map_err(|e| {
         redact(format!("reading the live state as the service account {}: {e}", spec.service_account_name), &secrets)

@@ -188,6 +188,10 @@ pub struct Context {
     pub(super) list_answers: crate::live::ListAnswers,
     /// What the last plans found unchanged: a drift check does not read it again.
     pub(super) unchanged: unchanged::Unchanged,
+    /// Applications (`namespace/name`) an apply of whose presumed-absent object found it
+    /// existing: their plans read every object for [`FOUND_EXISTING_FOR`]
+    /// ([`crate::decisions::absent`]).
+    pub(super) found_existing: moka::sync::Cache<String, ()>,
     pub(super) scopes: crate::watch::discovery::Snapshots,
     /// The client every service account's requests go through ([`crate::impersonate`]): the
     /// controller's identity impersonating no one, with the budget, and one connection pool.
@@ -203,6 +207,10 @@ pub struct Context {
 const MAX_CLIENTS: u64 = 1024;
 /// An impersonating client unused this long is dropped, with its connections.
 const CLIENT_IDLE: Duration = Duration::from_secs(600);
+/// How long an Application whose presumed-absent object existed has every object read.
+const FOUND_EXISTING_FOR: Duration = Duration::from_secs(3600);
+/// Applications remembered so at once (more are forgotten first, and read at most once more).
+const FOUND_EXISTING_MAX: u64 = 100_000;
 
 impl Context {
     /// A context acting as `config`'s identity, reporting Events from `instance`.
@@ -240,6 +248,10 @@ impl Context {
             echoes: Default::default(),
             list_answers: Default::default(),
             unchanged: Default::default(),
+            found_existing: moka::sync::Cache::builder()
+                .max_capacity(FOUND_EXISTING_MAX)
+                .time_to_live(FOUND_EXISTING_FOR)
+                .build(),
             scopes: Default::default(),
             as_tenants,
             clients: moka::sync::Cache::builder().max_capacity(MAX_CLIENTS).time_to_idle(CLIENT_IDLE).build(),

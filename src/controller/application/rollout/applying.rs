@@ -55,7 +55,13 @@ impl Rollout<'_> {
         let rediscover = || self.ctx.rediscover();
         let span = tracing::info_span!("apply", wave = ?wave, objects = plan.entries.len());
         // Workloads stamped by an earlier version keep the stamp (nothing restarts).
-        let desired = crate::live::with_kept_stamps(&planned.desired, &planned.kept_stamps);
+        let mut desired = crate::live::with_kept_stamps(&planned.desired, &planned.kept_stamps);
+        // Objects presumed absent are created only if they are.
+        if !planned.presumed.is_empty() {
+            for d in desired.to_mut().iter_mut().filter(|d| planned.presumed.contains(&validate::identity(d))) {
+                d["metadata"]["resourceVersion"] = Value::from(crate::decisions::absent::PRECONDITION);
+            }
+        }
         // Their watch events may come before the answers are noted below.
         let sending = self.ctx.echoes.sending(
             plan.entries.iter().filter(|e| matches!(e.action, PlanAction::Create | PlanAction::Update)).map(|e| {
@@ -69,6 +75,11 @@ impl Rollout<'_> {
         let mut applied = match result {
             Ok(a) => a,
             Err(apply::Error::Api(e)) => return Err(e.into()),
+            Err(apply::Error::Exists(m)) => {
+                tracing::info!(application = %self.name, namespace = %self.ns, "{m}: planning again from what is there");
+                self.ctx.found_existing.insert(format!("{}/{}", self.ns, self.name), ());
+                return Err(Error::Presumed);
+            }
             Err(apply::Error::Conflict(m)) => {
                 self.fail_attempt(names::reasons::APPLY_CONFLICT, in_wave(m), true);
                 return Ok(false);
@@ -113,7 +124,10 @@ impl Rollout<'_> {
             Ok(k) => k,
             Err(e) => match e {
                 apply::Error::Api(e) => return Err(e.into()),
-                apply::Error::Refused(m) | apply::Error::Conflict(m) | apply::Error::Unserved(m) => {
+                apply::Error::Refused(m)
+                | apply::Error::Conflict(m)
+                | apply::Error::Unserved(m)
+                | apply::Error::Exists(m) => {
                     self.fail_attempt(
                         names::reasons::PRUNE_FAILURE,
                         format!("the Application's service account: {m}"),

@@ -481,8 +481,9 @@ impl Fleet {
             "--url",
             &url,
         ]));
-        let config: serde_json::Value = kuvryn_sync::yaml::from_str(&yaml)
-            .map_err(|e| Error::Timeout(Duration::ZERO, format!("the webhook configuration printed: {e}")))?;
+        let config: serde_json::Value = kuvryn_sync::yaml::from_str(&yaml).map_err(|e| {
+            Error::Cluster(format!("the webhook configuration the controller printed does not parse: {e}"))
+        })?;
         testkit::apply_as(&self.client, "loadtest", &config).await;
         let probe = AppDef {
             namespace: fleet::namespaces(self.args.namespaces)[0].clone(),

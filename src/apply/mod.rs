@@ -152,7 +152,7 @@ where
     let mut current: Option<std::sync::Arc<ClusterScopes>> = None;
     let mut crds_pending: Vec<String> = Vec::new();
     for e in plan.entries.iter().filter(|e| matches!(e.action, Action::Create | Action::Update)) {
-        let id = format!("{}/{}/{}/{}", e.group, e.kind, e.namespace, e.name);
+        let id = e.identity();
         let Some(obj) = by_id.get(&id).copied() else { continue };
         if !is_crd(obj) && !crds_pending.is_empty() {
             // Objects after the CRDs may be of kinds they define.
@@ -217,7 +217,7 @@ pub async fn prune(
     let mut kept = Vec::new();
     for e in plan.entries.iter().filter(|e| e.action == Action::Delete) {
         let api_version = if e.group.is_empty() { e.version.clone() } else { format!("{}/{}", e.group, e.version) };
-        let id = format!("{}/{}/{}/{}", e.group, e.kind, e.namespace, e.name);
+        let id = e.identity();
         let obj = serde_json::json!({"apiVersion": api_version, "kind": e.kind,
             "metadata": {"name": e.name, "namespace": e.namespace}});
         let Some((resource, ns)) = resource_of(scopes, &obj) else { continue };

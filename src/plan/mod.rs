@@ -116,6 +116,12 @@ impl Entry {
     pub fn is_hook(&self) -> bool {
         self.hook.is_some() || self.action == Action::Skip
     }
+
+    /// The object's identity, `group/kind/namespace/name`, as [`validate::identity`] gives it
+    /// for the object itself.
+    pub fn identity(&self) -> String {
+        format!("{}/{}/{}/{}", self.group, self.kind, self.namespace, self.name)
+    }
 }
 
 fn is_zero(n: &usize) -> bool {

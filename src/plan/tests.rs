@@ -74,6 +74,19 @@ fn table() {
     }
 }
 
+/// An entry's identity is its object's: the applies, health and drift look objects up by either.
+#[test]
+fn an_entry_is_known_by_its_objects_identity() {
+    for c in cases() {
+        let plan = build(&c.desired, &inputs(&c));
+        for d in &c.desired {
+            let id = validate::identity(d);
+            let found = plan.entries.iter().filter(|e| e.identity() == id).count();
+            assert_eq!(found, 1, "{}: {id}", c.name);
+        }
+    }
+}
+
 /// Two plans changing the same paths to different values (blue to red, red to blue) have
 /// different digests: approving one never approves the other.
 #[test]
@@ -306,12 +319,8 @@ fn a_carried_out_plan_is_the_plan_a_replica_computes_after_the_rollout() {
             o
         };
         let live: BTreeMap<String, Value> = c.desired.iter().map(|d| (validate::identity(d), served(d))).collect();
-        let deleted: Vec<String> = plan
-            .entries
-            .iter()
-            .filter(|e| e.action == Action::Delete)
-            .map(|e| format!("{}/{}/{}/{}", e.group, e.kind, e.namespace, e.name))
-            .collect();
+        let deleted: Vec<String> =
+            plan.entries.iter().filter(|e| e.action == Action::Delete).map(|e| e.identity()).collect();
         let mut managed: Vec<Value> = c
             .managed
             .iter()

@@ -315,7 +315,7 @@ async fn may_read_revision(
 async fn label(State(h): State<Handler>, body: axum::body::Bytes) -> Answer {
     let review: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let req = &review["request"];
-    let mut response = json!({"uid": req["uid"].clone(), "allowed": true});
+    let mut response = json!({"allowed": true});
     let ours = req["resource"]["group"] == crate::api::names::GROUP && req["resource"]["resource"] == "applications";
     if ours && req["operation"] == "CREATE" && !req["subResource"].is_string() {
         let object = &req["object"];
@@ -328,8 +328,7 @@ async fn label(State(h): State<Handler>, body: axum::body::Bytes) -> Answer {
             response["patch"] = json!(base64::engine::general_purpose::STANDARD.encode(patch.to_string()));
         }
     }
-    let review = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response});
-    ([(http::header::CONTENT_TYPE, "application/json")], review.to_string())
+    answer(&req["uid"], response)
 }
 
 /// The labels of `object`, a new Application `namespace/name`, with its shard's label
@@ -364,16 +363,17 @@ fn now_rfc3339() -> String {
 /// An AdmissionReview answer (axum's JSON extractor is not built in).
 type Answer = ([(http::header::HeaderName, &'static str); 1], String);
 
+/// The AdmissionReview answering the request `uid` with `response`.
+fn answer(uid: &Value, mut response: Value) -> Answer {
+    response["uid"] = uid.clone();
+    let review = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response});
+    ([(http::header::CONTENT_TYPE, "application/json")], review.to_string())
+}
+
 async fn review(State(h): State<Handler>, body: axum::body::Bytes) -> Answer {
     let review: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let req = &review["request"];
-    let uid = req["uid"].clone();
-    let respond = |response: Value| {
-        let mut r = response;
-        r["uid"] = uid.clone();
-        let review = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": r});
-        ([(http::header::CONTENT_TYPE, "application/json")], review.to_string())
-    };
+    let respond = |response: Value| answer(&req["uid"], response);
     let deny = |message: String| {
         respond(json!({"allowed": false, "status": {"code": 403, "reason": "Forbidden", "message": message}}))
     };

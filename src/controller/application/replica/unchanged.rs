@@ -171,7 +171,7 @@ pub fn to_keep(
         .entries
         .iter()
         .filter(|e| e.hook.is_none() && e.action == Action::Unchanged && e.conflicts.is_empty())
-        .map(|e| format!("{}/{}/{}/{}", e.group, e.kind, e.namespace, e.name))
+        .map(|e| e.identity())
         .collect();
     let mut out = BTreeMap::new();
     for d in desired {

@@ -64,9 +64,10 @@ impl Rollout<'_> {
         }
         // Their watch events may come before the answers are noted below.
         let sending = self.ctx.echoes.sending(
-            plan.entries.iter().filter(|e| matches!(e.action, PlanAction::Create | PlanAction::Update)).map(|e| {
-                (e.group.as_str(), e.kind.as_str(), format!("{}/{}/{}/{}", e.group, e.kind, e.namespace, e.name))
-            }),
+            plan.entries
+                .iter()
+                .filter(|e| matches!(e.action, PlanAction::Create | PlanAction::Update))
+                .map(|e| (e.group.as_str(), e.kind.as_str(), e.identity())),
         );
         let result =
             apply::apply(&writer, &self.ctx.client, &planned.scopes, rediscover, plan, &desired, planned.adopt)

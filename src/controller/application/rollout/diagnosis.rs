@@ -33,7 +33,7 @@ pub(super) fn managed(
     let mut objects = BTreeMap::new();
     let mut starts: Vec<(usize, ResourceRef)> = Vec::new();
     for e in planned.plan.entries.iter().filter(|e| !e.is_hook() && e.action != PlanAction::Delete) {
-        let id = format!("{}/{}/{}/{}", e.group, e.kind, e.namespace, e.name);
+        let id = e.identity();
         let Some(obj) = live.get(&id) else { continue };
         let r = ResourceRef {
             group: e.group.clone(),

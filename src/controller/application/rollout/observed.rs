@@ -86,7 +86,7 @@ impl Rollout<'_> {
         }
         let waited: Vec<(String, &Entry)> = entries
             .iter()
-            .map(|e| (format!("{}/{}/{}/{}", e.group, e.kind, e.namespace, e.name), *e))
+            .map(|e| (e.identity(), *e))
             .filter(|(id, e)| live.get(id).is_some_and(|l| unobserved(e, l)))
             .collect();
         let shard = self.ctx.fence.is_some().then(|| super::super::replica::shard_of(self.ctx, self.ns, self.name));

@@ -416,7 +416,7 @@ impl Rollout<'_> {
         let writer = self.ctx.writer(&planned.sa, self.ns, self.name);
         for e in entries {
             let what = describe(&reference(e));
-            let ident = format!("{}/{}/{}/{}", e.group, e.kind, e.namespace, e.name);
+            let ident = e.identity();
             let Some(desired) = planned.hooks.iter().find(|h| validate::identity(h) == ident) else { continue };
             let failed = |why: String| Ran { entry: e.clone(), completion: Completion::Failed(why), live: None };
             let Some(resource) = planned.scopes.resource(&e.group, &e.version, &e.kind).cloned() else {

@@ -100,7 +100,7 @@ impl Rollout<'_> {
             if e.is_hook() || !health::is_workload(&e.group, &e.kind) || upto.is_some_and(|w| e.wave > w) {
                 continue;
             }
-            let id = format!("{}/{}/{}/{}", e.group, e.kind, e.namespace, e.name);
+            let id = e.identity();
             let Some(obj) = live.get(&id) else { continue };
             if health::assess(obj).status == HealthStatus::Healthy || !health::pods_may_explain(obj) {
                 continue;
@@ -158,7 +158,7 @@ impl Rollout<'_> {
             .iter()
             .zip(rules)
             .map(|(e, check)| {
-                let id = format!("{}/{}/{}/{}", e.group, e.kind, e.namespace, e.name);
+                let id = e.identity();
                 Resource {
                     group: e.group.clone(),
                     kind: e.kind.clone(),

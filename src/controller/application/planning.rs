@@ -15,6 +15,7 @@ use super::replica::unchanged;
 use super::replica::{Context, shard_of};
 use crate::api::application::Application;
 use crate::api::names;
+use crate::decisions::absent;
 use crate::decisions::inventory as inventory_source;
 use crate::live;
 use crate::plan::{self, inventory, revision, validate};
@@ -101,31 +102,15 @@ pub(super) async fn plan(
     // check reads the objects, and dry-runs none if they are as the last plans found them.
     let vouched =
         if from_cache && !requested && known.is_empty() { vouched(app, now, jiff::Timestamp::now()) } else { None };
-    let found_existing = ctx.found_existing.contains_key(&app_key);
-    let presumed: BTreeSet<String> = desired
-        .iter()
-        .filter(|d| {
-            let (group, kind) = (validate::group_of(d["apiVersion"].as_str().unwrap_or_default()), d["kind"].as_str());
-            let (kind, ns, name) =
-                (kind.unwrap_or_default(), d["metadata"]["namespace"].as_str(), &d["metadata"]["name"]);
-            let facts = crate::decisions::absent::Facts {
-                acted_on: !from_cache,
-                requested,
-                namespaced: ns.is_some() && validate::Scopes::namespaced(&*scopes, group, kind).unwrap_or(false),
-                watched: ctx.inventory.holds(
-                    shard_key,
-                    group,
-                    kind,
-                    ns.unwrap_or_default(),
-                    name.as_str().unwrap_or_default(),
-                ),
-                written_here: known.contains_key(&validate::identity(d)),
-                found_existing,
-            };
-            crate::decisions::absent::presume_absent(facts)
-        })
-        .map(validate::identity)
-        .collect();
+    let base = absent::Facts {
+        acted_on: !from_cache,
+        requested,
+        namespaced: true,
+        watched: Some(false),
+        written_here: false,
+        found_existing: ctx.found_existing.contains_key(&app_key),
+    };
+    let presumed = presumed_absent(ctx, &desired, &scopes, shard_key, &known, base);
     let read = {
         let skip: Option<live::Skip<'_>> = if from_cache && !kept.is_empty() { Some(&skip) } else { None };
         let vouched = vouched.as_ref().map(|(digest, _)| digest.as_str());
@@ -242,6 +227,39 @@ pub(super) async fn plan(
         fresh: !from_cache,
         presumed,
     }))
+}
+
+/// The identities of the desired objects a plan takes as absent ([`absent::presume_absent`]);
+/// `base` holds what is known for all of them.
+fn presumed_absent(
+    ctx: &Context,
+    desired: &[Value],
+    scopes: &crate::watch::discovery::ClusterScopes,
+    shard: Option<u32>,
+    known: &BTreeMap<String, unchanged::Known>,
+    base: absent::Facts,
+) -> BTreeSet<String> {
+    // Most plans (drift checks) take none: nothing per object is looked up for them.
+    if !absent::presume_absent(base) {
+        return BTreeSet::new();
+    }
+    let mut out = BTreeSet::new();
+    for d in desired {
+        let group = validate::group_of(d["apiVersion"].as_str().unwrap_or_default());
+        let kind = d["kind"].as_str().unwrap_or_default();
+        let (ns, name) = (d["metadata"]["namespace"].as_str(), d["metadata"]["name"].as_str().unwrap_or_default());
+        let id = validate::identity(d);
+        let facts = absent::Facts {
+            namespaced: ns.is_some() && validate::Scopes::namespaced(scopes, group, kind).unwrap_or(false),
+            watched: ctx.inventory.holds(shard, group, kind, ns.unwrap_or_default(), name),
+            written_here: known.contains_key(&id),
+            ..base
+        };
+        if absent::presume_absent(facts) {
+            out.insert(id);
+        }
+    }
+    out
 }
 
 /// `status.sync.unchanged` of `app`, with when it was last really checked as an instant of

@@ -69,17 +69,19 @@ where
 {
     let (store, writer) = reflector::store::<O>();
     let alive = inventory.insert(shard, &O::group(&()), &O::kind(&()), store, ());
-    let changes = inventory.signal(shard, &O::group(&()), &O::kind(&()));
+    let (waiting, group, kind) = (inventory.waiting.clone(), O::group(&()).to_string(), O::kind(&()).to_string());
     // `Api<PartialObjectMeta<K>>` makes metadata-only requests; `Api<WithStatus<K>>` full ones.
     watcher(Api::<O>::all(client.clone()), watcher::Config::default().labels(selector))
         .default_backoff()
         .modify(|o| o.meta_mut().managed_fields = None)
         .reflect(writer)
         .touched_objects()
-        .inspect(move |_| {
+        .inspect(move |o| {
             let _ = &alive;
-            // Seen in the store by now: whoever waits for a change looks again.
-            changes.send_replace(());
+            // Seen in the store by now: whoever waits for a change of it looks again.
+            if let Ok(o) = o {
+                tell(&waiting, shard, &group, &kind, o.meta());
+            }
         })
 }
 
@@ -178,6 +180,54 @@ enum Query<'a> {
 type Lookup = Box<dyn Fn(Query<'_>) -> Option<Vec<Cached>> + Send + Sync>;
 /// Shard (`None`: not sharded), group and kind.
 type StoreKey = (Option<u32>, String, String);
+/// Shard, group, kind, namespace and name of one object.
+type ObjectKey = (Option<u32>, String, String, String, String);
+/// The objects waited on, each with the sender its waiters hold ([`Inventory::changes_of`]).
+type Waiting = Arc<Mutex<HashMap<ObjectKey, Weak<tokio::sync::watch::Sender<()>>>>>;
+
+/// Tell whoever waits on `meta`'s object (of `group`/`kind` in `shard`'s store) that its store
+/// has a watch event of it. One lookup, and nothing at all while no one waits.
+fn tell(waiting: &Waiting, shard: Option<u32>, group: &str, kind: &str, meta: &ObjectMeta) {
+    let waiting = waiting.lock().expect("inventory lock");
+    if waiting.is_empty() {
+        return;
+    }
+    let (ns, name) = (meta.namespace.clone().unwrap_or_default(), meta.name.clone().unwrap_or_default());
+    if let Some(tx) = waiting.get(&(shard, group.to_string(), kind.to_string(), ns, name)).and_then(Weak::upgrade) {
+        tx.send_replace(());
+    }
+}
+
+/// The watch events of one object ([`Inventory::changes_of`]). Dropped by its last waiter,
+/// the object is no longer waited on.
+pub struct ObjectChanges {
+    rx: tokio::sync::watch::Receiver<()>,
+    tx: Arc<tokio::sync::watch::Sender<()>>,
+    key: ObjectKey,
+    waiting: Waiting,
+}
+
+impl ObjectChanges {
+    /// Mark every event so far as seen: look at the store after this.
+    pub fn seen(&mut self) {
+        self.rx.borrow_and_update();
+    }
+
+    /// The next event not seen yet.
+    pub async fn changed(&mut self) -> Result<(), tokio::sync::watch::error::RecvError> {
+        self.rx.changed().await
+    }
+}
+
+impl Drop for ObjectChanges {
+    fn drop(&mut self) {
+        // Under the lock: `changes_of` takes a sender only under it too.
+        let mut waiting = self.waiting.lock().expect("inventory lock");
+        if Arc::strong_count(&self.tx) == 1 {
+            waiting.remove(&self.key);
+        }
+    }
+}
 
 /// Managed objects as this replica's shard watches have them ([`Cached`]), by shard (`None`:
 /// not sharded) and kind. A store answers only while its watch runs and once its first list is
@@ -185,8 +235,8 @@ type StoreKey = (Option<u32>, String, String);
 #[derive(Default)]
 pub struct Inventory {
     stores: Mutex<HashMap<StoreKey, (Weak<()>, Lookup)>>,
-    /// Per store, sent on every watch event it took in ([`Inventory::changes`]).
-    signals: Mutex<HashMap<StoreKey, Arc<tokio::sync::watch::Sender<()>>>>,
+    /// The objects waited on ([`Inventory::changes_of`]).
+    waiting: Waiting,
 }
 
 impl Inventory {
@@ -273,18 +323,28 @@ impl Inventory {
         alive.upgrade().is_some() && lookup(Query::Named { namespace: "", name: "" }).is_some()
     }
 
-    /// A receiver told of every watch event `shard`'s store of `group`/`kind` takes in, after
-    /// the store has it: look, then await `changed()` to look again after the next. One signal
-    /// per store, so a waiter wakes only for its own kind and shard.
-    pub fn changes(&self, shard: Option<u32>, group: &str, kind: &str) -> tokio::sync::watch::Receiver<()> {
-        self.signal(shard, group, kind).subscribe()
-    }
-
-    /// The signal of `shard`'s store of `group`/`kind` (kept across its watch's restarts).
-    fn signal(&self, shard: Option<u32>, group: &str, kind: &str) -> Arc<tokio::sync::watch::Sender<()>> {
-        let mut signals = self.signals.lock().expect("inventory lock");
-        let key = (shard, group.to_string(), kind.to_string());
-        signals.entry(key).or_insert_with(|| Arc::new(tokio::sync::watch::Sender::new(()))).clone()
+    /// The watch events of `namespace/name` of `group`/`kind` in `shard`'s store, each told
+    /// after the store has it: mark them seen, look, then await the next. Only the object's own
+    /// events wake its waiter, whatever else its store takes in.
+    pub fn changes_of(
+        &self,
+        shard: Option<u32>,
+        group: &str,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+    ) -> ObjectChanges {
+        let key = (shard, group.to_string(), kind.to_string(), namespace.to_string(), name.to_string());
+        let mut waiting = self.waiting.lock().expect("inventory lock");
+        let tx = match waiting.get(&key).and_then(Weak::upgrade) {
+            Some(tx) => tx,
+            None => {
+                let tx = Arc::new(tokio::sync::watch::Sender::new(()));
+                waiting.insert(key.clone(), Arc::downgrade(&tx));
+                tx
+            }
+        };
+        ObjectChanges { rx: tx.subscribe(), tx, key, waiting: self.waiting.clone() }
     }
 
     /// Forget the stores whose watches stopped (a later watch of the same shard and kind
@@ -533,17 +593,37 @@ mod tests {
     }
 
     #[test]
-    fn a_stores_changes_wake_only_its_own_waiters() {
+    fn an_objects_changes_wake_only_its_own_waiters() {
         let inventory = Inventory::default();
-        let mut mine = inventory.changes(Some(3), "apps", "Deployment");
-        let other_shard = inventory.changes(Some(4), "apps", "Deployment");
-        let other_kind = inventory.changes(Some(3), "apps", "StatefulSet");
-        inventory.signal(Some(3), "apps", "Deployment").send_replace(());
-        assert!(mine.has_changed().unwrap());
-        assert!(!other_shard.has_changed().unwrap());
-        assert!(!other_kind.has_changed().unwrap());
-        mine.borrow_and_update();
-        assert!(!mine.has_changed().unwrap(), "seen");
+        let meta = |ns: &str, name: &str| ObjectMeta {
+            namespace: Some(ns.into()),
+            name: Some(name.into()),
+            ..Default::default()
+        };
+        let mut mine = inventory.changes_of(Some(3), "apps", "Deployment", "team-a", "web");
+        let mut again = inventory.changes_of(Some(3), "apps", "Deployment", "team-a", "web");
+        let woken = |c: &mut ObjectChanges| {
+            let changed = c.rx.has_changed().unwrap();
+            c.seen();
+            changed
+        };
+        // (case, the event's shard, kind, object) → the waiters wake
+        let cases = [
+            ("another object of the store", Some(3), "Deployment", meta("team-a", "api"), false),
+            ("the same name in another namespace", Some(3), "Deployment", meta("team-b", "web"), false),
+            ("another shard's store", Some(4), "Deployment", meta("team-a", "web"), false),
+            ("another kind", Some(3), "StatefulSet", meta("team-a", "web"), false),
+            ("its own", Some(3), "Deployment", meta("team-a", "web"), true),
+        ];
+        for (case, shard, kind, m, want) in cases {
+            tell(&inventory.waiting, shard, "apps", kind, &m);
+            assert_eq!((woken(&mut mine), woken(&mut again)), (want, want), "{case}");
+        }
+        drop(mine);
+        assert_eq!(inventory.waiting.lock().unwrap().len(), 1, "still waited on");
+        drop(again);
+        assert!(inventory.waiting.lock().unwrap().is_empty(), "no one waits");
+        tell(&inventory.waiting, Some(3), "apps", "Deployment", &meta("team-a", "web"));
     }
 
     #[test]

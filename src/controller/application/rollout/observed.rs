@@ -110,13 +110,12 @@ impl Rollout<'_> {
         let ctx = self.ctx;
         let mut looking =
             ctx.echoes.looking(waited.iter().map(|(id, e)| (e.group.as_str(), e.kind.as_str(), id.clone())));
-        let kinds: std::collections::BTreeSet<(&str, &str)> =
-            waited.iter().map(|(_, e)| (e.group.as_str(), e.kind.as_str())).collect();
-        let mut changes: Vec<_> = kinds.into_iter().map(|(g, k)| inventory.changes(shard, g, k)).collect();
+        let mut changes: Vec<_> =
+            waited.iter().map(|(_, e)| inventory.changes_of(shard, &e.group, &e.kind, &e.namespace, &e.name)).collect();
         let wait = async {
             loop {
                 for c in &mut changes {
-                    c.borrow_and_update();
+                    c.seen();
                 }
                 match look(live) {
                     Some(Some(observed)) => return Some(observed),

@@ -12,7 +12,7 @@ struct Kind {
     plural: &'static str,
     namespaced: bool,
     body: Value,
-    /// Whether the real server refuses a PUT without `metadata.resource_version`.
+    /// Whether the real server refuses a PUT without `metadata.resourceVersion`.
     needs_resource_version: bool,
 }
 
@@ -62,8 +62,8 @@ fn kinds() -> Vec<Kind> {
     ]
 }
 
-/// A PUT without `metadata.resource_version` is an unconditional overwrite for most kinds, and
-/// refused (422, `metadata.resource_version: Invalid value: 0: must be specified for an update`)
+/// A PUT without `metadata.resourceVersion` is an unconditional overwrite for most kinds, and
+/// refused (422, `metadata.resourceVersion: Invalid value: 0: must be specified for an update`)
 /// for those whose strategy forbids it: Leases among them, which the shard fence relies on.
 fn an_update_without_resource_version_is_refused_where_the_server_refuses_it(cluster: Cluster) {
     const NS: &str = "parity";
@@ -94,7 +94,7 @@ fn an_update_without_resource_version_is_refused_where_the_server_refuses_it(clu
                     assert_eq!((s.code, s.reason.as_str()), (422, "Invalid"), "{k}: {s:?}");
                     assert!(
                         s.message
-                            .ends_with("metadata.resource_version: Invalid value: 0: must be specified for an update"),
+                            .ends_with("metadata.resourceVersion: Invalid value: 0: must be specified for an update"),
                         "{k}: {}",
                         s.message
                     );
@@ -493,7 +493,7 @@ fn pod_updates_may_change_only_what_the_real_server_allows(cluster: Cluster) {
 testkit::both!(pod_updates_may_change_only_what_the_real_server_allows);
 
 /// The create-only apply a plan makes of an object it takes as absent
-/// (`kuvryn_sync::decisions::absent`): a Server-Side Apply carrying `metadata.resource_version:
+/// (`kuvryn_sync::decisions::absent`): a Server-Side Apply carrying `metadata.resourceVersion:
 /// "1"` creates a missing object (and keeps no trace of the precondition), and is refused with
 /// `409 Conflict` where the object exists, whoever owns its fields, forced or not.
 fn a_create_only_apply_creates_what_is_missing_and_is_refused_where_it_exists(cluster: Cluster) {

@@ -1014,6 +1014,38 @@ fn claims_on_another_namespaces_applications_tell_nothing(cluster: Cluster) {
     });
 }
 
+/// A desired object carrying `metadata.resourceVersion: "1"` in Git, the value of the
+/// create-only precondition (`decisions::absent`), over an object that exists: its refusal is
+/// an `ApplyConflict` the attempt fails on, not a plan made again at once, and again.
+fn a_resource_version_from_git_is_a_conflict_not_a_loop(cluster: Cluster) {
+    let runtime = testkit::runtime();
+    runtime.block_on(async {
+        let env = Env::start(&cluster, "pinned").await;
+        let wt = env.repository("platform").await;
+        wt.write(
+            "pinned/cm.yaml",
+            &CONFIG.replace("  name: settings\n", "  name: settings\n  resourceVersion: \"1\"\n"),
+        );
+        let commit = wt.commit_and_push("a pinned resourceVersion");
+        env.refresh("platform", &commit).await;
+        apply_as(
+            &env.client,
+            "other-tool",
+            &json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "settings", "namespace": "pinned"}, "data": {"color": "blue"}}),
+        )
+        .await;
+        env.create_app(
+            "pinned",
+            json!({"source": {"repository": "platform", "path": "pinned"}, "serviceAccountName": "deployer",
+                   "destination": {"namespace": "pinned"}, "failurePolicy": {"maxAttempts": 1}}),
+        )
+        .await;
+        let rev = until_phase(&env, "pinned", &commit, RevisionPhase::Failed, &mut BTreeSet::new()).await;
+        assert_eq!(rev.status.as_ref().unwrap().failure.clone().unwrap().reason, "ApplyConflict");
+    });
+}
+
 /// One object, one Application (issue 18, item 5): an Application declaring an object another
 /// Application manages is refused with a ValidationFailure naming that Application, and applies
 /// nothing; once that Application is deleted (its objects orphaned), it takes the object over.
@@ -1392,6 +1424,7 @@ testkit::both!(
     an_object_belongs_to_one_application,
     claims_on_another_namespaces_applications_tell_nothing,
     conflicts_permissions_and_deletion_policies,
+    a_resource_version_from_git_is_a_conflict_not_a_loop,
     symlinks_out_of_the_checkout_fail_the_source_and_nothing_is_pruned,
     a_reconcile_of_the_copy_before_its_own_status_write_runs_on_the_written_one,
     an_attempt_waiting_for_health_does_not_read_its_unchanged_objects_again,

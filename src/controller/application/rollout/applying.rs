@@ -76,12 +76,14 @@ impl Rollout<'_> {
         let mut applied = match result {
             Ok(a) => a,
             Err(apply::Error::Api(e)) => return Err(e.into()),
-            Err(apply::Error::Exists(m)) => {
+            // Only an apply that presumed something: Git's own `resourceVersion` is refused as
+            // a conflict, not planned again at once (it would be refused again, at once).
+            Err(apply::Error::Exists(m)) if !planned.presumed.is_empty() => {
                 tracing::info!(application = %self.name, namespace = %self.ns, "{m}: planning again from what is there");
                 self.ctx.found_existing.insert(format!("{}/{}", self.ns, self.name), ());
                 return Err(Error::Presumed);
             }
-            Err(apply::Error::Conflict(m)) => {
+            Err(apply::Error::Conflict(m) | apply::Error::Exists(m)) => {
                 self.fail_attempt(names::reasons::APPLY_CONFLICT, in_wave(m), true);
                 return Ok(false);
             }

@@ -21,7 +21,7 @@ mod writer;
 
 pub use writer::Writer;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -80,16 +80,29 @@ fn resource_of<'a>(scopes: &ClusterScopes, obj: &'a Value) -> Option<(ApiResourc
     Some((resource.clone(), ns))
 }
 
-/// Whether `obj` is applied as presumed absent: it carries the create-only precondition.
-fn presumed(obj: &Value) -> bool {
-    obj["metadata"]["resourceVersion"] == crate::decisions::absent::PRECONDITION
+/// How [`apply`] writes: whether it takes conflicting fields, and which objects it creates only.
+#[derive(Debug, Clone, Copy)]
+pub struct Mode<'a> {
+    /// Take the fields another manager owns (conflict policy `adopt`).
+    pub force: bool,
+    /// Identities of the objects presumed absent ([`crate::decisions::absent`]): each is applied
+    /// with the create-only precondition, and a refusal of it is [`Error::Exists`].
+    pub create_only: &'a BTreeSet<String>,
 }
 
-fn refused(action: &str, obj: &Value, e: kube::Error) -> Error {
+/// `obj` with the create-only precondition: no stored object has this `resourceVersion`.
+fn create_only(obj: &Value) -> Value {
+    let mut obj = obj.clone();
+    obj["metadata"]["resourceVersion"] = Value::from(crate::decisions::absent::PRECONDITION);
+    obj
+}
+
+/// The error of a refused `action` on `obj`; `presumed` when it was applied create-only.
+fn refused(action: &str, obj: &Value, presumed: bool, e: kube::Error) -> Error {
     match e {
         // It exists (refused for the precondition, or for a field another manager owns): read
         // and planned as it is, by the next plan.
-        kube::Error::Api(s) if s.code == 409 && presumed(obj) => {
+        kube::Error::Api(s) if s.code == 409 && presumed => {
             Error::Exists(format!("{action} {}: {}", what(obj), s.message))
         }
         kube::Error::Api(s) if s.code == 409 => Error::Conflict(format!("{action} {}: {}", what(obj), s.message)),
@@ -128,8 +141,8 @@ async fn established(client: &Client, name: &str, deadline: Instant) -> Result<(
 }
 
 /// Apply the Create and Update entries of `plan` (objects from `desired`, by identity) with
-/// `sa`, in plan order; `force` takes conflicting fields (conflict policy `adopt`). `observer`
-/// reads CRD status; `rediscover` refreshes discovery after CRDs are Established.
+/// `sa`, in plan order, as `mode` says. `observer` reads CRD status; `rediscover` refreshes
+/// discovery after CRDs are Established.
 pub async fn apply<F, Fut>(
     sa: &Writer,
     observer: &Client,
@@ -137,7 +150,7 @@ pub async fn apply<F, Fut>(
     rediscover: F,
     plan: &Plan,
     desired: &[Value],
-    force: bool,
+    mode: Mode<'_>,
 ) -> Result<Applied, Error>
 where
     F: Fn() -> Fut,
@@ -145,7 +158,7 @@ where
 {
     let by_id: BTreeMap<String, &Value> = desired.iter().map(|o| (validate::identity(o), o)).collect();
     let mut params = PatchParams::apply(names::FIELD_MANAGER);
-    if force {
+    if mode.force {
         params = params.force();
     }
     let mut out = Applied::default();
@@ -176,8 +189,12 @@ where
                 e.kind
             )));
         };
-        let applied =
-            sa.apply(&resource, ns, &e.name, obj, &params).await.map_err(|err| refused("applying", obj, err))?;
+        let presumed = mode.create_only.contains(&id);
+        let sent = if presumed { std::borrow::Cow::Owned(create_only(obj)) } else { std::borrow::Cow::Borrowed(obj) };
+        let applied = sa
+            .apply(&resource, ns, &e.name, &sent, &params)
+            .await
+            .map_err(|err| refused("applying", obj, presumed, err))?;
         if is_crd(obj) {
             crds_pending.push(e.name.clone());
         }
@@ -228,7 +245,7 @@ pub async fn prune(
         };
         match prune_one(sa, &resource, ns, &e.name, seen, prunable)
             .await
-            .map_err(|err| refused("deleting", &obj, err))?
+            .map_err(|err| refused("deleting", &obj, false, err))?
         {
             Pruned::Deleted => out.deleted.push(id),
             Pruned::Kept(why) => kept.push(format!("{}: {why}", what(&obj))),
@@ -306,18 +323,19 @@ mod tests {
             }
             o
         };
-        let presumed = cm(Some(crate::decisions::absent::PRECONDITION));
-        // (case, object, error) → the kind of answer
+        let git_precondition = cm(Some(crate::decisions::absent::PRECONDITION));
+        // (case, object, presumed, error) → the kind of answer
         let cases = [
-            ("presumed, refused for the precondition", &presumed, status(409, none()), "exists"),
-            ("presumed, refused for a field another manager owns", &presumed, status(409, field()), "exists"),
-            ("read before, a field conflict", &cm(None), status(409, field()), "conflict"),
-            ("read before, at another resourceVersion", &cm(Some("42")), status(409, none()), "conflict"),
-            ("presumed, invalid", &presumed, status(422, none()), "refused"),
-            ("presumed, the server failed", &presumed, status(500, none()), "api"),
+            ("presumed, refused for the precondition", &cm(None), true, status(409, none()), "exists"),
+            ("presumed, refused for a field another manager owns", &cm(None), true, status(409, field()), "exists"),
+            ("read before, a field conflict", &cm(None), false, status(409, field()), "conflict"),
+            ("read before, at another resourceVersion", &cm(Some("42")), false, status(409, none()), "conflict"),
+            ("read before, Git's own resourceVersion \"1\"", &git_precondition, false, status(409, none()), "conflict"),
+            ("presumed, invalid", &cm(None), true, status(422, none()), "refused"),
+            ("presumed, the server failed", &cm(None), true, status(500, none()), "api"),
         ];
-        for (case, obj, e, want) in cases {
-            let got = match refused("applying", obj, e) {
+        for (case, obj, presumed, e, want) in cases {
+            let got = match refused("applying", obj, presumed, e) {
                 Error::Exists(_) => "exists",
                 Error::Conflict(_) => "conflict",
                 Error::Refused(_) => "refused",

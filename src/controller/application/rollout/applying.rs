@@ -55,13 +55,7 @@ impl Rollout<'_> {
         let rediscover = || self.ctx.rediscover();
         let span = tracing::info_span!("apply", wave = ?wave, objects = plan.entries.len());
         // Workloads stamped by an earlier version keep the stamp (nothing restarts).
-        let mut desired = crate::live::with_kept_stamps(&planned.desired, &planned.kept_stamps);
-        // Objects presumed absent are created only if they are.
-        if !planned.presumed.is_empty() {
-            for d in desired.to_mut().iter_mut().filter(|d| planned.presumed.contains(&validate::identity(d))) {
-                d["metadata"]["resourceVersion"] = Value::from(crate::decisions::absent::PRECONDITION);
-            }
-        }
+        let desired = crate::live::with_kept_stamps(&planned.desired, &planned.kept_stamps);
         // Their watch events may come before the answers are noted below.
         let sending = self.ctx.echoes.sending(
             plan.entries
@@ -69,21 +63,20 @@ impl Rollout<'_> {
                 .filter(|e| matches!(e.action, PlanAction::Create | PlanAction::Update))
                 .map(|e| (e.group.as_str(), e.kind.as_str(), e.identity())),
         );
-        let result =
-            apply::apply(&writer, &self.ctx.client, &planned.scopes, rediscover, plan, &desired, planned.adopt)
-                .instrument(span)
-                .await;
+        // Objects presumed absent are created only if they are.
+        let mode = apply::Mode { force: planned.adopt, create_only: &planned.presumed };
+        let result = apply::apply(&writer, &self.ctx.client, &planned.scopes, rediscover, plan, &desired, mode)
+            .instrument(span)
+            .await;
         let mut applied = match result {
             Ok(a) => a,
             Err(apply::Error::Api(e)) => return Err(e.into()),
-            // Only an apply that presumed something: Git's own `resourceVersion` is refused as
-            // a conflict, not planned again at once (it would be refused again, at once).
-            Err(apply::Error::Exists(m)) if !planned.presumed.is_empty() => {
+            Err(apply::Error::Exists(m)) => {
                 tracing::info!(application = %self.name, namespace = %self.ns, "{m}: planning again from what is there");
                 self.ctx.found_existing.insert(format!("{}/{}", self.ns, self.name), ());
                 return Err(Error::Presumed);
             }
-            Err(apply::Error::Conflict(m) | apply::Error::Exists(m)) => {
+            Err(apply::Error::Conflict(m)) => {
                 self.fail_attempt(names::reasons::APPLY_CONFLICT, in_wave(m), true);
                 return Ok(false);
             }

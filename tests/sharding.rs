@@ -1302,3 +1302,56 @@ mod a_lease_request_without_an_answer_fails_in_time {
         super::a_lease_request_without_an_answer_fails_in_time(testkit::Cluster::start());
     }
 }
+
+/// A replica observes another's Lease renewals as they reach the server (`Leases::follow`, a
+/// watch), not at its next round's list: a dead replica's Leases become takeable a whole
+/// duration after its last renewal, up to a third of the duration sooner. Nothing here lists or
+/// reads the Lease for the follower, so without the watch it observes nothing at all; and the
+/// moment it computes is never earlier than a duration after the renewal it saw.
+fn a_renewal_is_observed_as_it_is_written(cluster: Cluster) {
+    const NS: &str = "followed";
+    // A watch event arrives within a second; the margin is for a loaded machine.
+    const OBSERVED: Duration = Duration::from_secs(60);
+    testkit::runtime().block_on(async {
+        let client = cluster.client().await;
+        apply_as(&client, "test", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})).await;
+        let timing = sharding::lease::Timing::new(Duration::from_secs(60));
+        let holder = sharding::lease::Leases::new(Api::namespaced(client.clone(), NS), "holder", timing);
+        let follower =
+            std::sync::Arc::new(sharding::lease::Leases::new(Api::namespaced(client.clone(), NS), "follower", timing));
+        let following = tokio::spawn({
+            let follower = follower.clone();
+            async move { follower.follow(sharding::lease::ROLE_LABEL).await }
+        });
+        let this = |name: &str| name == "r-shard-0";
+        let written = std::time::Instant::now();
+        holder.acquire("r-shard-0", "shard").await.unwrap().expect("the holder takes the free Lease");
+        let first =
+            eventually("the follower to observe the Lease", OBSERVED, || async { follower.takeable_at(this) }).await;
+        assert!(first >= written + timing.duration, "observed before it was written");
+        // Each renewal moves the moment on: it is observed when it is written.
+        for _ in 0..3 {
+            let before = follower.takeable_at(this).expect("observed");
+            let renewed = std::time::Instant::now();
+            holder.acquire("r-shard-0", "shard").await.unwrap().expect("renewed");
+            let after = eventually("the renewal to be observed", OBSERVED, || async {
+                follower.takeable_at(this).filter(|at| *at > before)
+            })
+            .await;
+            assert!(after >= renewed + timing.duration, "a renewal observed before it was written");
+        }
+        // The follower's own Leases are not observed as foreign: once a later write of the
+        // holder's is observed, the follower's (delivered before it) has been seen too.
+        follower.acquire("r-shard-1", "shard").await.unwrap().expect("the follower takes another");
+        let before = follower.takeable_at(this).expect("observed");
+        holder.acquire("r-shard-0", "shard").await.unwrap().expect("renewed");
+        eventually("the renewal after it to be observed", OBSERVED, || async {
+            follower.takeable_at(this).filter(|at| *at > before)
+        })
+        .await;
+        assert_eq!(follower.takeable_at(|name| name == "r-shard-1"), None, "its own Lease is not another's");
+        following.abort();
+    });
+}
+
+testkit::both!(a_renewal_is_observed_as_it_is_written,);

@@ -400,20 +400,29 @@ impl Coordinator {
         let mut tick = tokio::time::interval(self.leases.timing().renew_every());
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tokio::pin!(shutdown);
-        loop {
-            // A dead holder's Leases are taken when they become takeable, not up to a renewal
-            // period later: a takeover's shards move that much sooner.
-            let takeable = self.leases.takeable_at(|name| {
-                self.shard_of_lease(name).is_some() || name.starts_with(&format!("{}-member-", self.prefix))
-            });
-            tokio::select! {
-                _ = &mut shutdown => break,
-                _ = tick.tick() => self.round(&mut workers, &mut state).await,
-                _ = wake_at(takeable) => {
-                    tracing::debug!("a Lease of another replica became takeable");
-                    self.round(&mut workers, &mut state).await;
+        let rounds = async {
+            loop {
+                // A dead holder's Leases are taken when they become takeable, not up to a renewal
+                // period later: a takeover's shards move that much sooner.
+                let takeable = self.leases.takeable_at(|name| {
+                    self.shard_of_lease(name).is_some() || name.starts_with(&format!("{}-member-", self.prefix))
+                });
+                tokio::select! {
+                    _ = &mut shutdown => break,
+                    _ = tick.tick() => self.round(&mut workers, &mut state).await,
+                    _ = wake_at(takeable) => {
+                        tracing::debug!("a Lease of another replica became takeable");
+                        self.round(&mut workers, &mut state).await;
+                    }
                 }
             }
+        };
+        // Meanwhile, during rounds too, another replica's renewals are observed as they reach
+        // the server: a dead one's Leases become takeable a whole duration after its last
+        // renewal, not after the round that listed it.
+        tokio::select! {
+            () = rounds => {}
+            () = self.leases.follow(ROLE_LABEL) => {}
         }
         let all: Vec<u32> = state.owned.keys().copied().collect();
         state.owned.clear();

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::lease::{Held, Leases};
+use crate::lease::{Held, Leases, ROLE_LABEL};
 use crate::thread::LeaseThread;
 
 /// Run `work` while this replica holds the Lease `name`, until `shutdown`. `work` receives a
@@ -78,42 +78,51 @@ pub async fn run_elected_fenced<F, Fut>(
     let mut running: Option<(watch::Sender<bool>, tokio::task::JoinHandle<()>)> = None;
     let mut held: Option<Held> = None;
     tokio::pin!(shutdown);
-    loop {
-        // Not allowed to lead: stop the work first, then release the Lease.
-        let mut give_up = false;
-        if !*allowed.borrow() {
-            give_up = held.take().is_some();
-        } else {
-            match leases.acquire(name, "leader").await {
-                Ok(Some(h)) => held = Some(h),
-                Ok(None) => held = None,
-                Err(e) => tracing::warn!(lease = name, error = %e, "renewing the leader Lease"),
+    let rounds = async {
+        loop {
+            // Not allowed to lead: stop the work first, then release the Lease.
+            let mut give_up = false;
+            if !*allowed.borrow() {
+                give_up = held.take().is_some();
+            } else {
+                match leases.acquire(name, "leader").await {
+                    Ok(Some(h)) => held = Some(h),
+                    Ok(None) => held = None,
+                    Err(e) => tracing::warn!(lease = name, error = %e, "renewing the leader Lease"),
+                }
+            }
+            let leading = held.as_ref().is_some_and(|h| h.valid(Duration::ZERO));
+            term.send_replace(held.clone().filter(|_| leading));
+            if leading && running.is_none() {
+                tracing::info!(lease = name, "leading");
+                let (tx, rx) = watch::channel(false);
+                running = Some((tx, tokio::spawn(work(rx))));
+            } else if !leading && let Some((tx, task)) = running.take() {
+                tracing::warn!(lease = name, "lost the leader Lease; stopping");
+                let _ = tx.send(true);
+                let _ = task.await;
+            }
+            if give_up {
+                term.send_replace(None);
+            }
+            if give_up && let Err(e) = leases.release(name).await {
+                tracing::warn!(lease = name, error = %e, "releasing the leader Lease");
+            }
+            // A dead leader's Lease is taken when it becomes takeable, not up to `every` later.
+            let takeable = if leading { None } else { leases.takeable_at(|n| n == name) };
+            tokio::select! {
+                _ = &mut shutdown => break,
+                _ = tokio::time::sleep(every) => {}
+                _ = crate::coordinator::wake_at(takeable) => {}
             }
         }
-        let leading = held.as_ref().is_some_and(|h| h.valid(Duration::ZERO));
-        term.send_replace(held.clone().filter(|_| leading));
-        if leading && running.is_none() {
-            tracing::info!(lease = name, "leading");
-            let (tx, rx) = watch::channel(false);
-            running = Some((tx, tokio::spawn(work(rx))));
-        } else if !leading && let Some((tx, task)) = running.take() {
-            tracing::warn!(lease = name, "lost the leader Lease; stopping");
-            let _ = tx.send(true);
-            let _ = task.await;
-        }
-        if give_up {
-            term.send_replace(None);
-        }
-        if give_up && let Err(e) = leases.release(name).await {
-            tracing::warn!(lease = name, error = %e, "releasing the leader Lease");
-        }
-        // A dead leader's Lease is taken when it becomes takeable, not up to `every` later.
-        let takeable = if leading { None } else { leases.takeable_at(|n| n == name) };
-        tokio::select! {
-            _ = &mut shutdown => break,
-            _ = tokio::time::sleep(every) => {}
-            _ = crate::coordinator::wake_at(takeable) => {}
-        }
+    };
+    // Meanwhile the holder's renewals are observed as they reach the server, so a dead
+    // leader's Lease becomes takeable a whole duration after its last renewal.
+    let leaders = format!("{ROLE_LABEL}=leader");
+    tokio::select! {
+        () = rounds => {}
+        () = leases.follow(&leaders) => {}
     }
     if let Some((tx, task)) = running.take() {
         let _ = tx.send(true);

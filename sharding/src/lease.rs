@@ -15,10 +15,12 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use futures_util::StreamExt;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::Api;
 use kube::api::PostParams;
+use kube::runtime::{WatchStreamExt, watcher};
 
 /// The label giving a Lease's role: `member`, `shard` or `leader`.
 pub const ROLE_LABEL: &str = "sync.kuvryn.io/lease-role";
@@ -463,10 +465,7 @@ impl Leases {
     pub async fn holders(&self, labels: &str) -> Result<std::collections::BTreeMap<String, String>> {
         let list = self.list(labels).await?;
         for l in &list.items {
-            let holder = l.spec.as_ref().and_then(|s| s.holder_identity.as_deref()).unwrap_or_default();
-            if !holder.is_empty() && !self.ours(l) {
-                self.takeable(l);
-            }
+            self.observe_foreign(l);
         }
         Ok(list
             .items
@@ -476,6 +475,33 @@ impl Leases {
                 Some((l.metadata.name?, holder))
             })
             .collect())
+    }
+
+    /// Observe every Lease selected by `labels` that someone else holds as its changes
+    /// arrive, for as long as this runs (it never ends). The whole duration a takeover waits
+    /// then runs from when the holder's last renewal reached the server, give or take the
+    /// watch's delivery, not from the next round's list, up to a third of the duration later.
+    /// Contract: an observation is never earlier than the write it saw (an event arrives after
+    /// its write), so the wait is never shorter than a duration after the holder's last renewal.
+    pub async fn follow(&self, labels: &str) {
+        let config = watcher::Config::default().labels(labels);
+        let mut events = std::pin::pin!(watcher(self.api.clone(), config).default_backoff());
+        while let Some(event) = events.next().await {
+            match event {
+                Ok(watcher::Event::Apply(l) | watcher::Event::InitApply(l)) => self.observe_foreign(&l),
+                Ok(_) => {}
+                Err(e) => tracing::debug!(error = %e, "watching Leases"),
+            }
+        }
+        std::future::pending::<()>().await;
+    }
+
+    /// Observe `lease` ([`Leases::takeable`]) if someone else holds it.
+    fn observe_foreign(&self, lease: &Lease) {
+        let holder = lease.spec.as_ref().and_then(|s| s.holder_identity.as_deref()).unwrap_or_default();
+        if !holder.is_empty() && !self.ours(lease) {
+            self.takeable(lease);
+        }
     }
 
     /// Every Lease selected by `labels`, as this round sees it ([`Seen`]). Each one held by

@@ -490,7 +490,9 @@ impl Leases {
             match event {
                 Ok(watcher::Event::Apply(l) | watcher::Event::InitApply(l)) => self.observe_foreign(&l),
                 Ok(_) => {}
-                Err(e) => tracing::debug!(error = %e, "watching Leases"),
+                // Retried with backoff; meanwhile the rounds' lists still observe every Lease,
+                // up to a third of the duration late. Said, so a missing `watch` permission shows.
+                Err(e) => tracing::warn!(error = %e, "watching Leases; takeovers wait for the rounds' lists"),
             }
         }
         std::future::pending::<()>().await;

@@ -46,6 +46,7 @@ pub async fn start(
     let (store, writer) = reflector::store();
     let watch = watcher(Api::<Repository>::all(client.clone()), watcher::Config::default())
         .default_backoff()
+        .modify(|r| r.metadata.managed_fields = None)
         .reflect(writer)
         .for_each(|_| std::future::ready(()));
     let shared = Arc::new(server::Shared::new(store, client, limits::Limits::new(&settings)));

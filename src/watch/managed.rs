@@ -8,8 +8,8 @@
 //! many times in a rollout, and with it in the store a drift check plans a status-only change
 //! without reading the object again (`unchanged::split`).
 //!
-//! The watches are reflectors too: their stores ([`Inventory`]) answer a drift check's list of
-//! the Application's managed objects without a request to the API server.
+//! The watches keep stores too, compactly ([`Shelf`]): they ([`Inventory`]) answer a drift
+//! check's list of the Application's managed objects without a request to the API server.
 //!
 //! Kinds watched: ConfigMaps, Secrets, Services, Deployments, StatefulSets and DaemonSets
 //! ([`WATCHED_BY_DEFAULT`]), plus every other kind an Application manages that the controller
@@ -21,17 +21,18 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use futures_util::{FutureExt, Stream, StreamExt};
+use futures_util::{Stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::authorization::v1::{ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DynamicObject, PartialObjectMeta, PostParams};
 use kube::core::ApiResource;
-use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 
 use crate::api::application::Application;
 use crate::api::names;
+use crate::watch::shelf::Shelf;
 
 /// (group, kind) of the kinds every replica watches.
 pub const WATCHED_BY_DEFAULT: [(&str, &str); 6] = [
@@ -67,14 +68,14 @@ pub fn touched<O>(
 where
     O: Observed<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
 {
-    let (store, writer) = reflector::store::<O>();
-    let alive = inventory.insert(shard, &O::group(&()), &O::kind(&()), store, ());
+    let shelf = Shelf::default();
+    let alive = inventory.insert(shard, &O::group(&()), &O::kind(&()), shelf.clone());
     let (waiting, group, kind) = (inventory.waiting.clone(), O::group(&()).to_string(), O::kind(&()).to_string());
     // `Api<PartialObjectMeta<K>>` makes metadata-only requests; `Api<WithStatus<K>>` full ones.
     watcher(Api::<O>::all(client.clone()), watcher::Config::default().labels(selector))
         .default_backoff()
         .modify(|o| o.meta_mut().managed_fields = None)
-        .reflect(writer)
+        .inspect_ok(move |event| shelf.apply(event))
         .touched_objects()
         .inspect(move |o| {
             let _ = &alive;
@@ -240,40 +241,13 @@ pub struct Inventory {
 }
 
 impl Inventory {
-    /// Register `store` (of objects of type `dyntype`) as `shard`'s store of `group`/`kind`;
-    /// it answers while the returned token lives (the watch holds it).
-    pub fn insert<K>(
-        &self,
-        shard: Option<u32>,
-        group: &str,
-        kind: &str,
-        store: Store<K>,
-        dyntype: K::DynamicType,
-    ) -> Arc<()>
-    where
-        K: Observed + Clone + Send + Sync + 'static,
-        K::DynamicType: std::hash::Hash + Eq + Clone + Send + Sync,
-    {
+    /// Register `shelf` as `shard`'s store of `group`/`kind`; it answers while the returned
+    /// token lives (the watch holds it).
+    pub fn insert(&self, shard: Option<u32>, group: &str, kind: &str, shelf: Shelf) -> Arc<()> {
         let alive = Arc::new(());
-        let cached = |o: &K| Cached { meta: o.meta().clone(), status: o.status().map(Box::from) };
-        let lookup: Lookup = Box::new(move |query| {
-            // Ready once the first list is in; an error means the watch is gone.
-            store.wait_until_ready().now_or_never()?.ok()?;
-            Some(match query {
-                Query::Labels(want) => store
-                    .state()
-                    .iter()
-                    .filter(|o| {
-                        let labels = o.meta().labels.as_ref();
-                        want.iter().all(|(k, v)| labels.and_then(|l| l.get(*k)).map(String::as_str) == Some(*v))
-                    })
-                    .map(|o| cached(o))
-                    .collect(),
-                Query::Named { namespace, name } => {
-                    let r = ObjectRef::new_with(name, dyntype.clone()).within(namespace);
-                    store.get(&r).map(|o| cached(&o)).into_iter().collect()
-                }
-            })
+        let lookup: Lookup = Box::new(move |query| match query {
+            Query::Labels(want) => shelf.labelled(want),
+            Query::Named { namespace, name } => Some(shelf.named(namespace, name)?.into_iter().collect()),
         });
         self.stores
             .lock()
@@ -473,10 +447,9 @@ pub fn extra_triggers(
             let current = kinds.borrow_and_update().clone();
             for (key, resource) in current {
                 if started.insert(key) {
-                    let writer = reflector::store::Writer::<PartialObjectMeta<DynamicObject>>::new(resource.clone());
-                    let alive =
-                        inventory.insert(shard, &resource.group, &resource.kind, writer.as_reader(), resource.clone());
-                    watches.spawn(watch_kind(client.clone(), resource, selector.clone(), tx.clone(), writer, alive));
+                    let shelf = Shelf::default();
+                    let alive = inventory.insert(shard, &resource.group, &resource.kind, shelf.clone());
+                    watches.spawn(watch_kind(client.clone(), resource, selector.clone(), tx.clone(), shelf, alive));
                 }
             }
             tokio::select! {
@@ -494,7 +467,7 @@ async fn watch_kind(
     resource: ApiResource,
     selector: String,
     tx: tokio::sync::mpsc::Sender<ObjectRef<Application>>,
-    writer: reflector::store::Writer<PartialObjectMeta<DynamicObject>>,
+    shelf: Shelf,
     _alive: Arc<()>,
 ) {
     // Metadata-only requests.
@@ -503,7 +476,7 @@ async fn watch_kind(
         watcher(api, watcher::Config::default().labels(&selector))
             .default_backoff()
             .modify(|o| o.metadata.managed_fields = None)
-            .reflect(writer)
+            .inspect_ok(move |event| shelf.apply(event))
             .touched_objects()
     );
     while let Some(event) = events.next().await {
@@ -546,8 +519,8 @@ mod tests {
         use k8s_openapi::api::core::v1::ConfigMap;
         use kube::runtime::watcher::Event;
         let inventory = Inventory::default();
-        let (store, mut writer) = reflector::store::<PartialObjectMeta<ConfigMap>>();
-        let alive = inventory.insert(Some(3), "", "ConfigMap", store, ());
+        let shelf = Shelf::default();
+        let alive = inventory.insert(Some(3), "", "ConfigMap", shelf.clone());
         let lookup = || inventory.lookup(Some(3), "", "ConfigMap", "app=web");
         assert_eq!(lookup(), None, "not listed yet");
         assert!(!inventory.watching(Some(3), "", "ConfigMap"), "not listed yet");
@@ -559,10 +532,10 @@ mod tests {
             o.metadata.labels = Some([("app".to_string(), app.to_string())].into());
             o
         };
-        writer.apply_watcher_event(&Event::Init);
-        writer.apply_watcher_event(&Event::InitApply(object("a", "web")));
-        writer.apply_watcher_event(&Event::InitApply(object("b", "api")));
-        writer.apply_watcher_event(&Event::InitDone);
+        shelf.apply(&Event::<PartialObjectMeta<ConfigMap>>::Init);
+        shelf.apply(&Event::InitApply(object("a", "web")));
+        shelf.apply(&Event::InitApply(object("b", "api")));
+        shelf.apply(&Event::<PartialObjectMeta<ConfigMap>>::InitDone);
         let found = lookup().expect("listed");
         assert!(inventory.watching(Some(3), "", "ConfigMap"));
         assert!(!inventory.watching(Some(4), "", "ConfigMap"), "another shard");
@@ -579,8 +552,7 @@ mod tests {
         assert_eq!(inventory.lookup(Some(4), "", "ConfigMap", "app=web"), None, "another shard");
         assert_eq!(inventory.lookup(Some(3), "", "Secret", "app=web"), None, "another kind");
         assert_eq!(inventory.lookup(Some(3), "", "ConfigMap", "app!=web"), None, "not an equality");
-        let (store, _writer) = reflector::store::<PartialObjectMeta<ConfigMap>>();
-        let later = inventory.insert(Some(4), "", "ConfigMap", store, ());
+        let later = inventory.insert(Some(4), "", "ConfigMap", Shelf::default());
         inventory.forget_stopped();
         assert_eq!(inventory.len(), 2, "both watches run");
         drop(alive);

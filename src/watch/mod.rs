@@ -4,3 +4,4 @@
 pub mod discovery;
 pub mod managed;
 pub mod pods;
+pub mod shelf;

@@ -81,8 +81,10 @@ impl Repositories {
         let (events, _) = tokio::sync::broadcast::channel(1024);
         let tx = events.clone();
         let task = tokio::spawn(async move {
-            let stream =
-                watcher(Api::<Repository>::all(client), watcher::Config::default()).default_backoff().reflect(writer);
+            let stream = watcher(Api::<Repository>::all(client), watcher::Config::default())
+                .default_backoff()
+                .modify(|r| r.metadata.managed_fields = None)
+                .reflect(writer);
             let mut stream = std::pin::pin!(stream);
             // What Applications read of each Repository, as last sent.
             let mut seen: HashMap<(Option<String>, String), String> = HashMap::new();

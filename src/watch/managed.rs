@@ -33,6 +33,7 @@ use kube::{Client, Resource, ResourceExt};
 use crate::api::application::Application;
 use crate::api::names;
 use crate::watch::shelf::Shelf;
+pub use crate::watch::shelf::{Cached, Observed};
 
 /// (group, kind) of the kinds every replica watches.
 pub const WATCHED_BY_DEFAULT: [(&str, &str); 6] = [
@@ -85,17 +86,6 @@ where
             }
         })
 }
-
-/// What a shard's store keeps of a managed object: its metadata, and for [`WithStatus`] its
-/// status.
-pub trait Observed: Resource {
-    /// The object's `status` as compact JSON, when the store keeps it.
-    fn status(&self) -> Option<&str> {
-        None
-    }
-}
-
-impl<K: Resource> Observed for PartialObjectMeta<K> {}
 
 /// A workload as its shard's store keeps it: its metadata (without `managedFields`) and its
 /// `status` as compact JSON, nothing of its spec (the Pod template is most of its size). A full
@@ -150,14 +140,6 @@ impl<K: Resource<DynamicType = ()>> Observed for WithStatus<K> {
     fn status(&self) -> Option<&str> {
         self.status.as_deref()
     }
-}
-
-/// An object in a shard's store: its metadata, and its status when the store keeps it.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Cached {
-    pub meta: ObjectMeta,
-    /// `status` as compact JSON ([`WithStatus`]).
-    pub status: Option<Box<str>>,
 }
 
 /// The label pairs of an equality-only selector (`k=v,k2=v2`), or `None` for anything else.
@@ -596,6 +578,25 @@ mod tests {
         drop(again);
         assert!(inventory.waiting.lock().unwrap().is_empty(), "no one waits");
         tell(&inventory.waiting, Some(3), "apps", "Deployment", &meta("team-a", "web"));
+    }
+
+    #[test]
+    fn a_workloads_store_keeps_its_status() {
+        use k8s_openapi::api::apps::v1::Deployment;
+        use kube::runtime::watcher::Event;
+        let shelf = Shelf::default();
+        let d: WithStatus<Deployment> = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "team-a", "generation": 3},
+            "spec": {"replicas": 2},
+            "status": {"observedGeneration": 3, "readyReplicas": 2},
+        }))
+        .unwrap();
+        shelf.apply(&Event::<WithStatus<Deployment>>::Init);
+        shelf.apply(&Event::InitApply(d));
+        shelf.apply(&Event::<WithStatus<Deployment>>::InitDone);
+        let c = shelf.named("team-a", "web").unwrap().unwrap();
+        assert_eq!(c.meta.generation, Some(3));
+        assert_eq!(c.status.as_deref(), Some(r#"{"observedGeneration":3,"readyReplicas":2}"#));
     }
 
     #[test]

@@ -12,10 +12,30 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Resource;
+use kube::api::PartialObjectMeta;
 use kube::runtime::watcher::Event;
 
-use super::managed::{Cached, Observed};
 use crate::api::names;
+
+/// What a shard's store keeps of a managed object: its metadata, and for
+/// [`WithStatus`](super::managed::WithStatus) its status.
+pub trait Observed: Resource {
+    /// The object's `status` as compact JSON, when the store keeps it.
+    fn status(&self) -> Option<&str> {
+        None
+    }
+}
+
+impl<K: Resource> Observed for PartialObjectMeta<K> {}
+
+/// An object in a shard's store: its metadata, and its status when the store keeps it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Cached {
+    pub meta: ObjectMeta,
+    /// `status` as compact JSON ([`WithStatus`](super::managed::WithStatus)).
+    pub status: Option<Box<str>>,
+}
 
 /// One object as the shelf keeps it.
 #[derive(Debug)]
@@ -147,8 +167,6 @@ impl Shelf {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::watch::managed::WithStatus;
-    use k8s_openapi::api::apps::v1::Deployment;
     use k8s_openapi::api::core::v1::ConfigMap;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
     use kube::api::PartialObjectMeta;
@@ -198,22 +216,5 @@ mod tests {
         shelf.apply(&Event::<PartialObjectMeta<ConfigMap>>::InitDone);
         assert_eq!(by_id("web"), Some(vec!["d".to_string()]), "c is gone from the relist");
         assert_eq!(shelf.len(), 1);
-    }
-
-    #[test]
-    fn a_workload_keeps_its_status() {
-        let shelf = Shelf::default();
-        let d: WithStatus<Deployment> = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "web", "namespace": "team-a", "generation": 3},
-            "spec": {"replicas": 2},
-            "status": {"observedGeneration": 3, "readyReplicas": 2},
-        }))
-        .unwrap();
-        shelf.apply(&Event::<WithStatus<Deployment>>::Init);
-        shelf.apply(&Event::InitApply(d));
-        shelf.apply(&Event::<WithStatus<Deployment>>::InitDone);
-        let c = shelf.named("team-a", "web").unwrap().unwrap();
-        assert_eq!(c.meta.generation, Some(3));
-        assert_eq!(c.status.as_deref(), Some(r#"{"observedGeneration":3,"readyReplicas":2}"#));
     }
 }

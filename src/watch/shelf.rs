@@ -96,10 +96,15 @@ impl Shelf {
     /// Take in one watch event, as kube's reflector does: a relist's objects replace the
     /// store's at once when the relist is done, so a read never sees half a list.
     pub fn apply<O: Observed>(&self, event: &Event<O>) {
+        // Serialized before the lock is taken: readers wait only for the map's update.
+        let stored = match event {
+            Event::Apply(o) | Event::InitApply(o) => Stored::of(o),
+            _ => None,
+        };
         let mut inner = self.0.write().expect("shelf lock");
         match event {
-            Event::Apply(o) => {
-                if let Some((k, s)) = Stored::of(o) {
+            Event::Apply(_) => {
+                if let Some((k, s)) = stored {
                     inner.objects.insert(k, s);
                 }
             }
@@ -110,8 +115,8 @@ impl Shelf {
                 }
             }
             Event::Init => inner.relisting = Some(HashMap::new()),
-            Event::InitApply(o) => {
-                if let (Some(relist), Some((k, s))) = (inner.relisting.as_mut(), Stored::of(o)) {
+            Event::InitApply(_) => {
+                if let (Some(relist), Some((k, s))) = (inner.relisting.as_mut(), stored) {
                     relist.insert(k, s);
                 }
             }

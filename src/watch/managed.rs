@@ -154,13 +154,6 @@ fn equalities(selector: &str) -> Option<Vec<(&str, &str)>> {
         .collect()
 }
 
-/// What a store is asked: the objects carrying every label pair, or one object by name.
-enum Query<'a> {
-    Labels(&'a [(&'a str, &'a str)]),
-    Named { namespace: &'a str, name: &'a str },
-}
-
-type Lookup = Box<dyn Fn(Query<'_>) -> Option<Vec<Cached>> + Send + Sync>;
 /// Shard (`None`: not sharded), group and kind.
 type StoreKey = (Option<u32>, String, String);
 /// Shard, group, kind, namespace and name of one object.
@@ -217,7 +210,7 @@ impl Drop for ObjectChanges {
 /// in.
 #[derive(Default)]
 pub struct Inventory {
-    stores: Mutex<HashMap<StoreKey, (Weak<()>, Lookup)>>,
+    stores: Mutex<HashMap<StoreKey, (Weak<()>, Shelf)>>,
     /// The objects waited on ([`Inventory::changes_of`]).
     waiting: Waiting,
 }
@@ -227,25 +220,27 @@ impl Inventory {
     /// token lives (the watch holds it).
     pub fn insert(&self, shard: Option<u32>, group: &str, kind: &str, shelf: Shelf) -> Arc<()> {
         let alive = Arc::new(());
-        let lookup: Lookup = Box::new(move |query| match query {
-            Query::Labels(want) => shelf.labelled(want),
-            Query::Named { namespace, name } => Some(shelf.named(namespace, name)?.into_iter().collect()),
-        });
         self.stores
             .lock()
             .expect("inventory lock")
-            .insert((shard, group.to_string(), kind.to_string()), (Arc::downgrade(&alive), lookup));
+            .insert((shard, group.to_string(), kind.to_string()), (Arc::downgrade(&alive), shelf));
         alive
+    }
+
+    /// `shard`'s store of `group`/`kind` while its watch runs; read after the inventory's lock
+    /// is let go.
+    fn shelf(&self, shard: Option<u32>, group: &str, kind: &str) -> Option<Shelf> {
+        let stores = self.stores.lock().expect("inventory lock");
+        let (alive, shelf) = stores.get(&(shard, group.to_string(), kind.to_string()))?;
+        alive.upgrade()?;
+        Some(shelf.clone())
     }
 
     /// The objects of `group`/`kind` matching the equality-only `selector` in `shard`'s store,
     /// or `None` when no running, synced watch can say.
     pub fn lookup(&self, shard: Option<u32>, group: &str, kind: &str, selector: &str) -> Option<Vec<Cached>> {
         let want = equalities(selector)?;
-        let stores = self.stores.lock().expect("inventory lock");
-        let (alive, lookup) = stores.get(&(shard, group.to_string(), kind.to_string()))?;
-        alive.upgrade()?;
-        lookup(Query::Labels(&want))
+        self.shelf(shard, group, kind)?.labelled(&want)
     }
 
     /// The object `namespace/name` of `group`/`kind` in `shard`'s store: `None` when the store
@@ -255,28 +250,19 @@ impl Inventory {
     }
 
     /// Whether `shard`'s store of `group`/`kind` holds `namespace/name`: `None` when no
-    /// running, synced watch can say.
+    /// running, synced watch can say. Nothing is parsed.
     pub fn holds(&self, shard: Option<u32>, group: &str, kind: &str, namespace: &str, name: &str) -> Option<bool> {
-        let stores = self.stores.lock().expect("inventory lock");
-        let (alive, lookup) = stores.get(&(shard, group.to_string(), kind.to_string()))?;
-        alive.upgrade()?;
-        Some(!lookup(Query::Named { namespace, name })?.is_empty())
+        self.shelf(shard, group, kind)?.holds(namespace, name)
     }
 
     /// [`Inventory::get`], with the status when the store keeps it.
     pub fn cached(&self, shard: Option<u32>, group: &str, kind: &str, namespace: &str, name: &str) -> Option<Cached> {
-        let stores = self.stores.lock().expect("inventory lock");
-        let (alive, lookup) = stores.get(&(shard, group.to_string(), kind.to_string()))?;
-        alive.upgrade()?;
-        lookup(Query::Named { namespace, name })?.pop()
+        self.shelf(shard, group, kind)?.named(namespace, name)?
     }
 
     /// Whether `shard`'s watch of `group`/`kind` runs and has its first list in.
     pub fn watching(&self, shard: Option<u32>, group: &str, kind: &str) -> bool {
-        let stores = self.stores.lock().expect("inventory lock");
-        let Some((alive, lookup)) = stores.get(&(shard, group.to_string(), kind.to_string())) else { return false };
-        // No object has an empty name: the store only says whether it can answer.
-        alive.upgrade().is_some() && lookup(Query::Named { namespace: "", name: "" }).is_some()
+        self.shelf(shard, group, kind).is_some_and(|s| s.listed())
     }
 
     /// The watch events of `namespace/name` of `group`/`kind` in `shard`'s store, each told

@@ -137,6 +137,18 @@ impl Shelf {
         inner.listed.then(|| inner.objects.get(&key(namespace, name)).and_then(Stored::cached))
     }
 
+    /// Whether the store holds `namespace/name`, without parsing it: `None` until the first
+    /// list is in.
+    pub fn holds(&self, namespace: &str, name: &str) -> Option<bool> {
+        let inner = self.0.read().expect("shelf lock");
+        inner.listed.then(|| inner.objects.contains_key(&key(namespace, name)))
+    }
+
+    /// Whether the first list is in.
+    pub fn listed(&self) -> bool {
+        self.0.read().expect("shelf lock").listed
+    }
+
     /// The objects carrying every label pair of `want`: `None` until the first list is in.
     pub fn labelled(&self, want: &[(&str, &str)]) -> Option<Vec<Cached>> {
         let inner = self.0.read().expect("shelf lock");
@@ -198,6 +210,8 @@ mod tests {
         let shelf = Shelf::default();
         let by_id = |v: &str| names(shelf.labelled(&[(id, v)]));
         assert_eq!(shelf.named("team-a", "a"), None, "not listed yet");
+        assert_eq!(shelf.holds("team-a", "a"), None, "not listed yet");
+        assert!(!shelf.listed());
         assert_eq!(by_id("web"), None, "not listed yet");
         shelf.apply(&Event::<PartialObjectMeta<ConfigMap>>::Init);
         shelf.apply(&Event::InitApply(object("team-a", "a", &[(id, "web"), ("tier", "front")])));
@@ -211,6 +225,7 @@ mod tests {
         assert_eq!(a.meta.managed_fields, None, "kept without managedFields");
         assert_eq!(a.meta.labels.unwrap().get("tier").map(String::as_str), Some("front"));
         assert_eq!(shelf.named("team-b", "a"), Some(None), "another namespace");
+        assert_eq!((shelf.holds("team-a", "a"), shelf.holds("team-b", "a")), (Some(true), Some(false)));
         shelf.apply(&Event::Apply(object("team-a", "c", &[(id, "web")])));
         shelf.apply(&Event::Delete(object("team-a", "a", &[])));
         assert_eq!(by_id("web"), Some(vec!["c".to_string()]));

@@ -378,7 +378,8 @@ impl Rollout<'_> {
     fn all_watched<'e>(&self, mut entries: impl Iterator<Item = &'e crate::plan::Entry>) -> bool {
         let shard = self.ctx.fence.is_some().then(|| super::super::replica::shard_of(self.ctx, self.ns, self.name));
         entries.all(|e| {
-            !e.namespace.is_empty() && self.ctx.inventory.get(shard, &e.group, &e.kind, &e.namespace, &e.name).is_some()
+            !e.namespace.is_empty()
+                && self.ctx.inventory.holds(shard, &e.group, &e.kind, &e.namespace, &e.name) == Some(true)
         })
     }
 

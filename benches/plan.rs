@@ -85,4 +85,67 @@ fn main() {
         started.elapsed().as_secs_f64() * 1e3,
         started.elapsed().as_secs_f64()
     );
+    in_place(base.path());
+}
+
+/// The steps a reconcile runs in place rather than on the blocking pool
+/// (`kuvryn_sync::offload::offload_if`), on the largest desired state that still counts as
+/// small: validate, find secrets, prepare, plan against half of it live, and the carried-out
+/// plan, each as one would hold a worker.
+fn in_place(base: &std::path::Path) {
+    use kuvryn_sync::offload::Size;
+    // The most objects whose desired state (and live copies) stay under the bound.
+    let mut objects = 2;
+    loop {
+        let dir = base.join(format!("small-{objects}"));
+        write_app(&dir, objects + 2);
+        let rendered = plain::render(&dir, &Limits::default()).unwrap();
+        if Size::default().values(rendered.iter()).values(rendered.iter().step_by(2)).large() {
+            break;
+        }
+        objects += 2;
+    }
+    let dir = base.join(format!("small-{objects}"));
+    let rendered = plain::render(&dir, &Limits::default()).unwrap();
+    let bytes = serde_json::to_string(&rendered).unwrap().len();
+    let dest = Destination { namespace: "team-a".into(), ..Default::default() };
+    let mut steps = [0f64; 5];
+    let runs = 50;
+    for _ in 0..runs {
+        let t = Instant::now();
+        let valid = validate::validate(&rendered, &dest, &scopes(), validate::Limits::default()).unwrap();
+        steps[0] += t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        let _ = kuvryn_sync::redact::secret_strings(&rendered);
+        steps[1] += t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        let prepared = plan::prepare::prepare(valid, "team-a", "web", "0", None);
+        steps[2] += t.elapsed().as_secs_f64();
+        let live: BTreeMap<_, _> = prepared
+            .objects
+            .iter()
+            .step_by(2)
+            .map(|o| {
+                let mut l = o.clone();
+                l["metadata"]["resourceVersion"] = Value::String("1".into());
+                (validate::identity(o), l)
+            })
+            .collect();
+        let t = Instant::now();
+        let p = plan::build(&prepared.objects, &Inputs { live, ..Default::default() });
+        let _ = plan::revision::stored(&p, false);
+        steps[3] += t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        let _ = plan::carried_out(&p, &prepared.objects, &prepared.hooks);
+        steps[4] += t.elapsed().as_secs_f64();
+    }
+    let ms = |s: f64| s * 1e3 / f64::from(runs);
+    println!(
+        "in place, {objects} objects ({bytes} bytes of JSON, the largest under the bound): validate {:.2} ms, secrets {:.2} ms, prepare {:.2} ms, plan {:.2} ms, carried out {:.2} ms",
+        ms(steps[0]),
+        ms(steps[1]),
+        ms(steps[2]),
+        ms(steps[3]),
+        ms(steps[4])
+    );
 }

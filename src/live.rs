@@ -654,9 +654,11 @@ pub async fn read(
         Some(skip) => {
             read_managed(client, scopes, &kinds, selector, search, cached, &mut out).await?;
             let spare = skip(&out.managed);
-            // Parsed off the runtime (an Application's objects can be tens of megabytes); one
-            // that does not parse is read (and dry-run) instead.
-            let (known, prior) = crate::offload::offload(move || {
+            // Parsed off the runtime when large (an Application's objects can be tens of
+            // megabytes); one that does not parse is read (and dry-run) instead.
+            let text: usize = spare.skip.values().chain(spare.recheck.values()).map(|p| p.text_len()).sum();
+            let large = crate::offload::Size::default().bytes(text).large();
+            let (known, prior) = crate::offload::offload_if(large, move || {
                 let parse = |packed: crate::packed::Packed| packed.parse::<Value>();
                 let known: BTreeMap<_, _> = spare
                     .skip

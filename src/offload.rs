@@ -6,6 +6,9 @@
 //! seconds; on a worker, that is seconds in which no Lease is renewed. Such work goes through
 //! [`offload`], onto Tokio's blocking pool.
 //!
+//! Small work runs where it is ([`offload_if`], [`Size`]): handing it to the pool and back
+//! wakes two threads, which costs more than validating or planning a few small objects.
+//!
 //! Work whose size a tenant decides (HealthCheck expressions over an Application's objects)
 //! goes through [`tenant`] instead: a few threads of its own, at a lower priority, so that it
 //! can neither hold a runtime worker nor take every thread of the blocking pool, nor take CPU
@@ -26,6 +29,68 @@ where
             // dropped too.
             Err(e) => panic!("blocking work cancelled: {e}"),
         },
+    }
+}
+
+/// The most JSON (bytes, estimated) that work runs on inline ([`offload_if`]): validating,
+/// preparing or planning that much takes a millisecond or two (`cargo bench --bench plan`,
+/// docs/performance.md).
+pub const INLINE_BYTES: usize = 64 * 1024;
+
+/// Run `work` inline when `large` is false, else [`offload`]. For work whose cost follows an
+/// input measured first ([`Size`]).
+pub async fn offload_if<T, F>(large: bool, work: F) -> T
+where
+    T: Send + 'static,
+    F: FnOnce() -> T + Send + 'static,
+{
+    if large { offload(work).await } else { work() }
+}
+
+/// An estimate of how much JSON some values hold (their strings, keys and scalars), which
+/// stops counting once past [`INLINE_BYTES`]: measuring costs at most that much walking,
+/// whatever the values' size.
+#[derive(Default)]
+pub struct Size(usize);
+
+impl Size {
+    /// Count `values`; a no-op once [`Size::large`].
+    pub fn values<'a>(mut self, values: impl IntoIterator<Item = &'a serde_json::Value>) -> Self {
+        use serde_json::Value;
+        // A stack, not recursion: rendered objects can nest deeply.
+        let mut stack: Vec<&Value> = Vec::new();
+        for v in values {
+            stack.push(v);
+            while let Some(v) = stack.pop() {
+                if self.large() {
+                    return self;
+                }
+                self.0 += match v {
+                    Value::String(s) => s.len() + 2,
+                    Value::Array(a) => {
+                        stack.extend(a);
+                        2
+                    }
+                    Value::Object(o) => {
+                        stack.extend(o.values());
+                        o.keys().map(|k| k.len() + 4).sum::<usize>() + 2
+                    }
+                    _ => 8,
+                };
+            }
+        }
+        self
+    }
+
+    /// Count `bytes` more.
+    pub fn bytes(mut self, bytes: usize) -> Self {
+        self.0 = self.0.saturating_add(bytes);
+        self
+    }
+
+    /// Past [`INLINE_BYTES`]: work on it goes to the blocking pool.
+    pub fn large(&self) -> bool {
+        self.0 > INLINE_BYTES
     }
 }
 
@@ -174,6 +239,60 @@ mod tests {
             rt.block_on(tenant(|| panic!("boom")));
         }));
         assert!(caught.is_err());
+    }
+
+    #[test]
+    fn size_estimates_json_and_stops_counting_past_the_inline_bound() {
+        use serde_json::json;
+        let big = "x".repeat(INLINE_BYTES);
+        let cases: Vec<(&str, Size, bool)> = vec![
+            ("nothing", Size::default(), false),
+            ("a small object", Size::default().values(&[json!({"kind": "ConfigMap", "data": {"a": "b"}})]), false),
+            ("one long string", Size::default().values(&[json!({"data": {"a": big}})]), true),
+            (
+                "many small objects",
+                Size::default().values(&vec![json!({"metadata": {"name": "n".repeat(100)}}); 1000]),
+                true,
+            ),
+            ("a long array of numbers", Size::default().values(&[json!(vec![1; INLINE_BYTES / 4])]), true),
+            ("bytes counted", Size::default().bytes(INLINE_BYTES + 1), true),
+            ("bytes under", Size::default().bytes(INLINE_BYTES), false),
+        ];
+        for (name, size, large) in cases {
+            assert_eq!(size.large(), large, "{name}");
+        }
+        // Deep nesting is walked without recursion.
+        let mut deep = json!("leaf");
+        for _ in 0..100_000 {
+            deep = serde_json::Value::Array(vec![deep]);
+        }
+        assert!(Size::default().values(std::slice::from_ref(&deep)).large());
+        // Counting stops at the bound: a larger value costs no more to measure.
+        let huge = Size::default().values(&vec![json!({"a": "b"}); 1_000_000]);
+        assert!(huge.large() && huge.0 <= INLINE_BYTES + 64, "counted {}", huge.0);
+        drop_deep(deep);
+    }
+
+    /// Drops a deeply nested value without recursing (serde_json's drop recurses).
+    fn drop_deep(mut v: serde_json::Value) {
+        while let serde_json::Value::Array(mut a) = v {
+            v = a.pop().unwrap_or_default();
+        }
+    }
+
+    #[test]
+    fn small_work_runs_inline_and_large_work_leaves_the_worker_free() {
+        let rt = one_worker();
+        let on = |large| {
+            rt.block_on(async move {
+                let caller = std::thread::current().id();
+                offload_if(large, move || std::thread::current().id() == caller).await
+            })
+        };
+        assert!(on(false), "small work ran on another thread");
+        assert!(!on(true), "large work ran on the worker");
+        let (count, ()) = ticks_seen_by(&rt, |w| offload_if(true, w), || ());
+        assert!(count >= 10, "the ticker stood still while the work ran");
     }
 
     #[test]

@@ -7,9 +7,9 @@ use std::sync::{Arc, Mutex};
 
 use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress, Status};
 
-/// Compact JSON text, deflated; cheap to clone.
+/// Compact JSON text, deflated, and the text's length; cheap to clone.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Packed(Arc<[u8]>);
+pub struct Packed(Arc<[u8]>, usize);
 
 /// Deflate and inflate states, reused: a new one allocates and clears hundreds of KB of
 /// tables, far more work than a small object's compression itself. Bounded by how many are in
@@ -60,12 +60,12 @@ fn inflate(input: &[u8]) -> Option<Vec<u8>> {
 impl Packed {
     /// `text` (JSON) packed.
     pub fn from_text(text: &str) -> Packed {
-        Packed(deflate(text.as_bytes()).into())
+        Packed(deflate(text.as_bytes()).into(), text.len())
     }
 
     /// `value` as compact JSON, packed; `None` if it cannot be printed as JSON.
     pub fn of<T: serde::Serialize + ?Sized>(value: &T) -> Option<Packed> {
-        serde_json::to_vec(value).ok().map(|t| Packed(deflate(&t).into()))
+        serde_json::to_vec(value).ok().map(|t| Packed(deflate(&t).into(), t.len()))
     }
 
     /// The JSON text (empty if the bytes were not made by [`Packed::from_text`]).
@@ -81,6 +81,11 @@ impl Packed {
     /// Bytes held.
     pub fn len(&self) -> usize {
         self.0.len()
+    }
+
+    /// Bytes of the JSON text held.
+    pub fn text_len(&self) -> usize {
+        self.1
     }
 
     /// Whether nothing is held.
@@ -110,9 +115,10 @@ mod tests {
         assert_eq!(packed.parse::<Value>(), Some(deployment.clone()));
         assert_eq!(packed.text(), deployment.to_string());
         assert!(packed.len() * 3 < deployment.to_string().len(), "{} bytes", packed.len());
+        assert_eq!(packed.text_len(), deployment.to_string().len());
         assert_eq!(Packed::from_text("").text(), "");
-        assert_eq!(Packed(Arc::from(&b"not deflate"[..])).parse::<Value>(), None);
-        let cut = Packed(Arc::from(&packed.0[..packed.len() / 2]));
+        assert_eq!(Packed(Arc::from(&b"not deflate"[..]), 11).parse::<Value>(), None);
+        let cut = Packed(Arc::from(&packed.0[..packed.len() / 2]), packed.1);
         assert_eq!(cut.parse::<Value>(), None, "a stream cut short");
         // Many at once, from several threads: each gets its own state.
         let texts: Vec<String> = (0..64).map(|i| json!({"i": i, "deployment": deployment}).to_string()).collect();

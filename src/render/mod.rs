@@ -180,7 +180,11 @@ impl Renderer {
         if let Some(k) = &key
             && let Some(hit) = self.cache.get(k)
             // Written below from objects: it parses (if not, it is rendered again).
-            && let Ok(objects) = crate::offload::offload(move || serde_json::from_str::<Vec<Value>>(&hit)).await
+            && let Ok(objects) = crate::offload::offload_if(
+                crate::offload::Size::default().bytes(hit.len()).large(),
+                move || serde_json::from_str::<Vec<Value>>(&hit),
+            )
+            .await
         {
             metrics::counter!(crate::metric_names::RENDER_CACHE_REQUESTS_TOTAL, crate::metric_names::label::RESULT => "hit").increment(1);
             return Ok(Arc::new(objects));
@@ -207,7 +211,8 @@ impl Renderer {
         let objects = Arc::new(objects);
         if let Some(k) = key {
             let printed = objects.clone();
-            if let Ok(text) = crate::offload::offload(move || serde_json::to_string(&*printed)).await {
+            let large = crate::offload::Size::default().values(printed.iter()).large();
+            if let Ok(text) = crate::offload::offload_if(large, move || serde_json::to_string(&*printed)).await {
                 self.cache.insert(k, text.into());
             }
         }
@@ -262,6 +267,7 @@ fn redact(e: Error, secrets: &[String]) -> Error {
 /// The objects of a renderer's `stdout`, parsed on the blocking pool (tens of megabytes take
 /// seconds). `tool` names the program in errors, `output` what it printed.
 async fn parse_output(stdout: Vec<u8>, tool: &'static str, output: &'static str) -> Result<Vec<Value>, Error> {
+    // Always off the runtime: YAML's aliases can make a small text build a large value.
     crate::offload::offload(move || {
         let text =
             String::from_utf8(stdout).map_err(|_| Error::Internal(format!("{tool} printed non-UTF-8 output")))?;

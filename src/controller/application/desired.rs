@@ -107,10 +107,11 @@ pub(super) async fn desired(r: &Reconcile<'_>, source: &Source) -> Result<Result
         Ok(o) => o,
         Err(e) => return Ok(Err(render_failure(e))),
     };
-    // Validating thousands of objects takes a while: off the runtime.
+    // Validating thousands of objects takes a while: off the runtime when large.
     let check = |scopes: Arc<ClusterScopes>, objects: Arc<Vec<serde_json::Value>>| {
         let (destination, limits) = (spec.destination.clone(), ctx.settings.validate);
-        crate::offload::offload(move || validate::validate(&objects, &destination, &*scopes, limits))
+        let large = crate::offload::Size::default().values(objects.iter()).large();
+        crate::offload::offload_if(large, move || validate::validate(&objects, &destination, &*scopes, limits))
     };
     let mut validated = check(scopes.clone(), objects.clone()).await;
     if validated.is_err() {
@@ -130,7 +131,8 @@ pub(super) async fn desired(r: &Reconcile<'_>, source: &Source) -> Result<Result
         validated = check(scopes.clone(), objects.clone()).await;
     }
     let found = objects.clone();
-    secrets.extend(crate::offload::offload(move || crate::redact::secret_strings(&found)).await);
+    let large = crate::offload::Size::default().values(found.iter()).large();
+    secrets.extend(crate::offload::offload_if(large, move || crate::redact::secret_strings(&found)).await);
     let fail = |reason: &'static str, message: String, retryable: bool| {
         Ok(Err(Failure::new(reason, redact(&message, &secrets), retryable)))
     };
@@ -150,7 +152,8 @@ pub(super) async fn desired(r: &Reconcile<'_>, source: &Source) -> Result<Result
     };
     let (app_ns, app_name) = (ns.to_string(), name.to_string());
     let at = redeploy.clone();
-    let prepared = crate::offload::offload(move || {
+    let large = crate::offload::Size::default().values(desired.iter()).large();
+    let prepared = crate::offload::offload_if(large, move || {
         crate::plan::prepare::prepare(std::mem::take(&mut desired), &app_ns, &app_name, &shard, at.as_deref())
     })
     .await;

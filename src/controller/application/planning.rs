@@ -192,8 +192,15 @@ pub(super) async fn plan(
         hooks: hooks.to_vec(),
         run_hooks: spec.strategy.hooks,
     };
-    // A plan of thousands of objects (diffs, dry-run comparisons) takes a while: off the runtime.
-    let (plan, stored, desired, inputs, keep) = crate::offload::offload(move || {
+    // A plan of thousands of objects (diffs, dry-run comparisons) takes a while: off the runtime
+    // when large.
+    let large = crate::offload::Size::default()
+        .values(desired.iter())
+        .values(inputs.live.values())
+        .values(inputs.dry_run.values())
+        .values(inputs.managed.iter())
+        .large();
+    let (plan, stored, desired, inputs, keep) = crate::offload::offload_if(large, move || {
         let plan = plan::build(&desired, &inputs);
         let stored = revision::stored(&plan, adopt);
         let keep = unchanged::to_keep(&desired, &plan, &inputs.live, &skipped, &rechecked, now);

@@ -97,7 +97,8 @@ impl Rollout<'_> {
         // The plan against the live state is now the carried-out one: recorded as such, the next
         // drift check (or the replica a shard moves to) finds nothing to write.
         let (plan, desired, hooks) = (planned.plan.clone(), planned.desired.clone(), planned.hooks.clone());
-        let done = crate::offload::offload(move || crate::plan::carried_out(&plan, &desired, &hooks)).await;
+        let large = crate::offload::Size::default().values(desired.iter()).values(hooks.iter()).large();
+        let done = crate::offload::offload_if(large, move || crate::plan::carried_out(&plan, &desired, &hooks)).await;
         if let Some(sync) = self.status.sync.as_mut() {
             sync.plan_digest = Some(done.digest);
         }

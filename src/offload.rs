@@ -54,29 +54,51 @@ where
 pub struct Size(usize);
 
 impl Size {
-    /// Count `values`; a no-op once [`Size::large`].
+    /// Count `values`; a no-op once [`Size::large`]. Each step counts at least two bytes, so
+    /// it takes at most [`INLINE_BYTES`] / 2 steps, however wide or deep the values.
     pub fn values<'a>(mut self, values: impl IntoIterator<Item = &'a serde_json::Value>) -> Self {
         use serde_json::Value;
-        // A stack, not recursion: rendered objects can nest deeply.
-        let mut stack: Vec<&Value> = Vec::new();
+        enum Open<'a> {
+            Array(std::slice::Iter<'a, Value>),
+            Object(serde_json::map::Iter<'a>),
+        }
+        // Open containers as iterators, not recursion nor a list of all their items: rendered
+        // objects can nest deeply, and an array can hold millions of items.
+        let mut open: Vec<Open<'a>> = Vec::new();
         for v in values {
-            stack.push(v);
-            while let Some(v) = stack.pop() {
+            let mut next = Some(v);
+            loop {
                 if self.large() {
                     return self;
                 }
-                self.0 += match v {
-                    Value::String(s) => s.len() + 2,
-                    Value::Array(a) => {
-                        stack.extend(a);
-                        2
+                if let Some(v) = next.take() {
+                    self.0 += match v {
+                        Value::String(s) => s.len() + 2,
+                        Value::Array(a) => {
+                            open.push(Open::Array(a.iter()));
+                            2
+                        }
+                        Value::Object(o) => {
+                            open.push(Open::Object(o.iter()));
+                            2
+                        }
+                        _ => 8,
+                    };
+                    continue;
+                }
+                match open.last_mut() {
+                    None => break,
+                    Some(Open::Array(items)) => next = items.next(),
+                    Some(Open::Object(entries)) => {
+                        next = entries.next().map(|(k, v)| {
+                            self.0 += k.len() + 4;
+                            v
+                        })
                     }
-                    Value::Object(o) => {
-                        stack.extend(o.values());
-                        o.keys().map(|k| k.len() + 4).sum::<usize>() + 2
-                    }
-                    _ => 8,
-                };
+                }
+                if next.is_none() {
+                    open.pop();
+                }
             }
         }
         self
@@ -243,7 +265,7 @@ mod tests {
 
     #[test]
     fn size_estimates_json_and_stops_counting_past_the_inline_bound() {
-        use serde_json::json;
+        use serde_json::{Value, json};
         let big = "x".repeat(INLINE_BYTES);
         let cases: Vec<(&str, Size, bool)> = vec![
             ("nothing", Size::default(), false),
@@ -267,9 +289,15 @@ mod tests {
             deep = serde_json::Value::Array(vec![deep]);
         }
         assert!(Size::default().values(std::slice::from_ref(&deep)).large());
-        // Counting stops at the bound: a larger value costs no more to measure.
+        // Counting stops at the bound: a larger value costs no more to measure, however wide.
         let huge = Size::default().values(&vec![json!({"a": "b"}); 1_000_000]);
         assert!(huge.large() && huge.0 <= INLINE_BYTES + 64, "counted {}", huge.0);
+        let wide = json!({"items": vec![1; 10_000_000], "more": "x"});
+        let counted = Size::default().values(std::slice::from_ref(&wide));
+        assert!(counted.large() && counted.0 <= INLINE_BYTES + 64, "counted {}", counted.0);
+        let keys: serde_json::Map<String, Value> = (0..1_000_000).map(|i| (format!("k{i}"), json!(null))).collect();
+        let counted = Size::default().values(&[Value::Object(keys)]);
+        assert!(counted.large() && counted.0 <= INLINE_BYTES + 64, "counted {}", counted.0);
         drop_deep(deep);
     }
 
